@@ -1,0 +1,106 @@
+"""Profiles and connection files: where a cluster's addresses and key live on disk.
+
+A profile directory (``$ZPAR_DIR/profile_<name>``, default ``~/.zpar``) holds
+``security/zpar-client.json`` and ``security/zpar-engine.json`` (mode 0600: they hold the
+key), and ``clusters/*.json`` for clusters the launcher started.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from .constants import DEFAULT_PROFILE, SIGNATURE_SCHEME, ZPAR_DIR_ENV
+from .errors import ConnectionFileError
+
+CLIENT_FILE = "zpar-client.json"
+ENGINE_FILE = "zpar-engine.json"
+
+
+def zpar_dir() -> Path:
+    return Path(os.environ.get(ZPAR_DIR_ENV) or Path.home() / ".zpar")
+
+
+def profile_dir(profile: str = DEFAULT_PROFILE, *, create: bool = True) -> Path:
+    if not profile or "/" in profile or profile.startswith("."):
+        raise ValueError(f"invalid profile name {profile!r}: use a plain name such as 'default'")
+    d = zpar_dir() / f"profile_{profile}"
+    if create:
+        for sub in ("security", "clusters", "log"):
+            (d / sub).mkdir(parents=True, exist_ok=True)
+        os.chmod(d / "security", 0o700)
+    return d
+
+
+def security_dir(profile: str = DEFAULT_PROFILE) -> Path:
+    return profile_dir(profile) / "security"
+
+
+def new_key() -> str:
+    return secrets.token_hex(32)
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionInfo:
+    """What a client or engine needs to reach a controller."""
+
+    registration: str  # hub ROUTER address, e.g. tcp://127.0.0.1:5555
+    key: str  # hex; "" only for an explicitly insecure cluster
+    signature_scheme: str = SIGNATURE_SCHEME
+    location: str = ""  # controller host, for humans and ssh tunnels
+    cluster_id: str = ""
+    controller_pid: int = 0
+
+    @property
+    def key_bytes(self) -> bytes:
+        return self.key.encode("ascii")
+
+
+def write_connection_file(path: Path, info: ConnectionInfo) -> Path:
+    """Write atomically with mode 0600: a reader never sees a half-written key file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as f:
+            os.fchmod(f.fileno(), 0o600)
+            json.dump(asdict(info), f, indent=2)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def read_connection_file(path: str | Path) -> ConnectionInfo:
+    path = Path(path)
+    try:
+        data: dict[str, Any] = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConnectionFileError(
+            f"connection file {path} does not exist: is a controller running "
+            "(`zpar cluster start` or `zpar controller`) with this profile?"
+        ) from None
+    except (OSError, ValueError) as e:
+        raise ConnectionFileError(f"cannot read connection file {path}: {e}") from e
+    if not isinstance(data, dict) or "registration" not in data or "key" not in data:
+        raise ConnectionFileError(
+            f"connection file {path} lacks 'registration' or 'key': not a zpar connection file"
+        )
+    if data.get("signature_scheme", SIGNATURE_SCHEME) != SIGNATURE_SCHEME:
+        raise ConnectionFileError(
+            f"connection file {path} uses signature scheme {data['signature_scheme']!r}; "
+            f"this zpar speaks only {SIGNATURE_SCHEME!r}"
+        )
+    known = {k: data[k] for k in ConnectionInfo.__dataclass_fields__ if k in data}
+    return ConnectionInfo(**known)
+
+
+def default_url_file(profile: str = DEFAULT_PROFILE, who: str = "client") -> Path:
+    name = CLIENT_FILE if who == "client" else ENGINE_FILE
+    return profile_dir(profile) / "security" / name

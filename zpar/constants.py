@@ -1,0 +1,65 @@
+"""Constants every zpar process agrees on, each with the reason for its value."""
+
+from __future__ import annotations
+
+#: Separates routing identities from the signed message (design.md "Wire format").
+DELIM = b"<ZPAR|MSG>"
+
+#: Wire protocol version, carried in every header; bumped on any incompatible change.
+PROTOCOL_VERSION = "1.0"
+
+#: Signature scheme written into connection files; the only one implemented.
+SIGNATURE_SCHEME = "hmac-sha256"
+
+#: Buffers at least this large leave the pickle stream and travel as their own zero-copy
+#: frames. Matches pyzmq's own copy threshold: below it, copy=False would copy anyway.
+OOB_THRESHOLD = 64 * 1024
+
+#: Frames smaller than this are sent with copy=True: building a zmq.Frame costs more than
+#: memcpy for small payloads.
+COPY_THRESHOLD = 64 * 1024
+
+#: Signatures remembered for replay detection (per receiving process). Same order as
+#: jupyter_client's digest_history_size (2**16); ~10 MB at most.
+REPLAY_HISTORY = 1 << 16
+
+#: Seconds between heartbeat pings. 0.5 s x 4 misses reports a dead engine in ~2 s,
+#: inside the 3 s target (ipyparallel takes ~5 s with 3 s x 1).
+HEARTBEAT_PERIOD = 0.5
+
+#: Pings an engine may miss in a row before it is declared dead.
+HEARTBEAT_MAX_MISSES = 4
+
+#: Seconds an engine has, after its registration reply, to send its first heartbeat.
+REGISTRATION_TIMEOUT = 10.0
+
+#: Seconds a client or engine waits for the hub to answer a registration or connection request.
+HUB_TIMEOUT = 10.0
+
+#: Default high-water mark of the task scheduler: unfinished tasks one engine may hold.
+#: 0 means unlimited. 2 keeps an engine busy during the scheduler round trip without
+#: letting a slow engine hoard work.
+TASK_HWM = 2
+
+#: Default load-balancing scheme.
+TASK_SCHEME = "leastload"
+
+#: Captured stdout/stderr kept per task in the reply metadata; output past this is cut,
+#: with a note, so one chatty task cannot bloat every reply (the IOPub stream has it all).
+MAX_CAPTURED_OUTPUT = 1 << 20
+
+#: Default profile name, like ipyparallel's.
+DEFAULT_PROFILE = "default"
+
+#: Environment variable naming the directory that holds profiles (default ~/.zpar).
+ZPAR_DIR_ENV = "ZPAR_DIR"
+
+#: Environment variable through which a controller hands its scheduler the key file.
+KEY_FILE_ENV = "ZPAR_KEY_FILE"
+
+#: First frame an XPUB notification socket sends each new subscriber: seeing it proves the
+#: subscription is live, so no registration notification after it can be missed.
+WELCOME = b"<ZPAR|WELCOME>"
+
+#: Ping payload prefix on the heartbeat PUB; the rest is the ping counter in ASCII.
+PING = b"ping"

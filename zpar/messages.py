@@ -1,0 +1,368 @@
+"""Every message type of the zpar protocol and its content fields, defined once.
+
+Hot paths build content dicts directly (``MsgType.APPLY_REQUEST`` and a plain dict), but
+the dataclasses here are the single source of truth for field names and defaults; the
+tests round-trip each of them, and docs/protocol.md describes the same list.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, ClassVar
+
+
+class MsgType(StrEnum):
+    # hub: registration and connection (seed 002)
+    REGISTRATION_REQUEST = "registration_request"
+    REGISTRATION_REPLY = "registration_reply"
+    CONNECTION_REQUEST = "connection_request"
+    CONNECTION_REPLY = "connection_reply"
+    # hub: notifications (PUB)
+    REGISTRATION_NOTIFICATION = "registration_notification"
+    UNREGISTRATION_NOTIFICATION = "unregistration_notification"
+    # hub: client queries
+    QUEUE_REQUEST = "queue_request"
+    QUEUE_REPLY = "queue_reply"
+    RESULT_REQUEST = "result_request"
+    RESULT_REPLY = "result_reply"
+    PURGE_REQUEST = "purge_request"
+    PURGE_REPLY = "purge_reply"
+    SHUTDOWN_HUB_REQUEST = "shutdown_hub_request"
+    SHUTDOWN_HUB_REPLY = "shutdown_hub_reply"
+    # scheduler <-> hub
+    SCHEDULER_READY = "scheduler_ready"
+    TASK_DESTINATION = "task_destination"
+    ENGINE_EVENT = "engine_event"
+    # execution (MUX and task)
+    APPLY_REQUEST = "apply_request"
+    APPLY_REPLY = "apply_reply"
+    EXECUTE_REQUEST = "execute_request"
+    EXECUTE_REPLY = "execute_reply"
+    # control
+    CLEAR_REQUEST = "clear_request"
+    CLEAR_REPLY = "clear_reply"
+    ABORT_REQUEST = "abort_request"
+    ABORT_REPLY = "abort_reply"
+    SHUTDOWN_REQUEST = "shutdown_request"
+    SHUTDOWN_REPLY = "shutdown_reply"
+    # iopub
+    STREAM = "stream"
+    STATUS = "status"
+
+
+class Status(StrEnum):
+    OK = "ok"
+    ERROR = "error"
+    ABORTED = "aborted"
+
+
+@dataclass(frozen=True, slots=True)
+class Content:
+    """Base of message contents: typed, validated, msgpack-able through as_dict()."""
+
+    msg_type: ClassVar[MsgType]
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            expected = _CHECKS.get(f.name)
+            if expected is not None and value is not None and not isinstance(value, expected):
+                raise TypeError(
+                    f"{type(self).__name__}.{f.name} must be {expected}, got {type(value).__name__}"
+                )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Content:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+_CHECKS: dict[str, type | tuple[type, ...]] = {
+    "uuid": str,
+    "id": int,
+    "status": str,
+    "msg_ids": (list, str),
+    "targets": list,
+    "verbose": bool,
+    "statusonly": bool,
+    "code": str,
+    "name": str,
+    "text": str,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class RegistrationRequest(Content):
+    msg_type = MsgType.REGISTRATION_REQUEST
+    uuid: str  # zmq identity the engine uses on mux, control, task and heartbeat
+    hostname: str = ""
+    pid: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RegistrationReply(Content):
+    """Addresses are engine-side; 'heartbeat' is [ping (PUB), pong (ROUTER)]."""
+
+    msg_type = MsgType.REGISTRATION_REPLY
+    status: str
+    id: int = -1
+    mux: str = ""
+    control: str = ""
+    task: str = ""
+    iopub: str = ""
+    heartbeat: list = field(default_factory=list)
+    hb_period: float = 0.0
+    evalue: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionRequest(Content):
+    msg_type = MsgType.CONNECTION_REQUEST
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionReply(Content):
+    """Client-side addresses and the engines registered now ({id: uuid})."""
+
+    msg_type = MsgType.CONNECTION_REPLY
+    status: str
+    mux: str = ""
+    control: str = ""
+    task: str = ""
+    task_scheme: str = ""
+    iopub: str = ""
+    notification: str = ""
+    engines: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class RegistrationNotification(Content):
+    msg_type = MsgType.REGISTRATION_NOTIFICATION
+    id: int
+    uuid: str
+
+
+@dataclass(frozen=True, slots=True)
+class UnregistrationNotification(Content):
+    msg_type = MsgType.UNREGISTRATION_NOTIFICATION
+    id: int
+    uuid: str
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRequest(Content):
+    msg_type = MsgType.QUEUE_REQUEST
+    targets: list | None = None
+    verbose: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class QueueReply(Content):
+    """queues: {str(engine_id): {'queue': n|ids, 'completed': n|ids, 'tasks': n|ids}}."""
+
+    msg_type = MsgType.QUEUE_REPLY
+    status: str
+    queues: dict = field(default_factory=dict)
+    unassigned: Any = 0
+    evalue: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ResultRequest(Content):
+    msg_type = MsgType.RESULT_REQUEST
+    msg_ids: list = field(default_factory=list)
+    statusonly: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ResultReply(Content):
+    msg_type = MsgType.RESULT_REPLY
+    status: str
+    pending: list = field(default_factory=list)
+    completed: list = field(default_factory=list)
+    results: dict = field(default_factory=dict)
+    evalue: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeRequest(Content):
+    msg_type = MsgType.PURGE_REQUEST
+    msg_ids: list | str = field(default_factory=list)
+    engine_ids: list = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeReply(Content):
+    msg_type = MsgType.PURGE_REPLY
+    status: str
+    evalue: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ShutdownHubRequest(Content):
+    msg_type = MsgType.SHUTDOWN_HUB_REQUEST
+
+
+@dataclass(frozen=True, slots=True)
+class ShutdownHubReply(Content):
+    msg_type = MsgType.SHUTDOWN_HUB_REPLY
+    status: str
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerReady(Content):
+    """Scheduler -> hub at start: where it listens (client side, engine side, events)."""
+
+    msg_type = MsgType.SCHEDULER_READY
+    client: str
+    engine: str
+    events: str
+    scheme: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskDestination(Content):
+    msg_type = MsgType.TASK_DESTINATION
+    msg_id: str
+    engine_uuid: str
+
+
+@dataclass(frozen=True, slots=True)
+class EngineEvent(Content):
+    """Hub -> scheduler: an engine joined ('registered') or died ('unregistered')."""
+
+    msg_type = MsgType.ENGINE_EVENT
+    event: str
+    id: int
+    uuid: str
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyRequest(Content):
+    """buffers: pickle of (f, args, kwargs) then its out-of-band buffers.
+
+    Scheduling flags (after, follow, retries, timeout, targets) travel in the metadata.
+    """
+
+    msg_type = MsgType.APPLY_REQUEST
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyReply(Content):
+    """ok: buffers hold the pickled result; error: ename/evalue/traceback/engine_info."""
+
+    msg_type = MsgType.APPLY_REPLY
+    status: str
+    ename: str = ""
+    evalue: str = ""
+    traceback: list = field(default_factory=list)
+    engine_info: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ExecuteRequest(Content):
+    msg_type = MsgType.EXECUTE_REQUEST
+    code: str
+    silent: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ExecuteReply(Content):
+    """execute_result: repr of the last expression, if the code ended with one."""
+
+    msg_type = MsgType.EXECUTE_REPLY
+    status: str
+    execution_count: int = 0
+    execute_result: str | None = None
+    ename: str = ""
+    evalue: str = ""
+    traceback: list = field(default_factory=list)
+    engine_info: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ClearRequest(Content):
+    msg_type = MsgType.CLEAR_REQUEST
+
+
+@dataclass(frozen=True, slots=True)
+class ClearReply(Content):
+    msg_type = MsgType.CLEAR_REPLY
+    status: str
+
+
+@dataclass(frozen=True, slots=True)
+class AbortRequest(Content):
+    msg_type = MsgType.ABORT_REQUEST
+    msg_ids: list | None = None  # None aborts everything queued
+
+
+@dataclass(frozen=True, slots=True)
+class AbortReply(Content):
+    msg_type = MsgType.ABORT_REPLY
+    status: str
+
+
+@dataclass(frozen=True, slots=True)
+class ShutdownRequest(Content):
+    msg_type = MsgType.SHUTDOWN_REQUEST
+    restart: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ShutdownReply(Content):
+    msg_type = MsgType.SHUTDOWN_REPLY
+    status: str
+
+
+@dataclass(frozen=True, slots=True)
+class Stream(Content):
+    """IOPub: output of a task as it happens; parent_header is the request's header."""
+
+    msg_type = MsgType.STREAM
+    name: str  # 'stdout' or 'stderr'
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class StatusMessage(Content):
+    msg_type = MsgType.STATUS
+    execution_state: str  # 'busy' or 'idle'
+
+
+#: msg_type -> content class, for validation and docs.
+CONTENT: dict[MsgType, type[Content]] = {
+    cls.msg_type: cls
+    for cls in Content.__subclasses__()
+}
+
+#: Replies a control/MUX/task request expects.
+REPLY_TYPE: dict[MsgType, MsgType] = {
+    MsgType.APPLY_REQUEST: MsgType.APPLY_REPLY,
+    MsgType.EXECUTE_REQUEST: MsgType.EXECUTE_REPLY,
+    MsgType.CLEAR_REQUEST: MsgType.CLEAR_REPLY,
+    MsgType.ABORT_REQUEST: MsgType.ABORT_REPLY,
+    MsgType.SHUTDOWN_REQUEST: MsgType.SHUTDOWN_REPLY,
+    MsgType.QUEUE_REQUEST: MsgType.QUEUE_REPLY,
+    MsgType.RESULT_REQUEST: MsgType.RESULT_REPLY,
+    MsgType.PURGE_REQUEST: MsgType.PURGE_REPLY,
+    MsgType.REGISTRATION_REQUEST: MsgType.REGISTRATION_REPLY,
+    MsgType.CONNECTION_REQUEST: MsgType.CONNECTION_REPLY,
+    MsgType.SHUTDOWN_HUB_REQUEST: MsgType.SHUTDOWN_HUB_REPLY,
+}
+
+#: Monitor frames' first element: what the hub is being told about a relayed message.
+MON_MUX_IN = b"mux_in"
+MON_MUX_OUT = b"mux_out"
+MON_CONTROL_IN = b"ctl_in"
+MON_CONTROL_OUT = b"ctl_out"
+MON_TASK_IN = b"task_in"
+MON_TASK_OUT = b"task_out"
+MON_TASK_DEST = b"task_dest"
+MON_SCHEDULER = b"sched"

@@ -1,0 +1,51 @@
+"""Small socket facts every process needs: binding on a free port, waiting for handshakes."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+import zmq
+import zmq.utils.monitor
+
+from .errors import TimeoutError
+
+
+def bind_random(sock: zmq.Socket, ip: str = "127.0.0.1", transport: str = "tcp") -> str:
+    """Bind on an ephemeral port and return the full address."""
+    if transport == "tcp":
+        port = sock.bind_to_random_port(f"tcp://{ip}")
+        return f"tcp://{ip}:{port}"
+    sock.bind(f"{transport}://{ip}")
+    return sock.getsockopt_string(zmq.LAST_ENDPOINT)
+
+
+def configure(sock: zmq.Socket, identity: bytes | None = None) -> zmq.Socket:
+    """Linger 0 so that closing never blocks on an unreachable peer."""
+    sock.setsockopt(zmq.LINGER, 0)
+    if identity is not None:
+        sock.setsockopt(zmq.IDENTITY, identity)
+    return sock
+
+
+def wait_handshakes(sockets: Iterable[zmq.Socket], timeout: float) -> None:
+    """Block until every socket has completed a ZMTP handshake with its peer.
+
+    A ROUTER learns a peer's identity only at handshake; waiting for it means a message
+    routed to us right after our registration is not silently dropped.
+    """
+    deadline = time.monotonic() + timeout
+    monitors = [s.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED) for s in sockets]
+    try:
+        for s, mon in zip(sockets, monitors, strict=True):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not mon.poll(int(remaining * 1000)):
+                raise TimeoutError(
+                    f"no handshake with {s.getsockopt_string(zmq.LAST_ENDPOINT)} within "
+                    f"{timeout:.1f} s: is the controller reachable from this host?"
+                )
+            zmq.utils.monitor.recv_monitor_message(mon)
+    finally:
+        for s, mon in zip(sockets, monitors, strict=True):
+            s.disable_monitor()
+            mon.close(linger=0)
