@@ -337,10 +337,7 @@ class StatusMessage(Content):
 
 
 #: msg_type -> content class, for validation and docs.
-CONTENT: dict[MsgType, type[Content]] = {
-    cls.msg_type: cls
-    for cls in Content.__subclasses__()
-}
+CONTENT: dict[MsgType, type[Content]] = {cls.msg_type: cls for cls in Content.__subclasses__()}
 
 #: Replies a control/MUX/task request expects.
 REPLY_TYPE: dict[MsgType, MsgType] = {

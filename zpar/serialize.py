@@ -74,9 +74,7 @@ def _check_each(f: Any, args: Sequence[Any], kwargs: dict[str, Any], cause: Exce
     raise SerializationError(f"cannot serialize the call: {cause}. Nothing was sent.") from cause
 
 
-def pack_apply(
-    f: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None
-) -> list[Any]:
+def pack_apply(f: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None) -> list[Any]:
     """Frames of an apply_request: one pickle of (f, args, kwargs) and its buffers."""
     kwargs = kwargs or {}
     if not callable(f):

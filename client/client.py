@@ -1,0 +1,294 @@
+"""Client: the user's connection to a cluster, and the factory of views."""
+
+from __future__ import annotations
+
+import builtins
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from zpar.connection import ConnectionInfo, default_url_file, profile_dir, read_connection_file
+from zpar.constants import DEFAULT_PROFILE, HUB_TIMEOUT
+from zpar.errors import ConnectionFileError, EngineError, NoEnginesRegistered, TimeoutError
+from zpar.messages import MsgType, Status
+from zpar.serialize import pack_apply
+from zpar.wire import Message, Session
+
+from .asyncresult import AsyncResult
+from .ioloop import ClientIO
+from .view import DirectView, LoadBalancedView
+
+log = logging.getLogger(__name__)
+
+
+def cluster_url_file(profile: str, cluster_id: str | None, who: str = "client") -> Path:
+    """Where a cluster's connection file lives: per cluster id, or the profile's default."""
+    if not cluster_id:
+        return default_url_file(profile, who)
+    return profile_dir(profile) / "security" / f"cluster-{cluster_id}" / f"zpar-{who}.json"
+
+
+def wait_for_url_file(path: Path, timeout: float) -> ConnectionInfo:
+    deadline = time.monotonic() + timeout
+    delay = 0.01
+    while True:
+        try:
+            return read_connection_file(path)
+        except ConnectionFileError:
+            if time.monotonic() >= deadline:
+                raise
+        time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+        delay = min(delay * 2, 0.2)
+
+
+class Client:
+    """A connection to one controller. Thread-safe: calls hand work to one I/O thread."""
+
+    def __init__(
+        self,
+        url_file: str | Path | None = None,
+        profile: str | None = None,
+        cluster_id: str | None = None,
+        timeout: float = HUB_TIMEOUT,
+    ) -> None:
+        self.profile = profile or DEFAULT_PROFILE
+        path = Path(url_file) if url_file else cluster_url_file(self.profile, cluster_id)
+        self.url_file = path
+        info = wait_for_url_file(path, timeout)
+        self.session = Session(info.key or None, allow_insecure=not info.key)
+        self._io = ClientIO(self.session)
+        self._io.connect("query", info.registration)
+        self._io.start()
+        self._closed = False
+        self.history: list[str] = []
+        try:
+            reply = self._query(MsgType.CONNECTION_REQUEST, {}, timeout)
+            c = reply.content
+            self._io.add_channels(
+                {
+                    "mux": c["mux"],
+                    "control": c["control"],
+                    "task": c["task"],
+                    "notification": c["notification"],
+                }
+            )
+            if not self._io.subscribed.wait(timeout):
+                raise TimeoutError(f"no notification subscription from {c['notification']}")
+            # Engines registered before our subscription was live: ask again, now race-free.
+            reply = self._query(MsgType.CONNECTION_REQUEST, {}, timeout)
+            self._io.set_engines({int(k): v for k, v in reply.content["engines"].items()})
+            self.task_scheme = reply.content.get("task_scheme", "")
+        except BaseException:
+            self.close()
+            raise
+
+    # -- engines ----------------------------------------------------------------------------
+
+    @property
+    def ids(self) -> list[int]:
+        return sorted(self._io.engines)
+
+    def __len__(self) -> int:
+        return len(self._io.engines)
+
+    def __iter__(self) -> Iterator[DirectView]:
+        return iter([self[i] for i in self.ids])
+
+    def __getitem__(self, key: int | slice | Sequence[int]) -> DirectView:
+        if isinstance(key, int):
+            self._engine_uuid(key)
+            return DirectView(self, key)
+        ids = self.ids
+        if isinstance(key, slice):
+            targets = ids[key]
+        else:
+            targets = list(key)
+            for t in targets:
+                self._engine_uuid(t)
+        if not targets:
+            raise NoEnginesRegistered(f"no engines selected by {key!r} among ids {ids}")
+        return DirectView(self, targets)
+
+    def direct_view(self, targets: Any = "all") -> DirectView:
+        return DirectView(self, targets)
+
+    def load_balanced_view(self, targets: Any = None) -> LoadBalancedView:
+        return LoadBalancedView(self, targets)
+
+    def wait_for_engines(self, n: int, timeout: float | None = None) -> None:
+        """Block until at least n engines are registered."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._io.engines_changed:
+            while len(self._io.engines) < n:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise TimeoutError(
+                        f"{len(self._io.engines)} of {n} engines registered within {timeout} s"
+                    )
+                self._io.engines_changed.wait(remaining)
+
+    def _engine_uuid(self, eid: int) -> str:
+        engines = self._io.engines
+        if not isinstance(eid, int) or isinstance(eid, bool):
+            raise TypeError(f"engine ids are ints, got {eid!r}")
+        if eid not in engines:
+            if not engines:
+                raise NoEnginesRegistered(f"engine {eid} is not registered: no engines are")
+            raise EngineError(f"engine {eid} is not registered; registered ids: {sorted(engines)}")
+        return engines[eid]
+
+    def _resolve_targets(self, targets: Any) -> list[int]:
+        if targets is None or targets == "all":
+            ids = self.ids
+            if not ids:
+                raise NoEnginesRegistered("no engines are registered")
+            return ids
+        if isinstance(targets, int):
+            targets = [targets]
+        targets = list(targets)
+        for t in targets:
+            self._engine_uuid(t)
+        return targets
+
+    # -- sending ----------------------------------------------------------------------------
+
+    def _send(
+        self,
+        channel: str,
+        msg_type: str,
+        content: dict[str, Any] | None = None,
+        *,
+        buffers: Sequence[Any] = (),
+        metadata: dict[str, Any] | None = None,
+        engine_id: int | None = None,
+    ) -> tuple[str, Any]:
+        if self._closed:
+            raise RuntimeError("this Client is closed")
+        header, frames = self.session.serialize(msg_type, content, metadata=metadata)
+        msg_id = header["msg_id"]
+        uuid = None
+        if engine_id is not None:
+            uuid = self._engine_uuid(engine_id)
+            frames = [uuid.encode(), *frames]
+        if buffers:
+            frames.extend(buffers)
+        fut = self._io.submit(channel, frames, msg_id, uuid)
+        self.history.append(msg_id)
+        return msg_id, fut
+
+    def _query(
+        self, msg_type: str, content: dict[str, Any], timeout: float = HUB_TIMEOUT
+    ) -> Message:
+        _, fut = self._send("query", msg_type, content)
+        try:
+            reply: Message = fut.result(timeout)
+        except builtins.TimeoutError:
+            raise TimeoutError(
+                f"the hub at {self.url_file} did not answer {msg_type} within {timeout} s: "
+                "is the controller running?"
+            ) from None
+        if reply.content.get("status") == Status.ERROR:
+            raise RuntimeError(f"hub refused {msg_type}: {reply.content.get('evalue', '')}")
+        return reply
+
+    def apply_to(
+        self,
+        channel: str,
+        engine_id: int | None,
+        f: Any,
+        args: Sequence[Any],
+        kwargs: dict[str, Any],
+        metadata: dict[str, Any] | None = None,
+        buffers: list[Any] | None = None,
+    ) -> tuple[str, Any]:
+        if buffers is None:
+            buffers = pack_apply(f, args, kwargs)
+        return self._send(
+            channel,
+            MsgType.APPLY_REQUEST,
+            {},
+            buffers=buffers,
+            metadata=metadata,
+            engine_id=engine_id,
+        )
+
+    # -- control ----------------------------------------------------------------------------
+
+    def _control(
+        self,
+        msg_type: str,
+        content: dict[str, Any],
+        targets: Any,
+        block: bool = True,
+        timeout: float = HUB_TIMEOUT,
+    ) -> AsyncResult:
+        ids = self._resolve_targets(targets)
+        sent = [self._send("control", msg_type, content, engine_id=i) for i in ids]
+        ar = AsyncResult(self, [m for m, _ in sent], [f for _, f in sent], fname=msg_type)
+        if block:
+            ar.get(timeout)
+        return ar
+
+    def abort(self, jobs: Any = None, targets: Any = None, block: bool = True) -> AsyncResult:
+        """Abort queued work on engines; jobs: msg_ids/AsyncResults, None for everything."""
+        msg_ids = None
+        if jobs is not None:
+            jobs = jobs if isinstance(jobs, list | tuple) else [jobs]
+            msg_ids = []
+            for j in jobs:
+                msg_ids.extend(j.msg_ids if isinstance(j, AsyncResult) else [j])
+        return self._control(MsgType.ABORT_REQUEST, {"msg_ids": msg_ids}, targets, block)
+
+    def clear(self, targets: Any = None, block: bool = True) -> AsyncResult:
+        """Clear the engines' namespaces."""
+        return self._control(MsgType.CLEAR_REQUEST, {}, targets, block)
+
+    def queue_status(self, targets: Any = None, verbose: bool = False) -> dict[Any, Any]:
+        ids = None if targets is None else self._resolve_targets(targets)
+        reply = self._query(MsgType.QUEUE_REQUEST, {"targets": ids, "verbose": verbose})
+        out: dict[Any, Any] = {int(k): v for k, v in reply.content.get("queues", {}).items()}
+        out["unassigned"] = reply.content.get("unassigned", 0)
+        return out
+
+    def shutdown(
+        self,
+        targets: Any = "all",
+        hub: bool = False,
+        block: bool = True,
+        timeout: float = HUB_TIMEOUT,
+    ) -> None:
+        """Stop engines (and the controller with hub=True)."""
+        if self._io.engines and targets is not None:
+            ar = self._control(MsgType.SHUTDOWN_REQUEST, {"restart": False}, targets, block=False)
+            if block:
+                ar.wait(timeout)
+        if hub:
+            _, fut = self._send("query", MsgType.SHUTDOWN_HUB_REQUEST, {})
+            if block:
+                fut.result(timeout)
+
+    @property
+    def outstanding(self) -> set[str]:
+        return set(self._io._pending)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._io.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        return f"<zpar.Client {self.url_file} engines={self.ids}>"

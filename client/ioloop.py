@@ -1,0 +1,237 @@
+"""The client's background I/O thread: it alone touches the client's zmq sockets.
+
+```
+ user threads                    ClientIO thread                           controller
+ ------------                    ---------------                           ----------
+ submit(channel, frames, fut) -> deque + wake pipe -> DEALER mux/control/task/query ->
+                                 futures[msg_id].set_result(reply)  <- replies
+                                 engines, EngineError on death       <- SUB notification
+```
+
+User calls serialize and sign in their own thread, then hand finished frames over; replies
+are checked (signature, replay) here and resolve standard concurrent.futures.Future objects,
+which plain scripts block on, and asyncio wraps (``await ar``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+import zmq
+
+from zpar.constants import WELCOME
+from zpar.errors import EngineError
+from zpar.messages import MsgType
+from zpar.sockets import configure
+from zpar.wire import Message, Session, send_frames
+
+log = logging.getLogger(__name__)
+
+CHANNELS = ("query", "mux", "control", "task")
+
+
+class ClientIO:
+    """Owns the sockets; everything else talks to it through submit() and futures."""
+
+    def __init__(self, session: Session, context: zmq.Context | None = None) -> None:
+        self.session = session
+        self.context = context or zmq.Context.instance()
+        self._sockets: dict[str, zmq.Socket] = {}
+        self._outbox: deque[tuple[str, list[Any]]] = deque()
+        self._pending: dict[str, Future] = {}
+        self._by_engine: dict[str, set[str]] = {}  # engine uuid -> outstanding direct msg_ids
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
+        os.set_blocking(self._wake_r, False)
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        self._notification_addr: str | None = None
+        #: registered engines, {id: uuid}; replaced (never mutated) by the I/O thread
+        self.engines: dict[int, str] = {}
+        self.engines_changed = threading.Condition()
+        self.subscribed = threading.Event()
+        self.on_notification: Callable[[Message], None] | None = None
+
+    # -- set-up -------------------------------------------------------------------------
+
+    def connect(self, channel: str, addr: str) -> None:
+        """Create and connect a DEALER before the thread starts (or from the thread)."""
+        sock = configure(self.context.socket(zmq.DEALER))
+        sock.connect(addr)
+        self._sockets[channel] = sock
+
+    def subscribe_notifications(self, addr: str) -> None:
+        sock = configure(self.context.socket(zmq.SUB))
+        sock.setsockopt(zmq.SUBSCRIBE, b"")
+        sock.connect(addr)
+        self._sockets["notification"] = sock
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="zpar-client-io", daemon=True)
+        self._thread.start()
+
+    def add_channels(self, addrs: dict[str, str]) -> None:
+        """Connect more channels once the hub has told us where they are."""
+        done = threading.Event()
+
+        def _connect() -> None:
+            for channel, addr in addrs.items():
+                if channel == "notification":
+                    self.subscribe_notifications(addr)
+                else:
+                    self.connect(channel, addr)
+                self._poller.register(self._sockets[channel], zmq.POLLIN)
+            done.set()
+
+        self.call_soon(_connect)
+        if not done.wait(10):
+            raise RuntimeError("client I/O thread did not answer: is it alive?")
+
+    # -- user side ------------------------------------------------------------------------
+
+    def submit(
+        self, channel: str, frames: list[Any], msg_id: str, engine_uuid: str | None = None
+    ) -> Future:
+        """Queue signed frames for sending; the future resolves with the reply Message."""
+        fut: Future = Future()
+        self._pending[msg_id] = fut
+        if engine_uuid is not None:
+            self._by_engine.setdefault(engine_uuid, set()).add(msg_id)
+            fut.engine_uuid = engine_uuid  # type: ignore[attr-defined]
+        self._outbox.append((channel, frames))
+        self._wake()
+        return fut
+
+    def call_soon(self, fn: Callable[[], None]) -> None:
+        """Run fn in the I/O thread (for work that touches sockets)."""
+        self._outbox.append(("__call__", [fn]))
+        self._wake()
+
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"\0")
+        except BlockingIOError:
+            pass  # the pipe is full of wake-ups already
+
+    def close(self) -> None:
+        if self._thread is None or self._stop:
+            return
+        self._stop = True
+        self._wake()
+        self._thread.join(5)
+        for fut in list(self._pending.values()):
+            if not fut.done():
+                fut.set_exception(EngineError("the client was closed before the reply came"))
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+
+    # -- I/O thread -----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        self._poller = poller = zmq.Poller()
+        poller.register(self._wake_r, zmq.POLLIN)
+        handlers: dict[Any, Callable[[zmq.Socket], None]] = {}
+        for sock in self._sockets.values():
+            poller.register(sock, zmq.POLLIN)
+        try:
+            while not self._stop:
+                for sock, _ in poller.poll(1000):
+                    if sock == self._wake_r:
+                        try:
+                            os.read(self._wake_r, 65536)
+                        except BlockingIOError:
+                            pass
+                        continue
+                    handler = handlers.get(sock)
+                    if handler is None:
+                        handler = self._handler_for(sock)
+                        handlers[sock] = handler
+                    self._drain(sock, handler)
+                self._flush_outbox()
+        except Exception:
+            log.exception("client I/O thread crashed; pending results will fail")
+            for fut in list(self._pending.values()):
+                if not fut.done():
+                    fut.set_exception(EngineError("client I/O thread crashed: see the log"))
+        finally:
+            for sock in self._sockets.values():
+                sock.close(linger=0)
+
+    def _handler_for(self, sock: zmq.Socket) -> Callable[[zmq.Socket], None]:
+        if sock is self._sockets.get("notification"):
+            return self._on_notification
+        return self._on_reply
+
+    def _drain(self, sock: zmq.Socket, handler: Callable[[zmq.Socket], None]) -> None:
+        # Bounded so that sends are not starved by a flood of replies.
+        for _ in range(256):
+            try:
+                handler(sock)
+            except zmq.Again:
+                return
+
+    def _flush_outbox(self) -> None:
+        outbox = self._outbox
+        while outbox:
+            channel, frames = outbox.popleft()
+            if channel == "__call__":
+                frames[0]()
+                continue
+            send_frames(self._sockets[channel], frames)
+
+    def _on_reply(self, sock: zmq.Socket) -> None:
+        frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+        msg = self.session.feed(frames, where="client")
+        if msg is None:
+            return
+        msg_id = msg.parent_header.get("msg_id")
+        fut = self._pending.pop(msg_id, None)
+        if fut is None:
+            log.debug("reply to unknown msg_id %s (%s) dropped", msg_id, msg.msg_type)
+            return
+        uuid = getattr(fut, "engine_uuid", None)
+        if uuid is not None:
+            self._by_engine.get(uuid, set()).discard(msg_id)
+        fut.set_result(msg)
+
+    def _on_notification(self, sock: zmq.Socket) -> None:
+        frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+        if len(frames) == 1 and frames[0].bytes == WELCOME:
+            self.subscribed.set()
+            return
+        msg = self.session.feed(frames, where="notification")
+        if msg is None:
+            return
+        c = msg.content
+        engines = dict(self.engines)
+        if msg.msg_type == MsgType.REGISTRATION_NOTIFICATION:
+            engines[int(c["id"])] = c["uuid"]
+            log.debug("engine %s registered", c["id"])
+        elif msg.msg_type == MsgType.UNREGISTRATION_NOTIFICATION:
+            engines.pop(int(c["id"]), None)
+            self._fail_engine(int(c["id"]), c["uuid"], c.get("reason", ""))
+        self.set_engines(engines)
+        if self.on_notification is not None:
+            self.on_notification(msg)
+
+    def set_engines(self, engines: dict[int, str]) -> None:
+        with self.engines_changed:
+            self.engines = engines
+            self.engines_changed.notify_all()
+
+    def _fail_engine(self, eid: int, uuid: str, reason: str) -> None:
+        for msg_id in self._by_engine.pop(uuid, set()):
+            fut = self._pending.pop(msg_id, None)
+            if fut is not None and not fut.done():
+                fut.set_exception(
+                    EngineError(
+                        f"engine {eid} ({uuid}) died before replying to {msg_id}"
+                        + (f": {reason}" if reason else "")
+                    )
+                )

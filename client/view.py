@@ -1,0 +1,242 @@
+"""Views: where a call goes. DirectView names engines (MUX); LoadBalancedView lets the
+task scheduler choose (task)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from zpar.errors import SerializationError
+from zpar.messages import MsgType
+from zpar.remote import map_chunk
+from zpar.serialize import pack_apply
+
+from .asyncresult import AsyncMapResult, AsyncResult
+
+
+def _check_callable(f: Any) -> None:
+    if not callable(f):
+        raise SerializationError(f"{f!r} ({type(f).__name__}) is not callable")
+
+
+def _lengths(seqs: Sequence[Any]) -> int:
+    if not seqs:
+        raise ValueError("map needs at least one sequence")
+    lens = {len(s) for s in seqs}
+    if len(lens) > 1:
+        raise ValueError(f"map: sequences have unequal lengths {[len(s) for s in seqs]}")
+    return lens.pop()
+
+
+def partition(n: int, parts: int) -> list[slice]:
+    """Block partition of range(n) into `parts` slices as equal as possible (as array_split)."""
+    base, extra = divmod(n, parts)
+    out, start = [], 0
+    for i in range(parts):
+        stop = start + base + (1 if i < extra else 0)
+        out.append(slice(start, stop))
+        start = stop
+    return out
+
+
+class View:
+    """Flags shared by every view; subclasses say where a message goes."""
+
+    def __init__(self, client: Any, targets: Any, block: bool = False) -> None:
+        self.client = client
+        self.targets = targets
+        self.block = block
+
+    def set_flags(self, **flags: Any) -> None:
+        for k, v in flags.items():
+            if not hasattr(self, k) or k.startswith("_"):
+                raise KeyError(f"{type(self).__name__} has no flag {k!r}")
+            setattr(self, k, v)
+
+    def apply(self, f: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return self._apply(f, args, kwargs, self.block)
+
+    def apply_async(self, f: Callable[..., Any], *args: Any, **kwargs: Any) -> AsyncResult:
+        return self._apply(f, args, kwargs, False)
+
+    def apply_sync(self, f: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return self._apply(f, args, kwargs, True)
+
+    def map(self, f: Callable[..., Any], *seqs: Any, block: bool | None = None, **kw: Any) -> Any:
+        ar = self._map(f, seqs, **kw)
+        return ar.get() if (self.block if block is None else block) else ar
+
+    def map_async(self, f: Callable[..., Any], *seqs: Any, **kw: Any) -> AsyncMapResult:
+        return self._map(f, seqs, **kw)
+
+    def map_sync(self, f: Callable[..., Any], *seqs: Any, **kw: Any) -> list[Any]:
+        return self._map(f, seqs, **kw).get()
+
+    def _apply(self, f: Any, args: Any, kwargs: Any, block: bool) -> Any:
+        raise NotImplementedError
+
+    def _map(self, f: Any, seqs: Any, **kw: Any) -> AsyncMapResult:
+        raise NotImplementedError
+
+
+class DirectView(View):
+    """Calls on named engines, through the MUX relay."""
+
+    def _ids(self) -> list[int]:
+        return self.client._resolve_targets(self.targets)
+
+    def _send_each(
+        self, msg_type: str, content: dict[str, Any] | None, buffers: list[Any], ids: list[int]
+    ) -> tuple[list[str], list[Any]]:
+        msg_ids, futs = [], []
+        for eid in ids:
+            if msg_type == MsgType.APPLY_REQUEST:
+                m, fut = self.client.apply_to("mux", eid, None, (), {}, buffers=buffers)
+            else:
+                m, fut = self.client._send("mux", msg_type, content, engine_id=eid)
+            msg_ids.append(m)
+            futs.append(fut)
+        return msg_ids, futs
+
+    def _result(
+        self,
+        msg_ids: list[str],
+        futs: list[Any],
+        fname: str,
+        block: bool,
+        cls: type[AsyncResult] = AsyncResult,
+        **kw: Any,
+    ) -> Any:
+        single = isinstance(self.targets, int)
+        ar = cls(self.client, msg_ids, futs, fname=fname, targets=self.targets, single=single, **kw)
+        return ar.get() if block else ar
+
+    def _apply(self, f: Any, args: Any, kwargs: Any, block: bool) -> Any:
+        _check_callable(f)
+        buffers = pack_apply(f, args, kwargs)
+        msg_ids, futs = self._send_each(MsgType.APPLY_REQUEST, None, buffers, self._ids())
+        return self._result(msg_ids, futs, getattr(f, "__name__", "apply"), block)
+
+    def _map(self, f: Any, seqs: Any, **kw: Any) -> AsyncMapResult:
+        if kw:
+            raise TypeError(f"DirectView.map got unexpected arguments {sorted(kw)}")
+        _check_callable(f)
+        n = _lengths(seqs)
+        ids = self._ids()
+        msg_ids, futs = [], []
+        for eid, sl in zip(ids, partition(n, len(ids)), strict=True):
+            m, fut = self.client.apply_to("mux", eid, map_chunk, (f, *(s[sl] for s in seqs)), {})
+            msg_ids.append(m)
+            futs.append(fut)
+        return AsyncMapResult(self.client, msg_ids, futs, fname=getattr(f, "__name__", "map"))
+
+    def execute(self, code: str, block: bool | None = None) -> Any:
+        """Run a code string in each engine's namespace."""
+        if not isinstance(code, str):
+            raise TypeError(f"execute takes a code string, got {type(code).__name__}")
+        msg_ids, futs = self._send_each(
+            MsgType.EXECUTE_REQUEST, {"code": code, "silent": False}, [], self._ids()
+        )
+        return self._result(msg_ids, futs, "execute", self.block if block is None else block)
+
+    def push(self, ns: dict[str, Any], block: bool | None = None) -> Any:
+        """Update each engine's namespace with ns."""
+        from zpar.engine.namespace import push
+
+        if not isinstance(ns, dict):
+            raise TypeError(f"push takes a dict of names to values, got {type(ns).__name__}")
+        ar = self.apply_async(push, ns)
+        return ar.get() if (self.block if block is None else block) else ar
+
+    def pull(self, names: str | Sequence[str], block: bool | None = None) -> Any:
+        """Values of names in each engine's namespace."""
+        from zpar.engine.namespace import pull
+
+        ar = self.apply_async(pull, names)
+        return ar.get() if (self.block if block is None else block) else ar
+
+    def __getitem__(self, key: str) -> Any:
+        return self.pull(key, block=True)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.push({key: value}, block=True)
+
+    def scatter(self, key: str, seq: Any, block: bool | None = None) -> Any:
+        """Split seq into one block per engine (numpy arrays without copying) and push."""
+        from zpar.engine.namespace import push
+
+        ids = self._ids()
+        msg_ids, futs = [], []
+        for eid, sl in zip(ids, partition(len(seq), len(ids)), strict=True):
+            m, fut = self.client.apply_to("mux", eid, push, ({key: seq[sl]},), {})
+            msg_ids.append(m)
+            futs.append(fut)
+        ar = AsyncResult(self.client, msg_ids, futs, fname="scatter")
+        return ar.get() if (self.block if block is None else block) else ar
+
+    def gather(self, key: str, block: bool | None = None) -> Any:
+        """Concatenate key from every engine, in engine order (numpy-aware)."""
+        from zpar.engine.namespace import pull
+
+        ids = self._ids()
+        msg_ids, futs = [], []
+        for eid in ids:
+            m, fut = self.client.apply_to("mux", eid, pull, (key,), {})
+            msg_ids.append(m)
+            futs.append(fut)
+        ar = AsyncResult(self.client, msg_ids, futs, fname="gather", postprocess=_concat)
+        return ar.get() if (self.block if block is None else block) else ar
+
+    def __repr__(self) -> str:
+        return f"<DirectView {self.targets}>"
+
+
+def _concat(parts: list[Any]) -> Any:
+    if parts and all(isinstance(p, np.ndarray) for p in parts):
+        return np.concatenate(parts)
+    out: list[Any] = []
+    for p in parts:
+        out.extend(p)
+    return out
+
+
+class LoadBalancedView(View):
+    """Calls the task scheduler places on whichever engine is free."""
+
+    def _metadata(self) -> dict[str, Any] | None:
+        if self.targets is None:
+            return None
+        return {"targets": self.client._resolve_targets(self.targets)}
+
+    def _apply(self, f: Any, args: Any, kwargs: Any, block: bool) -> Any:
+        _check_callable(f)
+        m, fut = self.client.apply_to("task", None, f, args, kwargs, metadata=self._metadata())
+        ar = AsyncResult(
+            self.client, [m], [fut], fname=getattr(f, "__name__", "apply"), single=True
+        )
+        return ar.get() if block else ar
+
+    def _map(
+        self, f: Any, seqs: Any, chunksize: int = 1, ordered: bool = True, **kw: Any
+    ) -> AsyncMapResult:
+        if kw:
+            raise TypeError(f"LoadBalancedView.map got unexpected arguments {sorted(kw)}")
+        _check_callable(f)
+        if not isinstance(chunksize, int) or chunksize < 1:
+            raise ValueError(f"chunksize must be a positive int, got {chunksize!r}")
+        n = _lengths(seqs)
+        md = self._metadata()
+        msg_ids, futs = [], []
+        for start in range(0, n, chunksize):
+            sl = slice(start, start + chunksize)
+            m, fut = self.client.apply_to(
+                "task", None, map_chunk, (f, *(s[sl] for s in seqs)), {}, metadata=md
+            )
+            msg_ids.append(m)
+            futs.append(fut)
+        return AsyncMapResult(self.client, msg_ids, futs, fname=getattr(f, "__name__", "map"))
+
+    def __repr__(self) -> str:
+        return f"<LoadBalancedView {self.targets or 'all'}>"

@@ -1,0 +1,47 @@
+"""Real clusters on 127.0.0.1 for end-to-end tests."""
+
+from __future__ import annotations
+
+import pytest
+
+import zpar
+
+#: fast heartbeats so a dead engine is noticed within a second in tests
+FAST_HB = ["--hb-period", "0.1", "--hb-misses", "4"]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """Two engines shared by a module's tests (each test starts from a cleared namespace)."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("ZPAR_DIR", str(tmp_path_factory.mktemp("zpar-module")))
+    c = zpar.Cluster(n=2, controller_args=FAST_HB, timeout=60)
+    c.start()
+    yield c
+    c.stop()
+    mp.undo()
+
+
+@pytest.fixture
+def rc(cluster):
+    client = cluster.client
+    client.wait_for_engines(2, timeout=30)
+    client.clear(block=True)
+    return client
+
+
+@pytest.fixture
+def make_cluster():
+    """Factory for a private cluster (tests that kill engines or the controller)."""
+    started = []
+
+    def make(n=2, **kw):
+        kw.setdefault("controller_args", FAST_HB)
+        c = zpar.Cluster(n=n, **kw)
+        c.start()
+        started.append(c)
+        return c
+
+    yield make
+    for c in started:
+        c.stop()

@@ -1,0 +1,54 @@
+"""The README's commands, as a new user types them, in real subprocesses."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import psutil
+
+
+def _run(args, env, timeout=90):
+    return subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_readme_cluster_start_job_stop(zpar_dir):
+    env = dict(os.environ, ZPAR_DIR=str(zpar_dir))
+    zpar = [sys.executable, "-m", "zpar"]
+    started = _run([*zpar, "cluster", "start", "-n", "2", "--daemon"], env)
+    try:
+        assert started.returncode == 0, started.stderr
+        assert "2/2 engines registered" in started.stderr
+        job = _run([sys.executable, "-c", "import zpar, numpy as np; rc = zpar.Client(); "
+                    "print(rc[:].apply_sync(np.sum, np.arange(10)))"], env)
+        assert job.returncode == 0, job.stderr
+        assert job.stdout.strip() == "[np.int64(45), np.int64(45)]" or \
+            job.stdout.strip() == "[45, 45]"
+        listed = _run([*zpar, "cluster", "list"], env)
+        assert "default" in listed.stdout and " 3  " in listed.stdout  # 3 live processes
+    finally:
+        stopped = _run([*zpar, "cluster", "stop"], env)
+    assert stopped.returncode == 0, stopped.stderr
+    assert "3 processes" in stopped.stderr
+    # daemonised processes are not our children: look for them by their command line
+    leftovers = [p for p in psutil.process_iter(["cmdline", "environ"])
+                 if p.info["cmdline"] and "zpar." in " ".join(p.info["cmdline"])
+                 and (p.info["environ"] or {}).get("ZPAR_DIR") == str(zpar_dir)]
+    assert not leftovers
+
+
+def test_cluster_stop_without_cluster_says_so(zpar_dir):
+    env = dict(os.environ, ZPAR_DIR=str(zpar_dir))
+    r = _run([sys.executable, "-m", "zpar", "cluster", "stop"], env)
+    assert r.returncode == 3
+    assert "no cluster" in r.stderr
+
+
+def test_client_without_controller_names_the_missing_file(zpar_dir):
+    import pytest
+
+    import zpar
+
+    with pytest.raises(zpar.ZparError, match="does not exist"):
+        zpar.Client(timeout=0.2)
