@@ -41,6 +41,11 @@ HUB_TIMEOUT = 10.0
 #: letting a slow engine hoard work.
 TASK_HWM = 2
 
+#: Load-balancing schemes of the task scheduler (ipyparallel's names).
+#: leastload: fewest unfinished tasks; lru: least recently given a task; plainrandom: any
+#: engine with room; twobin: the less loaded of two random engines.
+TASK_SCHEMES = ("leastload", "lru", "plainrandom", "twobin")
+
 #: Default load-balancing scheme.
 TASK_SCHEME = "leastload"
 

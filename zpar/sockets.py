@@ -20,9 +20,18 @@ def bind_random(sock: zmq.Socket, ip: str = "127.0.0.1", transport: str = "tcp")
     return sock.getsockopt_string(zmq.LAST_ENDPOINT)
 
 
+#: Socket types whose high-water mark is lifted: at the HWM a ROUTER silently drops and a
+#: DEALER/PUSH blocks, and zpar can afford neither (a lost request, a relay stalled behind a
+#: slow hub). Queues grow in memory instead. PUB sockets keep the HWM: dropping is their job.
+_UNBOUNDED = frozenset({zmq.ROUTER, zmq.DEALER, zmq.PUSH, zmq.PULL})
+
+
 def configure(sock: zmq.Socket, identity: bytes | None = None) -> zmq.Socket:
-    """Linger 0 so that closing never blocks on an unreachable peer."""
+    """Linger 0 so that closing never blocks on an unreachable peer; no HWM on queues."""
     sock.setsockopt(zmq.LINGER, 0)
+    if sock.type in _UNBOUNDED:
+        sock.setsockopt(zmq.SNDHWM, 0)
+        sock.setsockopt(zmq.RCVHWM, 0)
     if identity is not None:
         sock.setsockopt(zmq.IDENTITY, identity)
     return sock

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import cloudpickle
 import pytest
 
 import zpar
 
 #: fast heartbeats so a dead engine is noticed within a second in tests
 FAST_HB = ["--hb-period", "0.1", "--hb-misses", "4"]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _ship_test_module_by_value(request):
+    """Engines cannot import test modules: send their functions by value, as a notebook's."""
+    cloudpickle.register_pickle_by_value(request.module)
+    yield
+    cloudpickle.unregister_pickle_by_value(request.module)
 
 
 @pytest.fixture(scope="module")

@@ -20,11 +20,19 @@ def test_readme_cluster_start_job_stop(zpar_dir):
     try:
         assert started.returncode == 0, started.stderr
         assert "2/2 engines registered" in started.stderr
-        job = _run([sys.executable, "-c", "import zpar, numpy as np; rc = zpar.Client(); "
-                    "print(rc[:].apply_sync(np.sum, np.arange(10)))"], env)
+        job = _run(
+            [
+                sys.executable,
+                "-c",
+                "import zpar, numpy as np; rc = zpar.Client(); "
+                "print(rc[:].apply_sync(np.sum, np.arange(10)))",
+            ],
+            env,
+        )
         assert job.returncode == 0, job.stderr
-        assert job.stdout.strip() == "[np.int64(45), np.int64(45)]" or \
-            job.stdout.strip() == "[45, 45]"
+        assert (
+            job.stdout.strip() == "[np.int64(45), np.int64(45)]" or job.stdout.strip() == "[45, 45]"
+        )
         listed = _run([*zpar, "cluster", "list"], env)
         assert "default" in listed.stdout and " 3  " in listed.stdout  # 3 live processes
     finally:
@@ -32,9 +40,13 @@ def test_readme_cluster_start_job_stop(zpar_dir):
     assert stopped.returncode == 0, stopped.stderr
     assert "3 processes" in stopped.stderr
     # daemonised processes are not our children: look for them by their command line
-    leftovers = [p for p in psutil.process_iter(["cmdline", "environ"])
-                 if p.info["cmdline"] and "zpar." in " ".join(p.info["cmdline"])
-                 and (p.info["environ"] or {}).get("ZPAR_DIR") == str(zpar_dir)]
+    leftovers = [
+        p
+        for p in psutil.process_iter(["cmdline", "environ"])
+        if p.info["cmdline"]
+        and "zpar." in " ".join(p.info["cmdline"])
+        and (p.info["environ"] or {}).get("ZPAR_DIR") == str(zpar_dir)
+    ]
     assert not leftovers
 
 

@@ -89,8 +89,9 @@ def test_registration_with_identity_in_use_is_refused(rc, cluster):
     try:
         sock.connect(info.registration)
         in_use = rc._io.engines[0]
-        session.send(sock, MsgType.REGISTRATION_REQUEST, {"uuid": in_use, "hostname": "x",
-                                                         "pid": 1})
+        session.send(
+            sock, MsgType.REGISTRATION_REQUEST, {"uuid": in_use, "hostname": "x", "pid": 1}
+        )
         assert sock.poll(10_000), "hub did not answer"
         reply = session.feed(sock.recv_multipart(copy=False))
         assert reply is not None and reply.content["status"] == "error"

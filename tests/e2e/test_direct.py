@@ -58,7 +58,7 @@ def test_scatter_gather_numpy(rc):
     dv = rc[:]
     x = np.arange(1_000_001, dtype=np.float64)
     dv.scatter("x", x, block=True)
-    sizes = dv.apply_sync(lambda: len(x))  # noqa: F821
+    sizes = [len(part) for part in dv.pull("x", block=True)]
     assert sizes == [500_001, 500_000]
     back = dv.gather("x", block=True)
     np.testing.assert_array_equal(back, x)

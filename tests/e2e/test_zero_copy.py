@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+
 import zpar.client.ioloop as ioloop_mod
 
 
@@ -22,8 +23,10 @@ def test_100mb_array_is_not_copied_on_either_side(rc, monkeypatch):
 
     def spy(sock, frames):
         sent.extend(
-            f for f in frames
-            if isinstance(f, memoryview) and f.nbytes >= arr.nbytes
+            f
+            for f in frames
+            if isinstance(f, memoryview)
+            and f.nbytes >= arr.nbytes
             and np.shares_memory(np.frombuffer(f, dtype=np.uint8), arr.view(np.uint8))
         )
         return real_send(sock, frames)

@@ -1,0 +1,4 @@
+"""zpar engines: the process that runs users' functions (``python -m zpar.engine``).
+
+Kept import-light: clients import ``zpar.engine.namespace`` for push/pull.
+"""

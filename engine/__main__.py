@@ -1,0 +1,52 @@
+"""``python -m zpar.engine``: run one engine against the controller of a connection file."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from zpar.connection import default_url_file, read_connection_file
+from zpar.constants import DEFAULT_PROFILE
+from zpar.errors import ZparError
+from zpar.logs import setup_logging
+
+#: Exit codes: a normal stop (shutdown, SIGTERM, controller gone) / could not start or serve.
+EXIT_OK = 0
+EXIT_FAILED = 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="zpar engine", description="Run one zpar engine and register it with a controller."
+    )
+    p.add_argument(
+        "--file",
+        "-f",
+        help="engine connection file (default: the profile's security/zpar-engine.json)",
+    )
+    p.add_argument("--profile", default=DEFAULT_PROFILE, help="profile name (default: default)")
+    p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING… (default INFO)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    level = args.log_level.upper()
+    setup_logging("engine", level)
+    import zmq
+
+    from .engine import Engine
+
+    try:
+        path = args.file or default_url_file(args.profile, "engine")
+        info = read_connection_file(path)
+        return Engine(info, log_level=level).run()
+    except (ZparError, ValueError, zmq.ZMQError) as e:
+        sys.stderr.write(f"zpar engine: {e}\n")
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

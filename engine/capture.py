@@ -1,0 +1,149 @@
+"""stdout/stderr of a task: kept for the reply's metadata and streamed live on IOPub.
+
+The reply carries its own output (capped), so a result never depends on IOPub timing; the
+IOPub stream is for watching a long task. Publishing touches a zmq socket, which only the
+main thread may use: writes from other threads only accumulate, and are published by the
+next main-thread flush (at the latest when the task ends).
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from zpar.constants import MAX_CAPTURED_OUTPUT
+from zpar.messages import MsgType
+
+#: (msg_type, content, parent header) -> None: the engine sends it on IOPub.
+Publish = Callable[[MsgType, dict[str, Any], dict[str, Any]], None]
+
+#: Seconds between two live publications of one stream: a task printing in a tight loop
+#: sends a few messages a second per stream, not one per line.
+FLUSH_INTERVAL = 0.05
+
+TRUNCATED_NOTE = "\n[output truncated]\n"
+
+
+class CapturedStream(io.TextIOBase):
+    """A text stream that keeps what is written (up to ``limit`` chars) and publishes it."""
+
+    def __init__(
+        self,
+        name: str,
+        publish: Callable[[str, str], None] | None,
+        *,
+        limit: int = MAX_CAPTURED_OUTPUT,
+        interval: float = FLUSH_INTERVAL,
+    ) -> None:
+        super().__init__()
+        self._name = name
+        self._publish = publish
+        self._limit = limit
+        self._interval = interval
+        self._main = threading.main_thread().ident
+        self._lock = threading.Lock()
+        self._kept: list[str] = []
+        self._size = 0
+        self._truncated = False
+        self._pending: list[str] = []
+        self._last = 0.0
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return self._name
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return "utf-8"
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return False
+
+    def reset(self) -> None:
+        """Forget everything: called at the start of each task."""
+        with self._lock:
+            self._kept.clear()
+            self._size = 0
+            self._truncated = False
+            self._pending.clear()
+        self._last = time.monotonic()
+
+    def write(self, s: str) -> int:
+        if not isinstance(s, str):
+            raise TypeError(f"write() argument must be str, not {type(s).__name__}")
+        if not s:
+            return 0
+        with self._lock:
+            room = self._limit - self._size
+            if room > 0:
+                kept = s if len(s) <= room else s[:room]
+                self._kept.append(kept)
+                self._size += len(kept)
+            if len(s) > room:
+                self._truncated = True
+            if self._publish is not None:
+                self._pending.append(s)
+        if (
+            "\n" in s
+            and self._publish is not None
+            and time.monotonic() - self._last >= self._interval
+            and threading.get_ident() == self._main
+        ):
+            self.flush()
+        return len(s)
+
+    def flush(self) -> None:
+        """Publish pending text (main thread only; other threads' flushes are deferred)."""
+        if self._publish is None or threading.get_ident() != self._main:
+            return
+        with self._lock:
+            if not self._pending:
+                return
+            text = "".join(self._pending)
+            self._pending.clear()
+        self._last = time.monotonic()
+        self._publish(self._name, text)
+
+    def getvalue(self) -> str:
+        with self._lock:
+            text = "".join(self._kept)
+            return text + TRUNCATED_NOTE if self._truncated else text
+
+
+class Capture:
+    """Replaces sys.stdout/sys.stderr for the duration of one task."""
+
+    def __init__(self, publish: Publish | None = None, *, limit: int = MAX_CAPTURED_OUTPUT):
+        self._parent: dict[str, Any] = {}
+        pub = None
+        if publish is not None:
+
+            def pub(name: str, text: str) -> None:
+                publish(MsgType.STREAM, {"name": name, "text": text}, self._parent)
+
+        self.stdout = CapturedStream("stdout", pub, limit=limit)
+        self.stderr = CapturedStream("stderr", pub, limit=limit)
+        self._saved: tuple[Any, Any] | None = None
+
+    def start(self, parent: dict[str, Any]) -> None:
+        self._parent = parent
+        self.stdout.reset()
+        self.stderr.reset()
+        self._saved = (sys.stdout, sys.stderr)
+        sys.stdout, sys.stderr = self.stdout, self.stderr
+
+    def stop(self) -> tuple[str, str]:
+        """Restore the real streams, publish what is left; returns (stdout, stderr)."""
+        if self._saved is not None:
+            sys.stdout, sys.stderr = self._saved
+            self._saved = None
+        self.stdout.flush()
+        self.stderr.flush()
+        return self.stdout.getvalue(), self.stderr.getvalue()

@@ -1,0 +1,319 @@
+"""The engine process: register, connect, then run requests in the main thread.
+
+::
+
+    hub registration ROUTER ◄── DEALER              once, at start-up (registration.py)
+    mux     ROUTER ──[client, msg]──► DEALER mux     (IDENTITY=uuid)  one at a time,
+    task    ROUTER ──[client, msg]──► DEALER task    (IDENTITY=uuid)  mux and task in turn
+    control ROUTER ──[client, msg]──► DEALER control (IDENTITY=uuid)  drained before each one
+            replies go back on the socket the request came on, with its idents
+    iopub   XSUB   ◄── PUB                           status busy/idle, stream stdout/stderr
+    hb_ping PUB    ──► SUB (CONFLATE)                watchdog: no ping while idle => exit 0
+    hb_ping PUB    ──► heart thread (C proxy) ──► hb_pong ROUTER      (heart.py)
+
+Requests are received with copy=False: array arguments are views on the received zmq
+frames, and result buffers go out through zpar.wire.send_frames without a copy.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import threading
+import time
+import uuid as uuidlib
+from collections.abc import Sequence
+from typing import Any
+
+import zmq
+import zmq.utils.monitor
+
+from zpar.connection import ConnectionInfo
+from zpar.constants import HUB_TIMEOUT
+from zpar.errors import LocalProtocolError, TimeoutError
+from zpar.logs import setup_logging
+from zpar.messages import MsgType, RegistrationReply, Status
+from zpar.sockets import configure
+from zpar.wire import Message, Session
+
+from .heart import Heart
+from .kernel import Kernel, Reply
+from .registration import register
+
+log = logging.getLogger(__name__)
+
+#: Seconds a closing socket may keep flushing after a shutdown_request, so the shutdown
+#: reply and the aborted replies reach the controller; bounded so exit never hangs.
+SHUTDOWN_LINGER_MS = 1000
+
+#: An idle engine that heard no ping for max(this, 10 heartbeat periods) decides its
+#: controller is gone and exits, so a killed controller never leaves orphan engines.
+MIN_CONTROLLER_SILENCE = 5.0
+
+
+class Stop(BaseException):
+    """Raised by the SIGTERM handler inside user code; never caught as a task error."""
+
+
+def connect_and_wait(pairs: Sequence[tuple[zmq.Socket, str]], timeout: float) -> None:
+    """Connect each socket and wait until each has completed its ZMTP handshake.
+
+    The monitors are attached before connecting: on loopback a handshake can finish before
+    a monitor attached after connect() sees it (zpar.sockets.wait_handshakes would then
+    time out).
+    """
+    monitors = [s.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED) for s, _ in pairs]
+    try:
+        for s, addr in pairs:
+            s.connect(addr)
+        deadline = time.monotonic() + timeout
+        for (_, addr), mon in zip(pairs, monitors, strict=True):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not mon.poll(int(remaining * 1000) + 1):
+                raise TimeoutError(
+                    f"no handshake with {addr} within {timeout:g} s: is the controller "
+                    "reachable from this host?"
+                )
+            zmq.utils.monitor.recv_monitor_message(mon)
+    finally:
+        for (s, _), mon in zip(pairs, monitors, strict=True):
+            s.disable_monitor()
+            mon.close(linger=0)
+
+
+class Engine:
+    """One engine: ``run()`` registers, serves until told to stop, and cleans up."""
+
+    def __init__(
+        self,
+        info: ConnectionInfo,
+        *,
+        log_level: str | int = "INFO",
+        engine_uuid: str | None = None,
+        context: zmq.Context | None = None,
+    ) -> None:
+        self.info = info
+        self.log_level = log_level
+        self.uuid = engine_uuid or str(uuidlib.uuid4())
+        self.ident = self.uuid.encode("ascii")
+        self._own_context = context is None
+        self.ctx = context or zmq.Context()
+        self.session = Session(info.key, allow_insecure=not info.key)
+        self.id = -1
+        self.kernel: Kernel | None = None
+        self.heart: Heart | None = None
+        self._sockets: list[zmq.Socket] = []
+        self._stopping = False
+        self._busy = False
+        self._linger = 0
+        self._wakeup: socket.socket | None = None
+
+    # -- start-up ---------------------------------------------------------------------------
+
+    def register(self) -> RegistrationReply:
+        reply = register(self.ctx, self.session, self.info.registration, self.uuid, HUB_TIMEOUT)
+        self.id = reply.id
+        setup_logging(f"engine.{self.id}", self.log_level)
+        log.info(
+            "registered with the controller at %s as engine %d (uuid %s)",
+            self.info.registration,
+            self.id,
+            self.uuid,
+        )
+        return reply
+
+    def _socket(self, kind: int, identity: bytes | None = None) -> zmq.Socket:
+        s = configure(self.ctx.socket(kind), identity)
+        self._sockets.append(s)
+        return s
+
+    def connect(self, reply: RegistrationReply) -> None:
+        """Connect every socket, wait for the handshakes, then start the heart."""
+        self.mux = self._socket(zmq.DEALER, self.ident)
+        self.control = self._socket(zmq.DEALER, self.ident)
+        self.task = self._socket(zmq.DEALER, self.ident)
+        self.iopub = self._socket(zmq.PUB)
+        self.iopub.connect(reply.iopub)
+        ping, pong = reply.heartbeat
+        self.ping = self._socket(zmq.SUB)
+        self.ping.setsockopt(zmq.CONFLATE, 1)  # only "a ping came" matters, not how many
+        self.ping.setsockopt(zmq.SUBSCRIBE, b"")
+        self.ping.connect(ping)
+        self.silence_limit = max(MIN_CONTROLLER_SILENCE, 10 * float(reply.hb_period or 0))
+        connect_and_wait(
+            [(self.mux, reply.mux), (self.control, reply.control), (self.task, reply.task)],
+            HUB_TIMEOUT,
+        )
+        self.kernel = Kernel(self.id, self.uuid, publish=self._publish)
+        self.heart = Heart(self.ctx, ping, pong, self.ident)
+        self.heart.start()
+
+    # -- running ----------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Register, serve, clean up; returns the process exit code (0: a normal stop)."""
+        restore = self._install_signals()
+        try:
+            self.connect(self.register())
+            self._loop()
+        except Stop:
+            log.info("stopped by SIGTERM during a task")
+        finally:
+            self.close()
+            restore()
+        return 0
+
+    def _loop(self) -> None:
+        control, mux, task, ping = self.control, self.mux, self.task, self.ping
+        poller = zmq.Poller()
+        for s in (control, mux, task, ping):
+            poller.register(s, zmq.POLLIN)
+        if self._wakeup is not None:
+            poller.register(self._wakeup, zmq.POLLIN)
+        queues = (mux, task)
+        turn = 0
+        events_opt, pollin = zmq.EVENTS, zmq.POLLIN
+        timeout_ms = int(self.silence_limit * 1000 / 5)
+        last_ping = time.monotonic()
+        log.info("serving (controller considered gone after %g s of silence)", self.silence_limit)
+        while not self._stopping:
+            if control.get(events_opt) & pollin:
+                self._drain_control()
+                continue
+            sock = queues[turn]
+            if not sock.get(events_opt) & pollin:
+                sock = queues[turn ^ 1]
+                if not sock.get(events_opt) & pollin:
+                    sock = None
+            if sock is not None:
+                turn = 1 if sock is mux else 0  # the other queue goes first next time
+                self._execute(sock)
+                continue
+            ready = poller.poll(timeout_ms)
+            if not ready:
+                if time.monotonic() - last_ping > self.silence_limit:
+                    log.warning(
+                        "controller gone: no heartbeat for %.1f s while idle; exiting",
+                        time.monotonic() - last_ping,
+                    )
+                    return
+                continue
+            for s, _ in ready:
+                if s is ping:
+                    while ping.get(events_opt) & pollin:
+                        ping.recv(copy=False)
+                    last_ping = time.monotonic()
+                elif s is self._wakeup:
+                    self._wakeup.recv(4096)
+
+    def _drain_control(self) -> None:
+        control = self.control
+        while not self._stopping and control.get(zmq.EVENTS) & zmq.POLLIN:
+            self._handle(control, control.recv_multipart(copy=False), "control")
+
+    def _execute(self, sock: zmq.Socket) -> None:
+        self._handle(sock, sock.recv_multipart(copy=False), "mux" if sock is self.mux else "task")
+
+    def _handle(self, sock: zmq.Socket, frames: list[Any], where: str) -> None:
+        msg = self.session.feed(frames, where)
+        if msg is None:
+            return
+        assert self.kernel is not None
+        self._busy = True
+        try:
+            reply = self.kernel.handle(msg)
+        finally:
+            self._busy = False
+        if reply is None:
+            log.warning(
+                "ignored a %r message on %s: not a request engines handle", msg.msg_type, where
+            )
+            return
+        if reply.drain:
+            self._abort_queued()
+        self._send(sock, msg, reply)
+        if reply.stop:
+            log.info("shutdown requested; exiting")
+            self._stopping = True
+            self._linger = SHUTDOWN_LINGER_MS
+
+    def _abort_queued(self) -> None:
+        """Answer every mux/task request queued right now with an 'aborted' reply."""
+        assert self.kernel is not None
+        n = 0
+        for sock, where in ((self.mux, "mux"), (self.task, "task")):
+            while sock.get(zmq.EVENTS) & zmq.POLLIN:
+                msg = self.session.feed(sock.recv_multipart(copy=False), where)
+                reply = None if msg is None else self.kernel.aborted_reply(msg)
+                if msg is not None and reply is not None:
+                    self._send(sock, msg, reply)
+                    n += 1
+        log.info("aborted %d queued request(s)", n)
+
+    def _send(self, sock: zmq.Socket, msg: Message, reply: Reply) -> None:
+        try:
+            self.session.send(
+                sock,
+                reply.msg_type,
+                reply.content,
+                parent=msg.header,
+                metadata=reply.metadata,
+                buffers=reply.buffers,
+                idents=msg.idents,
+            )
+        except LocalProtocolError as e:  # e.g. output that msgpack cannot encode
+            log.error("cannot send the %s to %s: %s", reply.msg_type, msg.msg_id, e)
+            content = {
+                "status": Status.ERROR,
+                "ename": "LocalProtocolError",
+                "evalue": f"the engine could not encode its reply: {e}",
+                "traceback": [],
+                "engine_info": {"engine_id": self.id, "engine_uuid": self.uuid},
+            }
+            md = {k: v for k, v in reply.metadata.items() if k not in ("stdout", "stderr")}
+            md["status"] = Status.ERROR
+            self.session.send(
+                sock, reply.msg_type, content, parent=msg.header, metadata=md, idents=msg.idents
+            )
+
+    def _publish(self, msg_type: MsgType, content: dict[str, Any], parent: dict[str, Any]) -> None:
+        self.session.send(self.iopub, msg_type, content, parent=parent)
+
+    # -- stopping ---------------------------------------------------------------------------
+
+    def _install_signals(self) -> Any:
+        """SIGTERM ends the loop; a socketpair wakes the poller when the signal arrives."""
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        r, w = socket.socketpair()
+        r.setblocking(False)
+        w.setblocking(False)
+        self._wakeup = r
+        old_fd = signal.set_wakeup_fd(w.fileno(), warn_on_full_buffer=False)
+        old_handler = signal.signal(signal.SIGTERM, self._on_sigterm)
+
+        def restore() -> None:
+            signal.signal(signal.SIGTERM, old_handler)
+            signal.set_wakeup_fd(old_fd)
+            r.close()
+            w.close()
+            self._wakeup = None
+
+        return restore
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        self._stopping = True
+        if self._busy:
+            raise Stop()
+
+    def close(self) -> None:
+        """Stop the heart and close every socket (linger 0 unless replies must get out)."""
+        if self.heart is not None:
+            self.heart.stop()
+        for s in self._sockets:
+            s.close(linger=self._linger if s is not self.ping else 0)
+        self._sockets.clear()
+        if self._own_context and (self.heart is None or not self.heart.alive):
+            self.ctx.term()
+        log.info("engine stopped")

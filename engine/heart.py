@@ -1,0 +1,76 @@
+"""The engine's heart: echoes the controller's pings from a C proxy thread, GIL-free.
+
+    hub hb_ping PUB ──► SUB ═══ zmq.proxy_steerable (C, no GIL) ═══ DEALER(uuid) ──► hub hb_pong ROUTER
+                                         ▲ PAIR inproc: b"TERMINATE" stops it
+
+User code holds the GIL in the main thread for as long as it likes; the proxy never needs it,
+so a long pure-Python task cannot get its engine declared dead (pyzmq's
+examples/heartbeat/heart.py does the same with a plain device).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import zmq
+
+from zpar.sockets import configure
+
+log = logging.getLogger(__name__)
+
+
+class Heart:
+    """Start with ``start()``; ``stop()`` ends the proxy and closes its sockets."""
+
+    def __init__(self, context: zmq.Context, ping: str, pong: str, identity: bytes) -> None:
+        self._ctx = context
+        self.ping = ping
+        self.pong = pong
+        self.identity = identity
+        self._control_addr = f"inproc://zpar-heart-{id(self):x}"
+        self._control: zmq.Socket | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        sub = configure(self._ctx.socket(zmq.SUB))
+        sub.setsockopt(zmq.SUBSCRIBE, b"")
+        sub.connect(self.ping)
+        dealer = configure(self._ctx.socket(zmq.DEALER), self.identity)
+        dealer.connect(self.pong)
+        self._control = configure(self._ctx.socket(zmq.PAIR))
+        self._control.bind(self._control_addr)
+        remote = configure(self._ctx.socket(zmq.PAIR))
+        remote.connect(self._control_addr)
+        self._thread = threading.Thread(
+            target=self._run, args=(sub, dealer, remote), name="zpar-heart", daemon=True
+        )
+        self._thread.start()
+        log.debug("heart started: %s -> %s as %s", self.ping, self.pong, self.identity)
+
+    def _run(self, sub: zmq.Socket, dealer: zmq.Socket, control: zmq.Socket) -> None:
+        try:
+            zmq.proxy_steerable(sub, dealer, None, control)
+        except zmq.ContextTerminated:
+            pass
+        except zmq.ZMQError as e:  # pragma: no cover - only on a broken context
+            log.error("heart stopped: %s", e)
+        finally:
+            for s in (sub, dealer, control):
+                s.close(linger=0)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def stop(self, timeout: float = 2.0) -> None:
+        """Stop the proxy and wait for its thread; safe to call twice."""
+        if self._control is None:
+            return
+        try:
+            self._control.send(b"TERMINATE")
+        finally:
+            if self._thread is not None:
+                self._thread.join(timeout)
+            self._control.close(linger=0)
+            self._control = None

@@ -1,0 +1,228 @@
+"""The engine's message handlers, without sockets: a decoded Message in, a Reply out.
+
+The engine loop (engine.py) only receives, calls ``Kernel.handle`` and sends what it
+returns, so every rule here (namespace, abort, errors, metadata) is tested in memory.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import zpar.serialize
+from zpar.errors import SerializationError
+from zpar.messages import REPLY_TYPE, MsgType, Status
+from zpar.serialize import serialize_object, unpack_apply
+from zpar.wire import Message
+
+from . import namespace
+from .capture import Capture, Publish
+
+#: Requests that run user code: they can be aborted, are captured and flagged busy/idle.
+EXECUTION = frozenset({MsgType.APPLY_REQUEST, MsgType.EXECUTE_REQUEST})
+
+#: Exceptions reported to the client as the task's error. Anything else (the engine's own
+#: stop signal) propagates and ends the engine.
+USER_ERRORS = (Exception, SystemExit, KeyboardInterrupt)
+
+#: Leading traceback frames from these files are the kernel's, not the user's: dropped.
+_OWN_FILES = frozenset({__file__, namespace.__file__, zpar.serialize.__file__})
+
+_BUSY = {"execution_state": "busy"}
+_IDLE = {"execution_state": "idle"}
+
+
+@dataclass(slots=True)
+class Reply:
+    """What to send back on the socket the request came on."""
+
+    msg_type: MsgType
+    content: dict[str, Any]
+    metadata: dict[str, Any]
+    buffers: list[Any] = field(default_factory=list)
+    #: abort every mux/task message queued now (abort with msg_ids None, shutdown)
+    drain: bool = False
+    #: leave the main loop once this reply is sent (shutdown)
+    stop: bool = False
+
+
+def format_traceback(e: BaseException) -> list[str]:
+    """Formatted lines of ``e``'s traceback, starting at the first frame of user code."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename in _OWN_FILES:
+        tb = tb.tb_next
+    return traceback.format_exception(type(e), e, tb)
+
+
+def _type_name(obj: Any) -> str:
+    t = type(obj)
+    return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+
+
+class Kernel:
+    """State of one engine's user session: namespace, aborted msg_ids, execution count."""
+
+    def __init__(
+        self, engine_id: int = -1, engine_uuid: str = "", publish: Publish | None = None
+    ) -> None:
+        self.engine_id = engine_id
+        self.engine_uuid = engine_uuid
+        self.ns = namespace.new_namespace()
+        namespace.set_current(self.ns)
+        self.aborted: set[str] = set()
+        self.execution_count = 0
+        self._publish = publish
+        self._capture = Capture(publish)
+        self._handlers: dict[str, Callable[[Message], tuple[dict[str, Any], list[Any]]]] = {
+            MsgType.APPLY_REQUEST: self._apply,
+            MsgType.EXECUTE_REQUEST: self._execute,
+        }
+        self._control: dict[str, Callable[[Message], Reply]] = {
+            MsgType.CLEAR_REQUEST: self._clear,
+            MsgType.ABORT_REQUEST: self._abort,
+            MsgType.SHUTDOWN_REQUEST: self._shutdown,
+        }
+
+    # -- dispatch ---------------------------------------------------------------------------
+
+    def handle(self, msg: Message) -> Reply | None:
+        """The reply to ``msg``; None for a message type an engine does not handle."""
+        msg_type = msg.header["msg_type"]
+        run = self._handlers.get(msg_type)
+        if run is not None:
+            if self.aborted and msg.header["msg_id"] in self.aborted:
+                self.aborted.discard(msg.header["msg_id"])
+                return self.aborted_reply(msg)
+            return self._run(msg, msg_type, run)
+        control = self._control.get(msg_type)
+        return control(msg) if control is not None else None
+
+    def aborted_reply(self, msg: Message) -> Reply | None:
+        """The reply telling a client its request was aborted before it ran."""
+        msg_type = msg.header.get("msg_type")
+        reply_type = REPLY_TYPE.get(msg_type)  # type: ignore[call-overload]
+        if reply_type is None:
+            return None
+        msg_id = msg.header.get("msg_id")
+        content = {
+            "status": Status.ABORTED,
+            "ename": "TaskAborted",
+            "evalue": f"task {msg_id} was aborted before it ran",
+            "traceback": [],
+            "engine_info": self._engine_info(msg_type),
+            "zpar_error": True,
+        }
+        now = time.time()
+        return Reply(reply_type, content, self._metadata(now, now, Status.ABORTED))
+
+    # -- execution --------------------------------------------------------------------------
+
+    def _run(
+        self,
+        msg: Message,
+        msg_type: str,
+        run: Callable[[Message], tuple[dict[str, Any], list[Any]]],
+    ) -> Reply:
+        parent = msg.header
+        publish = self._publish
+        if publish is not None:
+            publish(MsgType.STATUS, _BUSY, parent)
+        capture = self._capture
+        capture.start(parent)
+        started = time.time()
+        try:
+            try:
+                content, buffers = run(msg)
+            except USER_ERRORS as e:
+                content, buffers = self._error_content(e, msg_type), []
+            completed = time.time()
+        finally:
+            stdout, stderr = capture.stop()
+        if publish is not None:
+            publish(MsgType.STATUS, _IDLE, parent)
+        md = self._metadata(started, completed, content["status"])
+        md["stdout"] = stdout
+        md["stderr"] = stderr
+        return Reply(REPLY_TYPE[msg_type], content, md, buffers)  # type: ignore[index]
+
+    def _apply(self, msg: Message) -> tuple[dict[str, Any], list[Any]]:
+        f, args, kwargs = unpack_apply(msg.buffers)
+        result = namespace.call(f, args, kwargs, self.ns)
+        try:
+            buffers = serialize_object(result)
+        except Exception as e:
+            raise SerializationError(
+                f"cannot send the result back: {_type_name(result)} object is not "
+                f"serializable ({type(e).__name__}: {e})"
+            ) from None
+        return {"status": Status.OK}, buffers
+
+    def _execute(self, msg: Message) -> tuple[dict[str, Any], list[Any]]:
+        code = msg.content.get("code", "")
+        silent = bool(msg.content.get("silent", False))
+        if not silent:
+            self.execution_count += 1
+        n = self.execution_count
+        result = namespace.execute(code, self.ns, f"<zpar-execute-{n}>")
+        return {
+            "status": Status.OK,
+            "execution_count": n,
+            "execute_result": None if silent else result,
+        }, []
+
+    def _error_content(self, e: BaseException, msg_type: str) -> dict[str, Any]:
+        content = {
+            "status": Status.ERROR,
+            "ename": type(e).__name__,
+            "evalue": str(e),
+            "traceback": format_traceback(e),
+            "engine_info": self._engine_info(msg_type),
+        }
+        if msg_type == MsgType.EXECUTE_REQUEST:
+            content["execution_count"] = self.execution_count
+        return content
+
+    # -- control ----------------------------------------------------------------------------
+
+    def _clear(self, msg: Message) -> Reply:
+        namespace.reset_namespace(self.ns)
+        return self._ok(MsgType.CLEAR_REPLY)
+
+    def _abort(self, msg: Message) -> Reply:
+        msg_ids = msg.content.get("msg_ids")
+        if msg_ids is None:
+            reply = self._ok(MsgType.ABORT_REPLY)
+            reply.drain = True
+            return reply
+        if isinstance(msg_ids, str):
+            msg_ids = [msg_ids]
+        self.aborted.update(msg_ids)
+        return self._ok(MsgType.ABORT_REPLY)
+
+    def _shutdown(self, msg: Message) -> Reply:
+        reply = self._ok(MsgType.SHUTDOWN_REPLY)
+        reply.drain = reply.stop = True
+        return reply
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _ok(self, reply_type: MsgType) -> Reply:
+        now = time.time()
+        return Reply(reply_type, {"status": Status.OK}, self._metadata(now, now, Status.OK))
+
+    def _engine_info(self, method: Any) -> dict[str, Any]:
+        return {"engine_id": self.engine_id, "engine_uuid": self.engine_uuid, "method": method}
+
+    def _metadata(self, started: float, completed: float, status: str) -> dict[str, Any]:
+        return {
+            "engine_id": self.engine_id,
+            "engine_uuid": self.engine_uuid,
+            "started": started,
+            "completed": completed,
+            "status": status,
+            "stdout": "",
+            "stderr": "",
+        }

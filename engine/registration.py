@@ -1,0 +1,74 @@
+"""Registering an engine with the hub: one request, one reply, or a clear failure."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from typing import Any
+
+import zmq
+
+from zpar.constants import HUB_TIMEOUT
+from zpar.errors import TimeoutError, ZparError
+from zpar.messages import MsgType, RegistrationReply, Status
+from zpar.sockets import configure
+from zpar.wire import Session
+
+log = logging.getLogger(__name__)
+
+
+class RegistrationRefused(ZparError):
+    """The hub answered the registration request with an error."""
+
+
+def register(
+    context: zmq.Context,
+    session: Session,
+    address: str,
+    uuid: str,
+    timeout: float = HUB_TIMEOUT,
+) -> RegistrationReply:
+    """Ask the hub at ``address`` to register ``uuid``; return its (ok) reply.
+
+    Raises RegistrationRefused if the hub says no, zpar.errors.TimeoutError if it is silent.
+    """
+    sock = configure(context.socket(zmq.DEALER))
+    try:
+        sock.connect(address)
+        request = {"uuid": uuid, "hostname": socket.gethostname(), "pid": os.getpid()}
+        header = session.send(sock, MsgType.REGISTRATION_REQUEST, request)
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not sock.poll(int(remaining * 1000) + 1):
+                raise TimeoutError(
+                    f"no registration reply from the controller at {address} within "
+                    f"{timeout:g} s: is it running, and reachable from this host?"
+                )
+            msg = session.feed(sock.recv_multipart(), "registration")
+            if msg is None or msg.msg_type != MsgType.REGISTRATION_REPLY:
+                continue
+            if msg.parent_header.get("msg_id", header["msg_id"]) != header["msg_id"]:
+                continue
+            return _check(msg.content, address)
+    finally:
+        sock.close(linger=0)
+
+
+def _check(content: dict[str, Any], address: str) -> RegistrationReply:
+    if content.get("status") != Status.OK:
+        reason = content.get("evalue") or "no reason given"
+        raise RegistrationRefused(f"registration refused by the controller at {address}: {reason}")
+    try:
+        reply = RegistrationReply.from_dict(content)
+    except TypeError as e:
+        raise RegistrationRefused(f"malformed registration reply from {address}: {e}") from e
+    missing = [k for k in ("mux", "control", "task", "iopub") if not getattr(reply, k)]
+    if missing or len(reply.heartbeat) != 2 or reply.id < 0:
+        raise RegistrationRefused(
+            f"incomplete registration reply from {address}: missing "
+            f"{', '.join(missing) or 'heartbeat or id'}"
+        )
+    return reply

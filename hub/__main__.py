@@ -1,0 +1,83 @@
+"""``python -m zpar.hub`` / ``zpar controller``: run a controller (hub, relays, scheduler)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import zmq
+
+from zpar.constants import (
+    DEFAULT_PROFILE,
+    HEARTBEAT_MAX_MISSES,
+    HEARTBEAT_PERIOD,
+    TASK_HWM,
+    TASK_SCHEME,
+    TASK_SCHEMES,
+)
+from zpar.errors import ZparError
+from zpar.logs import setup_logging
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="zpar controller",
+        description="Run a zpar controller: hub, relays and task scheduler.",
+    )
+    p.add_argument("--ip", default="127.0.0.1", help="interface to bind (0.0.0.0: all)")
+    p.add_argument(
+        "--location",
+        default="",
+        help="host name engines and clients connect to (default: --ip, or this host's name "
+        "when binding all interfaces)",
+    )
+    p.add_argument("--profile", default=DEFAULT_PROFILE)
+    p.add_argument("--cluster-id", default="")
+    p.add_argument("--url-file-dir", default="", help="where to write the connection files")
+    p.add_argument("--hb-period", type=float, default=HEARTBEAT_PERIOD, help="seconds")
+    p.add_argument(
+        "--hb-misses", type=int, default=HEARTBEAT_MAX_MISSES, help="missed beats before death"
+    )
+    p.add_argument("--scheme", default=TASK_SCHEME, choices=TASK_SCHEMES, help="load balancing")
+    p.add_argument("--hwm", type=int, default=TASK_HWM, help="tasks per engine (0: unlimited)")
+    p.add_argument(
+        "--insecure", action="store_true", help="no key, no signatures (trusted networks only)"
+    )
+    p.add_argument("--log-level", default="INFO")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = build_parser()
+    args = p.parse_args(argv)
+    if args.hb_period <= 0:
+        p.error(f"--hb-period must be > 0, got {args.hb_period}")
+    if args.hb_misses < 1:
+        p.error(f"--hb-misses must be >= 1, got {args.hb_misses}")
+    if args.hwm < 0:
+        p.error(f"--hwm must be >= 0, got {args.hwm}")
+    setup_logging("hub", args.log_level)
+    from .controller import ControllerConfig, run_controller
+
+    config = ControllerConfig(
+        ip=args.ip,
+        location=args.location,
+        profile=args.profile,
+        cluster_id=args.cluster_id,
+        url_file_dir=args.url_file_dir,
+        hb_period=args.hb_period,
+        hb_misses=args.hb_misses,
+        scheme=args.scheme,
+        hwm=args.hwm,
+        insecure=args.insecure,
+        log_level=args.log_level,
+    )
+    try:
+        return run_controller(config)
+    except (ZparError, zmq.ZMQError, OSError) as e:
+        sys.stderr.write(f"zpar controller: {e}\n")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,310 @@
+"""The controller process: binds every socket, starts the relays and the task scheduler,
+writes the connection files, then runs the hub loop until told to stop.
+
+The hub and its scheduler talk over ipc sockets in a private 0700 directory: those pipes
+carry unsigned header copies, so they are never reachable from the network.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import zmq
+
+from zpar.connection import (
+    CLIENT_FILE,
+    ENGINE_FILE,
+    ConnectionInfo,
+    new_key,
+    read_connection_file,
+    security_dir,
+    write_connection_file,
+)
+from zpar.constants import (
+    DEFAULT_PROFILE,
+    HEARTBEAT_MAX_MISSES,
+    HEARTBEAT_PERIOD,
+    KEY_FILE_ENV,
+    TASK_HWM,
+    TASK_SCHEME,
+)
+from zpar.errors import ZparError
+from zpar.sockets import bind_random, configure
+from zpar.wire import Session
+
+from .heartmonitor import HeartMonitor
+from .hub import Addresses, Hub
+from .relays import start_relays
+
+log = logging.getLogger(__name__)
+
+#: Seconds the scheduler has to start and say where it listens.
+SCHEDULER_START_TIMEOUT = 30.0
+
+WILDCARDS = ("0.0.0.0", "*", "::", "")
+
+
+class ControllerError(ZparError):
+    """The controller could not start or lost a part it cannot run without."""
+
+
+@dataclass
+class ControllerConfig:
+    ip: str = "127.0.0.1"
+    location: str = ""  # host name clients and engines use; default: ip, or hostname if wildcard
+    profile: str = DEFAULT_PROFILE
+    cluster_id: str = ""
+    url_file_dir: str = ""  # default: the profile's security dir
+    hb_period: float = HEARTBEAT_PERIOD
+    hb_misses: int = HEARTBEAT_MAX_MISSES
+    scheme: str = TASK_SCHEME
+    hwm: int = TASK_HWM
+    insecure: bool = False
+    log_level: str = "INFO"
+
+    @property
+    def advertised_host(self) -> str:
+        if self.location:
+            return self.location
+        return socket.gethostname() if self.ip in WILDCARDS else self.ip
+
+
+def advertise(addr: str, host: str) -> str:
+    """``tcp://0.0.0.0:5555`` -> ``tcp://<host>:5555``: what a peer should connect to."""
+    port = addr.rsplit(":", 1)[1]
+    return f"tcp://{host}:{port}"
+
+
+class Controller:
+    def __init__(self, config: ControllerConfig) -> None:
+        self.config = config
+        self.ctx = zmq.Context()
+        self.rundir = Path(tempfile.mkdtemp(prefix="zpar-"))  # mode 0700
+        self.key = "" if config.insecure else new_key()
+        self.session = Session(self.key or None, allow_insecure=config.insecure)
+        self.scheduler: subprocess.Popen | None = None
+        self.hub: Hub | None = None
+        self.url_files: list[Path] = []
+        self._sockets: list[zmq.Socket] = []
+        self.exit_code = 0
+
+    # -- start-up -------------------------------------------------------------------------
+
+    def _socket(self, kind: int) -> zmq.Socket:
+        s = configure(self.ctx.socket(kind))
+        self._sockets.append(s)
+        return s
+
+    def start(self) -> None:
+        cfg = self.config
+        ip = "*" if cfg.ip in WILDCARDS else cfg.ip
+        host = cfg.advertised_host
+        query = self._socket(zmq.ROUTER)
+        query_addr = bind_random(query, ip)
+        notification = self._socket(zmq.XPUB)
+        notification.setsockopt(zmq.XPUB_VERBOSE, 1)  # every subscriber gets its welcome
+        notification_addr = bind_random(notification, ip)
+        ping = self._socket(zmq.PUB)
+        ping_addr = bind_random(ping, ip)
+        pong = self._socket(zmq.ROUTER)
+        pong_addr = bind_random(pong, ip)
+        monitor = self._socket(zmq.PULL)
+        inproc_monitor = f"inproc://zpar-monitor-{os.getpid()}"
+        monitor.bind(inproc_monitor)
+        monitor.bind(f"ipc://{self.rundir}/monitor")
+        events = self._socket(zmq.PUSH)
+        relays = start_relays(self.ctx, ip, inproc_monitor)
+        ready = self._start_scheduler(monitor)
+        events.connect(ready["events"])
+
+        heart = HeartMonitor(
+            ping,
+            pong,
+            period=cfg.hb_period,
+            max_misses=cfg.hb_misses,
+            on_new_heart=lambda uuid: None,
+            on_heart_failure=lambda uuid: None,
+        )
+        engine_side = {
+            "mux": advertise(relays["mux"].engine, host),
+            "control": advertise(relays["control"].engine, host),
+            "task": advertise(ready["engine"], host),
+            "iopub": advertise(relays["iopub"].engine, host),
+            "heartbeat": [advertise(ping_addr, host), advertise(pong_addr, host)],
+            "hb_period": cfg.hb_period,
+        }
+        client_side = {
+            "mux": advertise(relays["mux"].client, host),
+            "control": advertise(relays["control"].client, host),
+            "task": advertise(ready["client"], host),
+            "task_scheme": ready.get("scheme", cfg.scheme),
+            "iopub": advertise(relays["iopub"].client, host),
+            "notification": advertise(notification_addr, host),
+        }
+        self.hub = Hub(
+            self.session,
+            query=query,
+            notification=notification,
+            monitor=monitor,
+            events=events,
+            heart=heart,
+            addresses=Addresses(engine_side, client_side),
+        )
+        self._write_url_files(advertise(query_addr, host))
+
+    def _start_scheduler(self, monitor: zmq.Socket) -> dict[str, Any]:
+        cfg = self.config
+        key_file = self.rundir / "key"
+        fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(self.key)
+        cmd = [
+            sys.executable,
+            "-m",
+            "zpar.schedulers",
+            "--monitor",
+            f"ipc://{self.rundir}/monitor",
+            "--events",
+            f"ipc://{self.rundir}/events",
+            "--ip",
+            "*" if cfg.ip in WILDCARDS else cfg.ip,
+            "--scheme",
+            cfg.scheme,
+            "--hwm",
+            str(cfg.hwm),
+            "--log-level",
+            cfg.log_level,
+        ]
+        if cfg.insecure:
+            cmd.append("--insecure")
+        env = {**os.environ, KEY_FILE_ENV: str(key_file)}
+        self.scheduler = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL)
+        log.info("task scheduler started (pid %d)", self.scheduler.pid)
+        session = self.session
+        deadline = time.monotonic() + SCHEDULER_START_TIMEOUT
+        while True:
+            if self.scheduler.poll() is not None:
+                raise ControllerError(
+                    f"the task scheduler exited with code {self.scheduler.returncode} at start-up"
+                )
+            if time.monotonic() > deadline:
+                raise ControllerError(
+                    f"the task scheduler did not report ready within {SCHEDULER_START_TIMEOUT} s"
+                )
+            if not monitor.poll(100):
+                continue
+            frames = monitor.recv_multipart()
+            if frames[0] != b"sched":
+                continue
+            msg = session.feed(frames[1:], "monitor (scheduler start-up)")
+            if msg is not None and msg.msg_type == "scheduler_ready":
+                log.info("task scheduler ready: %s", msg.content)
+                key_file.unlink(missing_ok=True)
+                return msg.content
+
+    def _write_url_files(self, registration: str) -> None:
+        cfg = self.config
+        d = Path(cfg.url_file_dir) if cfg.url_file_dir else security_dir(cfg.profile)
+        info = ConnectionInfo(
+            registration=registration,
+            key=self.key,
+            location=cfg.advertised_host,
+            cluster_id=cfg.cluster_id,
+            controller_pid=os.getpid(),
+        )
+        # engine file first: a launcher that sees the client file may start engines at once
+        for name in (ENGINE_FILE, CLIENT_FILE):
+            self.url_files.append(write_connection_file(d / name, info))
+        log.info("connection files written in %s; registration at %s", d, registration)
+
+    # -- running --------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Serve until a shutdown request, SIGTERM/SIGINT or the scheduler's death."""
+        hub = self.hub
+        assert hub is not None and self.scheduler is not None
+        heart = hub.heart
+        poller = zmq.Poller()
+        handlers = {
+            hub.query: hub.handle_query,
+            hub.notification: hub.handle_notification,
+            hub.monitor: hub.handle_monitor,
+            heart.pong: heart.handle_pong,
+        }
+        for s in handlers:
+            poller.register(s, zmq.POLLIN)
+        period = heart.period
+        next_beat = time.monotonic()
+        log.info("controller running (heartbeat %.3g s x %d)", period, heart.max_misses)
+        while not hub.stopping:
+            timeout = max(0.0, next_beat - time.monotonic())
+            for sock, _ in poller.poll(int(timeout * 1000) + 1):
+                handlers[sock]()
+            now = time.monotonic()
+            if now >= next_beat:
+                heart.beat()
+                next_beat = max(next_beat + period, now)
+                hub.expire_registrations()
+                if self.scheduler.poll() is not None:
+                    log.error(
+                        "the task scheduler died (exit code %d); the controller cannot "
+                        "balance tasks without it: stopping",
+                        self.scheduler.returncode,
+                    )
+                    self.exit_code = 1
+                    break
+        return self.exit_code
+
+    def request_stop(self, *_: Any) -> None:
+        if self.hub is not None:
+            self.hub.stopping = True
+
+    # -- stopping -------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop the scheduler, close every socket, remove our connection files."""
+        if self.scheduler is not None and self.scheduler.poll() is None:
+            self.scheduler.terminate()
+            try:
+                self.scheduler.wait(5)
+            except subprocess.TimeoutExpired:
+                log.warning("task scheduler ignored SIGTERM; killing it")
+                self.scheduler.kill()
+                self.scheduler.wait(5)
+        for path in self.url_files:
+            try:
+                if read_connection_file(path).controller_pid == os.getpid():
+                    path.unlink()
+            except (ZparError, OSError):
+                pass
+        for s in self._sockets:
+            s.close(linger=0)
+        # the relay threads close their sockets when term() interrupts them
+        term = threading.Thread(target=self.ctx.term, daemon=True)
+        term.start()
+        term.join(5)
+        shutil.rmtree(self.rundir, ignore_errors=True)
+        log.info("controller stopped")
+
+
+def run_controller(config: ControllerConfig) -> int:
+    controller = Controller(config)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, controller.request_stop)
+    try:
+        controller.start()
+        return controller.run()
+    finally:
+        controller.stop()

@@ -1,0 +1,325 @@
+"""The Hub: registration, connection, notifications, heartbeats and the record of tasks.
+
+It never relays task traffic; it reads header copies from its monitor socket, so nothing
+it does (or fails to do quickly) delays a task.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import zmq
+
+from zpar.constants import REGISTRATION_TIMEOUT, WELCOME
+from zpar.messages import (
+    MON_CONTROL_IN,
+    MON_CONTROL_OUT,
+    MON_MUX_IN,
+    MON_MUX_OUT,
+    MON_SCHEDULER,
+    MON_TASK_DEST,
+    MON_TASK_IN,
+    MON_TASK_OUT,
+    MsgType,
+    Status,
+)
+from zpar.wire import Message, Session, split_idents, unpack
+
+from .heartmonitor import HeartMonitor
+from .records import TaskTable
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class EngineRecord:
+    id: int
+    uuid: str
+    hostname: str = ""
+    pid: int = 0
+    registered: float = 0.0
+    deadline: float = 0.0  # for a pending registration: when it is dropped
+
+
+@dataclass(frozen=True, slots=True)
+class Addresses:
+    """What the hub tells engines (registration_reply) and clients (connection_reply)."""
+
+    engine: dict[str, Any]
+    client: dict[str, Any]
+
+
+class Hub:
+    def __init__(
+        self,
+        session: Session,
+        *,
+        query: zmq.Socket,
+        notification: zmq.Socket,
+        monitor: zmq.Socket,
+        events: zmq.Socket,
+        heart: HeartMonitor,
+        addresses: Addresses,
+        registration_timeout: float = REGISTRATION_TIMEOUT,
+    ) -> None:
+        self.session = session
+        self.query = query
+        self.notification = notification
+        self.monitor = monitor
+        self.events = events
+        self.heart = heart
+        heart.on_new_heart = self._on_new_heart
+        heart.on_heart_failure = self._on_heart_failure
+        self.addresses = addresses
+        self.registration_timeout = registration_timeout
+        self.engines: dict[int, EngineRecord] = {}
+        self.by_uuid: dict[bytes, EngineRecord] = {}
+        self.pending: dict[bytes, EngineRecord] = {}
+        self.next_id = 0
+        self.tasks = TaskTable()
+        self.stopping = False
+        #: called with the scheduler_ready content (the controller's start-up waits on it)
+        self.on_scheduler_ready: Callable[[dict[str, Any]], None] | None = None
+        self._queries: dict[str, Callable[[Message], dict[str, Any]]] = {
+            MsgType.REGISTRATION_REQUEST: self._registration_request,
+            MsgType.CONNECTION_REQUEST: self._connection_request,
+            MsgType.QUEUE_REQUEST: self._queue_request,
+            MsgType.SHUTDOWN_HUB_REQUEST: self._shutdown_hub_request,
+        }
+        self._monitor_handlers: dict[bytes, Callable[[list[Any]], None]] = {
+            MON_MUX_IN: self._mux_in,
+            MON_MUX_OUT: self._mux_out,
+            MON_CONTROL_IN: _ignore,
+            MON_CONTROL_OUT: _ignore,
+            MON_TASK_IN: self._task_in,
+            MON_TASK_DEST: self._task_dest,
+            MON_TASK_OUT: self._task_out,
+            MON_SCHEDULER: self._scheduler_message,
+        }
+
+    # -- socket handlers (called by the controller's loop) ----------------------------------
+
+    def handle_query(self) -> None:
+        for _ in range(256):
+            try:
+                frames = self.query.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            msg = self.session.feed(frames, "hub query socket")
+            if msg is None:
+                continue
+            handler = self._queries.get(msg.msg_type)
+            reply_type = _reply_type(msg.msg_type)
+            if handler is None:
+                log.warning("unexpected %r (%s) on the query socket", msg.msg_type, msg.msg_id)
+                content = {
+                    "status": Status.ERROR,
+                    "evalue": f"the hub does not handle {msg.msg_type!r} messages",
+                }
+            else:
+                try:
+                    content = handler(msg)
+                except Exception as e:  # a bad query must never kill the hub
+                    log.exception("query %s (%s) failed", msg.msg_id, msg.msg_type)
+                    content = {"status": Status.ERROR, "evalue": f"{type(e).__name__}: {e}"}
+            self.session.send(self.query, reply_type, content, parent=msg.header, idents=msg.idents)
+
+    def handle_notification(self) -> None:
+        """A subscription arrived on the XPUB: welcome it, so the client knows it is live."""
+        for _ in range(256):
+            try:
+                frame = self.notification.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if frame[:1] == b"\x01":
+                self.notification.send(WELCOME)
+
+    def handle_monitor(self) -> None:
+        for _ in range(1024):
+            try:
+                frames = self.monitor.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            handler = self._monitor_handlers.get(frames[0].bytes)
+            if handler is None:
+                log.warning("unknown monitor message %r ignored", frames[0].bytes[:32])
+                continue
+            try:
+                handler(frames)
+            except Exception as e:  # garbage on the monitor must not kill the hub
+                log.warning("malformed %r monitor message ignored: %s", frames[0].bytes, e)
+
+    # -- queries ------------------------------------------------------------------------------
+
+    def _registration_request(self, msg: Message) -> dict[str, Any]:
+        c = msg.content
+        uuid = c.get("uuid")
+        if not isinstance(uuid, str) or not uuid or len(uuid) > 255:
+            return {"status": Status.ERROR, "evalue": f"invalid engine uuid {uuid!r}"}
+        key = uuid.encode()
+        if key in self.by_uuid or key in self.pending:
+            state = "registered" if key in self.by_uuid else "registering"
+            log.warning("registration refused: uuid %s is already %s", uuid, state)
+            return {
+                "status": Status.ERROR,
+                "evalue": f"identity {uuid} is already in use by an engine that is {state}",
+            }
+        eid = self.next_id
+        self.next_id += 1
+        rec = EngineRecord(
+            eid,
+            uuid,
+            str(c.get("hostname", "")),
+            int(c.get("pid", 0) or 0),
+            deadline=time.monotonic() + self.registration_timeout,
+        )
+        self.pending[key] = rec
+        log.info("engine %d (uuid %s, %s pid %d) registering", eid, uuid, rec.hostname, rec.pid)
+        return {"status": Status.OK, "id": eid, **self.addresses.engine}
+
+    def _connection_request(self, msg: Message) -> dict[str, Any]:
+        engines = {e.id: e.uuid for e in self.engines.values()}
+        return {"status": Status.OK, **self.addresses.client, "engines": engines}
+
+    def _queue_request(self, msg: Message) -> dict[str, Any]:
+        targets = msg.content.get("targets")
+        verbose = bool(msg.content.get("verbose", False))
+        if targets is None:
+            ids = sorted(self.engines)
+        else:
+            if not isinstance(targets, list) or not all(isinstance(t, int) for t in targets):
+                return {"status": Status.ERROR, "evalue": f"targets must be ints, got {targets!r}"}
+            unknown = [t for t in targets if t not in self.engines]
+            if unknown:
+                return {"status": Status.ERROR, "evalue": f"no such engines: {unknown}"}
+            ids = targets
+        queues = {i: self.tasks.queue_status(self.engines[i].uuid, verbose) for i in ids}
+        unassigned = self.tasks.unassigned
+        return {
+            "status": Status.OK,
+            "queues": queues,
+            "unassigned": sorted(unassigned) if verbose else len(unassigned),
+        }
+
+    def _shutdown_hub_request(self, msg: Message) -> dict[str, Any]:
+        log.info("shutdown requested by client session %s", msg.header.get("session"))
+        self.stopping = True
+        return {"status": Status.OK}
+
+    # -- engines ------------------------------------------------------------------------------
+
+    def _on_new_heart(self, uuid: bytes) -> None:
+        rec = self.pending.pop(uuid, None)
+        if rec is None:
+            log.warning(
+                "heartbeat from unknown engine %r ignored (dead already, or never registered)",
+                uuid[:64],
+            )
+            return
+        rec.registered = time.time()
+        self.heart.watch(uuid)
+        self.engines[rec.id] = rec
+        self.by_uuid[uuid] = rec
+        log.info("engine %d registered (uuid %s); %d engines", rec.id, rec.uuid, len(self.engines))
+        self._tell_scheduler("registered", rec)
+        self.session.send(
+            self.notification, MsgType.REGISTRATION_NOTIFICATION, {"id": rec.id, "uuid": rec.uuid}
+        )
+
+    def _on_heart_failure(self, uuid: bytes) -> None:
+        self.unregister(uuid, "stopped heartbeating")
+
+    def unregister(self, uuid: bytes, reason: str) -> None:
+        rec = self.by_uuid.pop(uuid, None)
+        if rec is None:
+            return
+        self.engines.pop(rec.id, None)
+        self.heart.forget(uuid)
+        lost = self.tasks.engine_died(rec.uuid)
+        log.warning(
+            "engine %d (uuid %s) unregistered: %s; %d direct task(s) lost",
+            rec.id,
+            rec.uuid,
+            reason,
+            len(lost),
+        )
+        self._tell_scheduler("unregistered", rec)
+        self.session.send(
+            self.notification,
+            MsgType.UNREGISTRATION_NOTIFICATION,
+            {"id": rec.id, "uuid": rec.uuid, "reason": reason},
+        )
+
+    def expire_registrations(self) -> None:
+        now = time.monotonic()
+        for uuid, rec in list(self.pending.items()):
+            if rec.deadline < now:
+                del self.pending[uuid]
+                log.warning(
+                    "engine %d (uuid %s) registered but never heartbeat; dropped", rec.id, rec.uuid
+                )
+
+    def _tell_scheduler(self, event: str, rec: EngineRecord) -> None:
+        self.session.send(
+            self.events, MsgType.ENGINE_EVENT, {"event": event, "id": rec.id, "uuid": rec.uuid}
+        )
+
+    # -- monitor ------------------------------------------------------------------------------
+
+    def _mux_in(self, frames: list[Any]) -> None:
+        # [mux_in, engine_uuid, client_ident, DELIM, sig, header, parent, metadata, content…]
+        idents, msg = split_idents(frames[1:])
+        header = unpack(msg[2])
+        engine = idents[0].decode("ascii", "replace") if idents else None
+        client = idents[1] if len(idents) > 1 else b""
+        self.tasks.submitted(header, "mux", client, engine)
+
+    def _mux_out(self, frames: list[Any]) -> None:
+        # [mux_out, client_ident, engine_uuid, DELIM, sig, header, parent, metadata, content…]
+        idents, msg = split_idents(frames[1:])
+        parent = unpack(msg[3])
+        metadata = unpack(msg[4])
+        engine = idents[1].decode("ascii", "replace") if len(idents) > 1 else None
+        msg_id = parent.get("msg_id")
+        if msg_id is not None:
+            self.tasks.finished(msg_id, engine, metadata, str(metadata.get("status", "")))
+
+    def _task_in(self, frames: list[Any]) -> None:
+        # [task_in, client_ident, header, metadata]
+        header = unpack(frames[2])
+        metadata = unpack(frames[3]) if len(frames) > 3 else {}
+        self.tasks.submitted(header, "task", frames[1].bytes, None, metadata)
+
+    def _task_dest(self, frames: list[Any]) -> None:
+        # [task_dest, msg_id, engine_uuid]
+        self.tasks.assigned(frames[1].bytes.decode(), frames[2].bytes.decode("ascii", "replace"))
+
+    def _task_out(self, frames: list[Any]) -> None:
+        # [task_out, engine_uuid, client_ident, header, parent, metadata, content]
+        parent = unpack(frames[4])
+        metadata = unpack(frames[5])
+        engine = frames[1].bytes.decode("ascii", "replace") or None
+        self.tasks.finished(parent["msg_id"], engine, metadata, str(metadata.get("status", "")))
+
+    def _scheduler_message(self, frames: list[Any]) -> None:
+        msg = self.session.feed(frames[1:], "monitor (scheduler)")
+        if msg is None:
+            return
+        if msg.msg_type == MsgType.SCHEDULER_READY and self.on_scheduler_ready is not None:
+            self.on_scheduler_ready(msg.content)
+
+
+def _ignore(frames: list[Any]) -> None:
+    pass
+
+
+def _reply_type(msg_type: str) -> MsgType:
+    name = msg_type.removesuffix("_request") + "_reply"
+    try:
+        return MsgType(name)
+    except ValueError:
+        return MsgType.QUEUE_REPLY

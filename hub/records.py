@@ -1,0 +1,148 @@
+"""What the hub knows of each task, built from the header copies the relays send it.
+
+Kept per msg_id: who submitted it, where it went, when it was submitted / started /
+completed and how it ended. Pending tasks are also indexed per engine so a queue_request
+costs O(engines), not O(tasks).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+#: Status of a task the hub saw leave but never saw come back, because its engine died.
+ENGINE_DIED = "engine_died"
+
+
+@dataclass(slots=True)
+class TaskRecord:
+    msg_id: str
+    msg_type: str
+    queue: str  # "mux" (direct) or "task" (load balanced)
+    client: bytes = b""
+    session: str = ""
+    engine_uuid: str | None = None
+    submitted: float | None = None
+    started: float | None = None
+    completed: float | None = None
+    status: str | None = None  # None while pending
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def pending(self) -> bool:
+        return self.completed is None
+
+
+class TaskTable:
+    """In-memory task records with per-engine indexes of pending work."""
+
+    def __init__(self) -> None:
+        self.records: dict[str, TaskRecord] = {}
+        self.unassigned: set[str] = set()
+        self.queued: dict[str, set[str]] = {}  # engine uuid -> pending direct msg_ids
+        self.tasks: dict[str, set[str]] = {}  # engine uuid -> pending load-balanced msg_ids
+        self.completed: dict[str, list[str]] = {}  # engine uuid -> completed msg_ids
+        self.counts: Counter[str] = Counter()
+
+    # -- events -----------------------------------------------------------------------------
+
+    def submitted(
+        self,
+        header: dict[str, Any],
+        queue: str,
+        client: bytes,
+        engine_uuid: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> TaskRecord:
+        msg_id = header["msg_id"]
+        rec = self.records.get(msg_id)
+        if rec is None:
+            rec = TaskRecord(msg_id, str(header.get("msg_type", "")), queue)
+            self.records[msg_id] = rec
+        rec.client = client
+        rec.session = str(header.get("session", ""))
+        date = header.get("date")
+        rec.submitted = float(date) if isinstance(date, int | float) else time.time()
+        if metadata:
+            rec.metadata = metadata
+        self.counts["submitted"] += 1
+        if engine_uuid is None:
+            if rec.engine_uuid is None and rec.pending:
+                self.unassigned.add(msg_id)
+        else:
+            self._assign(rec, engine_uuid)
+        return rec
+
+    def assigned(self, msg_id: str, engine_uuid: str) -> None:
+        rec = self.records.get(msg_id)
+        if rec is None:  # the destination overtook the submission (two sockets): keep it
+            rec = self.records[msg_id] = TaskRecord(msg_id, "", "task")
+        self.unassigned.discard(msg_id)
+        self._assign(rec, engine_uuid)
+
+    def _assign(self, rec: TaskRecord, engine_uuid: str) -> None:
+        rec.engine_uuid = engine_uuid
+        if rec.pending:
+            index = self.queued if rec.queue == "mux" else self.tasks
+            index.setdefault(engine_uuid, set()).add(rec.msg_id)
+
+    def finished(
+        self, msg_id: str, engine_uuid: str | None, metadata: dict[str, Any], status: str
+    ) -> TaskRecord | None:
+        rec = self.records.get(msg_id)
+        if rec is None:
+            log.debug("reply to a task the hub never saw submitted: %s", msg_id)
+            return None
+        if not rec.pending:
+            return rec
+        if engine_uuid and rec.engine_uuid is None:
+            self._assign(rec, engine_uuid)
+        self._unindex(rec)
+        rec.started = _float(metadata.get("started"))
+        rec.completed = _float(metadata.get("completed")) or time.time()
+        rec.status = status
+        self.counts[status] += 1
+        if rec.engine_uuid is not None:
+            self.completed.setdefault(rec.engine_uuid, []).append(msg_id)
+        return rec
+
+    def engine_died(self, engine_uuid: str) -> list[str]:
+        """Mark the engine's pending direct tasks as lost; returns their msg_ids.
+
+        Load-balanced tasks are the scheduler's to fail (its reply arrives as task_out).
+        """
+        lost = sorted(self.queued.pop(engine_uuid, set()))
+        now = time.time()
+        for msg_id in lost:
+            rec = self.records[msg_id]
+            rec.completed = now
+            rec.status = ENGINE_DIED
+            self.counts[ENGINE_DIED] += 1
+        return lost
+
+    def _unindex(self, rec: TaskRecord) -> None:
+        self.unassigned.discard(rec.msg_id)
+        if rec.engine_uuid is not None:
+            for index in (self.queued, self.tasks):
+                ids = index.get(rec.engine_uuid)
+                if ids is not None:
+                    ids.discard(rec.msg_id)
+
+    # -- queries ----------------------------------------------------------------------------
+
+    def queue_status(self, engine_uuid: str, verbose: bool) -> dict[str, Any]:
+        queued = self.queued.get(engine_uuid, set())
+        tasks = self.tasks.get(engine_uuid, set())
+        done = self.completed.get(engine_uuid, [])
+        if verbose:
+            return {"queue": sorted(queued), "tasks": sorted(tasks), "completed": list(done)}
+        return {"queue": len(queued), "tasks": len(tasks), "completed": len(done)}
+
+
+def _float(v: Any) -> float | None:
+    return float(v) if isinstance(v, int | float) else None

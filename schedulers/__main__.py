@@ -1,0 +1,80 @@
+"""``python -m zpar.schedulers``: the task scheduler process, started by the controller.
+
+The cluster key comes in a file named by $ZPAR_KEY_FILE (never on the command line, where
+``ps`` would show it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from pathlib import Path
+
+import zmq
+
+from zpar.constants import KEY_FILE_ENV, TASK_HWM, TASK_SCHEME, TASK_SCHEMES
+from zpar.logs import setup_logging
+from zpar.wire import Session
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="zpar-scheduler", description=__doc__)
+    p.add_argument("--monitor", required=True, help="hub monitor address to connect")
+    p.add_argument("--events", required=True, help="address to bind for hub engine events")
+    p.add_argument("--ip", default="127.0.0.1", help="interface to bind for clients and engines")
+    p.add_argument("--scheme", default=TASK_SCHEME, choices=TASK_SCHEMES)
+    p.add_argument("--hwm", type=int, default=TASK_HWM)
+    p.add_argument("--insecure", action="store_true")
+    p.add_argument("--log-level", default="INFO")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    setup_logging("scheduler", args.log_level)
+    key = None
+    if not args.insecure:
+        path = os.environ.get(KEY_FILE_ENV)
+        if not path:
+            sys.stderr.write(
+                f"zpar scheduler: ${KEY_FILE_ENV} is not set and --insecure not given\n"
+            )
+            return 2
+        try:
+            key = Path(path).read_text().strip()
+        except OSError as e:
+            sys.stderr.write(f"zpar scheduler: cannot read the key file {path}: {e}\n")
+            return 2
+    from .task import TaskScheduler
+
+    parent = os.getppid()
+    try:
+        scheduler = TaskScheduler(
+            Session(key, allow_insecure=args.insecure),
+            ip=args.ip,
+            monitor=args.monitor,
+            events=args.events,
+            scheme=args.scheme,
+            hwm=args.hwm,
+        )
+    except (ValueError, zmq.ZMQError) as e:
+        sys.stderr.write(f"zpar scheduler: {e}\n")
+        return 1
+
+    def stop(*_: object) -> None:
+        scheduler.stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        scheduler.announce()
+        scheduler.run(parent_pid=parent)
+    finally:
+        scheduler.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

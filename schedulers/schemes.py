@@ -1,0 +1,68 @@
+"""Load-balancing schemes: which of the engines with room gets the next task.
+
+Each takes the candidate engines (all with room, in registration order) and returns one.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from zpar.constants import TASK_SCHEMES
+
+
+@dataclass(slots=True, eq=False)
+class EngineSlot:
+    """The scheduler's view of one engine."""
+
+    id: int
+    uuid: bytes
+    load: int = 0  # tasks given and not yet answered
+    last_given: int = 0  # dispatch counter at the last task it was given (for lru)
+    tasks: set[str] = field(default_factory=set)
+
+
+def leastload(candidates: Sequence[EngineSlot]) -> EngineSlot:
+    return min(candidates, key=_load)
+
+
+def lru(candidates: Sequence[EngineSlot]) -> EngineSlot:
+    return min(candidates, key=_last_given)
+
+
+def plainrandom(candidates: Sequence[EngineSlot]) -> EngineSlot:
+    return random.choice(candidates)
+
+
+def twobin(candidates: Sequence[EngineSlot]) -> EngineSlot:
+    if len(candidates) < 2:
+        return candidates[0]
+    a, b = random.sample(list(candidates), 2)
+    return a if a.load <= b.load else b
+
+
+def _load(e: EngineSlot) -> int:
+    return e.load
+
+
+def _last_given(e: EngineSlot) -> int:
+    return e.last_given
+
+
+SCHEMES: dict[str, Callable[[Sequence[EngineSlot]], EngineSlot]] = {
+    "leastload": leastload,
+    "lru": lru,
+    "plainrandom": plainrandom,
+    "twobin": twobin,
+}
+assert set(SCHEMES) == set(TASK_SCHEMES)
+
+
+def get_scheme(name: str) -> Callable[[Sequence[EngineSlot]], EngineSlot]:
+    try:
+        return SCHEMES[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown load-balancing scheme {name!r}; choose one of {', '.join(TASK_SCHEMES)}"
+        ) from None
