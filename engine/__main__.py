@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from zpar.connection import default_url_file, read_connection_file
+from zpar.connection import default_url_file, wait_for_connection_file
 from zpar.constants import DEFAULT_PROFILE
 from zpar.errors import ZparError
 from zpar.logs import setup_logging
@@ -25,6 +25,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="engine connection file (default: the profile's security/zpar-engine.json)",
     )
     p.add_argument("--profile", default=DEFAULT_PROFILE, help="profile name (default: default)")
+    p.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="wait this long for the connection file to appear (a controller starting up)",
+    )
     p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING… (default INFO)")
     return p
 
@@ -39,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         path = args.file or default_url_file(args.profile, "engine")
-        info = read_connection_file(path)
+        info = wait_for_connection_file(path, args.wait)
         return Engine(info, log_level=level).run()
     except (ZparError, ValueError, zmq.ZMQError) as e:
         sys.stderr.write(f"zpar engine: {e}\n")

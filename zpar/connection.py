@@ -11,6 +11,7 @@ import json
 import os
 import secrets
 import tempfile
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -104,3 +105,17 @@ def read_connection_file(path: str | Path) -> ConnectionInfo:
 def default_url_file(profile: str = DEFAULT_PROFILE, who: str = "client") -> Path:
     name = CLIENT_FILE if who == "client" else ENGINE_FILE
     return profile_dir(profile) / "security" / name
+
+
+def wait_for_connection_file(path: str | Path, timeout: float) -> ConnectionInfo:
+    """Read ``path``, waiting up to ``timeout`` s for a starting controller to write it."""
+    deadline = time.monotonic() + timeout
+    delay = 0.01
+    while True:
+        try:
+            return read_connection_file(path)
+        except ConnectionFileError:
+            if time.monotonic() >= deadline:
+                raise
+        time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+        delay = min(delay * 2, 0.2)

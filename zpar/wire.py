@@ -155,7 +155,7 @@ class Session:
                 _packb(metadata or {}),
                 _packb(content or {}),
             ]
-        except (TypeError, ValueError) as e:
+        except (TypeError, ValueError, OverflowError) as e:
             raise LocalProtocolError(f"cannot encode {msg_type} message with msgpack: {e}") from e
         return header, [DELIM, self.sign(parts), *parts]
 

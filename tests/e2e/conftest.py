@@ -54,3 +54,27 @@ def make_cluster():
     yield make
     for c in started:
         c.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster_addresses(cluster):
+    """(ConnectionInfo, connection_reply content) of the module's cluster, asked of the hub."""
+    import zmq
+
+    from zpar.connection import read_connection_file
+    from zpar.messages import MsgType
+    from zpar.wire import Session
+
+    info = read_connection_file(cluster.url_file)
+    s = zmq.Context.instance().socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    try:
+        s.connect(info.registration)
+        session = Session(info.key)
+        session.send(s, MsgType.CONNECTION_REQUEST, {})
+        assert s.poll(10_000), "the hub did not answer a connection request"
+        reply = session.feed(s.recv_multipart())
+        assert reply is not None
+        return info, reply.content
+    finally:
+        s.close()

@@ -64,3 +64,52 @@ def test_client_without_controller_names_the_missing_file(zpar_dir):
 
     with pytest.raises(zpar.ZparError, match="does not exist"):
         zpar.Client(timeout=0.2)
+
+
+def test_manual_controller_and_engine_commands(zpar_dir):
+    """`zpar controller` + `zpar engine --wait` (engine first: it waits for the file)."""
+    import zpar
+
+    env = dict(os.environ, ZPAR_DIR=str(zpar_dir))
+    zpar_cmd = [sys.executable, "-m", "zpar"]
+    log = open(zpar_dir.parent / "manual.log", "wb")
+    engine = subprocess.Popen(
+        [*zpar_cmd, "engine", "--profile", "manual", "--wait", "60"], env=env, stderr=log
+    )
+    controller = subprocess.Popen(
+        [
+            *zpar_cmd,
+            "controller",
+            "--profile",
+            "manual",
+            "--ip",
+            "127.0.0.1",
+            "--location",
+            "localhost",
+        ],
+        env=env,
+        stderr=log,
+    )
+    try:
+        rc = zpar.Client(profile="manual", timeout=60)
+        with rc:
+            rc.wait_for_engines(1, timeout=60)
+            assert rc[0].apply_sync(os.getpid) == engine.pid
+            rc.shutdown(hub=True)
+        assert controller.wait(20) == 0
+        assert engine.wait(20) == 0
+        assert not (zpar_dir / "profile_manual" / "security" / "zpar-client.json").exists()
+    finally:
+        for p in (engine, controller):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        log.close()
+
+
+def test_bad_controller_arguments_are_named(zpar_dir):
+    env = dict(os.environ, ZPAR_DIR=str(zpar_dir))
+    r = _run([sys.executable, "-m", "zpar", "controller", "--hb-period", "0"], env)
+    assert r.returncode == 2 and "--hb-period must be > 0" in r.stderr
+    r = _run([sys.executable, "-m", "zpar", "controller", "--scheme", "fastest"], env)
+    assert r.returncode == 2 and "fastest" in r.stderr

@@ -1,0 +1,103 @@
+"""HeartMonitor counts pings, not seconds: who is new, who is late, who is garbage."""
+
+from __future__ import annotations
+
+import pytest
+import zmq
+
+from zpar.constants import PING
+from zpar.hub.heartmonitor import HeartMonitor
+
+
+class FakePub:
+    def __init__(self):
+        self.sent = []
+
+    def send(self, data):
+        self.sent.append(data)
+
+
+class FakeRouter:
+    def __init__(self):
+        self.inbox = []
+
+    def recv_multipart(self, flags=0):
+        if not self.inbox:
+            raise zmq.Again()
+        return self.inbox.pop(0)
+
+
+def _monitor(misses=2):
+    new, dead = [], []
+    hm = HeartMonitor(
+        FakePub(),
+        FakeRouter(),
+        period=0.1,
+        max_misses=misses,
+        on_new_heart=lambda u: (new.append(u), hm.watch(u)),
+        on_heart_failure=dead.append,
+    )
+    return hm, new, dead
+
+
+def test_first_echo_announces_a_new_heart():
+    hm, new, dead = _monitor()
+    hm.beat()
+    assert hm.ping.sent == [PING + b"1"]
+    hm.pong.inbox.append([b"e1", PING + b"1"])
+    hm.handle_pong()
+    assert new == [b"e1"] and not dead
+
+
+def test_engine_is_dead_after_max_misses_and_not_before():
+    hm, new, dead = _monitor(misses=2)
+    hm.beat()
+    hm.pong.inbox.append([b"e1", PING + b"1"])
+    hm.handle_pong()
+    # a ping counts as missed once the next one goes out unanswered
+    hm.beat()  # ping 2 out
+    hm.beat()  # ping 3 out: 2 missed
+    hm.beat()  # ping 4 out: 2, 3 missed
+    assert not dead
+    hm.beat()  # ping 5 out: 2, 3, 4 missed > 2
+    assert dead == [b"e1"]
+    hm.beat()
+    assert dead == [b"e1"], "declared dead once"
+
+
+def test_late_echo_of_an_old_ping_still_counts_as_alive():
+    hm, new, dead = _monitor(misses=2)
+    hm.beat()
+    hm.pong.inbox.append([b"e1", PING + b"1"])
+    hm.handle_pong()
+    hm.beat()
+    hm.beat()
+    hm.pong.inbox.append([b"e1", PING + b"3"])
+    hm.handle_pong()
+    hm.beat()
+    hm.beat()
+    assert not dead
+
+
+@pytest.mark.parametrize(
+    "frames",
+    [[b"e1"], [b"e1", b"pong1"], [b"e1", PING + b"x"], [b"e1", PING + b"99"], [b"a", b"b", b"c"]],
+)
+def test_malformed_or_future_echoes_are_ignored(frames):
+    hm, new, dead = _monitor()
+    hm.beat()
+    hm.pong.inbox.append(frames)
+    hm.handle_pong()
+    assert not new and not dead
+
+
+def test_bad_settings_are_refused():
+    with pytest.raises(ValueError, match="period"):
+        HeartMonitor(
+            FakePub(),
+            FakeRouter(),
+            period=0,
+            max_misses=1,
+            on_new_heart=print,
+            on_heart_failure=print,
+        )

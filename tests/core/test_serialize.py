@@ -1,0 +1,72 @@
+"""Serialization: large buffers leave the pickle as zero-copy views; bad input is named."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from zpar.constants import OOB_THRESHOLD
+from zpar.errors import SerializationError
+from zpar.serialize import deserialize_object, pack_apply, serialize_object, unpack_apply
+
+
+def test_large_array_travels_out_of_band_without_copy():
+    arr = np.arange(OOB_THRESHOLD, dtype=np.float64)
+    frames = serialize_object(arr)
+    assert len(frames) == 2
+    assert np.shares_memory(np.frombuffer(frames[1], dtype=np.float64), arr)
+    back = deserialize_object([frames[0], bytearray(frames[1])])
+    np.testing.assert_array_equal(back, arr)
+
+
+def test_received_array_is_a_view_on_the_frame():
+    arr = np.arange(1 << 16, dtype=np.int64)
+    stream, buf = serialize_object(arr)
+    frame = bytearray(buf)
+    back = deserialize_object([stream, frame])
+    back[0] = 42
+    assert np.frombuffer(frame, dtype=np.int64)[0] == 42
+
+
+def test_small_objects_stay_in_band():
+    frames = serialize_object({"a": np.arange(10), "b": b"x" * 100})
+    assert len(frames) == 1
+    assert deserialize_object(frames)["b"] == b"x" * 100
+
+
+def test_non_contiguous_arrays_are_copied_in_band():
+    arr = np.arange(1 << 18, dtype=np.float64)[::2]
+    frames = serialize_object(arr)
+    np.testing.assert_array_equal(deserialize_object(frames), arr)
+
+
+def test_lambda_and_closure_round_trip():
+    k = 3
+    f, args, kwargs = unpack_apply(pack_apply(lambda x, y=1: x * k + y, (2,), {"y": 5}))
+    assert f(*args, **kwargs) == 11
+
+
+def test_unserializable_argument_is_named_before_sending():
+    lock = threading.Lock()
+    with pytest.raises(SerializationError, match="argument 1: _thread.lock") as e:
+        pack_apply(print, (1, lock))
+    assert "Nothing was sent" in str(e.value)
+
+
+def test_unserializable_keyword_argument_is_named():
+    with pytest.raises(SerializationError, match="keyword argument 'lock'"):
+        pack_apply(print, (), {"lock": threading.Lock()})
+
+
+def test_non_callable_is_refused():
+    with pytest.raises(SerializationError, match="not callable"):
+        pack_apply(42)
+
+
+def test_empty_or_wrong_frames_are_refused():
+    with pytest.raises(SerializationError, match="no frames"):
+        deserialize_object([])
+    with pytest.raises(SerializationError, match=r"\(f, args, kwargs\)"):
+        unpack_apply(serialize_object([1, 2]))
