@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -43,7 +44,7 @@ class ClientIO:
         self.session = session
         self.context = context or zmq.Context.instance()
         self._sockets: dict[str, zmq.Socket] = {}
-        self._outbox: deque[tuple[str, list[Any]]] = deque()
+        self._outbox: deque[tuple[str, list[Any], Future | None]] = deque()
         self._pending: dict[str, Future] = {}
         self._by_engine: dict[str, set[str]] = {}  # engine uuid -> outstanding direct msg_ids
         self._wake_r, self._wake_w = os.pipe()
@@ -104,13 +105,13 @@ class ClientIO:
         if engine_uuid is not None:
             self._by_engine.setdefault(engine_uuid, set()).add(msg_id)
             fut.engine_uuid = engine_uuid  # type: ignore[attr-defined]
-        self._outbox.append((channel, frames))
+        self._outbox.append((channel, frames, fut))
         self._wake()
         return fut
 
     def call_soon(self, fn: Callable[[], None]) -> None:
         """Run fn in the I/O thread (for work that touches sockets)."""
-        self._outbox.append(("__call__", [fn]))
+        self._outbox.append(("__call__", [fn], None))
         self._wake()
 
     def _wake(self) -> None:
@@ -179,11 +180,13 @@ class ClientIO:
     def _flush_outbox(self) -> None:
         outbox = self._outbox
         while outbox:
-            channel, frames = outbox.popleft()
+            channel, frames, fut = outbox.popleft()
             if channel == "__call__":
                 frames[0]()
                 continue
             send_frames(self._sockets[channel], frames)
+            if fut is not None:
+                fut.zpar_sent = time.time()  # type: ignore[attr-defined]
 
     def _on_reply(self, sock: zmq.Socket) -> None:
         frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)

@@ -88,3 +88,119 @@ def test_partition_and_lengths():
     assert _lengths([[1, 2], "ab"]) == 2
     with pytest.raises(ValueError, match="unequal"):
         _lengths([[1], [1, 2]])
+
+
+def timed(value, engine_id, started, completed, stdout=""):
+    msg = reply(value)
+    msg.metadata = {
+        "engine_id": engine_id,
+        "started": started,
+        "completed": completed,
+        "stdout": stdout,
+        "stderr": "",
+    }
+    return msg
+
+
+def test_return_exceptions_puts_errors_in_place():
+    err = reply(status="error", ename="ValueError", evalue="bad", traceback=[])
+    ar = AsyncResult(None, ["a", "b"], [done(reply(1)), done(err)])
+    values = ar.get(return_exceptions=True)
+    assert values[0] == 1 and isinstance(values[1], RemoteError)
+    assert values[1].ename == "ValueError"
+
+
+def test_wait_return_when():
+    from concurrent.futures import FIRST_COMPLETED, FIRST_EXCEPTION
+
+    err = reply(status="error", ename="E", evalue="", traceback=[])
+    ar = AsyncResult(None, ["a", "b"], [done(reply(1)), Future()])
+    assert ar.wait(0.01, return_when=FIRST_COMPLETED)
+    assert not ar.wait(0.01)
+    assert not ar.wait(0.01, return_when=FIRST_EXCEPTION)
+    ar = AsyncResult(None, ["a", "b"], [done(err), Future()])
+    assert ar.wait(1, return_when=FIRST_EXCEPTION)
+    with pytest.raises(ValueError, match="return_when"):
+        ar.wait(return_when="sometime")
+
+
+def test_timing_properties():
+    ar = AsyncResult(
+        None,
+        ["a", "b"],
+        [done(timed(1, 0, 10.0, 11.0)), done(timed(2, 1, 10.5, 12.5))],
+        submitted=9.5,
+    )
+    assert ar.serial_time == pytest.approx(3.0)
+    assert ar.wall_time == pytest.approx(3.0)
+    assert ar.elapsed == pytest.approx(3.0)
+    assert ar.timedelta(ar.started, ar.completed) == pytest.approx(2.5)
+    assert ar.get_dict() == {0: 1, 1: 2}
+
+
+def test_get_dict_refuses_two_results_of_one_engine():
+    ar = AsyncResult(None, ["a", "b"], [done(timed(1, 0, 0, 1)), done(timed(2, 0, 0, 1))])
+    with pytest.raises(ValueError, match="more than one"):
+        ar.get_dict()
+
+
+def test_indexing_iteration_split_join():
+    ar = AsyncResult(None, ["a", "b", "c"], [done(reply(i)) for i in range(3)])
+    assert ar[1] == 1 and ar[1:] == [1, 2] and list(ar) == [0, 1, 2]
+    assert sorted(ar.as_completed()) == [0, 1, 2]
+    parts = ar.split()
+    assert [p.get() for p in parts] == [0, 1, 2]
+    joined = parts[2] + parts[0]
+    assert joined.get() == [2, 0] and joined.msg_ids == ["c", "a"]
+    with pytest.raises(TypeError):
+        ar[1.5]
+
+
+def test_unordered_map_iterates_as_chunks_complete():
+    first, second = Future(), done(reply([3, 4]))
+    ar = AsyncMapResult(None, ["a", "b"], [first, second], ordered=False)
+    it = iter(ar)
+    assert [next(it), next(it)] == [3, 4]
+    first.set_result(reply([1, 2]))
+    assert list(it) == [1, 2]
+    assert ar[0] == 1
+
+
+def test_done_callback_fires_once_after_all():
+    a, b = Future(), Future()
+    ar = AsyncResult(None, ["a", "b"], [a, b])
+    calls = []
+    ar.add_done_callback(calls.append)
+    a.set_result(reply(1))
+    assert calls == []
+    b.set_result(reply(2))
+    assert calls == [ar]
+
+
+def test_display_outputs_and_html_repr(capsys):
+    ar = AsyncResult(
+        None, ["a", "b"], [done(timed(1, 1, 0, 1, "one\n")), done(timed(2, 0, 0, 1, "zero\n"))]
+    )
+    ar.display_outputs()
+    assert capsys.readouterr().out == "[stdout:0] zero\n[stdout:1] one\n"
+    assert "finished" in ar._repr_html_() and "engines [0, 1]" in ar._repr_html_()
+
+
+def test_wait_interactive_shows_progress(capsys):
+    import io
+
+    f = Future()
+    ar = AsyncResult(None, ["a", "b"], [done(reply(1)), f], fname="job")
+    out = io.StringIO()
+    assert not ar.wait_interactive(interval=0.01, timeout=0.05, file=out)
+    f.set_result(reply(2))
+    assert ar.wait_interactive(interval=0.01, file=out)
+    assert "job" in out.getvalue() and "2/2" in out.getvalue()
+
+
+def test_sent_and_wait_for_send():
+    f = Future()
+    ar = AsyncResult(None, ["a"], [f])
+    assert not ar.sent and not ar.wait_for_send(0.01)
+    f.zpar_sent = 1.0
+    assert ar.sent and ar.wait_for_send(0.01)
