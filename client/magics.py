@@ -1,0 +1,171 @@
+"""IPython magics: %px, %%px, %autopx, %pxresult, %pxconfig over a DirectView.
+
+Registered by ``view.activate()`` or ``register_magics(shell, view)``. Output of each engine
+is shown under an ``[stdout:N]`` / ``[stderr:N]`` header, as in ipyparallel.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from typing import Any
+
+from zpar.errors import CompositeError, RemoteError
+
+from .asyncresult import AsyncResult
+
+
+def _parser(name: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=name, add_help=False, exit_on_error=False)
+    p.add_argument("--targets", "-t", default=None)
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--block", dest="block", action="store_true", default=None)
+    group.add_argument("--noblock", dest="block", action="store_false")
+    p.add_argument("--stream", action="store_true", default=False)
+    p.add_argument("--local", action="store_true", default=False)
+    p.add_argument("--group-outputs", choices=["engine", "order", "type"], default="engine")
+    p.add_argument("--verbose", "-v", action="store_true", default=None)
+    return p
+
+
+def parse_targets(spec: str | None) -> Any:
+    """'all', '3', '0,2', '1:3', '::2' -> a target spec the client understands."""
+    if spec is None or spec == "all":
+        return "all"
+    spec = spec.strip()
+    if ":" in spec:
+        parts = [int(x) if x else None for x in spec.split(":")]
+        return slice(*parts)
+    if "," in spec:
+        return [int(x) for x in spec.split(",") if x]
+    return int(spec)
+
+
+class ParallelMagics:
+    """The state behind the magics of one shell: the view, flags, the last result."""
+
+    def __init__(self, shell: Any, view: Any, suffix: str = "") -> None:
+        self.shell = shell
+        self.view = view
+        self.suffix = suffix
+        self.block = True
+        self.verbose = False
+        self.last_result: AsyncResult | None = None
+        self._autopx = False
+        self._transformer = None
+
+    # -- the magics -----------------------------------------------------------------------
+
+    def pxconfig(self, line: str) -> None:
+        args = self._parse("pxconfig", line)
+        if args.targets is not None:
+            self.view = self._view_for(args.targets)
+        if args.block is not None:
+            self.block = args.block
+        if args.verbose is not None:
+            self.verbose = args.verbose
+
+    def px(self, line: str, cell: str | None = None) -> Any:
+        if cell is None:
+            args, code = (
+                argparse.Namespace(
+                    targets=None, block=None, stream=False, local=False, group_outputs="engine"
+                ),
+                line,
+            )
+        else:
+            args, code = self._parse("px", line), cell
+        view = self._view_for(args.targets) if args.targets is not None else self.view
+        block = self.block if args.block is None else args.block
+        if args.local:
+            self.shell.run_cell(code)
+        ar = view.execute(code, block=False)
+        self.last_result = ar
+        if not block:
+            return ar
+        try:
+            ar.wait()
+        except KeyboardInterrupt:
+            self._interrupt(view)
+            raise
+        self._show(ar, args.group_outputs)
+        return None
+
+    def pxresult(self, line: str = "") -> None:
+        if self.last_result is None:
+            raise RuntimeError("no %px result yet: run %px or %%px first")
+        self._show(self.last_result, "engine")
+
+    def autopx(self, line: str = "") -> None:
+        if self._autopx:
+            self.shell.input_transformers_cleanup.remove(self._transformer)
+            self._autopx = False
+            print("%autopx disabled")
+            return
+        name = f"autopx{self.suffix}"
+
+        def to_px(lines: list[str]) -> list[str]:
+            text = "".join(lines).strip()
+            if text in (f"%{name}", f"%autopx{self.suffix}") or not text:
+                return lines
+            return [f"%%px{self.suffix}\n", *lines]
+
+        self._transformer = to_px
+        self.shell.input_transformers_cleanup.append(to_px)
+        self._autopx = True
+        print("%autopx enabled")
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def _parse(self, name: str, line: str) -> argparse.Namespace:
+        try:
+            return _parser(name).parse_args(shlex.split(line))
+        except (argparse.ArgumentError, SystemExit) as e:
+            raise ValueError(f"%{name}: bad arguments {line!r}: {e}") from None
+
+    def _view_for(self, spec: str) -> Any:
+        targets = parse_targets(spec)
+        client = self.view.client
+        return client[targets] if not isinstance(targets, str) else client[:]
+
+    def _interrupt(self, view: Any) -> None:
+        send = getattr(view.client, "send_signal", None)
+        if send is not None:
+            import signal
+
+            send(signal.SIGINT, targets=view.targets)
+
+    def _show(self, ar: AsyncResult, group_outputs: str) -> None:
+        ar.display_outputs(groupby=group_outputs)
+        try:
+            results = ar.get()
+        except CompositeError as e:
+            for err in e.errors:
+                _print_error(err)
+            raise
+        except RemoteError as e:
+            _print_error(e)
+            raise
+        ids = ar.engine_id if isinstance(ar.engine_id, list) else [ar.engine_id]
+        results = results if isinstance(results, list) else [results]
+        for eid, r in zip(ids, results, strict=False):
+            if r is not None:
+                print(f"Out[{eid}]: {r}")
+
+
+def _print_error(err: BaseException) -> None:
+    info = getattr(err, "engine_info", None) or {}
+    eid = info.get("engine_id", "?")
+    print(f"[{eid}:execute] {type(err).__name__}: {err}", file=sys.stderr)
+
+
+def register_magics(shell: Any, view: Any, suffix: str = "") -> ParallelMagics:
+    """Register %px{suffix}, %%px{suffix}, %autopx{suffix}, %pxresult{suffix},
+    %pxconfig{suffix} in ``shell`` (an IPython InteractiveShell)."""
+    state = ParallelMagics(shell, view, suffix)
+    shell.register_magic_function(state.px, "line_cell", f"px{suffix}")
+    shell.register_magic_function(state.autopx, "line", f"autopx{suffix}")
+    shell.register_magic_function(state.pxresult, "line", f"pxresult{suffix}")
+    shell.register_magic_function(state.pxconfig, "line", f"pxconfig{suffix}")
+    return state

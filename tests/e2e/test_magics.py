@@ -1,0 +1,76 @@
+"""%px and friends in a real IPython shell, against the module's cluster."""
+
+from __future__ import annotations
+
+import pytest
+
+from zpar.client.magics import parse_targets, register_magics
+
+
+@pytest.fixture
+def shell(rc):
+    from IPython.core.interactiveshell import InteractiveShell
+
+    sh = InteractiveShell.instance()
+    state = register_magics(sh, rc[:])
+    yield sh, state
+    if state._autopx:
+        state.autopx()
+    InteractiveShell.clear_instance()
+
+
+def test_px_line_and_cell(shell, capsys):
+    sh, state = shell
+    sh.run_line_magic("px", "a = 5")
+    sh.run_cell_magic("px", "", "print('hello', a)\na * 2")
+    out = capsys.readouterr().out
+    assert "[stdout:0] hello 5" in out and "[stdout:1] hello 5" in out
+    assert "Out[0]: 10" in out and "Out[1]: 10" in out
+
+
+def test_px_targets_noblock_and_pxresult(shell, capsys):
+    sh, state = shell
+    ar = sh.run_cell_magic("px", "--targets 1 --noblock", "print('only one')")
+    ar.wait(10)
+    sh.run_line_magic("pxresult", "")
+    out = capsys.readouterr().out
+    assert "[stdout:1] only one" in out and "[stdout:0]" not in out
+
+
+def test_px_local_runs_here_too(shell):
+    sh, state = shell
+    sh.run_cell_magic("px", "--local", "zz = 41 + 1")
+    assert sh.user_ns["zz"] == 42
+    assert state.view.pull("zz", block=True) == [42, 42]
+
+
+def test_px_remote_error_is_shown_and_raised(shell, capsys):
+    import zpar
+
+    sh, state = shell
+    with pytest.raises(zpar.CompositeError):
+        sh.run_cell_magic("px", "", "1/0")
+    assert "ZeroDivisionError" in capsys.readouterr().err
+
+
+def test_autopx_sends_every_cell(shell, capsys):
+    sh, state = shell
+    sh.run_line_magic("autopx", "")
+    here = __import__("os").getpid()
+    sh.run_cell(f"import os\nprint('remote', os.getpid() != {here})")
+    sh.run_cell("%autopx")
+    out = capsys.readouterr().out
+    assert "[stdout:0] remote True" in out and "%autopx disabled" in out
+
+
+def test_pxconfig_and_bad_arguments(shell):
+    sh, state = shell
+    sh.run_line_magic("pxconfig", "--noblock --targets ::2")
+    assert state.block is False and state.view.targets == [0]
+    with pytest.raises(ValueError, match="bad arguments"):
+        sh.run_line_magic("pxconfig", "--frobnicate")
+
+
+def test_parse_targets():
+    assert parse_targets(None) == "all" and parse_targets("3") == 3
+    assert parse_targets("0,2") == [0, 2] and parse_targets("1:3") == slice(1, 3)
