@@ -104,8 +104,20 @@ class AsyncResult:
                 )
                 pending = list(pending_set)
             return True
-        done, _ = concurrent.futures.wait(self._futures, timeout=timeout, return_when=return_when)
-        return bool(done) if return_when == FIRST_COMPLETED else self.ready()
+        if return_when == FIRST_COMPLETED:
+            done, _ = concurrent.futures.wait(self._futures, timeout, FIRST_COMPLETED)
+            return bool(done)
+        # ALL_COMPLETED: wait on each future's own condition (no waiter objects per call)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for f in self._futures:
+            if f.done():
+                continue
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                f.exception(remaining)
+            except (concurrent.futures.TimeoutError, concurrent.futures.CancelledError):
+                return self.ready()
+        return True
 
     def successful(self) -> bool:
         """True if every call finished without raising; an error if not finished yet."""

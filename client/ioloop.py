@@ -51,6 +51,7 @@ class ClientIO:
         os.set_blocking(self._wake_w, False)
         os.set_blocking(self._wake_r, False)
         self._stop = False
+        self._wake_pending = False
         self._thread: threading.Thread | None = None
         self._notification_addr: str | None = None
         #: registered engines, {id: uuid}; replaced (never mutated) by the I/O thread
@@ -115,6 +116,12 @@ class ClientIO:
         self._wake()
 
     def _wake(self) -> None:
+        # One pending wake-up is enough: the I/O thread clears the flag before it drains the
+        # outbox, so anything queued after that point writes a new one. This saves a
+        # syscall and a thread switch per message when calls are submitted in a burst.
+        if self._wake_pending:
+            return
+        self._wake_pending = True
         try:
             os.write(self._wake_w, b"\0")
         except BlockingIOError:
@@ -148,6 +155,7 @@ class ClientIO:
                             os.read(self._wake_r, 65536)
                         except BlockingIOError:
                             pass
+                        self._wake_pending = False  # before draining: see _wake
                         continue
                     handler = handlers.get(sock)
                     if handler is None:

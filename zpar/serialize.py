@@ -10,6 +10,9 @@ receiver does not copy either. Functions and lambdas go through cloudpickle.
 from __future__ import annotations
 
 import pickle
+import types
+import weakref
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -74,13 +77,120 @@ def _check_each(f: Any, args: Sequence[Any], kwargs: dict[str, Any], cause: Exce
     raise SerializationError(f"cannot serialize the call: {cause}. Nothing was sent.") from cause
 
 
+# -- function pickles, cached ------------------------------------------------------------
+#
+# A function defined in a notebook or script travels by value, and cloudpickle takes ~60 us
+# to pickle even a trivial one: the dominant client cost of a small task. A function is
+# pickled again only when something its pickle depends on may have changed; it is cached
+# only when everything it references is immutable (numbers, strings, tuples of them) or
+# referenced by identity (modules, classes, builtins), so a cached pickle is always the
+# pickle a fresh call would make.
+
+_IMMUTABLE = (int, float, complex, str, bytes, bool, type(None), range)
+_BY_IDENTITY = (types.ModuleType, type, types.BuiltinFunctionType)
+_fn_cache: weakref.WeakKeyDictionary[Any, tuple[tuple[Any, ...], bytes]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _stable(v: Any, depth: int = 0) -> bool:
+    if isinstance(v, _IMMUTABLE + _BY_IDENTITY):
+        return True
+    if type(v) is tuple or type(v) is frozenset:
+        return depth < 3 and all(_stable(x, depth + 1) for x in v)
+    if type(v) is types.FunctionType:
+        return depth < 3 and _fingerprint(v, depth + 1) is not None
+    return False
+
+
+def _code_names(code: types.CodeType) -> list[str]:
+    names = list(code.co_names)
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            names.extend(_code_names(c))
+    return names
+
+
+def _fingerprint(f: types.FunctionType, depth: int = 0) -> tuple[Any, ...] | None:
+    """What f's pickle depends on, or None if some of it could change in place."""
+    g = f.__globals__
+    refs: list[Any] = []
+    for name in _code_names(f.__code__):
+        if name in g:
+            v = g[name]
+            if not _stable(v, depth):
+                return None
+            refs.append((name, v))
+    cells = tuple(c.cell_contents for c in f.__closure__ or ())
+    extras = (f.__defaults__ or (), tuple(sorted((f.__kwdefaults__ or {}).items())), cells)
+    if not all(_stable(x, depth) for x in extras) or f.__dict__:
+        return None
+    return (f.__code__, f.__name__, f.__qualname__, f.__module__, tuple(refs), *extras)
+
+
+def _same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # a comparison that raises: treat as changed
+        return False
+
+
+class _PickledFunction:
+    """Stands in a call's pickle for a function pickled (and cached) beforehand."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def __reduce__(self) -> tuple[Any, tuple[bytes]]:
+        return (load_function, (self.data,))
+
+
+def _function_pickle(f: Any) -> Any:
+    """``f`` itself, or a _PickledFunction holding its (cached) cloudpickle."""
+    if type(f) is not types.FunctionType:
+        return f
+    try:
+        fp = _fingerprint(f)
+    except Exception:  # an odd global or default: no cache, the plain path decides
+        return f
+    if fp is None:
+        return f
+    cached = _fn_cache.get(f)
+    if cached is not None and _same(cached[0], fp):
+        return _PickledFunction(cached[1])
+    data = cloudpickle.dumps(f, protocol=PROTOCOL)
+    _fn_cache[f] = (fp, data)
+    return _PickledFunction(data)
+
+
+#: Engine side: functions rebuilt from identical pickles are reused. Only functions without
+#: closures: a closure cell is state a call could change.
+_loaded: OrderedDict[bytes, Any] = OrderedDict()
+_LOADED_MAX = 256
+
+
+def load_function(data: bytes) -> Any:
+    f = _loaded.get(data)
+    if f is not None:
+        _loaded.move_to_end(data)
+        return f
+    f = pickle.loads(data)
+    if getattr(f, "__closure__", None) is None:
+        _loaded[data] = f
+        if len(_loaded) > _LOADED_MAX:
+            _loaded.popitem(last=False)
+    return f
+
+
 def pack_apply(f: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None) -> list[Any]:
     """Frames of an apply_request: one pickle of (f, args, kwargs) and its buffers."""
     kwargs = kwargs or {}
     if not callable(f):
         raise SerializationError(f"cannot apply {_describe(f)}: it is not callable")
     try:
-        return serialize_object((f, tuple(args), kwargs))
+        return serialize_object((_function_pickle(f), tuple(args), kwargs))
     except SerializationError:
         raise
     except Exception as e:

@@ -39,6 +39,19 @@ def _unpackb(data: Any) -> Any:
     return msgpack.unpackb(data, raw=False, strict_map_key=False)
 
 
+#: This process's pid, refreshed in forked children: msg_ids embed it on every message, and
+#: os.getpid() is a system call on current glibc.
+_PID = os.getpid()
+
+
+def _refresh_pid() -> None:
+    global _PID
+    _PID = os.getpid()
+
+
+os.register_at_fork(after_in_child=_refresh_pid)
+
+
 def _raw(frame: Any) -> Any:
     """Bytes-like view of a frame without copying it."""
     return frame.buffer if isinstance(frame, zmq.Frame) else frame
@@ -116,7 +129,7 @@ class Session:
     # -- building -------------------------------------------------------------------------
 
     def new_msg_id(self) -> str:
-        return f"{self.session[:12]}_{os.getpid()}_{next(self._counter)}"
+        return f"{self.session[:12]}_{_PID}_{next(self._counter)}"
 
     def make_header(self, msg_type: str, msg_id: str | None = None) -> dict[str, Any]:
         return {

@@ -70,3 +70,56 @@ def test_empty_or_wrong_frames_are_refused():
         deserialize_object([])
     with pytest.raises(SerializationError, match=r"\(f, args, kwargs\)"):
         unpack_apply(serialize_object([1, 2]))
+
+
+SCALE = 2
+MUTABLE = [1]
+
+
+def _uses_scale(x):
+    return x * SCALE
+
+
+def _uses_mutable(x):
+    return x + MUTABLE[0]
+
+
+@pytest.fixture
+def by_value():
+    """Pickle this module's functions by value, as a notebook's would be."""
+    import sys
+
+    import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    yield
+    cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+
+
+def test_cached_function_pickle_follows_rebound_globals(by_value):
+    global SCALE
+    from zpar import serialize
+
+    f, args, _ = unpack_apply(pack_apply(_uses_scale, (3,)))
+    assert f(*args) == 6 and f is not _uses_scale  # rebuilt from its code
+    assert _uses_scale in serialize._fn_cache
+    SCALE = 5
+    try:
+        f, args, _ = unpack_apply(pack_apply(_uses_scale, (3,)))
+        assert f(*args) == 15
+    finally:
+        SCALE = 2
+
+
+def test_functions_reading_mutable_globals_are_never_cached(by_value):
+    from zpar import serialize
+
+    before = MUTABLE[0]
+    pack_apply(_uses_mutable, (1,))
+    MUTABLE[0] = 10
+    try:
+        f, args, _ = unpack_apply(pack_apply(_uses_mutable, (1,)))
+        assert f(*args) == 11
+    finally:
+        MUTABLE[0] = before
+    assert _uses_mutable not in serialize._fn_cache
