@@ -410,6 +410,44 @@ class AsyncResult:
                 if md.get(stream):
                     print(f"[{stream}:{md.get('engine_id')}] {md[stream]}", end="", file=out)
 
+    def stream_outputs(self, callback: Callable[[int | None, str, str], Any] | None = None) -> None:
+        """Show engines' stdout/stderr for these calls as it is printed.
+
+        callback(engine_id, stream_name, text) runs in the client's I/O thread; the default
+        prints ``[stdout:N] text``. Stops by itself when the calls are done.
+        """
+        if self._client is None:
+            raise RuntimeError("this AsyncResult has no client to stream through")
+        io = self._client._io
+        targets = getattr(self, "_engine_of", {})
+
+        def default(eid: int | None, name: str, text: str) -> None:
+            out = sys.stderr if name == "stderr" else sys.stdout
+            label = "?" if eid is None else eid
+            print(f"[{name}:{label}] {text}", end="" if text.endswith("\n") else "\n", file=out)
+
+        show = callback or default
+
+        def on_output(msg_id: str, msg: Message) -> None:
+            if msg.msg_type == "status":
+                if msg.content.get("execution_state") == "idle":  # the last word of a call
+                    io.unwatch_output([msg_id])
+                return
+            if msg.msg_type == "stream":
+                eid = msg.metadata.get("engine_id", targets.get(msg_id))
+                show(eid, msg.content.get("name", "stdout"), msg.content.get("text", ""))
+
+        io.watch_output(self.msg_ids, on_output)
+
+        def stop_later(ar: AsyncResult) -> None:
+            # a reply can overtake its last output (two paths): stop watching a bit later,
+            # unless the engine's 'idle' status ended it already
+            timer = threading.Timer(1.0, io.unwatch_output, args=(ar.msg_ids,))
+            timer.daemon = True
+            timer.start()
+
+        self.add_done_callback(stop_later)
+
     def wait_interactive(
         self, interval: float = 0.1, timeout: float | None = None, file: Any = None
     ) -> bool:

@@ -59,6 +59,10 @@ class ClientIO:
         self.engines_changed = threading.Condition()
         self.subscribed = threading.Event()
         self.on_notification: Callable[[Message], None] | None = None
+        #: IOPub address, known after the connection reply; subscribed to only on demand,
+        #: so engines' output does not cost this client anything unless it watches.
+        self.iopub_addr: str | None = None
+        self._output_watchers: dict[str, Callable[[str, Message], None]] = {}
 
     # -- set-up -------------------------------------------------------------------------
 
@@ -95,6 +99,35 @@ class ClientIO:
         if not done.wait(10):
             raise RuntimeError("client I/O thread did not answer: is it alive?")
 
+    def watch_output(self, msg_ids: list[str], callback: Callable[[str, Message], None]) -> None:
+        """Call ``callback(msg_id, message)`` (in the I/O thread) for each IOPub stream
+        message of these requests as it arrives. Output printed before the subscription
+        took effect is not replayed: the reply's metadata always has all of it."""
+        if self.iopub_addr is None:
+            raise RuntimeError("this client does not know the IOPub address yet")
+        done = threading.Event()
+
+        def _watch() -> None:
+            if "iopub" not in self._sockets:
+                sock = configure(self.context.socket(zmq.SUB))
+                sock.setsockopt(zmq.SUBSCRIBE, b"")
+                sock.connect(self.iopub_addr)
+                self._sockets["iopub"] = sock
+                self._poller.register(sock, zmq.POLLIN)
+            for m in msg_ids:
+                self._output_watchers[m] = callback
+            done.set()
+
+        self.call_soon(_watch)
+        done.wait(10)
+
+    def unwatch_output(self, msg_ids: list[str]) -> None:
+        def _unwatch() -> None:
+            for m in msg_ids:
+                self._output_watchers.pop(m, None)
+
+        self.call_soon(_unwatch)
+
     # -- user side ------------------------------------------------------------------------
 
     def submit(
@@ -119,8 +152,8 @@ class ClientIO:
         # One pending wake-up is enough: the I/O thread clears the flag before it drains the
         # outbox, so anything queued after that point writes a new one. This saves a
         # syscall and a thread switch per message when calls are submitted in a burst.
-        if self._wake_pending:
-            return
+        if self._wake_pending or self._stop:
+            return  # after close() the pipe's descriptors may belong to someone else
         self._wake_pending = True
         try:
             os.write(self._wake_w, b"\0")
@@ -131,7 +164,10 @@ class ClientIO:
         if self._thread is None or self._stop:
             return
         self._stop = True
-        self._wake()
+        try:
+            os.write(self._wake_w, b"\0")
+        except BlockingIOError:
+            pass
         self._thread.join(5)
         for fut in list(self._pending.values()):
             if not fut.done():
@@ -175,6 +211,8 @@ class ClientIO:
     def _handler_for(self, sock: zmq.Socket) -> Callable[[zmq.Socket], None]:
         if sock is self._sockets.get("notification"):
             return self._on_notification
+        if sock is self._sockets.get("iopub"):
+            return self._on_iopub
         return self._on_reply
 
     def _drain(self, sock: zmq.Socket, handler: Callable[[zmq.Socket], None]) -> None:
@@ -210,6 +248,21 @@ class ClientIO:
         if uuid is not None:
             self._by_engine.get(uuid, set()).discard(msg_id)
         fut.set_result(msg)
+
+    def _on_iopub(self, sock: zmq.Socket) -> None:
+        frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+        if not self._output_watchers:
+            return  # nobody watches: not even worth checking the signature
+        msg = self.session.feed(frames, where="iopub")
+        if msg is None:
+            return
+        msg_id = msg.parent_header.get("msg_id")
+        callback = self._output_watchers.get(msg_id) if isinstance(msg_id, str) else None
+        if callback is not None:
+            try:
+                callback(msg_id, msg)
+            except Exception:
+                log.exception("output callback for %s failed", msg_id)
 
     def _on_notification(self, sock: zmq.Socket) -> None:
         frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)

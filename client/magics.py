@@ -82,6 +82,8 @@ class ParallelMagics:
             self.shell.run_cell(code)
         ar = view.execute(code, block=False)
         self.last_result = ar
+        if args.stream:
+            ar.stream_outputs()
         if not block:
             return ar
         try:
@@ -89,7 +91,7 @@ class ParallelMagics:
         except KeyboardInterrupt:
             self._interrupt(view)
             raise
-        self._show(ar, args.group_outputs)
+        self._show(ar, args.group_outputs, show_output=not args.stream)
         return None
 
     def pxresult(self, line: str = "") -> None:
@@ -136,8 +138,9 @@ class ParallelMagics:
 
             send(signal.SIGINT, targets=view.targets)
 
-    def _show(self, ar: AsyncResult, group_outputs: str) -> None:
-        ar.display_outputs(groupby=group_outputs)
+    def _show(self, ar: AsyncResult, group_outputs: str, show_output: bool = True) -> None:
+        if show_output:
+            ar.display_outputs(groupby=group_outputs)
         try:
             results = ar.get()
         except CompositeError as e:

@@ -42,3 +42,43 @@ def test_stream_and_status_messages_reach_an_iopub_subscriber(rc, cluster_addres
         assert states == ["busy", "idle"]
     finally:
         sub.close()
+
+
+def _slow_talk(n):
+    import sys
+    import time
+
+    for i in range(n):
+        print(f"line {i}", flush=True)
+        sys.stdout.flush()
+        time.sleep(0.1)
+    return n
+
+
+def test_stream_outputs_arrive_while_the_task_runs(rc, cluster_addresses):
+    import threading
+
+    if rc._io.iopub_addr is None:
+        rc._io.iopub_addr = cluster_addresses[1]["iopub"]
+    seen = []
+    lock = threading.Lock()
+    first_line_at = []
+
+    def collect(eid, name, text):
+        with lock:
+            if not first_line_at:
+                first_line_at.append(time.monotonic())
+            seen.append((eid, name, text))
+
+    rc[0].apply_sync(lambda: None)  # the engine is idle and connected
+    ar = rc[0].apply_async(_slow_talk, 8)
+    ar.stream_outputs(collect)
+    assert ar.get(timeout=20) == 8
+    done_at = time.monotonic()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and "line 7" not in "".join(t for _, _, t in seen):
+        time.sleep(0.05)
+    text = "".join(t for _, _, t in seen)
+    assert "line 7" in text, text
+    assert first_line_at and first_line_at[0] < done_at - 0.3, "output did not stream live"
+    assert ar.stdout == "".join(f"line {i}\n" for i in range(8))
