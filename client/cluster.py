@@ -61,6 +61,9 @@ class Cluster:
         except BaseException:
             self.stop()
             raise
+        from .magics import auto_register
+
+        auto_register(self.client)
         return self.client
 
     def connect_client(self) -> Client:

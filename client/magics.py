@@ -172,3 +172,20 @@ def register_magics(shell: Any, view: Any, suffix: str = "") -> ParallelMagics:
     shell.register_magic_function(state.pxresult, "line", f"pxresult{suffix}")
     shell.register_magic_function(state.pxconfig, "line", f"pxconfig{suffix}")
     return state
+
+
+def auto_register(client: Any) -> ParallelMagics | None:
+    """Inside IPython, give the first connected Client the %px magics (on all engines)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return None
+    shell = get_ipython()
+    if shell is None:
+        return None
+    existing = getattr(shell, "_zpar_magics", None)
+    if existing is not None and not getattr(existing.view.client, "_closed", False):
+        return existing
+    state = register_magics(shell, client.direct_view("all"))
+    shell._zpar_magics = state
+    return state
