@@ -54,8 +54,7 @@ class Cluster:
     def start(self) -> Client:
         """Start and wait; return a Client connected to the cluster."""
         try:
-            self._launcher.start_controller(self.timeout)
-            self._launcher.start_engines()
+            self._launcher.start(self.timeout)
             self.client = Client(url_file=self._launcher.client_file, timeout=self.timeout)
             self._launcher.wait_for_engines(self.client, self.timeout)
         except BaseException:

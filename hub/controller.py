@@ -55,6 +55,9 @@ SCHEDULER_START_TIMEOUT = 30.0
 
 WILDCARDS = ("0.0.0.0", "*", "::", "")
 
+#: Seconds between heartbeat probes while an engine is registering.
+PROBE_INTERVAL = 0.01
+
 
 class ControllerError(ZparError):
     """The controller could not start or lost a part it cannot run without."""
@@ -248,11 +251,16 @@ class Controller:
         period = heart.period
         next_beat = time.monotonic()
         log.info("controller running (heartbeat %.3g s x %d)", period, heart.max_misses)
+        next_probe = 0.0
         while not hub.stopping:
-            timeout = max(0.0, next_beat - time.monotonic())
+            wake = min(next_beat, next_probe) if hub.pending else next_beat
+            timeout = max(0.0, wake - time.monotonic())
             for sock, _ in poller.poll(int(timeout * 1000) + 1):
                 handlers[sock]()
             now = time.monotonic()
+            if hub.pending and now >= next_probe:
+                heart.probe()  # a registering engine is in as soon as its heart is up
+                next_probe = now + PROBE_INTERVAL
             if now >= next_beat:
                 heart.beat()
                 next_beat = max(next_beat + period, now)

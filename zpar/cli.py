@@ -37,8 +37,7 @@ def cluster_start(args: argparse.Namespace) -> int:
         controller_args=(["--db", args.db] if getattr(args, "db", None) else []),
     )
     try:
-        lc.start_controller(args.timeout)
-        lc.start_engines()
+        lc.start(args.timeout)
         with Client(url_file=lc.client_file, timeout=args.timeout) as rc:
             lc.wait_for_engines(rc, args.timeout, progress=_progress)
         lc.save_state()

@@ -118,4 +118,4 @@ def wait_for_connection_file(path: str | Path, timeout: float) -> ConnectionInfo
             if time.monotonic() >= deadline:
                 raise
         time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-        delay = min(delay * 2, 0.2)
+        delay = min(delay * 2, 0.02)

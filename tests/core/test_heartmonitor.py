@@ -101,3 +101,17 @@ def test_bad_settings_are_refused():
             on_new_heart=print,
             on_heart_failure=print,
         )
+
+
+def test_probe_registers_new_hearts_without_counting_as_a_beat():
+    from zpar.hub.heartmonitor import PROBE
+
+    hm, new, dead = _monitor(misses=1)
+    hm.probe()
+    assert hm.ping.sent == [PROBE] and hm.counter == 0
+    hm.pong.inbox.append([b"e1", PROBE])
+    hm.handle_pong()
+    assert new == [b"e1"]
+    hm.pong.inbox.append([b"e1", PROBE])  # a known heart's probe echo changes nothing
+    hm.handle_pong()
+    assert new == [b"e1"] and not dead
