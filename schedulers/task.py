@@ -84,7 +84,8 @@ class TaskScheduler:
         self.engines: dict[bytes, EngineSlot] = {}  # registration order
         self.ids: dict[int, bytes] = {}
         self.pending: dict[str, Task] = {}  # given to an engine, not answered
-        self.queue: deque[Task] = deque()  # waiting for room
+        self.queue: deque[Task] = deque()  # waiting for room, any engine will do
+        self.restricted: list[Task] = []  # waiting for room on one of their targets
         self.dispatched = 0
         self.stopping = False
 
@@ -168,7 +169,7 @@ class TaskScheduler:
                 return
             task.targets = uuids
         if not self._place(task):
-            self.queue.append(task)
+            self._enqueue(task)
 
     def _target_uuids(self, targets: Any) -> frozenset[bytes] | str:
         """The uuids of ``targets``, or a message saying why they cannot be met."""
@@ -218,19 +219,21 @@ class TaskScheduler:
         return True
 
     def _drain_queue(self) -> None:
-        """Place queued tasks while engines have room (FIFO, skipping unplaceable ones)."""
+        """Place waiting tasks while engines have room: restricted ones first (each may fit
+        a different engine), then the FIFO of unrestricted ones until nobody has room.
+        O(placed + restricted waiting) per call: never a copy of the whole queue."""
+        if self.restricted:
+            still = [t for t in self.restricted if not self._place(t)]
+            self.restricted = still
         queue = self.queue
-        if not queue:
-            return
-        kept: deque[Task] = deque()
-        while queue:
-            task = queue.popleft()
-            if not self._place(task):
-                kept.append(task)
-                if task.targets is None:
-                    break  # nobody has room: the rest cannot be placed either
-        kept.extend(queue)
-        self.queue = kept
+        while queue and self._place(queue[0]):
+            queue.popleft()
+
+    def _enqueue(self, task: Task) -> None:
+        if task.targets is None:
+            self.queue.append(task)
+        else:
+            self.restricted.append(task)
 
     # -- replies ----------------------------------------------------------------------------
 
@@ -288,11 +291,9 @@ class TaskScheduler:
                 f"{reason}",
             )
         # queued tasks only a gone engine could run can never run
-        stuck = [
-            t for t in self.queue if t.targets is not None and not t.targets & self.engines.keys()
-        ]
+        stuck = [t for t in self.restricted if not t.targets & self.engines.keys()]
         if stuck:
-            self.queue = deque(t for t in self.queue if t not in stuck)
+            self.restricted = [t for t in self.restricted if t not in stuck]
             for task in stuck:
                 self._fail(
                     task,
