@@ -138,7 +138,7 @@ class Controller:
             period=cfg.hb_period,
             max_misses=cfg.hb_misses,
             on_new_heart=lambda uuid: None,
-            on_heart_failure=lambda uuid: None,
+            on_heart_failure=lambda uuid, reason: None,
         )
         engine_side = {
             "mux": advertise(relays["mux"].engine, host),
@@ -246,6 +246,9 @@ class Controller:
             hub.monitor: hub.handle_monitor,
             heart.pong: heart.handle_pong,
         }
+        events = heart.watch_connections()
+        self._sockets.insert(0, events)  # closed before the pong socket it watches
+        handlers[events] = heart.handle_events
         for s in handlers:
             poller.register(s, zmq.POLLIN)
         period = heart.period
@@ -253,14 +256,19 @@ class Controller:
         log.info("controller running (heartbeat %.3g s x %d)", period, heart.max_misses)
         next_probe = 0.0
         while not hub.stopping:
-            wake = min(next_beat, next_probe) if hub.pending else next_beat
+            probing = bool(hub.pending) or heart.probing
+            wake = min(next_beat, next_probe) if probing else next_beat
             timeout = max(0.0, wake - time.monotonic())
             for sock, _ in poller.poll(int(timeout * 1000) + 1):
                 handlers[sock]()
             now = time.monotonic()
-            if hub.pending and now >= next_probe:
-                heart.probe()  # a registering engine is in as soon as its heart is up
+            if (hub.pending or heart.probing) and now >= next_probe:
+                # a registering engine is in as soon as its heart is up; an engine whose
+                # heartbeat connection closed is dead unless it answers soon
+                heart.probe()
                 next_probe = now + PROBE_INTERVAL
+            if heart.probing:
+                heart.check_suspects(now)
             if now >= next_beat:
                 heart.beat()
                 next_beat = max(next_beat + period, now)

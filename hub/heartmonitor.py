@@ -4,20 +4,34 @@ The hub PUBs ``PING + counter`` every period; each heart echoes it on the pong R
 ``[uuid, PING + counter]``. An engine whose newest echo is more than ``max_misses`` pings
 old is declared dead. Counting pings rather than seconds means a stalled hub loop (a long
 database flush) delays everyone's verdict equally instead of killing healthy engines.
+
+Faster, when it can: the pong ROUTER's TCP connection to a heart closes the moment its
+process dies. The monitor remembers which connection (file descriptor) each heart echoes
+on; when one closes, that engine becomes a suspect and is probed every few ms. A live
+heart reconnects within zmq's reconnect interval and answers; a dead one is declared dead
+after ``suspect_grace`` seconds instead of ``max_misses`` periods.
+
+Probes (``PROBE + n``) count for nothing but liveness: they also let an engine that is
+registering be noticed as soon as its heart is up.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 
 import zmq
+import zmq.utils.monitor
 
 from zpar.constants import PING
 
 log = logging.getLogger(__name__)
 
 PROBE = PING + b"probe"
+
+#: Seconds a heart whose connection closed has to answer a probe before it is dead.
+SUSPECT_GRACE = 0.5
 
 
 class HeartMonitor:
@@ -29,7 +43,8 @@ class HeartMonitor:
         period: float,
         max_misses: int,
         on_new_heart: Callable[[bytes], None],
-        on_heart_failure: Callable[[bytes], None],
+        on_heart_failure: Callable[[bytes, str], None],
+        suspect_grace: float = SUSPECT_GRACE,
     ) -> None:
         if period <= 0 or max_misses < 1:
             raise ValueError(
@@ -41,23 +56,42 @@ class HeartMonitor:
         self.max_misses = max_misses
         self.on_new_heart = on_new_heart
         self.on_heart_failure = on_heart_failure
+        self.suspect_grace = suspect_grace
         self.counter = 0
+        self.probes = 0
         #: uuid -> newest ping counter it echoed
         self.hearts: dict[bytes, int] = {}
+        #: connection of each heart, to know whose connection closed
+        self._fd_of: dict[bytes, int] = {}
+        self._uuid_of_fd: dict[int, bytes] = {}
+        #: uuid -> (first probe number that proves life, deadline)
+        self.suspects: dict[bytes, tuple[int, float]] = {}
+        self.events: zmq.Socket | None = None
+
+    def watch_connections(self) -> zmq.Socket:
+        """A socket of the pong ROUTER's disconnect events, for the hub loop to poll."""
+        self.events = self.pong.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        return self.events
 
     def watch(self, uuid: bytes, counter: int | None = None) -> None:
         self.hearts[uuid] = self.counter if counter is None else counter
 
     def forget(self, uuid: bytes) -> None:
         self.hearts.pop(uuid, None)
+        self.suspects.pop(uuid, None)
+        fd = self._fd_of.pop(uuid, None)
+        if fd is not None and self._uuid_of_fd.get(fd) == uuid:
+            del self._uuid_of_fd[fd]
+
+    @property
+    def probing(self) -> bool:
+        """True while someone must hear a probe soon (suspects)."""
+        return bool(self.suspects)
 
     def probe(self) -> None:
-        """An extra ping that counts for nothing but noticing new hearts.
-
-        Sent every few ms while an engine is registering, so its registration completes
-        as soon as its heart is up instead of at the next regular beat (up to a period).
-        """
-        self.ping.send(PROBE)
+        """An extra ping that counts for nothing but liveness (see the module doc)."""
+        self.probes += 1
+        self.ping.send(PROBE + str(self.probes).encode("ascii"))
 
     def beat(self) -> None:
         """Send the next ping and declare dead every heart too far behind."""
@@ -66,41 +100,108 @@ class HeartMonitor:
         limit = self.counter - self.max_misses - 1
         dead = [(u, last) for u, last in self.hearts.items() if last < limit]
         for uuid, last in dead:
-            del self.hearts[uuid]
+            self.forget(uuid)
             log.warning(
                 "engine %s missed %d heartbeats (%.2f s): declared dead",
                 uuid.decode("ascii", "replace"),
                 self.counter - 1 - last,
                 (self.counter - 1 - last) * self.period,
             )
-            self.on_heart_failure(uuid)
+            self.on_heart_failure(uuid, f"missed {self.counter - 1 - last} heartbeats")
+
+    def check_suspects(self, now: float | None = None) -> None:
+        now = time.monotonic() if now is None else now
+        for uuid, (_, deadline) in list(self.suspects.items()):
+            if deadline <= now:
+                self.forget(uuid)
+                log.warning(
+                    "engine %s: its heartbeat connection closed and it did not answer within "
+                    "%.2f s: declared dead",
+                    uuid.decode("ascii", "replace"),
+                    self.suspect_grace,
+                )
+                self.on_heart_failure(
+                    uuid,
+                    f"its connection closed and it did not answer within {self.suspect_grace} s",
+                )
+
+    def handle_events(self) -> None:
+        """Drain the disconnect events: each closed heart connection makes a suspect."""
+        if self.events is None:
+            return
+        while True:
+            try:
+                event = zmq.utils.monitor.recv_monitor_message(self.events, zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            fd = int(event["value"])
+            uuid = self._uuid_of_fd.pop(fd, None)
+            if uuid is None or uuid not in self.hearts:
+                continue
+            self._fd_of.pop(uuid, None)
+            self.suspects[uuid] = (self.probes + 1, time.monotonic() + self.suspect_grace)
+            log.info(
+                "engine %s: heartbeat connection closed; probing", uuid.decode("ascii", "replace")
+            )
 
     def handle_pong(self) -> None:
         """Drain the pong socket."""
         pong = self.pong
         while True:
             try:
-                frames = pong.recv_multipart(zmq.NOBLOCK)
+                frames = pong.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 return
-            if len(frames) != 2 or not frames[1].startswith(PING):
+            if len(frames) != 2:
                 log.warning("malformed heartbeat of %d frames ignored", len(frames))
                 continue
-            uuid, payload = frames
-            if payload == PROBE:
-                if uuid not in self.hearts:
-                    self.on_new_heart(uuid)
-                continue
-            try:
-                n = int(payload[len(PING) :])
-            except ValueError:
+            uuid, payload = frames[0].bytes, frames[1].bytes
+            if not payload.startswith(PING):
                 log.warning("malformed heartbeat %r from %r ignored", payload[:32], uuid[:64])
                 continue
-            if n > self.counter:
-                log.warning("heartbeat %d > %d (sent) from %r ignored", n, self.counter, uuid[:64])
-                continue
-            last = self.hearts.get(uuid)
-            if last is None:
-                self.on_new_heart(uuid)  # may call watch()
-            elif n > last:
-                self.hearts[uuid] = n
+            known = uuid in self.hearts
+            if payload.startswith(PROBE):
+                self._probe_echo(uuid, payload, known)
+            else:
+                self._beat_echo(uuid, payload, known)
+            if uuid in self.hearts and uuid not in self._fd_of:
+                self._remember_connection(uuid, frames[0])
+
+    def _beat_echo(self, uuid: bytes, payload: bytes, known: bool) -> None:
+        try:
+            n = int(payload[len(PING) :])
+        except ValueError:
+            log.warning("malformed heartbeat %r from %r ignored", payload[:32], uuid[:64])
+            return
+        if n > self.counter:
+            log.warning("heartbeat %d > %d (sent) from %r ignored", n, self.counter, uuid[:64])
+            return
+        if not known:
+            self.on_new_heart(uuid)  # may call watch()
+        elif n > self.hearts[uuid]:
+            self.hearts[uuid] = n
+
+    def _probe_echo(self, uuid: bytes, payload: bytes, known: bool) -> None:
+        if not known:
+            self.on_new_heart(uuid)
+            return
+        suspect = self.suspects.get(uuid)
+        if suspect is None:
+            return
+        try:
+            n = int(payload[len(PROBE) :] or 0)
+        except ValueError:
+            return
+        if n >= suspect[0]:  # an answer to a probe sent after the connection closed
+            del self.suspects[uuid]
+            log.info("engine %s answered after reconnecting", uuid.decode("ascii", "replace"))
+
+    def _remember_connection(self, uuid: bytes, frame: zmq.Frame) -> None:
+        try:
+            fd = frame.get(zmq.SRCFD)
+        except zmq.ZMQError:  # a transport without file descriptors (inproc)
+            return
+        if fd is None or fd < 0:
+            return
+        self._fd_of[uuid] = fd
+        self._uuid_of_fd[fd] = uuid

@@ -230,8 +230,8 @@ class Hub:
             self.notification, MsgType.REGISTRATION_NOTIFICATION, {"id": rec.id, "uuid": rec.uuid}
         )
 
-    def _on_heart_failure(self, uuid: bytes) -> None:
-        self.unregister(uuid, "stopped heartbeating")
+    def _on_heart_failure(self, uuid: bytes, reason: str = "stopped heartbeating") -> None:
+        self.unregister(uuid, reason)
 
     def unregister(self, uuid: bytes, reason: str) -> None:
         rec = self.by_uuid.pop(uuid, None)

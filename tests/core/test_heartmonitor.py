@@ -6,7 +6,7 @@ import pytest
 import zmq
 
 from zpar.constants import PING
-from zpar.hub.heartmonitor import HeartMonitor
+from zpar.hub.heartmonitor import PROBE, HeartMonitor
 
 
 class FakePub:
@@ -21,10 +21,10 @@ class FakeRouter:
     def __init__(self):
         self.inbox = []
 
-    def recv_multipart(self, flags=0):
+    def recv_multipart(self, flags=0, copy=True):
         if not self.inbox:
             raise zmq.Again()
-        return self.inbox.pop(0)
+        return [zmq.Frame(f) for f in self.inbox.pop(0)]
 
 
 def _monitor(misses=2):
@@ -35,7 +35,7 @@ def _monitor(misses=2):
         period=0.1,
         max_misses=misses,
         on_new_heart=lambda u: (new.append(u), hm.watch(u)),
-        on_heart_failure=dead.append,
+        on_heart_failure=lambda u, reason: dead.append(u),
     )
     return hm, new, dead
 
@@ -104,14 +104,31 @@ def test_bad_settings_are_refused():
 
 
 def test_probe_registers_new_hearts_without_counting_as_a_beat():
-    from zpar.hub.heartmonitor import PROBE
 
     hm, new, dead = _monitor(misses=1)
     hm.probe()
-    assert hm.ping.sent == [PROBE] and hm.counter == 0
-    hm.pong.inbox.append([b"e1", PROBE])
+    assert hm.ping.sent == [PROBE + b"1"] and hm.counter == 0
+    hm.pong.inbox.append([b"e1", PROBE + b"1"])
     hm.handle_pong()
     assert new == [b"e1"]
-    hm.pong.inbox.append([b"e1", PROBE])  # a known heart's probe echo changes nothing
+    hm.pong.inbox.append([b"e1", PROBE + b"1"])  # a known heart's probe echo changes nothing
     hm.handle_pong()
     assert new == [b"e1"] and not dead
+
+
+def test_closed_connection_makes_a_suspect_that_dies_or_is_cleared():
+    hm, new, dead = _monitor(misses=100)
+    hm.beat()
+    for u in (b"e1", b"e2"):
+        hm.pong.inbox.append([u, PING + b"1"])
+    hm.handle_pong()
+    hm.suspects[b"e1"] = (hm.probes + 1, 10.0)  # as handle_events does on a disconnect
+    hm.suspects[b"e2"] = (hm.probes + 1, 10.0)
+    assert hm.probing
+    hm.probe()
+    hm.pong.inbox.append([b"e2", PROBE + b"1"])  # e2 reconnected and answered
+    hm.handle_pong()
+    hm.check_suspects(now=9.0)
+    assert not dead and list(hm.suspects) == [b"e1"]
+    hm.check_suspects(now=10.5)
+    assert dead == [b"e1"] and not hm.probing and b"e1" not in hm.hearts

@@ -109,3 +109,18 @@ def test_shutdown_hub_stops_everything(make_cluster):
     rc.shutdown(hub=True)
     _, alive = psutil.wait_procs(procs, timeout=15)
     assert not alive
+
+
+def test_killed_engine_is_noticed_by_its_closed_connection(make_cluster, tmp_path):
+    """With slow heartbeats (2 s x 4), death is noticed from the closed heartbeat
+    connection, not from missed beats: the error says which."""
+    c = make_cluster(2, controller_args=["--hb-period", "2", "--hb-misses", "4"])
+    rc = c.client
+    pid = rc[1].apply_sync(os.getpid)
+    task = rc[1].apply_async(_mark_and_spin, str(tmp_path / "m"), 30)
+    while not (tmp_path / "m").exists():
+        time.sleep(0.01)
+    os.kill(pid, signal.SIGKILL)
+    with pytest.raises(zpar.EngineError, match="connection closed"):
+        task.get(timeout=30)
+    assert rc.ids == [0]
