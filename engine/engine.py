@@ -27,14 +27,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import zmq
-import zmq.utils.monitor
 
 from zpar.connection import ConnectionInfo
 from zpar.constants import HUB_TIMEOUT
 from zpar.errors import LocalProtocolError, TimeoutError
 from zpar.logs import setup_logging
 from zpar.messages import MsgType, RegistrationReply, Status
-from zpar.sockets import configure
+from zpar.sockets import configure, recv_monitor_event
 from zpar.wire import Message, Session
 
 from .heart import Heart
@@ -75,7 +74,7 @@ def connect_and_wait(pairs: Sequence[tuple[zmq.Socket, str]], timeout: float) ->
                     f"no handshake with {addr} within {timeout:g} s: is the controller "
                     "reachable from this host?"
                 )
-            zmq.utils.monitor.recv_monitor_message(mon)
+            recv_monitor_event(mon)
     finally:
         for (s, _), mon in zip(pairs, monitors, strict=True):
             s.disable_monitor()

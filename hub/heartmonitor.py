@@ -22,9 +22,9 @@ import time
 from collections.abc import Callable
 
 import zmq
-import zmq.utils.monitor
 
 from zpar.constants import PING
+from zpar.sockets import recv_monitor_event
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +131,7 @@ class HeartMonitor:
             return
         while True:
             try:
-                event = zmq.utils.monitor.recv_monitor_message(self.events, zmq.NOBLOCK)
+                event = recv_monitor_event(self.events, zmq.NOBLOCK)
             except zmq.Again:
                 return
             fd = int(event["value"])

@@ -21,9 +21,10 @@ from zpar.messages import (
     MON_MUX_IN,
     MON_MUX_OUT,
     MON_SCHEDULER,
-    MON_TASK_DEST,
-    MON_TASK_IN,
-    MON_TASK_OUT,
+    MON_TASK_BATCH,
+    TASK_DEST,
+    TASK_IN,
+    TASK_OUT,
     MsgType,
     Status,
 )
@@ -95,9 +96,7 @@ class Hub:
             MON_MUX_OUT: self._mux_out,
             MON_CONTROL_IN: _ignore,
             MON_CONTROL_OUT: _ignore,
-            MON_TASK_IN: self._task_in,
-            MON_TASK_DEST: self._task_dest,
-            MON_TASK_OUT: self._task_out,
+            MON_TASK_BATCH: self._task_batch,
             MON_SCHEDULER: self._scheduler_message,
         }
 
@@ -288,22 +287,21 @@ class Hub:
         if msg_id is not None:
             self.tasks.finished(msg_id, engine, metadata, str(metadata.get("status", "")))
 
-    def _task_in(self, frames: list[Any]) -> None:
-        # [task_in, client_ident, header, metadata]
-        header = unpack(frames[2])
-        metadata = unpack(frames[3]) if len(frames) > 3 else {}
-        self.tasks.submitted(header, "task", frames[1].bytes, None, metadata)
-
-    def _task_dest(self, frames: list[Any]) -> None:
-        # [task_dest, msg_id, engine_uuid]
-        self.tasks.assigned(frames[1].bytes.decode(), frames[2].bytes.decode("ascii", "replace"))
-
-    def _task_out(self, frames: list[Any]) -> None:
-        # [task_out, engine_uuid, client_ident, header, parent, metadata, content]
-        parent = unpack(frames[4])
-        metadata = unpack(frames[5])
-        engine = frames[1].bytes.decode("ascii", "replace") or None
-        self.tasks.finished(parent["msg_id"], engine, metadata, str(metadata.get("status", "")))
+    def _task_batch(self, frames: list[Any]) -> None:
+        # [task_batch, msgpack list of events] (zpar.messages: TASK_IN / TASK_DEST / TASK_OUT)
+        tasks = self.tasks
+        for event in unpack(frames[1]):
+            kind = event[0]
+            if kind == TASK_DEST:
+                tasks.assigned(event[1], _text(event[2]))
+            elif kind == TASK_IN:
+                tasks.submitted(event[2], "task", event[1], None, unpack(event[3]))
+            elif kind == TASK_OUT:
+                metadata = unpack(event[4])
+                engine = _text(event[1]) or None
+                tasks.finished(event[3], engine, metadata, str(metadata.get("status", "")))
+            else:
+                log.warning("unknown task event %r ignored", kind)
 
     def _scheduler_message(self, frames: list[Any]) -> None:
         msg = self.session.feed(frames[1:], "monitor (scheduler)")
@@ -323,3 +321,7 @@ def _reply_type(msg_type: str) -> MsgType:
         return MsgType(name)
     except ValueError:
         return MsgType.QUEUE_REPLY
+
+
+def _text(b: bytes | str) -> str:
+    return b if isinstance(b, str) else b.decode("ascii", "replace")

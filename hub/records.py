@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +17,9 @@ log = logging.getLogger(__name__)
 
 #: Status of a task the hub saw leave but never saw come back, because its engine died.
 ENGINE_DIED = "engine_died"
+
+#: Completed records kept in memory; older ones are culled (the count per engine stays).
+COMPLETED_LIMIT = 10_000
 
 
 @dataclass(slots=True)
@@ -41,13 +44,16 @@ class TaskRecord:
 class TaskTable:
     """In-memory task records with per-engine indexes of pending work."""
 
-    def __init__(self) -> None:
+    def __init__(self, completed_limit: int = COMPLETED_LIMIT) -> None:
         self.records: dict[str, TaskRecord] = {}
         self.unassigned: set[str] = set()
         self.queued: dict[str, set[str]] = {}  # engine uuid -> pending direct msg_ids
         self.tasks: dict[str, set[str]] = {}  # engine uuid -> pending load-balanced msg_ids
-        self.completed: dict[str, list[str]] = {}  # engine uuid -> completed msg_ids
+        self.completed: dict[str, deque[str]] = {}  # engine uuid -> newest completed msg_ids
+        self.completed_count: Counter[str] = Counter()  # engine uuid -> all completed
         self.counts: Counter[str] = Counter()
+        self.completed_limit = completed_limit
+        self._done: deque[str] = deque()  # completed msg_ids, oldest first
 
     # -- events -----------------------------------------------------------------------------
 
@@ -108,8 +114,21 @@ class TaskTable:
         rec.status = status
         self.counts[status] += 1
         if rec.engine_uuid is not None:
-            self.completed.setdefault(rec.engine_uuid, []).append(msg_id)
+            done = self.completed.get(rec.engine_uuid)
+            if done is None:
+                done = self.completed[rec.engine_uuid] = deque(maxlen=self.completed_limit)
+            done.append(msg_id)
+            self.completed_count[rec.engine_uuid] += 1
+        self._retire(msg_id)
         return rec
+
+    def _retire(self, msg_id: str) -> None:
+        """Keep at most completed_limit completed records in memory, dropping the oldest."""
+        self._done.append(msg_id)
+        while len(self._done) > self.completed_limit:
+            old = self.records.get(self._done.popleft())
+            if old is not None and not old.pending:
+                del self.records[old.msg_id]
 
     def engine_died(self, engine_uuid: str) -> list[str]:
         """Mark the engine's pending direct tasks as lost; returns their msg_ids.
@@ -123,6 +142,7 @@ class TaskTable:
             rec.completed = now
             rec.status = ENGINE_DIED
             self.counts[ENGINE_DIED] += 1
+            self._retire(msg_id)
         return lost
 
     def _unindex(self, rec: TaskRecord) -> None:
@@ -138,10 +158,11 @@ class TaskTable:
     def queue_status(self, engine_uuid: str, verbose: bool) -> dict[str, Any]:
         queued = self.queued.get(engine_uuid, set())
         tasks = self.tasks.get(engine_uuid, set())
-        done = self.completed.get(engine_uuid, [])
         if verbose:
+            done = self.completed.get(engine_uuid, ())
             return {"queue": sorted(queued), "tasks": sorted(tasks), "completed": list(done)}
-        return {"queue": len(queued), "tasks": len(tasks), "completed": len(done)}
+        completed = self.completed_count[engine_uuid]
+        return {"queue": len(queued), "tasks": len(tasks), "completed": completed}
 
 
 def _float(v: Any) -> float | None:

@@ -26,15 +26,17 @@ import zmq
 from zpar.constants import TASK_HWM, TASK_SCHEME
 from zpar.messages import (
     MON_SCHEDULER,
-    MON_TASK_DEST,
-    MON_TASK_IN,
-    MON_TASK_OUT,
+    MON_TASK_BATCH,
     REPLY_TYPE,
+    TASK_BATCH_MAX,
+    TASK_DEST,
+    TASK_IN,
+    TASK_OUT,
     MsgType,
     Status,
 )
 from zpar.sockets import bind_random, configure
-from zpar.wire import Session, send_frames, split_idents, unpack
+from zpar.wire import Session, pack, send_frames, split_idents, unpack
 
 from .schemes import EngineSlot, get_scheme
 
@@ -88,6 +90,7 @@ class TaskScheduler:
         self.restricted: list[Task] = []  # waiting for room on one of their targets
         self.dispatched = 0
         self.stopping = False
+        self._events: list[list[Any]] = []
 
     # -- start ------------------------------------------------------------------------------
 
@@ -130,6 +133,7 @@ class TaskScheduler:
                 self._drain(engine, self._on_reply)
             if client in ready:
                 self._drain(client, self._on_submission)
+            self.flush_events()
 
     def _drain(self, sock: zmq.Socket, handler: Any) -> None:
         for _ in range(512):
@@ -141,6 +145,17 @@ class TaskScheduler:
                 handler(frames)
             except Exception:  # one bad message must never stop the scheduler
                 log.exception("error handling a message of %d frames; dropped", len(frames))
+
+    def _event(self, event: list[Any]) -> None:
+        self._events.append(event)
+        if len(self._events) >= TASK_BATCH_MAX:
+            self.flush_events()
+
+    def flush_events(self) -> None:
+        """Tell the hub what happened since the last flush, in one message."""
+        if self._events:
+            self.monitor.send_multipart([MON_TASK_BATCH, pack(self._events)])
+            self._events = []
 
     def close(self) -> None:
         for s in (self.client, self.engine, self.events, self.monitor):
@@ -156,7 +171,7 @@ class TaskScheduler:
         header = msg.header
         msg_id = header["msg_id"]
         sig = msg.frames  # [DELIM, sig, header, parent, metadata, content, buffers…]
-        self.monitor.send_multipart([MON_TASK_IN, client, sig[2], sig[4]], copy=False)
+        self._event([TASK_IN, client, header, sig[4].bytes])
         task = Task(msg_id, client, header, msg.frames, None)
         if header.get("msg_type") not in (MsgType.APPLY_REQUEST, MsgType.EXECUTE_REQUEST):
             self._fail(task, "ProtocolError", f"{header.get('msg_type')!r} is not a task request")
@@ -215,7 +230,7 @@ class TaskScheduler:
         engine.tasks.add(task.msg_id)
         task.engine = engine
         self.pending[task.msg_id] = task
-        self.monitor.send_multipart([MON_TASK_DEST, task.msg_id.encode(), engine.uuid])
+        self._event([TASK_DEST, task.msg_id, engine.uuid])
         return True
 
     def _drain_queue(self) -> None:
@@ -250,7 +265,7 @@ class TaskScheduler:
         if task is None:
             log.warning("reply from %s to unknown task %r relayed anyway", uuid, msg_id)
         send_frames(self.client, [client, uuid, *msg])
-        self.monitor.send_multipart([MON_TASK_OUT, uuid, client, *msg[2:6]], copy=False)
+        self._event([TASK_OUT, uuid, client, msg_id, _bytes(msg[4])])
         if task is not None and task.engine is not None:
             task.engine.load -= 1
             task.engine.tasks.discard(msg_id)
@@ -334,4 +349,8 @@ class TaskScheduler:
         )
         log.info("task %s failed in the scheduler: %s: %s", task.msg_id, ename, evalue)
         send_frames(self.client, [task.client, uuid, *frames])
-        self.monitor.send_multipart([MON_TASK_OUT, uuid, task.client, *frames[2:6]])
+        self._event([TASK_OUT, uuid, task.client, task.msg_id, frames[4]])
+
+
+def _bytes(frame: Any) -> bytes:
+    return frame.bytes if isinstance(frame, zmq.Frame) else bytes(frame)

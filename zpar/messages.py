@@ -359,7 +359,15 @@ MON_MUX_IN = b"mux_in"
 MON_MUX_OUT = b"mux_out"
 MON_CONTROL_IN = b"ctl_in"
 MON_CONTROL_OUT = b"ctl_out"
-MON_TASK_IN = b"task_in"
-MON_TASK_OUT = b"task_out"
-MON_TASK_DEST = b"task_dest"
+#: The task scheduler's events travel in batches: [MON_TASK_BATCH, msgpack list of events],
+#: one message per scheduler loop turn (or TASK_BATCH_MAX events), so neither process pays
+#: a zmq message per event. Each event is a list starting with its kind:
+#:   [TASK_IN, client_ident, header (map), metadata (msgpack bytes)]
+#:   [TASK_DEST, msg_id, engine_uuid]
+#:   [TASK_OUT, engine_uuid, client_ident, parent msg_id, metadata (msgpack bytes)]
+MON_TASK_BATCH = b"task_batch"
+TASK_IN = "in"
+TASK_DEST = "dest"
+TASK_OUT = "out"
+TASK_BATCH_MAX = 1000
 MON_SCHEDULER = b"sched"

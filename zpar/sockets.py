@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import struct
 import time
 from collections.abc import Iterable
+from typing import Any
 
 import zmq
-import zmq.utils.monitor
 
 from .errors import TimeoutError
+
+
+def recv_monitor_event(sock: zmq.Socket, flags: int = 0) -> dict[str, Any]:
+    """One socket-monitor event: {event, value, endpoint}.
+
+    zmq.utils.monitor does the same but imports asyncio (and ssl) into every process that
+    uses it: several MB of resident memory for a 6-byte struct.
+    """
+    frames = sock.recv_multipart(flags)
+    event, value = struct.unpack("=hi", frames[0][:6])
+    return {"event": event, "value": value, "endpoint": frames[1] if len(frames) > 1 else b""}
 
 
 def bind_random(sock: zmq.Socket, ip: str = "127.0.0.1", transport: str = "tcp") -> str:
@@ -53,7 +65,7 @@ def wait_handshakes(sockets: Iterable[zmq.Socket], timeout: float) -> None:
                     f"no handshake with {s.getsockopt_string(zmq.LAST_ENDPOINT)} within "
                     f"{timeout:.1f} s: is the controller reachable from this host?"
                 )
-            zmq.utils.monitor.recv_monitor_message(mon)
+            recv_monitor_event(mon)
     finally:
         for s, mon in zip(sockets, monitors, strict=True):
             s.disable_monitor()

@@ -1,0 +1,43 @@
+"""The hub's in-memory task table: indexes right, memory bounded."""
+
+from __future__ import annotations
+
+from zpar.hub.records import ENGINE_DIED, TaskTable
+
+
+def _submit(t, i, queue="task", engine=None):
+    return t.submitted(
+        {"msg_id": f"m{i}", "msg_type": "apply_request", "date": 1.0}, queue, b"client", engine
+    )
+
+
+def test_lifecycle_and_queue_status():
+    t = TaskTable()
+    _submit(t, 1)
+    assert t.unassigned == {"m1"}
+    t.assigned("m1", "e")
+    _submit(t, 2, "mux", "e")
+    assert t.queue_status("e", False) == {"queue": 1, "tasks": 1, "completed": 0}
+    t.finished("m1", "e", {"started": 2.0, "completed": 3.0}, "ok")
+    rec = t.records["m1"]
+    assert (rec.started, rec.completed, rec.status) == (2.0, 3.0, "ok")
+    assert t.queue_status("e", True) == {"queue": ["m2"], "tasks": [], "completed": ["m1"]}
+    assert t.engine_died("e") == ["m2"] and t.records["m2"].status == ENGINE_DIED
+
+
+def test_completed_records_are_culled_but_counted():
+    t = TaskTable(completed_limit=100)
+    for i in range(1000):
+        _submit(t, i, "mux", "e")
+        t.finished(f"m{i}", "e", {}, "ok")
+    _submit(t, "pending", "mux", "e")
+    assert len(t.records) == 101 and "mpending" in t.records
+    assert t.queue_status("e", False)["completed"] == 1000
+    assert len(t.queue_status("e", True)["completed"]) == 100
+
+
+def test_destination_before_submission_is_kept():
+    t = TaskTable()
+    t.assigned("m9", "e")
+    _submit(t, 9)
+    assert t.queue_status("e", False)["tasks"] == 1 and not t.unassigned
