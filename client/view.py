@@ -202,6 +202,12 @@ def _concat(parts: list[Any]) -> Any:
     return out
 
 
+#: A load-balanced map without a chunksize sends about this many chunks per engine: few
+#: enough messages that scheduling costs little per item, enough that a slow chunk leaves
+#: at most ~1/8 of an engine's share as tail. chunksize=1 gives one task per item.
+AUTO_CHUNKS_PER_ENGINE = 8
+
+
 class LoadBalancedView(View):
     """Calls the task scheduler places on whichever engine is free."""
 
@@ -219,14 +225,18 @@ class LoadBalancedView(View):
         return ar.get() if block else ar
 
     def _map(
-        self, f: Any, seqs: Any, chunksize: int = 1, ordered: bool = True, **kw: Any
+        self, f: Any, seqs: Any, chunksize: int | None = None, ordered: bool = True, **kw: Any
     ) -> AsyncMapResult:
+        """chunksize=None: about AUTO_CHUNKS_PER_ENGINE chunks per engine (see docs/api.md)."""
         if kw:
             raise TypeError(f"LoadBalancedView.map got unexpected arguments {sorted(kw)}")
         _check_callable(f)
+        n = _lengths(seqs)
+        if chunksize is None:
+            engines = max(1, len(self.client.ids))
+            chunksize = max(1, -(-n // (engines * AUTO_CHUNKS_PER_ENGINE)))
         if not isinstance(chunksize, int) or chunksize < 1:
             raise ValueError(f"chunksize must be a positive int, got {chunksize!r}")
-        n = _lengths(seqs)
         md = self._metadata()
         msg_ids, futs = [], []
         for start in range(0, n, chunksize):
@@ -236,7 +246,9 @@ class LoadBalancedView(View):
             )
             msg_ids.append(m)
             futs.append(fut)
-        return AsyncMapResult(self.client, msg_ids, futs, fname=getattr(f, "__name__", "map"))
+        return AsyncMapResult(
+            self.client, msg_ids, futs, fname=getattr(f, "__name__", "map"), ordered=ordered
+        )
 
     def __repr__(self) -> str:
         return f"<LoadBalancedView {self.targets or 'all'}>"

@@ -7,7 +7,8 @@
     task    ROUTER ──[client, msg]──► DEALER task    (IDENTITY=uuid)  mux and task in turn
     control ROUTER ──[client, msg]──► DEALER control (IDENTITY=uuid)  drained before each one
             replies go back on the socket the request came on, with its idents
-    iopub   XSUB   ◄── PUB                           status busy/idle, stream stdout/stderr
+    iopub   XSUB   ◄── XPUB                          status busy/idle, stream stdout/stderr
+                                                     (only while someone subscribes)
     hb_ping PUB    ──► SUB (CONFLATE)                watchdog: no ping while idle => exit 0
     hb_ping PUB    ──► heart thread (C proxy) ──► hb_pong ROUTER      (heart.py)
 
@@ -132,8 +133,11 @@ class Engine:
         self.mux = self._socket(zmq.DEALER, self.ident)
         self.control = self._socket(zmq.DEALER, self.ident)
         self.task = self._socket(zmq.DEALER, self.ident)
-        self.iopub = self._socket(zmq.PUB)
+        # XPUB, not PUB: the relay forwards "someone subscribed" / "nobody left", so an
+        # engine no client watches does not even build its status and stream messages
+        self.iopub = self._socket(zmq.XPUB)
         self.iopub.connect(reply.iopub)
+        self._listeners = 0
         ping, pong = reply.heartbeat
         self.ping = self._socket(zmq.SUB)
         self.ping.setsockopt(zmq.CONFLATE, 1)  # only "a ping came" matters, not how many
@@ -277,7 +281,17 @@ class Engine:
             )
 
     def _publish(self, msg_type: MsgType, content: dict[str, Any], parent: dict[str, Any]) -> None:
-        self.session.send(self.iopub, msg_type, content, parent=parent)
+        iopub = self.iopub
+        while iopub.get(zmq.EVENTS) & zmq.POLLIN:  # subscription changes, read as they come
+            event = iopub.recv()
+            if event[:1] == b"\x01":
+                self._listeners += 1
+            elif event[:1] == b"\x00":
+                self._listeners = max(0, self._listeners - 1)
+        if self._listeners:
+            self.session.send(
+                iopub, msg_type, content, parent=parent, metadata={"engine_id": self.id}
+            )
 
     # -- stopping ---------------------------------------------------------------------------
 
