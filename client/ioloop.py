@@ -30,7 +30,7 @@ from zpar.constants import WELCOME
 from zpar.errors import EngineError
 from zpar.messages import MsgType
 from zpar.sockets import configure
-from zpar.wire import Message, Session, send_frames
+from zpar.wire import Message, Session, detach_small, send_frames
 
 log = logging.getLogger(__name__)
 
@@ -235,7 +235,7 @@ class ClientIO:
                 fut.zpar_sent = time.time()  # type: ignore[attr-defined]
 
     def _on_reply(self, sock: zmq.Socket) -> None:
-        frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+        frames = detach_small(sock.recv_multipart(zmq.NOBLOCK, copy=False))
         msg = self.session.feed(frames, where="client")
         if msg is None:
             return

@@ -36,7 +36,7 @@ from zpar.messages import (
     Status,
 )
 from zpar.sockets import bind_random, configure
-from zpar.wire import Session, pack, send_frames, split_idents, unpack
+from zpar.wire import Session, detach_small, pack, send_frames, split_idents, unpack
 
 from .schemes import EngineSlot, get_scheme
 
@@ -172,7 +172,7 @@ class TaskScheduler:
         msg_id = header["msg_id"]
         sig = msg.frames  # [DELIM, sig, header, parent, metadata, content, buffers…]
         self._event([TASK_IN, client, header, sig[4].bytes])
-        task = Task(msg_id, client, header, msg.frames, None)
+        task = Task(msg_id, client, header, detach_small(msg.frames), None)
         if header.get("msg_type") not in (MsgType.APPLY_REQUEST, MsgType.EXECUTE_REQUEST):
             self._fail(task, "ProtocolError", f"{header.get('msg_type')!r} is not a task request")
             return

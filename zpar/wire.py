@@ -121,8 +121,10 @@ class Session:
         self.username = username or os.environ.get("USER", "zpar")
         self._counter = itertools.count()
         self._replay_history = replay_history
-        self._seen: set[bytes] = set()
-        self._seen_order: deque[bytes] = deque()
+        # 64 bits of each accepted signature: ~6 MB for 65,536 of them instead of ~10 MB for
+        # the hex strings; a false "replayed" needs a 2**-64 collision among them
+        self._seen: set[int] = set()
+        self._seen_order: deque[int] = deque()
         #: refused messages by reason, e.g. {'bad-signature': 3}
         self.refused: Counter[str] = Counter()
 
@@ -212,9 +214,10 @@ class Session:
                 raise RemoteProtocolError("unsigned", "message has no signature")
             if not hmac.compare_digest(signature, expected):
                 raise RemoteProtocolError("bad-signature", "signature does not match the key")
-            if signature in self._seen:
+            key = int(signature[:16], 16)
+            if key in self._seen:
                 raise RemoteProtocolError("replayed", "signature already seen")
-            self._remember(signature)
+            self._remember(key)
         try:
             header, parent, metadata, content = (_unpackb(p) for p in parts)
         except Exception as e:  # msgpack raises several unrelated types
@@ -229,9 +232,9 @@ class Session:
             idents or [], header, parent, metadata, content, list(msg_frames[6:]), list(msg_frames)
         )
 
-    def _remember(self, signature: bytes) -> None:
-        self._seen.add(signature)
-        self._seen_order.append(signature)
+    def _remember(self, key: int) -> None:
+        self._seen.add(key)
+        self._seen_order.append(key)
         if len(self._seen_order) > self._replay_history:
             self._seen.discard(self._seen_order.popleft())
 
@@ -249,6 +252,18 @@ class Session:
                 sum(self.refused.values()),
             )
             return None
+
+
+def detach_small(frames: list[Any], threshold: int = COPY_THRESHOLD) -> list[Any]:
+    """Copy small received frames out into bytes; keep large ones as zero-copy Frames.
+
+    libzmq decodes small messages into one shared, refcounted receive buffer (8 KB or
+    more): a kept zmq.Frame of 200 bytes pins all of it. Anything held beyond the moment
+    (a reply waiting for its reader, a queued task) must not keep such frames.
+    """
+    return [
+        f.bytes if isinstance(f, zmq.Frame) and len(f) < threshold else f for f in frames
+    ]
 
 
 def send_frames(socket: zmq.Socket, frames: Sequence[Any]) -> None:
