@@ -14,6 +14,7 @@ from zpar.constants import DEFAULT_PROFILE, HUB_TIMEOUT
 from zpar.errors import ConnectionFileError, EngineError, NoEnginesRegistered, TimeoutError
 from zpar.messages import MsgType, Status
 from zpar.serialize import pack_apply
+from zpar.transport import choose
 from zpar.wire import Message, Session
 
 from .asyncresult import AsyncResult
@@ -65,7 +66,8 @@ class Client:
         self.history: list[str] = []
         try:
             reply = self._query(MsgType.CONNECTION_REQUEST, {}, timeout)
-            c = reply.content
+            c = choose(reply.content, reply.content.get("local"))
+            self._io.iopub_addr = c.get("iopub")
             self._io.add_channels(
                 {
                     "mux": c["mux"],

@@ -35,6 +35,7 @@ from zpar.errors import LocalProtocolError, TimeoutError
 from zpar.logs import setup_logging
 from zpar.messages import MsgType, RegistrationReply, Status
 from zpar.sockets import configure, recv_monitor_event
+from zpar.transport import choose
 from zpar.wire import Message, Session
 
 from .heart import Heart
@@ -135,8 +136,12 @@ class Engine:
         self.task = self._socket(zmq.DEALER, self.ident)
         # XPUB, not PUB: the relay forwards "someone subscribed" / "nobody left", so an
         # engine no client watches does not even build its status and stream messages
+        addrs = choose(
+            {"mux": reply.mux, "control": reply.control, "task": reply.task, "iopub": reply.iopub},
+            reply.local,
+        )
         self.iopub = self._socket(zmq.XPUB)
-        self.iopub.connect(reply.iopub)
+        self.iopub.connect(addrs["iopub"])
         self._listeners = 0
         ping, pong = reply.heartbeat
         self.ping = self._socket(zmq.SUB)
@@ -145,7 +150,11 @@ class Engine:
         self.ping.connect(ping)
         self.silence_limit = max(MIN_CONTROLLER_SILENCE, 10 * float(reply.hb_period or 0))
         connect_and_wait(
-            [(self.mux, reply.mux), (self.control, reply.control), (self.task, reply.task)],
+            [
+                (self.mux, addrs["mux"]),
+                (self.control, addrs["control"]),
+                (self.task, addrs["task"]),
+            ],
             HUB_TIMEOUT,
         )
         self.kernel = Kernel(self.id, self.uuid, publish=self._publish)

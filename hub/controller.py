@@ -128,7 +128,7 @@ class Controller:
         monitor.bind(inproc_monitor)
         monitor.bind(f"ipc://{self.rundir}/monitor")
         events = self._socket(zmq.PUSH)
-        relays = start_relays(self.ctx, ip, inproc_monitor)
+        relays = start_relays(self.ctx, ip, inproc_monitor, str(self.rundir))
         ready = self._start_scheduler(monitor)
         events.connect(ready["events"])
 
@@ -147,6 +147,13 @@ class Controller:
             "iopub": advertise(relays["iopub"].engine, host),
             "heartbeat": [advertise(ping_addr, host), advertise(pong_addr, host)],
             "hb_period": cfg.hb_period,
+            "local": {
+                "host": socket.gethostname(),
+                "mux": relays["mux"].local_engine,
+                "control": relays["control"].local_engine,
+                "task": ready.get("local_engine", ""),
+                "iopub": relays["iopub"].local_engine,
+            },
         }
         client_side = {
             "mux": advertise(relays["mux"].client, host),
@@ -155,6 +162,13 @@ class Controller:
             "task_scheme": ready.get("scheme", cfg.scheme),
             "iopub": advertise(relays["iopub"].client, host),
             "notification": advertise(notification_addr, host),
+            "local": {
+                "host": socket.gethostname(),
+                "mux": relays["mux"].local_client,
+                "control": relays["control"].local_client,
+                "task": ready.get("local_client", ""),
+                "iopub": relays["iopub"].local_client,
+            },
         }
         self.hub = Hub(
             self.session,
@@ -189,6 +203,8 @@ class Controller:
             str(cfg.hwm),
             "--log-level",
             cfg.log_level,
+            "--ipc-dir",
+            str(self.rundir),
         ]
         if cfg.insecure:
             cmd.append("--insecure")

@@ -37,6 +37,17 @@ class Relay:
     client: str
     engine: str
     thread: threading.Thread | None = field(default=None, repr=False)
+    #: the same sockets on ipc, for peers on this host (see zpar.transport)
+    local_client: str = ""
+    local_engine: str = ""
+
+
+def _bind_local(sock: zmq.Socket, ipc_dir: str | None, name: str) -> str:
+    if not ipc_dir:
+        return ""
+    addr = f"ipc://{ipc_dir}/{name}"
+    sock.bind(addr)
+    return addr
 
 
 def _run_device(name: str, run, sockets: list[zmq.Socket]) -> None:
@@ -52,7 +63,12 @@ def _run_device(name: str, run, sockets: list[zmq.Socket]) -> None:
 
 
 def start_queue(
-    ctx: zmq.Context, name: str, ip: str, monitor: str, prefixes: tuple[bytes, bytes]
+    ctx: zmq.Context,
+    name: str,
+    ip: str,
+    monitor: str,
+    prefixes: tuple[bytes, bytes],
+    ipc_dir: str | None = None,
 ) -> Relay:
     """A ROUTER-ROUTER relay whose traffic is copied (headers and all) to ``monitor``."""
     front = configure(ctx.socket(zmq.ROUTER))
@@ -63,6 +79,8 @@ def start_queue(
     mon = configure(ctx.socket(zmq.PUSH))
     mon.connect(monitor)
     relay = Relay(name, bind_random(front, ip), bind_random(back, ip))
+    relay.local_client = _bind_local(front, ipc_dir, f"{name}-client")
+    relay.local_engine = _bind_local(back, ipc_dir, f"{name}-engine")
 
     def run() -> None:
         monitored_queue(front, back, mon, prefixes[0], prefixes[1])
@@ -74,10 +92,12 @@ def start_queue(
     return relay
 
 
-def start_iopub(ctx: zmq.Context, ip: str) -> Relay:
+def start_iopub(ctx: zmq.Context, ip: str, ipc_dir: str | None = None) -> Relay:
     xsub = configure(ctx.socket(zmq.XSUB))
     xpub = configure(ctx.socket(zmq.XPUB))
     relay = Relay("iopub", bind_random(xpub, ip), bind_random(xsub, ip))
+    relay.local_client = _bind_local(xpub, ipc_dir, "iopub-client")
+    relay.local_engine = _bind_local(xsub, ipc_dir, "iopub-engine")
 
     def run() -> None:
         zmq.proxy(xsub, xpub)
@@ -89,9 +109,13 @@ def start_iopub(ctx: zmq.Context, ip: str) -> Relay:
     return relay
 
 
-def start_relays(ctx: zmq.Context, ip: str, monitor: str) -> dict[str, Relay]:
+def start_relays(
+    ctx: zmq.Context, ip: str, monitor: str, ipc_dir: str | None = None
+) -> dict[str, Relay]:
     return {
-        "mux": start_queue(ctx, "mux", ip, monitor, (MON_MUX_IN, MON_MUX_OUT)),
-        "control": start_queue(ctx, "control", ip, monitor, (MON_CONTROL_IN, MON_CONTROL_OUT)),
-        "iopub": start_iopub(ctx, ip),
+        "mux": start_queue(ctx, "mux", ip, monitor, (MON_MUX_IN, MON_MUX_OUT), ipc_dir),
+        "control": start_queue(
+            ctx, "control", ip, monitor, (MON_CONTROL_IN, MON_CONTROL_OUT), ipc_dir
+        ),
+        "iopub": start_iopub(ctx, ip, ipc_dir),
     }

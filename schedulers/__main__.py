@@ -27,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scheme", default=TASK_SCHEME, choices=TASK_SCHEMES)
     p.add_argument("--hwm", type=int, default=TASK_HWM)
     p.add_argument("--insecure", action="store_true")
+    p.add_argument("--ipc-dir", default=None, help="also bind ipc twins in this directory")
     p.add_argument("--log-level", default="INFO")
     return p
 
@@ -58,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
             events=args.events,
             scheme=args.scheme,
             hwm=args.hwm,
+            ipc_dir=args.ipc_dir,
         )
     except (ValueError, zmq.ZMQError) as e:
         sys.stderr.write(f"zpar scheduler: {e}\n")

@@ -64,6 +64,7 @@ class TaskScheduler:
         scheme: str = TASK_SCHEME,
         hwm: int = TASK_HWM,
         context: zmq.Context | None = None,
+        ipc_dir: str | None = None,
     ) -> None:
         self.session = session
         self.scheme_name = scheme
@@ -80,6 +81,12 @@ class TaskScheduler:
         self.monitor = configure(self.ctx.socket(zmq.PUSH))
         self.client_addr = bind_random(self.client, ip)
         self.engine_addr = bind_random(self.engine, ip)
+        self.local_client = self.local_engine = ""
+        if ipc_dir:  # twins for peers on this host (zpar.transport)
+            self.local_client = f"ipc://{ipc_dir}/task-client"
+            self.local_engine = f"ipc://{ipc_dir}/task-engine"
+            self.client.bind(self.local_client)
+            self.engine.bind(self.local_engine)
         self.events.bind(events)
         self.events_addr = events
         self.monitor.connect(monitor)
@@ -103,6 +110,8 @@ class TaskScheduler:
                 "engine": self.engine_addr,
                 "events": self.events_addr,
                 "scheme": self.scheme_name,
+                "local_client": self.local_client,
+                "local_engine": self.local_engine,
             },
         )
         self.monitor.send_multipart([MON_SCHEDULER, *frames])

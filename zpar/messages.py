@@ -118,6 +118,7 @@ class RegistrationReply(Content):
     heartbeat: list = field(default_factory=list)
     hb_period: float = 0.0
     evalue: str = ""
+    local: dict = field(default_factory=dict)  # ipc twins of the addresses, and "host"
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +139,7 @@ class ConnectionReply(Content):
     iopub: str = ""
     notification: str = ""
     engines: dict = field(default_factory=dict)
+    local: dict = field(default_factory=dict)  # ipc twins of the addresses, and "host"
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +226,8 @@ class SchedulerReady(Content):
     engine: str
     events: str
     scheme: str = ""
+    local_client: str = ""
+    local_engine: str = ""
 
 
 @dataclass(frozen=True, slots=True)
