@@ -14,7 +14,7 @@ from zpar.constants import DEFAULT_PROFILE, HUB_TIMEOUT
 from zpar.errors import ConnectionFileError, EngineError, NoEnginesRegistered, TimeoutError
 from zpar.messages import MsgType, Status
 from zpar.serialize import pack_apply
-from zpar.transport import choose
+from zpar.transport import choose, direct_dir
 from zpar.wire import Message, Session
 
 from .asyncresult import AsyncResult
@@ -68,6 +68,7 @@ class Client:
             reply = self._query(MsgType.CONNECTION_REQUEST, {}, timeout)
             c = choose(reply.content, reply.content.get("local"))
             self._io.iopub_addr = c.get("iopub")
+            self._io.direct_dir = direct_dir(c["mux"])
             self._io.add_channels(
                 {
                     "mux": c["mux"],

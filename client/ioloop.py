@@ -30,6 +30,7 @@ from zpar.constants import WELCOME
 from zpar.errors import EngineError
 from zpar.messages import MsgType
 from zpar.sockets import configure
+from zpar.transport import direct_address, usable_ipc
 from zpar.wire import Message, Session, detach_small, send_frames
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,10 @@ class ClientIO:
         #: IOPub address, known after the connection reply; subscribed to only on demand,
         #: so engines' output does not cost this client anything unless it watches.
         self.iopub_addr: str | None = None
+        #: the controller's run directory when this client is on its host: engines there
+        #: take this client's direct requests on their own ipc socket (one hop, not two)
+        self.direct_dir: str | None = None
+        self._direct: dict[bytes, zmq.Socket | None] = {}
         self._output_watchers: dict[str, Callable[[str, Message], None]] = {}
 
     # -- set-up -------------------------------------------------------------------------
@@ -230,9 +235,38 @@ class ClientIO:
             if channel == "__call__":
                 frames[0]()
                 continue
+            if channel == "mux" and self.direct_dir is not None:
+                direct = self._direct_socket(frames[0])
+                if direct is not None:
+                    send_frames(direct, frames[1:])  # the engine uuid routes nothing here
+                    if fut is not None:
+                        fut.zpar_sent = time.time()  # type: ignore[attr-defined]
+                    continue
             send_frames(self._sockets[channel], frames)
             if fut is not None:
                 fut.zpar_sent = time.time()  # type: ignore[attr-defined]
+
+    def _direct_socket(self, uuid: Any) -> zmq.Socket | None:
+        """This engine's direct socket, made on first use; None if it has none."""
+        key = bytes(uuid)
+        if key in self._direct:
+            return self._direct[key]
+        addr = direct_address(self.direct_dir or "", key.decode("ascii", "replace"))
+        sock = None
+        if usable_ipc(addr):
+            sock = configure(self.context.socket(zmq.DEALER))
+            sock.connect(addr)
+            self._poller.register(sock, zmq.POLLIN)
+            self._sockets[f"direct:{key.decode('ascii', 'replace')}"] = sock
+        self._direct[key] = sock
+        return sock
+
+    def _close_direct(self, uuid: str) -> None:
+        sock = self._direct.pop(uuid.encode(), None)
+        if sock is not None:
+            self._poller.unregister(sock)
+            self._sockets.pop(f"direct:{uuid}", None)
+            sock.close(linger=0)
 
     def _on_reply(self, sock: zmq.Socket) -> None:
         frames = detach_small(sock.recv_multipart(zmq.NOBLOCK, copy=False))
@@ -280,6 +314,7 @@ class ClientIO:
         elif msg.msg_type == MsgType.UNREGISTRATION_NOTIFICATION:
             engines.pop(int(c["id"]), None)
             self._fail_engine(int(c["id"]), c["uuid"], c.get("reason", ""))
+            self._close_direct(c["uuid"])
         self.set_engines(engines)
         if self.on_notification is not None:
             self.on_notification(msg)

@@ -33,10 +33,10 @@ from zpar.connection import ConnectionInfo
 from zpar.constants import HUB_TIMEOUT
 from zpar.errors import LocalProtocolError, TimeoutError
 from zpar.logs import setup_logging
-from zpar.messages import MsgType, RegistrationReply, Status
+from zpar.messages import MON_MUX_IN, MON_MUX_OUT, MsgType, RegistrationReply, Status
 from zpar.sockets import configure, recv_monitor_event
-from zpar.transport import choose
-from zpar.wire import Message, Session
+from zpar.transport import choose, direct_address, direct_dir
+from zpar.wire import Message, Session, send_frames
 
 from .heart import Heart
 from .kernel import Kernel, Reply
@@ -157,9 +157,25 @@ class Engine:
             ],
             HUB_TIMEOUT,
         )
+        self._bind_direct(addrs)
         self.kernel = Kernel(self.id, self.uuid, publish=self._publish)
         self.heart = Heart(self.ctx, ping, pong, self.ident)
         self.heart.start()
+
+    def _bind_direct(self, addrs: dict[str, str]) -> None:
+        """On the controller's host, also take direct requests from clients (one hop, not
+        two through the relay) on an ipc socket next to the controller's, and tell the hub
+        about them as the relay would. Bound before the heart starts, so it exists before
+        any client can know of this engine."""
+        self.direct: zmq.Socket | None = None
+        self.monitor: zmq.Socket | None = None
+        rundir = direct_dir(addrs["mux"])
+        if rundir is None:
+            return
+        self.direct = self._socket(zmq.ROUTER)
+        self.direct.bind(direct_address(rundir, self.uuid))
+        self.monitor = self._socket(zmq.PUSH)
+        self.monitor.connect(f"ipc://{rundir}/monitor")
 
     # -- running ----------------------------------------------------------------------------
 
@@ -177,14 +193,15 @@ class Engine:
         return 0
 
     def _loop(self) -> None:
-        control, mux, task, ping = self.control, self.mux, self.task, self.ping
+        control, ping = self.control, self.ping
+        queues = [q for q in (self.mux, self.direct, self.task) if q is not None]
         poller = zmq.Poller()
-        for s in (control, mux, task, ping):
+        for s in (control, *queues, ping):
             poller.register(s, zmq.POLLIN)
         if self._wakeup is not None:
             poller.register(self._wakeup, zmq.POLLIN)
-        queues = (mux, task)
         turn = 0
+        nq = len(queues)
         events_opt, pollin = zmq.EVENTS, zmq.POLLIN
         timeout_ms = int(self.silence_limit * 1000 / 5)
         last_ping = time.monotonic()
@@ -193,13 +210,14 @@ class Engine:
             if control.get(events_opt) & pollin:
                 self._drain_control()
                 continue
-            sock = queues[turn]
-            if not sock.get(events_opt) & pollin:
-                sock = queues[turn ^ 1]
-                if not sock.get(events_opt) & pollin:
-                    sock = None
+            sock = None
+            for i in range(nq):  # round robin: the queue after the last served goes first
+                q = queues[(turn + i) % nq]
+                if q.get(events_opt) & pollin:
+                    sock = q
+                    turn = (turn + i + 1) % nq
+                    break
             if sock is not None:
-                turn = 1 if sock is mux else 0  # the other queue goes first next time
                 self._execute(sock)
                 continue
             ready = poller.poll(timeout_ms)
@@ -225,12 +243,16 @@ class Engine:
             self._handle(control, control.recv_multipart(copy=False), "control")
 
     def _execute(self, sock: zmq.Socket) -> None:
-        self._handle(sock, sock.recv_multipart(copy=False), "mux" if sock is self.mux else "task")
+        where = "mux" if sock is self.mux else "task" if sock is self.task else "direct"
+        self._handle(sock, sock.recv_multipart(copy=False), where)
 
     def _handle(self, sock: zmq.Socket, frames: list[Any], where: str) -> None:
         msg = self.session.feed(frames, where)
         if msg is None:
             return
+        if sock is self.direct and self.monitor is not None and msg.idents:
+            # what the relay's monitor would have told the hub (headers, no buffers)
+            self.monitor.send_multipart([MON_MUX_IN, self.ident, msg.idents[0], *msg.frames[:6]])
         assert self.kernel is not None
         self._busy = True
         try:
@@ -254,7 +276,9 @@ class Engine:
         """Answer every mux/task request queued right now with an 'aborted' reply."""
         assert self.kernel is not None
         n = 0
-        for sock, where in ((self.mux, "mux"), (self.task, "task")):
+        for sock, where in ((self.mux, "mux"), (self.direct, "direct"), (self.task, "task")):
+            if sock is None:
+                continue
             while sock.get(zmq.EVENTS) & zmq.POLLIN:
                 msg = self.session.feed(sock.recv_multipart(copy=False), where)
                 reply = None if msg is None else self.kernel.aborted_reply(msg)
@@ -265,15 +289,12 @@ class Engine:
 
     def _send(self, sock: zmq.Socket, msg: Message, reply: Reply) -> None:
         try:
-            self.session.send(
-                sock,
-                reply.msg_type,
-                reply.content,
-                parent=msg.header,
-                metadata=reply.metadata,
-                buffers=reply.buffers,
-                idents=msg.idents,
+            _, frames = self.session.serialize(
+                reply.msg_type, reply.content, parent=msg.header, metadata=reply.metadata
             )
+            send_frames(sock, [*msg.idents, *frames, *reply.buffers])
+            if sock is self.direct and self.monitor is not None and msg.idents:
+                self.monitor.send_multipart([MON_MUX_OUT, msg.idents[0], self.ident, *frames])
         except LocalProtocolError as e:  # e.g. output that msgpack cannot encode
             log.error("cannot send the %s to %s: %s", reply.msg_type, msg.msg_id, e)
             content = {

@@ -34,3 +34,15 @@ def choose(addresses: dict[str, Any], local: dict[str, Any] | None) -> dict[str,
         if key != "host" and key in out and usable_ipc(addr):
             out[key] = addr
     return out
+
+
+def direct_dir(local_mux: str) -> str | None:
+    """The controller's run directory, if ``local_mux`` (an address this peer chose) is one
+    of its ipc sockets: engines there take direct requests from clients on the same host."""
+    if not local_mux.startswith("ipc://") or os.environ.get(TRANSPORT_ENV, "").lower() == "tcp":
+        return None
+    return os.path.dirname(local_mux[len("ipc://") :])
+
+
+def direct_address(rundir: str, engine_uuid: str) -> str:
+    return f"ipc://{rundir}/engine-{engine_uuid}"

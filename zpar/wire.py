@@ -261,9 +261,7 @@ def detach_small(frames: list[Any], threshold: int = COPY_THRESHOLD) -> list[Any
     more): a kept zmq.Frame of 200 bytes pins all of it. Anything held beyond the moment
     (a reply waiting for its reader, a queued task) must not keep such frames.
     """
-    return [
-        f.bytes if isinstance(f, zmq.Frame) and len(f) < threshold else f for f in frames
-    ]
+    return [f.bytes if isinstance(f, zmq.Frame) and len(f) < threshold else f for f in frames]
 
 
 def send_frames(socket: zmq.Socket, frames: Sequence[Any]) -> None:

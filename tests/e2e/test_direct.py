@@ -130,3 +130,16 @@ def test_awaitable_in_asyncio(rc):
         return await rc[:].apply_async(lambda: 3)
 
     assert asyncio.run(main()) == [3, 3]
+
+
+def test_engines_on_this_host_are_reached_directly_and_the_hub_still_knows(rc):
+    import time
+
+    uuid0 = rc._io.engines[0].encode()
+    before = rc.queue_status()[0]["completed"]
+    assert rc[0].apply_sync(lambda: 7) == 7
+    assert rc._io._direct.get(uuid0) is not None, "no direct socket to a local engine"
+    deadline = time.monotonic() + 10
+    while rc.queue_status()[0]["completed"] != before + 1:
+        assert time.monotonic() < deadline, "the hub did not hear of the direct call"
+        time.sleep(0.02)
