@@ -1,0 +1,115 @@
+"""``python -m bench [--quick|--full] [--only W2,W3] [--systems zpar,ipyparallel,dask,zmq]``
+
+Runs every system in turn (each in its own process: zpar with this interpreter, the peers
+with the interpreter of their pinned virtualenv, created on first use), prints one table of
+medians with zpar's ratio against the best peer, and appends the figures as JSON lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from .report import TARGETS, format_table
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV = Path(__file__).resolve().parent / ".venv-peers"
+PEERS = ["ipyparallel==9.2.0", "dask[distributed]==2025.11.0", "numpy", "psutil"]
+SYSTEMS = ["zpar", "ipyparallel", "dask", "zmq"]
+
+
+def peers_python() -> Path:
+    """The peers' interpreter, creating their virtualenv (pinned versions) if needed."""
+    py = VENV / "bin" / "python"
+    stamp = VENV / "pinned.txt"
+    if py.exists() and stamp.exists() and stamp.read_text() == "\n".join(PEERS):
+        return py
+    print(f"bench: creating {VENV} with {', '.join(PEERS)} (once)", file=sys.stderr)
+    subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
+    subprocess.run([str(py), "-m", "pip", "install", "-q", *PEERS], check=True)
+    stamp.write_text("\n".join(PEERS))
+    return py
+
+
+def run_system(system: str, only: str, scale: str, count: int | None) -> list[dict]:
+    if system == "zmq":
+        from . import raw_zmq
+
+        figures = raw_zmq.run(count or (500 if scale == "quick" else 1000))
+        return [{"system": "zmq", "workload": "W8", "figures": figures, "seconds": 0}]
+    python = Path(sys.executable) if system == "zpar" else peers_python()
+    cmd = [str(python), "-m", "bench.runner", "--system", system, "--only", only, "--scale", scale]
+    if count:
+        cmd += ["--count", str(count)]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    with tempfile.TemporaryDirectory(prefix="zpar-bench-") as d:
+        env["ZPAR_DIR"] = d  # a private profile: never touches the user's clusters
+        env["IPYTHONDIR"] = d
+        proc = subprocess.run(cmd, cwd=d, env=env, capture_output=True, text=True, timeout=1800)
+    rows = []
+    for line in proc.stdout.splitlines():
+        if line.startswith("{"):
+            rows.append(json.loads(line))
+    if proc.returncode != 0 and not rows:
+        tail = "\n".join(proc.stderr.splitlines()[-15:])
+        print(f"bench: {system} failed (exit {proc.returncode}):\n{tail}", file=sys.stderr)
+    return rows
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
+    except OSError:
+        return ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true", help="small counts, < 3 min (default)")
+    mode.add_argument("--full", action="store_true", help="the issue's counts, < 15 min")
+    p.add_argument("--only", default="W1,W2,W3,W4,W5,W6,W7,W8,W9")
+    p.add_argument("--systems", default=",".join(SYSTEMS))
+    p.add_argument("--count", type=int, default=None, help="override counts (smoke runs)")
+    p.add_argument("--json-out", default=str(ROOT / "bench" / "results.jsonl"))
+    args = p.parse_args(argv)
+    scale = "full" if args.full else "quick"
+    systems = [s for s in args.systems.split(",") if s]
+    unknown = set(systems) - set(SYSTEMS)
+    if unknown:
+        p.error(f"unknown systems {sorted(unknown)}; choose from {SYSTEMS}")
+    only = args.only
+    rows: list[dict] = []
+    for system in systems:
+        if system == "zmq" and "W8" not in only.split(","):
+            continue
+        print(f"bench: running {system} ({scale})", file=sys.stderr, flush=True)
+        rows.extend(run_system(system, only, scale, args.count))
+    stamp = {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "commit": git_commit(),
+        "scale": scale,
+        "machine": f"{platform.machine()} {os.cpu_count()} cpus, Python {platform.python_version()}",
+    }
+    if args.json_out:
+        with open(args.json_out, "a") as f:
+            for r in rows:
+                f.write(json.dumps({**stamp, **r}) + "\n")
+    print(format_table(rows, TARGETS))
+    failed = [r for r in rows if "error" in r["figures"]]
+    for r in failed:
+        print(f"\n{r['system']} {r['workload']} failed:\n{r['figures']['error']}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
