@@ -281,6 +281,7 @@ class ClientIO:
         uuid = getattr(fut, "engine_uuid", None)
         if uuid is not None:
             self._by_engine.get(uuid, set()).discard(msg_id)
+        msg.frames = []  # decoded already; a reply is held until read, keep it small
         fut.set_result(msg)
 
     def _on_iopub(self, sock: zmq.Socket) -> None:

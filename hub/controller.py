@@ -41,6 +41,7 @@ from zpar.constants import (
     TASK_SCHEME,
 )
 from zpar.errors import ZparError
+from zpar.memory import Trimmer
 from zpar.sockets import bind_random, configure
 from zpar.wire import Session
 
@@ -271,12 +272,18 @@ class Controller:
         next_beat = time.monotonic()
         log.info("controller running (heartbeat %.3g s x %d)", period, heart.max_misses)
         next_probe = 0.0
+        trimmer = Trimmer(burst=200)
         while not hub.stopping:
             probing = bool(hub.pending) or heart.probing
             wake = min(next_beat, next_probe) if probing else next_beat
             timeout = max(0.0, wake - time.monotonic())
-            for sock, _ in poller.poll(int(timeout * 1000) + 1):
+            ready = poller.poll(int(timeout * 1000) + 1)
+            for sock, _ in ready:
                 handlers[sock]()
+            if ready:
+                trimmer.count(len(ready))
+            else:
+                trimmer.maybe_trim()  # idle after a burst: give the pages back
             now = time.monotonic()
             if (hub.pending or heart.probing) and now >= next_probe:
                 # a registering engine is in as soon as its heart is up; an engine whose

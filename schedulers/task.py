@@ -24,6 +24,7 @@ from typing import Any
 import zmq
 
 from zpar.constants import TASK_HWM, TASK_SCHEME
+from zpar.memory import Trimmer
 from zpar.messages import (
     MON_SCHEDULER,
     MON_TASK_BATCH,
@@ -47,10 +48,14 @@ log = logging.getLogger(__name__)
 class Task:
     msg_id: str
     client: bytes
-    header: dict[str, Any]
     frames: list[Any]  # the signed message and its buffers, from the delimiter on
     targets: frozenset[bytes] | None  # engine uuids allowed, None for any
     engine: EngineSlot | None = None
+
+    @property
+    def header(self) -> dict[str, Any]:
+        """Decoded again when needed (rarely: to fail the task); not kept per queued task."""
+        return unpack(self.frames[2])
 
 
 class TaskScheduler:
@@ -98,6 +103,7 @@ class TaskScheduler:
         self.dispatched = 0
         self.stopping = False
         self._events: list[list[Any]] = []
+        self._trimmer = Trimmer()
 
     # -- start ------------------------------------------------------------------------------
 
@@ -143,6 +149,8 @@ class TaskScheduler:
             if client in ready:
                 self._drain(client, self._on_submission)
             self.flush_events()
+            if not self.pending and not self.queue:
+                self._trimmer.maybe_trim()  # idle after a burst: give the pages back
 
     def _drain(self, sock: zmq.Socket, handler: Any) -> None:
         for _ in range(512):
@@ -181,7 +189,7 @@ class TaskScheduler:
         msg_id = header["msg_id"]
         sig = msg.frames  # [DELIM, sig, header, parent, metadata, content, buffers…]
         self._event([TASK_IN, client, header, sig[4].bytes])
-        task = Task(msg_id, client, header, detach_small(msg.frames), None)
+        task = Task(msg_id, client, detach_small(msg.frames), None)
         if header.get("msg_type") not in (MsgType.APPLY_REQUEST, MsgType.EXECUTE_REQUEST):
             self._fail(task, "ProtocolError", f"{header.get('msg_type')!r} is not a task request")
             return
@@ -271,6 +279,7 @@ class TaskScheduler:
         parent = unpack(msg[3])
         msg_id = parent.get("msg_id") if isinstance(parent, dict) else None
         task = self.pending.pop(msg_id, None) if isinstance(msg_id, str) else None
+        self._trimmer.count()
         if task is None:
             log.warning("reply from %s to unknown task %r relayed anyway", uuid, msg_id)
         send_frames(self.client, [client, uuid, *msg])
@@ -331,7 +340,8 @@ class TaskScheduler:
         engine = task.engine
         engine_id = engine.id if engine is not None else -1
         uuid = engine.uuid if engine is not None else b""
-        msg_type = task.header.get("msg_type")
+        header = task.header
+        msg_type = header.get("msg_type")
         reply_type = REPLY_TYPE.get(msg_type, MsgType.APPLY_REPLY)  # type: ignore[call-overload]
         now = time.time()
         content = {
@@ -353,9 +363,7 @@ class TaskScheduler:
             "completed": now,
             "status": Status.ERROR,
         }
-        _, frames = self.session.serialize(
-            reply_type, content, parent=task.header, metadata=metadata
-        )
+        _, frames = self.session.serialize(reply_type, content, parent=header, metadata=metadata)
         log.info("task %s failed in the scheduler: %s: %s", task.msg_id, ename, evalue)
         send_frames(self.client, [task.client, uuid, *frames])
         self._event([TASK_OUT, uuid, task.client, task.msg_id, frames[4]])
