@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 
 from zpar.connection import default_url_file, wait_for_connection_file
@@ -46,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         path = args.file or default_url_file(args.profile, "engine")
+        if args.wait:
+            logging.getLogger("zpar.engine").info("waiting up to %g s for %s", args.wait, path)
         info = wait_for_connection_file(path, args.wait)
         return Engine(info, log_level=level).run()
     except (ZparError, ValueError, zmq.ZMQError) as e:

@@ -235,12 +235,30 @@ class LocalCluster:
             if time.monotonic() > deadline:
                 raise TimeoutError(
                     f"{have} of {self.n} engines registered within {timeout} s; "
-                    f"see the logs in {self.log_dir}"
+                    f"see the logs in {self.log_dir}.{self._describe_processes()}"
                 )
             try:  # wakes on each registration; the short timeout is for noticing deaths
                 client.wait_for_engines(have + 1, timeout=0.05)
             except TimeoutError:
                 pass
+
+    def _describe_processes(self) -> str:
+        """State and log tail of each process, for an error message."""
+        out = []
+        for p in [self.controller, *self.engines]:
+            if p is None:
+                continue
+            try:
+                state = (
+                    psutil.Process(p.pid).status() if p.poll() is None else f"exit {p.returncode}"
+                )
+            except psutil.NoSuchProcess:
+                state = "gone"
+            out.append(
+                f"\n- {' '.join(p.args[1:4])} pid {p.pid} ({state}):"
+                f"{_log_tail(self._logs.get(p.pid), 8)}"
+            )
+        return "".join(out)
 
     def _check_alive(self, what: str) -> None:
         for p in [self.controller, *self.engines]:

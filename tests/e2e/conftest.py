@@ -24,7 +24,7 @@ def cluster(tmp_path_factory):
     """Two engines shared by a module's tests (each test starts from a cleared namespace)."""
     mp = pytest.MonkeyPatch()
     mp.setenv("ZPAR_DIR", str(tmp_path_factory.mktemp("zpar-module")))
-    c = zpar.Cluster(n=2, controller_args=FAST_HB, timeout=60)
+    c = zpar.Cluster(n=2, controller_args=FAST_HB, timeout=60, log_level="INFO")
     c.start()
     yield c
     c.stop()
@@ -46,6 +46,7 @@ def make_cluster():
 
     def make(n=2, **kw):
         kw.setdefault("controller_args", FAST_HB)
+        kw.setdefault("log_level", "INFO")  # a failure's message carries the log tails
         c = zpar.Cluster(n=n, **kw)
         c.start()
         started.append(c)
