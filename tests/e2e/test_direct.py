@@ -20,7 +20,23 @@ def test_apply_single_engine_returns_value_and_metadata(rc):
     assert ar.get(timeout=10) == 42
     assert ar.engine_id == 1
     md = ar.metadata
-    assert md["started"] <= md["completed"]
+    assert md["submitted"] <= md["started"] <= md["completed"]
+    assert md["engine_id"] == 1 and md["stdout"] == "" and md["stderr"] == ""
+
+
+def test_views_by_index_slice_step_and_list(rc):
+    import os
+
+    pids = rc[:].apply_sync(os.getpid)
+    assert rc[::2].apply_sync(os.getpid) == [pids[0]]
+    assert rc[1:].apply_sync(os.getpid) == [pids[1]]
+    assert rc[[1, 0]].apply_sync(os.getpid) == [pids[1], pids[0]]
+    assert rc[0].apply_sync(os.getpid) == pids[0]
+    dv = rc[:]
+    dv.block = True
+    assert dv.apply(lambda: 3) == [3, 3]
+    dv.block = False
+    assert dv.apply(lambda: 3).get(timeout=10) == [3, 3]
 
 
 def test_interactive_function_sees_pushed_names(rc):
