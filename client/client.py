@@ -9,9 +9,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from zpar.connection import ConnectionInfo, default_url_file, profile_dir, read_connection_file
+from zpar.connection import default_url_file, profile_dir, wait_for_connection_file
 from zpar.constants import DEFAULT_PROFILE, HUB_TIMEOUT
-from zpar.errors import ConnectionFileError, EngineError, NoEnginesRegistered, TimeoutError
+from zpar.errors import EngineError, NoEnginesRegistered, TimeoutError
 from zpar.messages import MsgType, Status
 from zpar.serialize import pack_apply
 from zpar.transport import choose, direct_dir
@@ -31,19 +31,6 @@ def cluster_url_file(profile: str, cluster_id: str | None, who: str = "client") 
     return profile_dir(profile) / "security" / f"cluster-{cluster_id}" / f"zpar-{who}.json"
 
 
-def wait_for_url_file(path: Path, timeout: float) -> ConnectionInfo:
-    deadline = time.monotonic() + timeout
-    delay = 0.01
-    while True:
-        try:
-            return read_connection_file(path)
-        except ConnectionFileError:
-            if time.monotonic() >= deadline:
-                raise
-        time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-        delay = min(delay * 2, 0.2)
-
-
 class Client:
     """A connection to one controller. Thread-safe: calls hand work to one I/O thread."""
 
@@ -57,7 +44,7 @@ class Client:
         self.profile = profile or DEFAULT_PROFILE
         path = Path(url_file) if url_file else cluster_url_file(self.profile, cluster_id)
         self.url_file = path
-        info = wait_for_url_file(path, timeout)
+        info = wait_for_connection_file(path, timeout)
         self.session = Session(info.key or None, allow_insecure=not info.key)
         self._io = ClientIO(self.session)
         self._io.connect("query", info.registration)

@@ -141,35 +141,30 @@ class Controller:
             on_new_heart=lambda uuid: None,
             on_heart_failure=lambda uuid, reason: None,
         )
+
+        def side(which: str) -> dict[str, Any]:
+            """Addresses one kind of peer connects to: tcp as advertised, and ipc twins."""
+            relay_addr = {name: getattr(r, which) for name, r in relays.items()}
+            local = {name: getattr(r, f"local_{which}") for name, r in relays.items()}
+            return {
+                **{name: advertise(addr, host) for name, addr in relay_addr.items()},
+                "task": advertise(ready[which], host),
+                "local": {
+                    **local,
+                    "task": ready.get(f"local_{which}", ""),
+                    "host": socket.gethostname(),
+                },
+            }
+
         engine_side = {
-            "mux": advertise(relays["mux"].engine, host),
-            "control": advertise(relays["control"].engine, host),
-            "task": advertise(ready["engine"], host),
-            "iopub": advertise(relays["iopub"].engine, host),
+            **side("engine"),
             "heartbeat": [advertise(ping_addr, host), advertise(pong_addr, host)],
             "hb_period": cfg.hb_period,
-            "local": {
-                "host": socket.gethostname(),
-                "mux": relays["mux"].local_engine,
-                "control": relays["control"].local_engine,
-                "task": ready.get("local_engine", ""),
-                "iopub": relays["iopub"].local_engine,
-            },
         }
         client_side = {
-            "mux": advertise(relays["mux"].client, host),
-            "control": advertise(relays["control"].client, host),
-            "task": advertise(ready["client"], host),
+            **side("client"),
             "task_scheme": ready.get("scheme", cfg.scheme),
-            "iopub": advertise(relays["iopub"].client, host),
             "notification": advertise(notification_addr, host),
-            "local": {
-                "host": socket.gethostname(),
-                "mux": relays["mux"].local_client,
-                "control": relays["control"].local_client,
-                "task": ready.get("local_client", ""),
-                "iopub": relays["iopub"].local_client,
-            },
         }
         self.hub = Hub(
             self.session,
