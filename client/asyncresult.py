@@ -73,7 +73,10 @@ class AsyncResult:
         self._single = single
         self._postprocess = postprocess
         self._trackers = list(trackers)
-        self.submitted = submitted if submitted is not None else time.time()
+        if submitted is None:  # when the first message was made (its header's date)
+            dates = [getattr(f, "zpar_submitted", None) for f in self._futures]
+            submitted = min((d for d in dates if d is not None), default=None) or time.time()
+        self.submitted = submitted
         self._values: list[Any] | None = None
         self._result: Any = _UNSET
         self.owner = True  # compatibility with ipyparallel: results belong to this handle
@@ -146,7 +149,10 @@ class AsyncResult:
             if deadline is not None and time.monotonic() > deadline:
                 return False
             time.sleep(0.0005)
-        for t in self._trackers:
+        trackers = list(self._trackers)
+        for f in self._futures:
+            trackers.extend(getattr(f, "zpar_trackers", ()))
+        for t in trackers:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
                 t.wait(remaining)

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import builtins
+import collections
+import concurrent.futures
 import logging
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,6 +25,9 @@ from .ioloop import ClientIO
 from .view import DirectView, LoadBalancedView
 
 log = logging.getLogger(__name__)
+
+#: msg_ids remembered in Client.history.
+HISTORY_LENGTH = 100_000
 
 
 def cluster_url_file(profile: str, cluster_id: str | None, who: str = "client") -> Path:
@@ -50,7 +56,11 @@ class Client:
         self._io.connect("query", info.registration)
         self._io.start()
         self._closed = False
-        self.history: list[str] = []
+        #: msg_ids sent, oldest first; the newest HISTORY_LENGTH are kept
+        self.history: collections.deque[str] = collections.deque(maxlen=HISTORY_LENGTH)
+        #: AsyncResults the user still holds, by msg_id: results are kept by their handles,
+        #: never by the client (ipyparallel's client grows with every result it ever got)
+        self._results: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
         try:
             reply = self._query(MsgType.CONNECTION_REQUEST, {}, timeout)
             c = choose(reply.content, reply.content.get("local"))
@@ -153,6 +163,7 @@ class Client:
         buffers: Sequence[Any] = (),
         metadata: dict[str, Any] | None = None,
         engine_id: int | None = None,
+        track: bool = False,
     ) -> tuple[str, Any]:
         if self._closed:
             raise RuntimeError("this Client is closed")
@@ -164,7 +175,8 @@ class Client:
             frames = [uuid.encode(), *frames]
         if buffers:
             frames.extend(buffers)
-        fut = self._io.submit(channel, frames, msg_id, uuid)
+        fut = self._io.submit(channel, frames, msg_id, uuid, track=track)
+        fut.zpar_submitted = header["date"]  # type: ignore[attr-defined]
         self.history.append(msg_id)
         return msg_id, fut
 
@@ -192,6 +204,7 @@ class Client:
         kwargs: dict[str, Any],
         metadata: dict[str, Any] | None = None,
         buffers: list[Any] | None = None,
+        track: bool = False,
     ) -> tuple[str, Any]:
         if buffers is None:
             buffers = pack_apply(f, args, kwargs)
@@ -202,6 +215,7 @@ class Client:
             buffers=buffers,
             metadata=metadata,
             engine_id=engine_id,
+            track=track,
         )
 
     # -- control ----------------------------------------------------------------------------
@@ -262,6 +276,69 @@ class Client:
     @property
     def outstanding(self) -> set[str]:
         return set(self._io._pending)
+
+    def _track(self, ar: Any) -> Any:
+        """Remember ``ar`` (weakly) under its msg_ids: rc.results, rc.metadata, rc.wait()."""
+        for m in ar.msg_ids:
+            self._results[m] = ar
+        return ar
+
+    @property
+    def results(self) -> dict[str, Any]:
+        """{msg_id: value} of finished calls whose AsyncResult is still held somewhere."""
+        out = {}
+        for m, ar in list(self._results.items()):
+            if ar.ready():
+                i = ar.msg_ids.index(m)
+                out[m] = ar.split()[i].get(return_exceptions=True)
+        return out
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """{msg_id: metadata} of finished calls whose AsyncResult is still held somewhere."""
+        out = {}
+        for m, ar in list(self._results.items()):
+            if ar.ready():
+                out[m] = ar.split()[ar.msg_ids.index(m)].metadata
+        return out
+
+    def wait(self, jobs: Any = None, timeout: float | None = None) -> bool:
+        """Wait for jobs (AsyncResults, msg_ids, or None: all outstanding); True if done."""
+        futures = self._futures_of(jobs)
+        done, pending = concurrent.futures.wait(futures, timeout=timeout)
+        return not pending
+
+    def wait_interactive(
+        self, jobs: Any = None, interval: float = 0.1, timeout: float | None = None
+    ) -> bool:
+        """wait() with a progress bar."""
+        futures = self._futures_of(jobs)
+        ar = AsyncResult(self, [f"job{i}" for i in range(len(futures))], futures, fname="jobs")
+        return ar.wait_interactive(interval=interval, timeout=timeout)
+
+    def _futures_of(self, jobs: Any) -> list[Any]:
+        if jobs is None:
+            return list(self._io._pending.values())
+        jobs = jobs if isinstance(jobs, list | tuple | set) else [jobs]
+        futures = []
+        for j in jobs:
+            if isinstance(j, AsyncResult):
+                futures.extend(j._futures)
+            elif isinstance(j, str):
+                fut = self._io._pending.get(j)
+                if fut is not None:
+                    futures.append(fut)
+                elif j not in self._results and j not in self.history:
+                    raise KeyError(f"no job {j!r} was sent by this client")
+            else:
+                raise TypeError(f"jobs are AsyncResults or msg_ids, not {type(j).__name__}")
+        return futures
+
+    def executor(self, targets: Any = None) -> Any:
+        """A concurrent.futures.Executor that load-balances over ``targets``."""
+        from .executor import ViewExecutor
+
+        return ViewExecutor(self.load_balanced_view(targets))
 
     def close(self) -> None:
         if not self._closed:

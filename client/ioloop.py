@@ -136,10 +136,20 @@ class ClientIO:
     # -- user side ------------------------------------------------------------------------
 
     def submit(
-        self, channel: str, frames: list[Any], msg_id: str, engine_uuid: str | None = None
+        self,
+        channel: str,
+        frames: list[Any],
+        msg_id: str,
+        engine_uuid: str | None = None,
+        track: bool = False,
     ) -> Future:
-        """Queue signed frames for sending; the future resolves with the reply Message."""
+        """Queue signed frames for sending; the future resolves with the reply Message.
+
+        track: keep zmq's MessageTrackers of the zero-copy frames on the future
+        (``zpar_trackers``), to know when the caller may modify the arrays sent."""
         fut: Future = Future()
+        if track:
+            fut.zpar_trackers = []  # type: ignore[attr-defined]
         self._pending[msg_id] = fut
         if engine_uuid is not None:
             self._by_engine.setdefault(engine_uuid, set()).add(msg_id)
@@ -238,11 +248,12 @@ class ClientIO:
             if channel == "mux" and self.direct_dir is not None:
                 direct = self._direct_socket(frames[0])
                 if direct is not None:
-                    send_frames(direct, frames[1:])  # the engine uuid routes nothing here
+                    # the engine uuid routes nothing here
+                    send_frames(direct, frames[1:], getattr(fut, "zpar_trackers", None))
                     if fut is not None:
                         fut.zpar_sent = time.time()  # type: ignore[attr-defined]
                     continue
-            send_frames(self._sockets[channel], frames)
+            send_frames(self._sockets[channel], frames, getattr(fut, "zpar_trackers", None))
             if fut is not None:
                 fut.zpar_sent = time.time()  # type: ignore[attr-defined]
 

@@ -3,7 +3,9 @@ task scheduler choose (task)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import collections
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -44,16 +46,75 @@ def partition(n: int, parts: int) -> list[slice]:
 class View:
     """Flags shared by every view; subclasses say where a message goes."""
 
+    #: names set_flags / temp_flags accept (subclasses add theirs)
+    FLAGS: tuple[str, ...] = ("block", "targets", "track", "label")
+
     def __init__(self, client: Any, targets: Any, block: bool = False) -> None:
         self.client = client
         self.targets = targets
         self.block = block
+        #: wait, in each blocking call, until zmq no longer reads the arguments' memory
+        self.track = False
+        #: a name for the calls of this view, kept in their request metadata
+        self.label: str | None = None
 
     def set_flags(self, **flags: Any) -> None:
         for k, v in flags.items():
-            if not hasattr(self, k) or k.startswith("_"):
-                raise KeyError(f"{type(self).__name__} has no flag {k!r}")
+            if k not in self.FLAGS:
+                raise KeyError(
+                    f"{type(self).__name__} has no flag {k!r}; flags: {', '.join(self.FLAGS)}"
+                )
             setattr(self, k, v)
+
+    @contextlib.contextmanager
+    def temp_flags(self, **flags: Any) -> Iterator[View]:
+        """Set flags for the ``with`` block only."""
+        saved = {k: getattr(self, k) for k in flags if k in self.FLAGS}
+        self.set_flags(**flags)
+        try:
+            yield self
+        finally:
+            for k, v in saved.items():
+                setattr(self, k, v)
+
+    def imap(
+        self, f: Callable[..., Any], *iterables: Any, max_outstanding: int | None = None
+    ) -> Iterator[Any]:
+        """Results of f over lazily consumed iterables, in order, with at most
+        max_outstanding calls in flight (default: 2 per engine)."""
+        _check_callable(f)
+        limit = max_outstanding or 2 * max(1, len(self.client.ids))
+        if limit < 1:
+            raise ValueError(f"max_outstanding must be >= 1, got {limit}")
+        inflight: collections.deque[AsyncResult] = collections.deque()
+        for args in zip(*iterables, strict=False):
+            inflight.append(self.apply_async(f, *args))
+            if len(inflight) >= limit:
+                yield inflight.popleft().get()
+        while inflight:
+            yield inflight.popleft().get()
+
+    def wait(self, jobs: Any = None, timeout: float | None = None) -> bool:
+        """Wait for jobs (AsyncResults or msg_ids; default: everything outstanding)."""
+        return self.client.wait(jobs, timeout)
+
+    def abort(self, jobs: Any = None, block: bool | None = None) -> Any:
+        return self.client.abort(jobs, targets=self._abort_targets(), block=bool(block))
+
+    def _abort_targets(self) -> Any:
+        return self.targets
+
+    def queue_status(self, verbose: bool = False) -> dict[Any, Any]:
+        targets = None if self.targets in (None, "all") else self.targets
+        return self.client.queue_status(targets, verbose)
+
+    def _metadata_flags(self) -> dict[str, Any]:
+        return {"label": self.label} if self.label else {}
+
+    def _finish(self, ar: AsyncResult, block: bool) -> Any:
+        if self.track:
+            ar.wait_for_send()
+        return ar.get() if block else ar
 
     def apply(self, f: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return self._apply(f, args, kwargs, self.block)
@@ -91,11 +152,14 @@ class DirectView(View):
         self, msg_type: str, content: dict[str, Any] | None, buffers: list[Any], ids: list[int]
     ) -> tuple[list[str], list[Any]]:
         msg_ids, futs = [], []
+        md = self._metadata_flags() or None
         for eid in ids:
             if msg_type == MsgType.APPLY_REQUEST:
-                m, fut = self.client.apply_to("mux", eid, None, (), {}, buffers=buffers)
+                m, fut = self.client.apply_to(
+                    "mux", eid, None, (), {}, metadata=md, buffers=buffers, track=self.track
+                )
             else:
-                m, fut = self.client._send("mux", msg_type, content, engine_id=eid)
+                m, fut = self.client._send("mux", msg_type, content, engine_id=eid, metadata=md)
             msg_ids.append(m)
             futs.append(fut)
         return msg_ids, futs
@@ -111,7 +175,7 @@ class DirectView(View):
     ) -> Any:
         single = isinstance(self.targets, int)
         ar = cls(self.client, msg_ids, futs, fname=fname, targets=self.targets, single=single, **kw)
-        return ar.get() if block else ar
+        return self._finish(self.client._track(ar), block)
 
     def _apply(self, f: Any, args: Any, kwargs: Any, block: bool) -> Any:
         _check_callable(f)
@@ -130,7 +194,9 @@ class DirectView(View):
             m, fut = self.client.apply_to("mux", eid, map_chunk, (f, *(s[sl] for s in seqs)), {})
             msg_ids.append(m)
             futs.append(fut)
-        return AsyncMapResult(self.client, msg_ids, futs, fname=getattr(f, "__name__", "map"))
+        return self.client._track(
+            AsyncMapResult(self.client, msg_ids, futs, fname=getattr(f, "__name__", "map"))
+        )
 
     def execute(self, code: str, block: bool | None = None) -> Any:
         """Run a code string in each engine's namespace."""
@@ -212,17 +278,20 @@ class LoadBalancedView(View):
     """Calls the task scheduler places on whichever engine is free."""
 
     def _metadata(self) -> dict[str, Any] | None:
-        if self.targets is None:
-            return None
-        return {"targets": self.client._resolve_targets(self.targets)}
+        md = self._metadata_flags()
+        if self.targets is not None:
+            md["targets"] = self.client._resolve_targets(self.targets)
+        return md or None
 
     def _apply(self, f: Any, args: Any, kwargs: Any, block: bool) -> Any:
         _check_callable(f)
-        m, fut = self.client.apply_to("task", None, f, args, kwargs, metadata=self._metadata())
+        m, fut = self.client.apply_to(
+            "task", None, f, args, kwargs, metadata=self._metadata(), track=self.track
+        )
         ar = AsyncResult(
             self.client, [m], [fut], fname=getattr(f, "__name__", "apply"), single=True
         )
-        return ar.get() if block else ar
+        return self._finish(self.client._track(ar), block)
 
     def _map(
         self, f: Any, seqs: Any, chunksize: int | None = None, ordered: bool = True, **kw: Any
@@ -246,8 +315,10 @@ class LoadBalancedView(View):
             )
             msg_ids.append(m)
             futs.append(fut)
-        return AsyncMapResult(
-            self.client, msg_ids, futs, fname=getattr(f, "__name__", "map"), ordered=ordered
+        return self.client._track(
+            AsyncMapResult(
+                self.client, msg_ids, futs, fname=getattr(f, "__name__", "map"), ordered=ordered
+            )
         )
 
     def __repr__(self) -> str:

@@ -264,8 +264,14 @@ def detach_small(frames: list[Any], threshold: int = COPY_THRESHOLD) -> list[Any
     return [f.bytes if isinstance(f, zmq.Frame) and len(f) < threshold else f for f in frames]
 
 
-def send_frames(socket: zmq.Socket, frames: Sequence[Any]) -> None:
-    """Send a multipart, copying small frames and handing large ones to zmq without a copy."""
+def send_frames(
+    socket: zmq.Socket, frames: Sequence[Any], trackers: list[Any] | None = None
+) -> None:
+    """Send a multipart, copying small frames and handing large ones to zmq without a copy.
+
+    With ``trackers`` (a list), the MessageTracker of each zero-copy frame is appended: it
+    is done when zmq no longer reads that memory.
+    """
     last = len(frames) - 1
     for i, f in enumerate(frames):
         flags = zmq.SNDMORE if i < last else 0
@@ -273,7 +279,12 @@ def send_frames(socket: zmq.Socket, frames: Sequence[Any]) -> None:
             socket.send(f, flags, copy=False)
         else:
             n = f.nbytes if isinstance(f, memoryview) else len(f)
-            socket.send(f, flags, copy=n < COPY_THRESHOLD)
+            if n < COPY_THRESHOLD:
+                socket.send(f, flags, copy=True)
+            elif trackers is None:
+                socket.send(f, flags, copy=False)
+            else:
+                trackers.append(socket.send(f, flags, copy=False, track=True))
 
 
 def pack(obj: Any) -> bytes:

@@ -21,7 +21,7 @@ def test_100mb_array_is_not_copied_on_either_side(rc, monkeypatch):
     sent = []
     real_send = ioloop_mod.send_frames
 
-    def spy(sock, frames):
+    def spy(sock, frames, *rest):
         sent.extend(
             f
             for f in frames
@@ -29,7 +29,7 @@ def test_100mb_array_is_not_copied_on_either_side(rc, monkeypatch):
             and f.nbytes >= arr.nbytes
             and np.shares_memory(np.frombuffer(f, dtype=np.uint8), arr.view(np.uint8))
         )
-        return real_send(sock, frames)
+        return real_send(sock, frames, *rest)
 
     monkeypatch.setattr(ioloop_mod, "send_frames", spy)
     owner, writable, last = rc[0].apply_sync(_frame_of, arr)

@@ -1,0 +1,109 @@
+"""The ipyparallel-style client surface: flags, imap, waiting, weak result caches."""
+
+from __future__ import annotations
+
+import gc
+import os
+import time
+
+import numpy as np
+import pytest
+
+
+def _slow_square(x):
+    import time
+
+    time.sleep(0.01)
+    return x * x
+
+
+def test_set_flags_and_temp_flags(rc):
+    lv = rc.load_balanced_view()
+    with pytest.raises(KeyError, match="no flag 'blok'"):
+        lv.set_flags(blok=True)
+    assert lv.block is False
+    with lv.temp_flags(block=True, targets=[1]):
+        assert lv.apply(os.getpid) == rc[1].apply_sync(os.getpid)
+    assert lv.block is False and lv.targets is None
+
+
+def test_label_travels_in_the_request_metadata(rc, monkeypatch):
+    seen = []
+    real = rc.session.serialize
+
+    def spy(msg_type, content=None, **kw):
+        seen.append(kw.get("metadata"))
+        return real(msg_type, content, **kw)
+
+    monkeypatch.setattr(rc.session, "serialize", spy)
+    lv = rc.load_balanced_view()
+    lv.label = "stage-1"
+    lv.apply_sync(lambda: 1)
+    assert seen[-1] == {"label": "stage-1"}
+
+
+def test_imap_is_lazy_and_bounded(rc):
+    lv = rc.load_balanced_view()
+    consumed = []
+
+    def numbers():
+        for i in range(40):
+            consumed.append(i)
+            yield i
+
+    it = lv.imap(_slow_square, numbers(), max_outstanding=4)
+    assert next(it) == 0
+    assert len(consumed) <= 5  # no more than max_outstanding + 1 read ahead
+    assert list(it) == [i * i for i in range(1, 40)]
+
+
+def test_wait_for_jobs_and_everything(rc):
+    ars = [rc.load_balanced_view().apply_async(_slow_square, i) for i in range(10)]
+    assert rc.wait(ars[:3], timeout=20)
+    assert rc.wait(timeout=20) and not rc.outstanding
+    assert rc.wait([ars[0].msg_ids[0]], timeout=1)
+    with pytest.raises(KeyError, match="no job"):
+        rc.wait(["not-a-msg-id"])
+    with pytest.raises(TypeError):
+        rc.wait([3.5])
+
+
+def test_results_are_kept_only_while_held(rc):
+    ar = rc[0].apply_async(lambda: "kept")
+    ar.get(timeout=10)
+    msg_id = ar.msg_ids[0]
+    assert rc.results[msg_id] == "kept"
+    assert rc.metadata[msg_id]["engine_id"] == 0
+    assert msg_id in rc.history
+    del ar
+    gc.collect()
+    assert msg_id not in rc.results
+
+
+def test_client_executor(rc):
+    with rc.executor() as ex:
+        assert list(ex.map(_slow_square, range(6))) == [0, 1, 4, 9, 16, 25]
+
+
+def test_track_waits_until_zmq_released_the_array(rc):
+    dv = rc[0]
+    dv.track = True
+    a = np.ones(2**20)
+    ar = dv.apply_async(np.sum, a)
+    assert ar.wait_for_send(timeout=10)
+    a[:] = 0  # safe now: zmq is done with the memory
+    assert ar.get(timeout=10) == 2**20
+
+
+def test_view_wait_abort_and_queue_status(rc):
+    lv = rc.load_balanced_view()
+    ars = [lv.apply_async(_slow_square, i) for i in range(4)]
+    assert lv.wait(ars, timeout=20)
+    status = lv.queue_status()
+    assert set(status) >= {0, 1, "unassigned"}
+    long = rc[0].apply_async(time.sleep, 1)
+    queued = rc[0].apply_async(lambda: "ran")
+    rc[0].abort(queued, block=True)
+    long.get(timeout=10)
+    with pytest.raises(Exception, match="abort"):
+        queued.get(timeout=10)
