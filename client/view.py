@@ -5,17 +5,21 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import logging
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
+import zpar.serialize
 from zpar.errors import SerializationError
 from zpar.messages import MsgType
 from zpar.remote import map_chunk
 from zpar.serialize import pack_apply
 
 from .asyncresult import AsyncMapResult, AsyncResult
+
+log = logging.getLogger(__name__)
 
 
 def _check_callable(f: Any) -> None:
@@ -93,6 +97,30 @@ class View:
                 yield inflight.popleft().get()
         while inflight:
             yield inflight.popleft().get()
+
+    def remote(self, f: Callable[..., Any] | None = None, *, block: bool | None = None) -> Any:
+        """Decorator: calling the function runs it through this view (``view.apply``)."""
+        from .decorators import RemoteFunction
+
+        if f is None:
+            return lambda g: RemoteFunction(self, g, block)
+        return RemoteFunction(self, f, block)
+
+    def parallel(
+        self,
+        f: Callable[..., Any] | None = None,
+        *,
+        dist: str = "b",
+        block: bool | None = None,
+        chunksize: int | None = None,
+    ) -> Any:
+        """Decorator: called with sequences, the function runs on blocks of them in parallel
+        (results joined); ``.map`` runs it on each element."""
+        from .decorators import ParallelFunction
+
+        if f is None:
+            return lambda g: ParallelFunction(self, g, dist, block, chunksize)
+        return ParallelFunction(self, f, dist, block, chunksize)
 
     def wait(self, jobs: Any = None, timeout: float | None = None) -> bool:
         """Wait for jobs (AsyncResults or msg_ids; default: everything outstanding)."""
@@ -222,6 +250,51 @@ class DirectView(View):
 
         ar = self.apply_async(pull, names)
         return ar.get() if (self.block if block is None else block) else ar
+
+    def run(self, filename: str, block: bool | None = None) -> Any:
+        """Execute a Python file's code on the engines (read here, run there)."""
+        with open(filename) as f:
+            code = f.read()
+        return self.execute(code, block=block)
+
+    @contextlib.contextmanager
+    def sync_imports(self, local: bool = True, quiet: bool = False) -> Iterator[None]:
+        """``with dv.sync_imports(): import numpy`` imports here and on the engines."""
+        import builtins
+
+        names: list[tuple[str, str | None]] = []
+        real_import = builtins.__import__
+
+        def recording_import(name, globals=None, locals=None, fromlist=(), level=0):
+            if level == 0 and globals is not None and globals.get("__name__") == caller:
+                names.append((name, ",".join(fromlist) if fromlist else None))
+            if local:
+                return real_import(name, globals, locals, fromlist, level)
+            return real_import(name.split(".")[0])
+
+        import inspect
+
+        frame = inspect.currentframe()
+        caller = frame.f_back.f_back.f_globals.get("__name__") if frame else None
+        builtins.__import__ = recording_import
+        try:
+            yield
+        finally:
+            builtins.__import__ = real_import
+        lines = [f"from {mod} import {what}" if what else f"import {mod}" for mod, what in names]
+        if lines:
+            if not quiet:
+                for line in lines:
+                    log.info("importing on engine(s): %s", line)
+            self.execute("\n".join(lines), block=True)
+
+    def use_pickle(self) -> None:
+        """Send functions by reference with the standard pickle (they must be importable on
+        the engines); ``use_cloudpickle`` goes back to sending them by value."""
+        zpar.serialize.set_pickler("pickle")
+
+    def use_cloudpickle(self) -> None:
+        zpar.serialize.set_pickler("cloudpickle")
 
     def __getitem__(self, key: str) -> Any:
         return self.pull(key, block=True)

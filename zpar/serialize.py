@@ -24,6 +24,20 @@ from .errors import SerializationError
 
 PROTOCOL = 5
 
+#: How the client pickles calls: cloudpickle (functions by value, the default) or the
+#: standard pickle (functions by reference: they must import on the engines).
+_dumps: Any = cloudpickle.dumps
+
+
+def set_pickler(name: str) -> None:
+    global _dumps
+    if name == "cloudpickle":
+        _dumps = cloudpickle.dumps
+    elif name == "pickle":
+        _dumps = pickle.dumps
+    else:
+        raise ValueError(f"pickler must be 'cloudpickle' or 'pickle', not {name!r}")
+
 
 def _frame_view(f: Any) -> Any:
     return f.buffer if isinstance(f, zmq.Frame) else f
@@ -43,7 +57,7 @@ def serialize_object(obj: Any, threshold: int = OOB_THRESHOLD) -> list[Any]:
         buffers.append(raw)
         return False
 
-    stream = cloudpickle.dumps(obj, protocol=PROTOCOL, buffer_callback=keep_out_of_band)
+    stream = _dumps(obj, protocol=PROTOCOL, buffer_callback=keep_out_of_band)
     return [stream, *buffers]
 
 
@@ -149,7 +163,7 @@ class _PickledFunction:
 
 def _function_pickle(f: Any) -> Any:
     """``f`` itself, or a _PickledFunction holding its (cached) cloudpickle."""
-    if type(f) is not types.FunctionType:
+    if type(f) is not types.FunctionType or _dumps is not cloudpickle.dumps:
         return f
     try:
         fp = _fingerprint(f)

@@ -107,3 +107,60 @@ def test_view_wait_abort_and_queue_status(rc):
     long.get(timeout=10)
     with pytest.raises(Exception, match="abort"):
         queued.get(timeout=10)
+
+
+def test_remote_and_parallel_decorators(rc):
+    dv = rc[:]
+
+    @dv.remote(block=True)
+    def where():
+        import os
+
+        return os.getpid()
+
+    assert sorted(where()) == sorted(dv.apply_sync(os.getpid))
+
+    @dv.parallel(block=True)
+    def double(block):
+        return [2 * x for x in block]
+
+    assert double(list(range(7))) == [2 * x for x in range(7)]
+
+    @dv.parallel(block=True)
+    def inc(x):
+        return x + 1
+
+    assert inc.map(range(3)) == [1, 2, 3]
+
+    lv = rc.load_balanced_view()
+
+    @lv.parallel(block=True, chunksize=3)
+    def total(block):
+        return [sum(block)]
+
+    assert total(list(range(10))) == [3, 12, 21, 9]
+    arr = dv.parallel(lambda b: b * 2, block=True)(np.arange(10.0))
+    np.testing.assert_array_equal(arr, np.arange(10.0) * 2)
+
+
+def test_run_file_and_sync_imports(rc, tmp_path):
+    script = tmp_path / "setup_engine.py"
+    script.write_text("import math\nfrom_file = math.sqrt(16)\n")
+    dv = rc[:]
+    dv.run(str(script), block=True)
+    assert dv["from_file"] == [4.0, 4.0]
+    with dv.sync_imports(quiet=True):
+        import json  # noqa: F401
+    assert dv.apply_sync(lambda: "json" in globals()) == [True, True]
+
+
+def test_use_pickle_sends_functions_by_reference(rc):
+    dv = rc[:]
+    try:
+        dv.use_pickle()
+        assert dv.apply_sync(os.getpid) == rc[:].apply_sync(os.getpid)
+        with pytest.raises(Exception, match="pickle"):
+            dv.apply_sync(lambda: 1)  # a lambda cannot be pickled by reference
+    finally:
+        dv.use_cloudpickle()
+    assert dv.apply_sync(lambda: 1) == [1, 1]
