@@ -3,6 +3,14 @@
 from .asyncresult import AsyncMapResult, AsyncResult
 from .client import Client
 from .cluster import Cluster
-from .view import DirectView, LoadBalancedView
+from .view import BroadcastView, DirectView, LoadBalancedView
 
-__all__ = ["AsyncMapResult", "AsyncResult", "Client", "Cluster", "DirectView", "LoadBalancedView"]
+__all__ = [
+    "AsyncMapResult",
+    "AsyncResult",
+    "BroadcastView",
+    "Client",
+    "Cluster",
+    "DirectView",
+    "LoadBalancedView",
+]

@@ -22,7 +22,7 @@ from zpar.wire import Message, Session
 
 from .asyncresult import AsyncResult
 from .ioloop import ClientIO
-from .view import DirectView, LoadBalancedView
+from .view import BroadcastView, DirectView, LoadBalancedView
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +117,10 @@ class Client:
     def load_balanced_view(self, targets: Any = None) -> LoadBalancedView:
         return LoadBalancedView(self, targets)
 
+    def broadcast_view(self, targets: Any = "all") -> BroadcastView:
+        """Like a DirectView, but each call is one message that the controller fans out."""
+        return BroadcastView(self, targets)
+
     def wait_for_engines(self, n: int, timeout: float | None = None) -> None:
         """Block until at least n engines are registered."""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -164,6 +168,7 @@ class Client:
         metadata: dict[str, Any] | None = None,
         engine_id: int | None = None,
         track: bool = False,
+        broadcast: list[int] | None = None,
     ) -> tuple[str, Any]:
         if self._closed:
             raise RuntimeError("this Client is closed")
@@ -175,7 +180,8 @@ class Client:
             frames = [uuid.encode(), *frames]
         if buffers:
             frames.extend(buffers)
-        fut = self._io.submit(channel, frames, msg_id, uuid, track=track)
+        uuids = [self._engine_uuid(i) for i in broadcast] if broadcast is not None else None
+        fut = self._io.submit(channel, frames, msg_id, uuid, track=track, broadcast=uuids)
         fut.zpar_submitted = header["date"]  # type: ignore[attr-defined]
         self.history.append(msg_id)
         return msg_id, fut
@@ -318,16 +324,18 @@ class Client:
 
     def _futures_of(self, jobs: Any) -> list[Any]:
         if jobs is None:
-            return list(self._io._pending.values())
+            return self._io.pending_futures()
         jobs = jobs if isinstance(jobs, list | tuple | set) else [jobs]
         futures = []
         for j in jobs:
             if isinstance(j, AsyncResult):
                 futures.extend(j._futures)
             elif isinstance(j, str):
-                fut = self._io._pending.get(j)
-                if fut is not None:
-                    futures.append(fut)
+                entry = self._io._pending.get(j)
+                if isinstance(entry, dict):
+                    futures.extend(entry.values())
+                elif entry is not None:
+                    futures.append(entry)
                 elif j not in self._results and j not in self.history:
                     raise KeyError(f"no job {j!r} was sent by this client")
             else:

@@ -142,14 +142,28 @@ class ClientIO:
         msg_id: str,
         engine_uuid: str | None = None,
         track: bool = False,
+        broadcast: list[str] | None = None,
     ) -> Future:
         """Queue signed frames for sending; the future resolves with the reply Message.
 
         track: keep zmq's MessageTrackers of the zero-copy frames on the future
-        (``zpar_trackers``), to know when the caller may modify the arrays sent."""
+        (``zpar_trackers``), to know when the caller may modify the arrays sent.
+        broadcast: engine uuids that will each reply; the returned future only tracks the
+        send, ``fut.zpar_broadcast`` maps each uuid to the future of its reply."""
         fut: Future = Future()
         if track:
             fut.zpar_trackers = []  # type: ignore[attr-defined]
+        if broadcast:
+            # one request, one reply per engine: a future per engine, by engine uuid
+            futs = {u: Future() for u in broadcast}
+            for u, f in futs.items():
+                f.engine_uuid = u  # type: ignore[attr-defined]
+                self._by_engine.setdefault(u, set()).add(msg_id)
+            self._pending[msg_id] = futs  # type: ignore[assignment]
+            fut.zpar_broadcast = futs  # type: ignore[attr-defined]
+            self._outbox.append((channel, frames, fut))
+            self._wake()
+            return fut
         self._pending[msg_id] = fut
         if engine_uuid is not None:
             self._by_engine.setdefault(engine_uuid, set()).add(msg_id)
@@ -175,6 +189,16 @@ class ClientIO:
         except BlockingIOError:
             pass  # the pipe is full of wake-ups already
 
+    def pending_futures(self) -> list[Future]:
+        """Every future still waiting for a reply (broadcasts count once per engine)."""
+        out: list[Future] = []
+        for entry in list(self._pending.values()):
+            if isinstance(entry, dict):
+                out.extend(entry.values())
+            else:
+                out.append(entry)
+        return out
+
     def close(self) -> None:
         if self._thread is None or self._stop:
             return
@@ -184,7 +208,7 @@ class ClientIO:
         except BlockingIOError:
             pass
         self._thread.join(5)
-        for fut in list(self._pending.values()):
+        for fut in self.pending_futures():
             if not fut.done():
                 fut.set_exception(EngineError("the client was closed before the reply came"))
         os.close(self._wake_r)
@@ -216,7 +240,7 @@ class ClientIO:
                 self._flush_outbox()
         except Exception:
             log.exception("client I/O thread crashed; pending results will fail")
-            for fut in list(self._pending.values()):
+            for fut in self.pending_futures():
                 if not fut.done():
                     fut.set_exception(EngineError("client I/O thread crashed: see the log"))
         finally:
@@ -286,6 +310,12 @@ class ClientIO:
             return
         msg_id = msg.parent_header.get("msg_id")
         fut = self._pending.pop(msg_id, None)
+        if isinstance(fut, dict):  # a broadcast: this engine's reply
+            futs = fut
+            uuid_b = msg.idents[0] if msg.idents else b""
+            fut = futs.pop(uuid_b.decode("ascii", "replace"), None)
+            if futs:
+                self._pending[msg_id] = futs  # type: ignore[assignment]
         if fut is None:
             log.debug("reply to unknown msg_id %s (%s) dropped", msg_id, msg.msg_type)
             return
@@ -339,6 +369,11 @@ class ClientIO:
     def _fail_engine(self, eid: int, uuid: str, reason: str) -> None:
         for msg_id in self._by_engine.pop(uuid, set()):
             fut = self._pending.pop(msg_id, None)
+            if isinstance(fut, dict):
+                futs = fut
+                fut = futs.pop(uuid, None)
+                if futs:
+                    self._pending[msg_id] = futs  # type: ignore[assignment]
             if fut is not None and not fut.done():
                 fut.set_exception(
                     EngineError(

@@ -332,6 +332,31 @@ class DirectView(View):
         return f"<DirectView {self.targets}>"
 
 
+class BroadcastView(DirectView):
+    """Calls on named engines sent as ONE message: the task scheduler sends the same frames
+    to each engine (no copy), so the client sends a large argument once, not once per
+    engine. Replies come back one per engine, as from a DirectView."""
+
+    def _send_each(
+        self, msg_type: str, content: dict[str, Any] | None, buffers: list[Any], ids: list[int]
+    ) -> tuple[list[str], list[Any]]:
+        md = {**self._metadata_flags(), "broadcast": ids}
+        m, fut = self.client._send(
+            "task",
+            msg_type,
+            content or {},
+            buffers=buffers,
+            metadata=md,
+            broadcast=ids,
+            track=self.track,
+        )
+        replies = fut.zpar_broadcast
+        return [m] * len(ids), [replies[self.client._engine_uuid(i)] for i in ids]
+
+    def __repr__(self) -> str:
+        return f"<BroadcastView {self.targets}>"
+
+
 def _concat(parts: list[Any]) -> Any:
     if parts and all(isinstance(p, np.ndarray) for p in parts):
         return np.concatenate(parts)

@@ -104,6 +104,10 @@ class TaskTable:
         if rec is None:
             log.debug("reply to a task the hub never saw submitted: %s", msg_id)
             return None
+        if engine_uuid and engine_uuid != rec.engine_uuid:
+            # a broadcast: each engine's reply clears that engine's pending index
+            for index in (self.queued, self.tasks):
+                index.get(engine_uuid, set()).discard(msg_id)
         if not rec.pending:
             return rec
         if engine_uuid and rec.engine_uuid is None:

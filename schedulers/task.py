@@ -98,6 +98,7 @@ class TaskScheduler:
         self.engines: dict[bytes, EngineSlot] = {}  # registration order
         self.ids: dict[int, bytes] = {}
         self.pending: dict[str, Task] = {}  # given to an engine, not answered
+        self.broadcasts: dict[tuple[str, bytes], Task] = {}  # (msg_id, engine): not answered
         self.queue: deque[Task] = deque()  # waiting for room, any engine will do
         self.restricted: list[Task] = []  # waiting for room on one of their targets
         self.dispatched = 0
@@ -193,6 +194,10 @@ class TaskScheduler:
         if header.get("msg_type") not in (MsgType.APPLY_REQUEST, MsgType.EXECUTE_REQUEST):
             self._fail(task, "ProtocolError", f"{header.get('msg_type')!r} is not a task request")
             return
+        broadcast = msg.metadata.get("broadcast")
+        if broadcast is not None:
+            self._broadcast(task, broadcast)
+            return
         targets = msg.metadata.get("targets")
         if targets is not None:
             uuids = self._target_uuids(targets)
@@ -202,6 +207,28 @@ class TaskScheduler:
             task.targets = uuids
         if not self._place(task):
             self._enqueue(task)
+
+    def _broadcast(self, task: Task, targets: Any) -> None:
+        """One request, the same frames to each target engine (no copy), one reply from
+        each: the client sent its payload once, whatever the number of engines."""
+        uuids = self._target_uuids(targets)
+        if isinstance(uuids, str):
+            self._fail(task, "ImpossibleDependency", uuids)
+            return
+        for uuid in sorted(uuids, key=lambda u: self.engines[u].id):
+            engine = self.engines[uuid]
+            copy = Task(task.msg_id, task.client, task.frames, None, engine)
+            try:
+                send_frames(self.engine, [uuid, task.client, *task.frames])
+            except zmq.ZMQError as e:
+                if e.errno != zmq.EHOSTUNREACH:
+                    raise
+                self._fail(copy, "EngineError", f"engine {engine.id} is not connected")
+                continue
+            engine.load += 1
+            engine.tasks.add(task.msg_id)
+            self.broadcasts[(task.msg_id, uuid)] = copy
+            self._event([TASK_DEST, task.msg_id, uuid])
 
     def _target_uuids(self, targets: Any) -> frozenset[bytes] | str:
         """The uuids of ``targets``, or a message saying why they cannot be met."""
@@ -279,6 +306,8 @@ class TaskScheduler:
         parent = unpack(msg[3])
         msg_id = parent.get("msg_id") if isinstance(parent, dict) else None
         task = self.pending.pop(msg_id, None) if isinstance(msg_id, str) else None
+        if task is None and self.broadcasts:
+            task = self.broadcasts.pop((msg_id, bytes(uuid)), None)
         self._trimmer.count()
         if task is None:
             log.warning("reply from %s to unknown task %r relayed anyway", uuid, msg_id)
@@ -313,6 +342,11 @@ class TaskScheduler:
             return
         self.ids.pop(engine.id, None)
         lost = [self.pending.pop(m) for m in sorted(engine.tasks) if m in self.pending]
+        lost += [
+            self.broadcasts.pop((m, uuid))
+            for m in sorted(engine.tasks)
+            if (m, uuid) in self.broadcasts
+        ]
         log.warning(
             "engine %d left (%s): failing its %d unfinished task(s)", engine.id, reason, len(lost)
         )

@@ -164,3 +164,29 @@ def test_use_pickle_sends_functions_by_reference(rc):
     finally:
         dv.use_cloudpickle()
     assert dv.apply_sync(lambda: 1) == [1, 1]
+
+
+def test_broadcast_view_sends_the_payload_once(rc, monkeypatch):
+    import zpar.client.ioloop as ioloop_mod
+
+    bv = rc.broadcast_view()
+    big = np.arange(2**18, dtype=np.float64)  # 2 MB
+    sent = []
+    real = ioloop_mod.send_frames
+
+    def spy(sock, frames, *rest):
+        sent.append(sum(len(memoryview(f).cast("B")) for f in frames if not isinstance(f, str)))
+        return real(sock, frames, *rest)
+
+    monkeypatch.setattr(ioloop_mod, "send_frames", spy)
+    sums = bv.apply_sync(np.sum, big)
+    assert sums == [big.sum(), big.sum()]
+    assert len(sent) == 1 and sent[0] >= big.nbytes  # one message, not one per engine
+    monkeypatch.undo()
+    bv.push({"shared": 7}, block=True)
+    assert bv.pull("shared", block=True) == [7, 7]
+    assert bv.execute("y = shared * 2", block=True) is not None
+    assert rc[:].pull("y", block=True) == [14, 14]
+    ar = bv.apply_async(os.getpid)
+    assert ar.get(timeout=10) == rc[:].apply_sync(os.getpid)
+    assert ar.engine_id == [0, 1]
