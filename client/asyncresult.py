@@ -213,6 +213,26 @@ class AsyncResult:
         self._result = values[0] if self._single else values
         return self._result
 
+    def done(self) -> bool:
+        """As concurrent.futures.Future.done: the same as ready()."""
+        return self.ready()
+
+    def result(self, timeout: float | None = None) -> Any:
+        """As concurrent.futures.Future.result: the same as get()."""
+        return self.get(timeout)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        """The error get() would raise (None if it succeeded); waits like get()."""
+        try:
+            self.get(timeout)
+        except TimeoutError:
+            if not self.ready():
+                raise
+            return sys.exc_info()[1]
+        except Exception as e:
+            return e
+        return None
+
     def get_dict(self, timeout: float | None = None) -> dict[int, Any]:
         """{engine_id: result}; an error if one engine has several results here."""
         values = self.get(timeout)

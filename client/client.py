@@ -14,6 +14,7 @@ from typing import Any
 
 from zpar.connection import default_url_file, profile_dir, wait_for_connection_file
 from zpar.constants import DEFAULT_PROFILE, HUB_TIMEOUT
+from zpar.dependency import to_wire
 from zpar.errors import EngineError, NoEnginesRegistered, TimeoutError
 from zpar.messages import MsgType, Status
 from zpar.serialize import pack_apply
@@ -21,7 +22,7 @@ from zpar.transport import choose, direct_dir
 from zpar.wire import Message, Session
 
 from .asyncresult import AsyncResult
-from .ioloop import ClientIO
+from .ioloop import ClientIO, outcome_of
 from .view import BroadcastView, DirectView, LoadBalancedView
 
 log = logging.getLogger(__name__)
@@ -114,8 +115,9 @@ class Client:
     def direct_view(self, targets: Any = "all") -> DirectView:
         return DirectView(self, targets)
 
-    def load_balanced_view(self, targets: Any = None) -> LoadBalancedView:
-        return LoadBalancedView(self, targets)
+    def load_balanced_view(self, targets: Any = None, **flags: Any) -> LoadBalancedView:
+        """flags: block, track, label, after, follow, timeout, retries (see set_flags)."""
+        return LoadBalancedView(self, targets, **flags)
 
     def broadcast_view(self, targets: Any = "all") -> BroadcastView:
         """Like a DirectView, but each call is one message that the controller fans out."""
@@ -242,14 +244,61 @@ class Client:
         return ar
 
     def abort(self, jobs: Any = None, targets: Any = None, block: bool = True) -> AsyncResult:
-        """Abort queued work on engines; jobs: msg_ids/AsyncResults, None for everything."""
+        """Abort work that has not started: queued on engines (``targets``, default all) and,
+        for load-balanced tasks, still held by the task scheduler. jobs: msg_ids or
+        AsyncResults, None for everything this client queued. Running tasks finish."""
         msg_ids = None
         if jobs is not None:
             jobs = jobs if isinstance(jobs, list | tuple) else [jobs]
             msg_ids = []
             for j in jobs:
-                msg_ids.extend(j.msg_ids if isinstance(j, AsyncResult) else [j])
-        return self._control(MsgType.ABORT_REQUEST, {"msg_ids": msg_ids}, targets, block)
+                if isinstance(j, AsyncResult):
+                    msg_ids.extend(j.msg_ids)
+                elif isinstance(j, str):
+                    msg_ids.append(j)
+                else:
+                    raise TypeError(f"abort takes msg_ids or AsyncResults, got {j!r}")
+        content = {"msg_ids": msg_ids}
+        ids = self._resolve_targets(targets)
+        sent = [self._send("control", MsgType.ABORT_REQUEST, content, engine_id=i) for i in ids]
+        if "task" in self._io._sockets:
+            sent.append(self._send("task", MsgType.ABORT_REQUEST, content))
+        ar = AsyncResult(self, [m for m, _ in sent], [f for _, f in sent], fname="abort")
+        if block:
+            ar.get(HUB_TIMEOUT)
+        return ar
+
+    def _dependency_metadata(self, md: dict[str, Any], after: Any, follow: Any) -> None:
+        """Put after / follow in ``md`` with the outcomes this client already knows, and
+        have direct calls among them reported to the scheduler when they finish."""
+        outcomes: dict[str, list[Any]] = {}
+        watch = {}
+        for key, deps in (("after", after), ("follow", follow)):
+            wire = to_wire(deps)
+            if wire is None:
+                continue
+            md[key] = wire
+            for m in wire["ids"]:
+                fut = self._future_of(m)
+                if fut is None:
+                    continue  # not ours, or forgotten: the scheduler may still know it
+                if fut.done():
+                    outcomes[m] = outcome_of(fut)
+                elif getattr(fut, "engine_uuid", None) is not None:
+                    watch[m] = fut  # a direct call: the scheduler will not see its reply
+        if outcomes:
+            md["outcomes"] = outcomes
+        if watch:
+            self._io.watch_outcomes(watch)
+
+    def _future_of(self, msg_id: str) -> Any:
+        fut = self._io._pending.get(msg_id)
+        if fut is not None:
+            return None if isinstance(fut, dict) else fut
+        ar = self._results.get(msg_id)
+        if ar is None:
+            return None
+        return ar._futures[ar.msg_ids.index(msg_id)]
 
     def clear(self, targets: Any = None, block: bool = True) -> AsyncResult:
         """Clear the engines' namespaces."""

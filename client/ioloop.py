@@ -24,11 +24,12 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
+import msgpack
 import zmq
 
 from zpar.constants import WELCOME
 from zpar.errors import EngineError
-from zpar.messages import MsgType
+from zpar.messages import MsgType, Status
 from zpar.sockets import configure
 from zpar.transport import direct_address, usable_ipc
 from zpar.wire import Message, Session, detach_small, send_frames
@@ -68,6 +69,10 @@ class ClientIO:
         self.direct_dir: str | None = None
         self._direct: dict[bytes, zmq.Socket | None] = {}
         self._output_watchers: dict[str, Callable[[str, Message], None]] = {}
+        #: direct calls that load-balanced tasks wait on: the scheduler never sees their
+        #: replies, so we tell it (task_outcomes) when they finish
+        self._outcome_watch: dict[str, Future] = {}
+        self._packb = msgpack.Packer(use_bin_type=True).pack  # this thread's own
 
     # -- set-up -------------------------------------------------------------------------
 
@@ -171,6 +176,29 @@ class ClientIO:
         self._outbox.append((channel, frames, fut))
         self._wake()
         return fut
+
+    def watch_outcomes(self, futs: dict[str, Future]) -> None:
+        """Tell the task scheduler when these direct calls finish."""
+
+        def _watch() -> None:
+            done = {}
+            for m, f in futs.items():
+                if f.done():
+                    done[m] = outcome_of(f)
+                else:
+                    self._outcome_watch[m] = f
+            self._send_outcomes(done)
+
+        self.call_soon(_watch)
+
+    def _send_outcomes(self, outcomes: dict[str, list[Any]]) -> None:
+        sock = self._sockets.get("task")
+        if not outcomes or sock is None:
+            return
+        _, frames = self.session.serialize(
+            MsgType.TASK_OUTCOMES, {"outcomes": outcomes}, packb=self._packb
+        )
+        sock.send_multipart(frames)
 
     def call_soon(self, fn: Callable[[], None]) -> None:
         """Run fn in the I/O thread (for work that touches sockets)."""
@@ -324,6 +352,8 @@ class ClientIO:
             self._by_engine.get(uuid, set()).discard(msg_id)
         msg.frames = []  # decoded already; a reply is held until read, keep it small
         fut.set_result(msg)
+        if self._outcome_watch and self._outcome_watch.pop(msg_id, None) is not None:
+            self._send_outcomes({msg_id: outcome_of(fut)})
 
     def _on_iopub(self, sock: zmq.Socket) -> None:
         frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
@@ -381,3 +411,14 @@ class ClientIO:
                         + (f": {reason}" if reason else "")
                     )
                 )
+                if self._outcome_watch.pop(msg_id, None) is not None:
+                    self._send_outcomes({msg_id: [False, uuid]})
+
+
+def outcome_of(fut: Future) -> list[Any]:
+    """[succeeded, engine_uuid] of a finished call, as the task scheduler counts them."""
+    if fut.exception() is not None:
+        return [False, getattr(fut, "engine_uuid", "") or ""]
+    msg = fut.result()
+    ok = msg.content.get("status") == Status.OK
+    return [ok, str(msg.metadata.get("engine_uuid") or "")]

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 import zpar.serialize
+from zpar.dependency import to_wire
 from zpar.errors import SerializationError
 from zpar.messages import MsgType
 from zpar.remote import map_chunk
@@ -373,12 +374,47 @@ AUTO_CHUNKS_PER_ENGINE = 8
 
 
 class LoadBalancedView(View):
-    """Calls the task scheduler places on whichever engine is free."""
+    """Calls the task scheduler places on whichever engine is free.
+
+    Flags (set_flags / temp_flags / load_balanced_view(**flags)): after, follow (msg_ids,
+    AsyncResults or a zpar.Dependency), timeout (s to wait for them and an engine),
+    retries (other engines to try after an error or an engine's death), targets.
+    """
+
+    FLAGS = (*View.FLAGS, "after", "follow", "timeout", "retries")
+
+    def __init__(self, client: Any, targets: Any = None, block: bool = False, **flags: Any):
+        super().__init__(client, targets, block)
+        self.after: Any = None
+        self.follow: Any = None
+        self.timeout: float | None = None
+        self.retries = 0
+        self.set_flags(**flags)
+
+    def set_flags(self, **flags: Any) -> None:
+        retries = flags.get("retries", 0)
+        if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
+            raise ValueError(f"retries must be an int >= 0, got {retries!r}")
+        timeout = flags.get("timeout")
+        if timeout is not None and (
+            not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout < 0
+        ):
+            raise ValueError(f"timeout must be None or seconds >= 0, got {timeout!r}")
+        for key in ("after", "follow"):
+            if flags.get(key) is not None:
+                to_wire(flags[key])  # TypeError now, not at the next call
+        super().set_flags(**flags)
 
     def _metadata(self) -> dict[str, Any] | None:
         md = self._metadata_flags()
         if self.targets is not None:
             md["targets"] = self.client._resolve_targets(self.targets)
+        if self.retries:
+            md["retries"] = self.retries
+        if self.timeout is not None:
+            md["timeout"] = float(self.timeout)
+        if self.after is not None or self.follow is not None:
+            self.client._dependency_metadata(md, self.after, self.follow)
         return md or None
 
     def _apply(self, f: Any, args: Any, kwargs: Any, block: bool) -> Any:

@@ -25,6 +25,7 @@ from zpar.messages import (
     TASK_DEST,
     TASK_IN,
     TASK_OUT,
+    TASK_RETRY,
     MsgType,
     Status,
 )
@@ -300,6 +301,9 @@ class Hub:
                 metadata = unpack(event[4])
                 engine = _text(event[1]) or None
                 tasks.finished(event[3], engine, metadata, str(metadata.get("status", "")))
+            elif kind == TASK_RETRY:
+                log.info("task %s retried after %s", event[1], event[3])
+                tasks.retried(event[1])
             else:
                 log.warning("unknown task event %r ignored", kind)
 

@@ -34,6 +34,7 @@ class TaskRecord:
     started: float | None = None
     completed: float | None = None
     status: str | None = None  # None while pending
+    retries: int = 0  # times the scheduler sent it to another engine
     metadata: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -90,6 +91,17 @@ class TaskTable:
             rec = self.records[msg_id] = TaskRecord(msg_id, "", "task")
         self.unassigned.discard(msg_id)
         self._assign(rec, engine_uuid)
+
+    def retried(self, msg_id: str) -> None:
+        """The task left its engine (error or death) and waits for another one."""
+        rec = self.records.get(msg_id)
+        if rec is None or not rec.pending:
+            return
+        self._unindex(rec)
+        rec.engine_uuid = None
+        rec.retries += 1
+        self.unassigned.add(msg_id)
+        self.counts["retried"] += 1
 
     def _assign(self, rec: TaskRecord, engine_uuid: str) -> None:
         rec.engine_uuid = engine_uuid

@@ -42,6 +42,16 @@ def twobin(candidates: Sequence[EngineSlot]) -> EngineSlot:
     return a if a.load <= b.load else b
 
 
+def weighted(candidates: Sequence[EngineSlot]) -> EngineSlot:
+    """Two engines drawn with weights 1/(1+load), the less loaded one: idle engines are
+    favoured, yet a busy one still gets work in proportion."""
+    if len(candidates) < 2:
+        return candidates[0]
+    weights = [1.0 / (1 + e.load) for e in candidates]
+    a, b = random.choices(candidates, weights, k=2)
+    return a if a.load <= b.load else b
+
+
 def _load(e: EngineSlot) -> int:
     return e.load
 
@@ -55,6 +65,7 @@ SCHEMES: dict[str, Callable[[Sequence[EngineSlot]], EngineSlot]] = {
     "lru": lru,
     "plainrandom": plainrandom,
     "twobin": twobin,
+    "weighted": weighted,
 }
 assert set(SCHEMES) == set(TASK_SCHEMES)
 

@@ -14,6 +14,9 @@ queued tasks that only a dead engine could run fail with ImpossibleDependency.
 
 from __future__ import annotations
 
+import contextlib
+import heapq
+import itertools
 import logging
 import os
 import time
@@ -28,20 +31,27 @@ from zpar.memory import Trimmer
 from zpar.messages import (
     MON_SCHEDULER,
     MON_TASK_BATCH,
-    REPLY_TYPE,
     TASK_BATCH_MAX,
     TASK_DEST,
     TASK_IN,
     TASK_OUT,
+    TASK_RETRY,
     MsgType,
     Status,
 )
 from zpar.sockets import bind_random, configure
 from zpar.wire import Session, detach_small, pack, send_frames, split_idents, unpack
 
+from .flags import parse_gates, parse_outcomes, parse_retries, parse_timeout
+from .graph import DependencyGraph, Gate
+from .replies import error_reply
 from .schemes import EngineSlot, get_scheme
 
 log = logging.getLogger(__name__)
+
+
+#: Task states: waiting for dependencies, waiting for room on an engine, on an engine, answered.
+WAITING, QUEUED, RUNNING, DONE = "waiting", "queued", "running", "done"
 
 
 @dataclass(slots=True, eq=False)
@@ -51,11 +61,21 @@ class Task:
     frames: list[Any]  # the signed message and its buffers, from the delimiter on
     targets: frozenset[bytes] | None  # engine uuids allowed, None for any
     engine: EngineSlot | None = None
+    state: str = QUEUED
+    gates: list[Gate] | tuple[()] = ()  # after / follow, while waiting
+    retries: int = 0
+    avoid: set[bytes] | None = None  # engines it failed on: others are preferred
+    unmet: set[bytes] | None = None  # engines where its depend/require does not hold
+    attempt: int = 0  # times it was sent to another engine
 
     @property
     def header(self) -> dict[str, Any]:
         """Decoded again when needed (rarely: to fail the task); not kept per queued task."""
         return unpack(self.frames[2])
+
+    @property
+    def restricted(self) -> bool:
+        return self.targets is not None or bool(self.avoid) or bool(self.unmet)
 
 
 class TaskScheduler:
@@ -97,10 +117,15 @@ class TaskScheduler:
         self.monitor.connect(monitor)
         self.engines: dict[bytes, EngineSlot] = {}  # registration order
         self.ids: dict[int, bytes] = {}
-        self.pending: dict[str, Task] = {}  # given to an engine, not answered
+        self.live: dict[str, Task] = {}  # every task not answered yet, whatever its state
         self.broadcasts: dict[tuple[str, bytes], Task] = {}  # (msg_id, engine): not answered
         self.queue: deque[Task] = deque()  # waiting for room, any engine will do
-        self.restricted: list[Task] = []  # waiting for room on one of their targets
+        self.restricted: list[Task] = []  # waiting for room on one of the engines it may use
+        self.graph = DependencyGraph()
+        self.deadlines: list[tuple[float, int, Task]] = []  # heap of task timeouts
+        self._settle: deque[tuple[Task, str]] = deque()
+        self._settling = False
+        self._seq = itertools.count()
         self.dispatched = 0
         self.stopping = False
         self._events: list[list[Any]] = []
@@ -137,11 +162,17 @@ class TaskScheduler:
             self.engine_addr,
         )
         while not self.stopping:
-            ready = dict(poller.poll(1000))
+            wait = 1000
+            if self.deadlines:
+                wait = max(0, min(wait, int((self.deadlines[0][0] - time.monotonic()) * 1000) + 1))
+            ready = dict(poller.poll(wait))
+            if self.deadlines:
+                self.expire(time.monotonic())
             if not ready:
                 if parent_pid is not None and os.getppid() != parent_pid:
                     log.warning("the controller is gone; task scheduler exiting")
                     return
+                self.flush_events()
                 continue
             if events in ready:
                 self._drain(events, self._on_event)
@@ -150,7 +181,7 @@ class TaskScheduler:
             if client in ready:
                 self._drain(client, self._on_submission)
             self.flush_events()
-            if not self.pending and not self.queue:
+            if not self.live:
                 self._trimmer.maybe_trim()  # idle after a burst: give the pages back
 
     def _drain(self, sock: zmq.Socket, handler: Any) -> None:
@@ -187,26 +218,86 @@ class TaskScheduler:
             return
         client = msg.idents[0] if msg.idents else b""
         header = msg.header
+        msg_type = header.get("msg_type")
+        if msg_type == MsgType.TASK_OUTCOMES:
+            self._on_outcomes(msg.content)
+            return
+        if msg_type == MsgType.ABORT_REQUEST:
+            self._on_abort(client, msg.header, msg.content)
+            return
         msg_id = header["msg_id"]
         sig = msg.frames  # [DELIM, sig, header, parent, metadata, content, buffers…]
         self._event([TASK_IN, client, header, sig[4].bytes])
         task = Task(msg_id, client, detach_small(msg.frames), None)
-        if header.get("msg_type") not in (MsgType.APPLY_REQUEST, MsgType.EXECUTE_REQUEST):
-            self._fail(task, "ProtocolError", f"{header.get('msg_type')!r} is not a task request")
+        if msg_type not in (MsgType.APPLY_REQUEST, MsgType.EXECUTE_REQUEST):
+            self._fail(task, "ProtocolError", f"{msg_type!r} is not a task request")
             return
-        broadcast = msg.metadata.get("broadcast")
+        md = msg.metadata
+        broadcast = md.get("broadcast")
         if broadcast is not None:
             self._broadcast(task, broadcast)
             return
-        targets = msg.metadata.get("targets")
+        self.live[msg_id] = task
+        if md and not self._read_flags(task, md):
+            return
+        self._submit(task)
+
+    def _read_flags(self, task: Task, md: dict[str, Any]) -> bool:
+        """Apply the request's scheduling flags; False if the task is settled or waits."""
+        try:
+            gates = parse_gates(md)
+            known = parse_outcomes(md)
+            task.retries = parse_retries(md)
+            timeout = parse_timeout(md)
+        except ValueError as e:
+            self._fail(task, "ProtocolError", f"task {task.msg_id}: {e}")
+            return False
+        targets = md.get("targets")
         if targets is not None:
             uuids = self._target_uuids(targets)
             if isinstance(uuids, str):
                 self._fail(task, "ImpossibleDependency", uuids)
-                return
+                return False
             task.targets = uuids
+        if timeout is not None:
+            deadline = (time.monotonic() + timeout, next(self._seq), task)
+            heapq.heappush(self.deadlines, deadline)
+        if not gates:
+            return True
+        task.gates = gates
+        verdict = self.graph.add(task, known)
+        if verdict is None:
+            task.state = WAITING
+            return False
+        if verdict:
+            self._fail(task, "ImpossibleDependency", f"task {task.msg_id}: {verdict}")
+            return False
+        return self._follow(task)
+
+    def _follow(self, task: Task) -> bool:
+        """Dependencies met: narrow the targets to where followed tasks ran."""
+        for gate in task.gates:
+            if gate.follow:
+                where = frozenset(gate.engines)
+                task.targets = where if task.targets is None else task.targets & where
+                if not task.targets & self.engines.keys():
+                    self._fail(
+                        task,
+                        "ImpossibleDependency",
+                        f"task {task.msg_id} follows tasks whose engines are gone "
+                        "(or not among its targets)",
+                    )
+                    return False
+        task.gates = ()
+        return True
+
+    def _submit(self, task: Task) -> None:
         if not self._place(task):
-            self._enqueue(task)
+            task.state = QUEUED
+            if task.restricted:
+                self.restricted.append(task)
+            else:
+                self.queue.append(task)
 
     def _broadcast(self, task: Task, targets: Any) -> None:
         """One request, the same frames to each target engine (no copy), one reply from
@@ -217,7 +308,7 @@ class TaskScheduler:
             return
         for uuid in sorted(uuids, key=lambda u: self.engines[u].id):
             engine = self.engines[uuid]
-            copy = Task(task.msg_id, task.client, task.frames, None, engine)
+            copy = Task(task.msg_id, task.client, task.frames, None, engine, RUNNING)
             try:
                 send_frames(self.engine, [uuid, task.client, *task.frames])
             except zmq.ZMQError as e:
@@ -243,15 +334,48 @@ class TaskScheduler:
             return f"none of the target engines {targets} is registered (ids: {sorted(self.ids)})"
         return uuids
 
+    def _pool(self, task: Task) -> list[EngineSlot] | None:
+        """Engines ``task`` may run on, room or not; None once it can never run."""
+        targets, unmet, avoid = task.targets, task.unmet, task.avoid
+        pool = [
+            e
+            for u, e in self.engines.items()
+            if (targets is None or u in targets) and not (unmet and u in unmet)
+        ]
+        if not pool:
+            if unmet:
+                self._fail(
+                    task,
+                    "ImpossibleDependency",
+                    f"task {task.msg_id}: its depend/require holds on none of the "
+                    f"{len(self.engines)} engine(s) (tried {len(unmet)})",
+                )
+                return None
+            if targets is not None:
+                self._fail(
+                    task,
+                    "ImpossibleDependency",
+                    f"none of the target engines of task {task.msg_id} is registered any more",
+                )
+                return None
+            return pool  # no engine at all yet: wait for one
+        if avoid:
+            preferred = [e for e in pool if e.uuid not in avoid]
+            return preferred or pool  # failed everywhere once: any engine will do
+        return pool
+
     def _place(self, task: Task) -> bool:
-        """Give ``task`` to an engine with room; False if none has room now."""
+        """Give ``task`` to an engine with room; False if none has room now (True also when
+        it turned out it can never run, and was failed)."""
         hwm = self.hwm
         while True:
-            if task.targets is None:
-                pool = self.engines.values()
+            if task.restricted:
+                pool = self._pool(task)
+                if pool is None:
+                    return True
             else:
-                pool = [self.engines[u] for u in task.targets if u in self.engines]
-            candidates = [e for e in pool if not hwm or e.load < hwm] if hwm else list(pool)
+                pool = self.engines.values()  # type: ignore[assignment]
+            candidates = [e for e in pool if e.load < hwm] if hwm else list(pool)
             if not candidates:
                 return False
             engine = self.choose(candidates)
@@ -265,7 +389,7 @@ class TaskScheduler:
                     engine.id,
                     engine.uuid.decode(),
                 )
-                self._remove(engine.uuid, "not connected to the task scheduler")
+                self._remove(engine.uuid, "not connected to the task scheduler", drain=False)
                 continue
             break
         engine.load += 1
@@ -273,7 +397,7 @@ class TaskScheduler:
         engine.last_given = self.dispatched
         engine.tasks.add(task.msg_id)
         task.engine = engine
-        self.pending[task.msg_id] = task
+        task.state = RUNNING
         self._event([TASK_DEST, task.msg_id, engine.uuid])
         return True
 
@@ -282,17 +406,96 @@ class TaskScheduler:
         a different engine), then the FIFO of unrestricted ones until nobody has room.
         O(placed + restricted waiting) per call: never a copy of the whole queue."""
         if self.restricted:
-            still = [t for t in self.restricted if not self._place(t)]
-            self.restricted = still
+            restricted, self.restricted = self.restricted, []
+            for t in restricted:
+                if not self._place(t):
+                    self.restricted.append(t)
         queue = self.queue
         while queue and self._place(queue[0]):
             queue.popleft()
 
-    def _enqueue(self, task: Task) -> None:
-        if task.targets is None:
-            self.queue.append(task)
+    def _withdraw(self, task: Task) -> None:
+        """Take a task that has not reached an engine out of the scheduler's hands."""
+        if task.state == WAITING:
+            self.graph.remove(task)
+        elif task.state == QUEUED:
+            with contextlib.suppress(ValueError):
+                (self.restricted if task in self.restricted else self.queue).remove(task)
+
+    # -- dependencies, aborts, timeouts -----------------------------------------------------
+
+    def _finished(self, msg_id: str, ok: bool, uuid: bytes) -> None:
+        """Record an outcome and release (or fail) what waited on it, iteratively: a failed
+        chain of thousands of tasks unwinds without recursion."""
+        self._settle.extend(self.graph.finished(msg_id, (ok, uuid)))
+        if self._settling or not self._settle:
+            return
+        self._settling = True
+        try:
+            while self._settle:
+                task, verdict = self._settle.popleft()
+                if verdict:
+                    self._fail(task, "ImpossibleDependency", f"task {task.msg_id}: {verdict}")
+                elif self._follow(task):
+                    self._submit(task)
+        finally:
+            self._settling = False
+
+    def _on_outcomes(self, content: dict[str, Any]) -> None:
+        try:
+            outcomes = parse_outcomes({"outcomes": content.get("outcomes")})
+        except ValueError as e:
+            log.warning("malformed task_outcomes dropped: %s", e)
+            return
+        for msg_id, (ok, uuid) in outcomes.items():
+            if msg_id not in self.graph.done:
+                self._finished(msg_id, ok, uuid)
+
+    def _on_abort(self, client: bytes, header: dict[str, Any], content: dict[str, Any]) -> None:
+        """Abort tasks still in our hands (waiting or queued); running ones are the
+        engines' to abort. msg_ids None: every such task of this client."""
+        msg_ids = content.get("msg_ids")
+        if msg_ids is None:
+            tasks = [t for t in self.live.values() if t.client == client]
         else:
-            self.restricted.append(task)
+            if isinstance(msg_ids, str):
+                msg_ids = [msg_ids]
+            tasks = [self.live[m] for m in msg_ids if isinstance(m, str) and m in self.live]
+        aborted = []
+        for task in tasks:
+            if task.state in (WAITING, QUEUED):
+                self._withdraw(task)
+                self._fail(
+                    task,
+                    "TaskAborted",
+                    f"task {task.msg_id} was aborted before it ran",
+                    Status.ABORTED,
+                )
+                aborted.append(task.msg_id)
+        log.info("aborted %d queued task(s) for a client", len(aborted))
+        self.session.send(
+            self.client,
+            MsgType.ABORT_REPLY,
+            {"status": Status.OK, "aborted": aborted},
+            parent=header,
+            idents=[client],
+        )
+        self._drain_queue()
+
+    def expire(self, now: float) -> None:
+        """Fail tasks whose timeout passed before they reached an engine."""
+        heap = self.deadlines
+        while heap and heap[0][0] <= now:
+            _, _, task = heapq.heappop(heap)
+            if task.state in (WAITING, QUEUED):
+                self._withdraw(task)
+                why = "its dependencies" if task.state == WAITING else "a free engine"
+                self._fail(
+                    task,
+                    "TaskTimeout",
+                    f"task {task.msg_id} timed out waiting for {why}",
+                )
+        self.flush_events()
 
     # -- replies ----------------------------------------------------------------------------
 
@@ -305,18 +508,65 @@ class TaskScheduler:
         uuid, client = idents
         parent = unpack(msg[3])
         msg_id = parent.get("msg_id") if isinstance(parent, dict) else None
-        task = self.pending.pop(msg_id, None) if isinstance(msg_id, str) else None
-        if task is None and self.broadcasts:
-            task = self.broadcasts.pop((msg_id, bytes(uuid)), None)
         self._trimmer.count()
+        task = self.live.get(msg_id) if isinstance(msg_id, str) else None
         if task is None:
-            log.warning("reply from %s to unknown task %r relayed anyway", uuid, msg_id)
+            copy = self.broadcasts.pop((msg_id, uuid), None) if self.broadcasts else None
+            if copy is None:
+                log.warning("reply from %s to unknown task %r relayed anyway", uuid, msg_id)
+            else:
+                copy.engine.load -= 1  # type: ignore[union-attr]
+                copy.engine.tasks.discard(msg_id)  # type: ignore[union-attr]
+            send_frames(self.client, [client, uuid, *msg])
+            self._event([TASK_OUT, uuid, client, msg_id, _bytes(msg[4])])
+            if copy is not None:
+                self._drain_queue()
+            return
+        engine = task.engine
+        if engine is None or engine.uuid != uuid:
+            # the engine was given up for dead and the task went elsewhere: one answer only
+            log.warning("late reply to %s from engine %s dropped", msg_id, uuid.decode())
+            return
+        engine.load -= 1
+        engine.tasks.discard(msg_id)
+        content = unpack(msg[5])
+        status = content.get("status") if isinstance(content, dict) else None
+        if status == Status.ERROR and not content.get("zpar_error"):
+            if content.get("ename") == "UnmetDependency":
+                task.unmet = (task.unmet or set()) | {uuid}
+                self._retry(task, f"unmet dependency on engine {engine.id}")
+                self._drain_queue()
+                return
+            if task.retries > 0:
+                task.retries -= 1
+                task.avoid = (task.avoid or set()) | {uuid}
+                self._retry(task, f"{content.get('ename')} on engine {engine.id}")
+                self._drain_queue()
+                return
+        del self.live[msg_id]
+        task.state = DONE
+        task.frames = []
         send_frames(self.client, [client, uuid, *msg])
         self._event([TASK_OUT, uuid, client, msg_id, _bytes(msg[4])])
-        if task is not None and task.engine is not None:
-            task.engine.load -= 1
-            task.engine.tasks.discard(msg_id)
-            self._drain_queue()
+        self._finished(msg_id, status == Status.OK, uuid)
+        self._drain_queue()
+
+    def _retry(self, task: Task, why: str) -> None:
+        log.info("task %s sent to another engine: %s", task.msg_id, why)
+        self._event([TASK_RETRY, task.msg_id, task.engine.uuid if task.engine else b"", why])
+        task.engine = None
+        task.attempt += 1
+        self._resign(task)
+        self._submit(task)  # no queue drain here: callers drain when it is safe
+
+    def _resign(self, task: Task) -> None:
+        """Sign the request anew, with its attempt number in the metadata: an engine that
+        saw the first attempt would refuse the same signature as a replay."""
+        frames = task.frames
+        md = unpack(frames[4])
+        md["attempt"] = task.attempt
+        frames[4] = pack(md)
+        frames[1] = self.session.sign([bytes(_raw(f)) for f in frames[2:6]])
 
     # -- engines ----------------------------------------------------------------------------
 
@@ -336,71 +586,50 @@ class TaskScheduler:
         else:
             log.warning("unknown engine event %r ignored", c["event"])
 
-    def _remove(self, uuid: bytes, reason: str) -> None:
+    def _remove(self, uuid: bytes, reason: str, drain: bool = True) -> None:
         engine = self.engines.pop(uuid, None)
         if engine is None:
             return
         self.ids.pop(engine.id, None)
-        lost = [self.pending.pop(m) for m in sorted(engine.tasks) if m in self.pending]
-        lost += [
-            self.broadcasts.pop((m, uuid))
-            for m in sorted(engine.tasks)
-            if (m, uuid) in self.broadcasts
-        ]
+        running = sorted(engine.tasks)
+        lost = [self.live[m] for m in running if m in self.live]
+        lost += [self.broadcasts.pop((m, uuid)) for m in running if (m, uuid) in self.broadcasts]
         log.warning(
-            "engine %d left (%s): failing its %d unfinished task(s)", engine.id, reason, len(lost)
+            "engine %d left (%s): %d unfinished task(s) to retry or fail",
+            engine.id,
+            reason,
+            len(lost),
         )
         for task in lost:
+            if task.state == RUNNING and task.retries > 0 and task.msg_id in self.live:
+                task.retries -= 1
+                task.avoid = (task.avoid or set()) | {uuid}
+                self._retry(task, f"engine {engine.id} died: {reason}")
+                continue
             self._fail(
                 task,
                 "EngineError",
                 f"engine {engine.id} ({uuid.decode()}) died while running task {task.msg_id}: "
                 f"{reason}",
             )
-        # queued tasks only a gone engine could run can never run
-        stuck = [t for t in self.restricted if not t.targets & self.engines.keys()]
-        if stuck:
-            self.restricted = [t for t in self.restricted if t not in stuck]
-            for task in stuck:
-                self._fail(
-                    task,
-                    "ImpossibleDependency",
-                    f"none of the target engines of task {task.msg_id} is registered any more",
-                )
-        self._drain_queue()
+        if drain:
+            self._drain_queue()  # also fails queued tasks only a gone engine could run
 
-    def _fail(self, task: Task, ename: str, evalue: str) -> None:
+    def _fail(self, task: Task, ename: str, evalue: str, status: str = Status.ERROR) -> None:
         """Answer a task in the engine's stead with a zpar error."""
-        engine = task.engine
-        engine_id = engine.id if engine is not None else -1
-        uuid = engine.uuid if engine is not None else b""
-        header = task.header
-        msg_type = header.get("msg_type")
-        reply_type = REPLY_TYPE.get(msg_type, MsgType.APPLY_REPLY)  # type: ignore[call-overload]
-        now = time.time()
-        content = {
-            "status": Status.ERROR,
-            "ename": ename,
-            "evalue": evalue,
-            "traceback": [],
-            "engine_info": {
-                "engine_id": engine_id,
-                "engine_uuid": uuid.decode(),
-                "method": msg_type,
-            },
-            "zpar_error": True,
-        }
-        metadata = {
-            "engine_id": engine_id,
-            "engine_uuid": uuid.decode(),
-            "started": None,
-            "completed": now,
-            "status": Status.ERROR,
-        }
-        _, frames = self.session.serialize(reply_type, content, parent=header, metadata=metadata)
+        uuid = task.engine.uuid if task.engine is not None else b""
+        frames = error_reply(self.session, task.header, task.engine, ename, evalue, status)
         log.info("task %s failed in the scheduler: %s: %s", task.msg_id, ename, evalue)
         send_frames(self.client, [task.client, uuid, *frames])
         self._event([TASK_OUT, uuid, task.client, task.msg_id, frames[4]])
+        if self.live.pop(task.msg_id, None) is task:
+            task.state = DONE
+            task.frames = []
+            self._finished(task.msg_id, False, uuid)
+
+
+def _raw(frame: Any) -> Any:
+    return frame.buffer if isinstance(frame, zmq.Frame) else frame
 
 
 def _bytes(frame: Any) -> bytes:

@@ -5,6 +5,7 @@ The public API is re-exported here: ``zpar.Client``, ``zpar.Cluster`` and the er
 
 from __future__ import annotations
 
+from .dependency import Dependency, depend, require
 from .errors import (
     CompositeError,
     EngineError,
@@ -15,6 +16,7 @@ from .errors import (
     TaskAborted,
     TaskTimeout,
     TimeoutError,
+    UnmetDependency,
     ZparError,
 )
 
@@ -24,6 +26,7 @@ __all__ = [
     "Client",
     "Cluster",
     "CompositeError",
+    "Dependency",
     "EngineError",
     "ImpossibleDependency",
     "NoEnginesRegistered",
@@ -32,8 +35,11 @@ __all__ = [
     "TaskAborted",
     "TaskTimeout",
     "TimeoutError",
+    "UnmetDependency",
     "ZparError",
     "__version__",
+    "depend",
+    "require",
 ]
 
 

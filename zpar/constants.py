@@ -37,14 +37,16 @@ REGISTRATION_TIMEOUT = 10.0
 HUB_TIMEOUT = 10.0
 
 #: Default high-water mark of the task scheduler: unfinished tasks one engine may hold.
-#: 0 means unlimited. 2 keeps an engine busy during the scheduler round trip without
-#: letting a slow engine hoard work.
-TASK_HWM = 2
+#: 0 means unlimited. 1 (as ipyparallel): a task waits in the scheduler, not behind a long
+#: task on a busy engine. 2 runs no-op tasks ~30% faster (the engine is not idle during the
+#: scheduler round trip) at the price of that hoarding; see docs/decisions.md.
+TASK_HWM = 1
 
 #: Load-balancing schemes of the task scheduler (ipyparallel's names).
 #: leastload: fewest unfinished tasks; lru: least recently given a task; plainrandom: any
-#: engine with room; twobin: the less loaded of two random engines.
-TASK_SCHEMES = ("leastload", "lru", "plainrandom", "twobin")
+#: engine with room; twobin: the less loaded of two random engines; weighted: the less
+#: loaded of two engines drawn with weights 1/(1 + load).
+TASK_SCHEMES = ("leastload", "lru", "plainrandom", "twobin", "weighted")
 
 #: Default load-balancing scheme.
 TASK_SCHEME = "leastload"

@@ -62,6 +62,11 @@ class ImpossibleDependency(ZparError):
     """A task depends on something that can never happen."""
 
 
+class UnmetDependency(ZparError):
+    """Raised on an engine where a task's depend/require does not hold: the scheduler
+    moves the task to another engine (never seen by users unless none qualifies)."""
+
+
 class RemoteError(ZparError):
     """An exception raised by user code on an engine, with the remote traceback."""
 

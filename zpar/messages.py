@@ -35,6 +35,8 @@ class MsgType(StrEnum):
     SCHEDULER_READY = "scheduler_ready"
     TASK_DESTINATION = "task_destination"
     ENGINE_EVENT = "engine_event"
+    # client -> task scheduler: direct tasks a load-balanced task waits on have finished
+    TASK_OUTCOMES = "task_outcomes"
     # execution (MUX and task)
     APPLY_REQUEST = "apply_request"
     APPLY_REPLY = "apply_reply"
@@ -251,10 +253,36 @@ class EngineEvent(Content):
 class ApplyRequest(Content):
     """buffers: pickle of (f, args, kwargs) then its out-of-band buffers.
 
-    Scheduling flags (after, follow, retries, timeout, targets) travel in the metadata.
+    Scheduling flags travel in the metadata (see SchedulingFlags).
     """
 
     msg_type = MsgType.APPLY_REQUEST
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulingFlags:
+    """Metadata of a load-balanced request (all optional; absent means default).
+
+    after / follow: {"ids", "all", "success", "failure"} (zpar.dependency.Dependency);
+    outcomes: {msg_id: [succeeded, engine_uuid]} of dependencies the client saw finish;
+    timeout: seconds the task may wait for its dependencies and a free engine;
+    retries: times an error or a dead engine sends it to another engine.
+    """
+
+    targets: list | None = None
+    after: dict | None = None
+    follow: dict | None = None
+    outcomes: dict | None = None
+    timeout: float | None = None
+    retries: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TaskOutcomes(Content):
+    """{msg_id: [succeeded, engine_uuid]} of direct tasks that load-balanced ones wait on."""
+
+    msg_type = MsgType.TASK_OUTCOMES
+    outcomes: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -369,9 +397,11 @@ MON_CONTROL_OUT = b"ctl_out"
 #:   [TASK_IN, client_ident, header (map), metadata (msgpack bytes)]
 #:   [TASK_DEST, msg_id, engine_uuid]
 #:   [TASK_OUT, engine_uuid, client_ident, parent msg_id, metadata (msgpack bytes)]
+#:   [TASK_RETRY, msg_id, engine_uuid it failed on or died on, why]
 MON_TASK_BATCH = b"task_batch"
 TASK_IN = "in"
 TASK_DEST = "dest"
 TASK_OUT = "out"
+TASK_RETRY = "retry"
 TASK_BATCH_MAX = 1000
 MON_SCHEDULER = b"sched"

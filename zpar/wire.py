@@ -20,7 +20,7 @@ import os
 import time
 import uuid
 from collections import Counter, deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -159,17 +159,17 @@ class Session:
         parent: dict[str, Any] | None = None,
         metadata: dict[str, Any] | None = None,
         header: dict[str, Any] | None = None,
+        packb: Callable[[Any], bytes] | None = None,
     ) -> tuple[dict[str, Any], list[bytes]]:
-        """Return (header, [DELIM, signature, header, parent_header, metadata, content])."""
+        """Return (header, [DELIM, signature, header, parent_header, metadata, content]).
+
+        packb: a packer of the calling thread's own, for a second thread sharing this
+        Session (the module's packer is reused for speed and is not thread-safe)."""
         if header is None:
             header = self.make_header(msg_type)
+        p = packb or _packb
         try:
-            parts = [
-                _packb(header),
-                _packb(parent or {}),
-                _packb(metadata or {}),
-                _packb(content or {}),
-            ]
+            parts = [p(header), p(parent or {}), p(metadata or {}), p(content or {})]
         except (TypeError, ValueError, OverflowError) as e:
             raise LocalProtocolError(f"cannot encode {msg_type} message with msgpack: {e}") from e
         return header, [DELIM, self.sign(parts), *parts]

@@ -1,0 +1,43 @@
+"""Replies the scheduler sends in an engine's stead, when a task ends without running."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from zpar.messages import REPLY_TYPE, MsgType, Status
+from zpar.wire import Session
+
+from .schemes import EngineSlot
+
+
+def error_reply(
+    session: Session,
+    header: dict[str, Any],
+    engine: EngineSlot | None,
+    ename: str,
+    evalue: str,
+    status: str = Status.ERROR,
+) -> list[bytes]:
+    """The signed frames of a zpar error reply (EngineError, TaskAborted, …) to ``header``."""
+    engine_id = engine.id if engine is not None else -1
+    uuid = engine.uuid.decode() if engine is not None else ""
+    msg_type = header.get("msg_type")
+    reply_type = REPLY_TYPE.get(msg_type, MsgType.APPLY_REPLY)  # type: ignore[call-overload]
+    content = {
+        "status": status,
+        "ename": ename,
+        "evalue": evalue,
+        "traceback": [],
+        "engine_info": {"engine_id": engine_id, "engine_uuid": uuid, "method": msg_type},
+        "zpar_error": True,
+    }
+    metadata = {
+        "engine_id": engine_id,
+        "engine_uuid": uuid,
+        "started": None,
+        "completed": time.time(),
+        "status": status,
+    }
+    _, frames = session.serialize(reply_type, content, parent=header, metadata=metadata)
+    return frames
