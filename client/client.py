@@ -22,6 +22,7 @@ from zpar.transport import choose, direct_dir
 from zpar.wire import Message, Session
 
 from .asyncresult import AsyncResult
+from .hubresult import HubResultFetcher
 from .ioloop import ClientIO, outcome_of
 from .view import BroadcastView, DirectView, LoadBalancedView
 
@@ -79,7 +80,7 @@ class Client:
                 raise TimeoutError(f"no notification subscription from {c['notification']}")
             # Engines registered before our subscription was live: ask again, now race-free.
             reply = self._query(MsgType.CONNECTION_REQUEST, {}, timeout)
-            self._io.set_engines({int(k): v for k, v in reply.content["engines"].items()})
+            self._io.apply_snapshot({int(k): v for k, v in reply.content["engines"].items()})
             self.task_scheme = reply.content.get("task_scheme", "")
         except BaseException:
             self.close()
@@ -309,6 +310,83 @@ class Client:
         reply = self._query(MsgType.QUEUE_REQUEST, {"targets": ids, "verbose": verbose})
         out: dict[Any, Any] = {int(k): v for k, v in reply.content.get("queues", {}).items()}
         out["unassigned"] = reply.content.get("unassigned", 0)
+        return out
+
+    # -- the hub's task store ------------------------------------------------------------------
+
+    def result_status(self, msg_ids: Any, status_only: bool = True) -> dict[str, Any]:
+        """{'pending': [...], 'completed': [...]} for tasks of any client, from the hub."""
+        ids = self._msg_ids(msg_ids)
+        reply = self._query(MsgType.RESULT_REQUEST, {"msg_ids": ids, "statusonly": status_only})
+        out = {"pending": reply.content["pending"], "completed": reply.content["completed"]}
+        if not status_only:
+            out["results"] = reply.content.get("results", {})
+        return out
+
+    def get_result(self, indices_or_msg_ids: Any = None, block: bool | None = None) -> Any:
+        """An AsyncResult for tasks submitted by this or any other client (by msg_id, or by
+        index into this client's history; default: the last one). Tasks this client did
+        not submit are fetched from the hub's store, and polled while still pending."""
+        if indices_or_msg_ids is None:
+            indices_or_msg_ids = -1
+        items = indices_or_msg_ids
+        single = not isinstance(items, list | tuple)
+        items = [items] if single else list(items)
+        history = list(self.history)
+        msg_ids = [history[i] if isinstance(i, int) else i for i in items]
+        msg_ids = self._msg_ids(msg_ids)
+        futs = []
+        remote = []
+        for m in msg_ids:
+            fut = self._future_of(m)
+            if fut is None:
+                fut = concurrent.futures.Future()
+                remote.append((m, fut))
+            futs.append(fut)
+        if remote:
+            HubResultFetcher(self, remote).start()
+        ar = AsyncResult(self, msg_ids, futs, fname="get_result", single=single)
+        return ar.get() if block else ar
+
+    def purge_results(self, jobs: Any = (), targets: Any = ()) -> int:
+        """Forget finished tasks in the hub's store: jobs (msg_ids / AsyncResults, or
+        'all') and every task of the engines ``targets``. Pending or unknown ids: error."""
+        content: dict[str, Any] = {"msg_ids": [], "engine_ids": []}
+        if jobs == "all":
+            content["msg_ids"] = "all"
+        elif jobs:
+            content["msg_ids"] = self._msg_ids(jobs)
+        if targets:
+            content["engine_ids"] = self._resolve_targets(targets)
+        if not content["msg_ids"] and not content["engine_ids"]:
+            raise ValueError("purge_results needs jobs (or 'all') or targets")
+        return int(self._query(MsgType.PURGE_REQUEST, content).content.get("purged", 0))
+
+    def db_query(self, query: dict[str, Any], keys: Sequence[str] | None = None) -> list[dict]:
+        """Task records matching a Mongo-style filter, e.g. {'completed': {'$gt': t}}."""
+        content = {"query": query, "keys": list(keys) if keys is not None else None}
+        return list(self._query(MsgType.DB_REQUEST, content).content["records"])
+
+    def hub_history(self) -> list[str]:
+        """Every msg_id the hub has a record of, in submission order."""
+        return list(self._query(MsgType.HUB_HISTORY_REQUEST, {}).content["history"])
+
+    def store_status(self) -> dict[str, Any]:
+        """The hub's task store: url, ok, error (when writes fail), saved, unsaved."""
+        reply = self._query(MsgType.QUEUE_REQUEST, {"targets": [], "verbose": False})
+        return dict(reply.content.get("store", {}))
+
+    @staticmethod
+    def _msg_ids(jobs: Any) -> list[str]:
+        jobs = jobs if isinstance(jobs, list | tuple) else [jobs]
+        out: list[str] = []
+        for j in jobs:
+            if isinstance(j, AsyncResult):
+                out.extend(j.msg_ids)
+            elif isinstance(j, str):
+                out.append(j)
+            else:
+                raise TypeError(f"expected msg_ids or AsyncResults, got {j!r}")
         return out
 
     def shutdown(

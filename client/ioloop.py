@@ -59,6 +59,8 @@ class ClientIO:
         #: registered engines, {id: uuid}; replaced (never mutated) by the I/O thread
         self.engines: dict[int, str] = {}
         self.engines_changed = threading.Condition()
+        #: notifications seen before the connection snapshot is applied ({id: uuid or None})
+        self._notified: dict[int, str | None] | None = {}
         self.subscribed = threading.Event()
         self.on_notification: Callable[[Message], None] | None = None
         #: IOPub address, known after the connection reply; subscribed to only on demand,
@@ -379,17 +381,39 @@ class ClientIO:
         if msg is None:
             return
         c = msg.content
-        engines = dict(self.engines)
-        if msg.msg_type == MsgType.REGISTRATION_NOTIFICATION:
-            engines[int(c["id"])] = c["uuid"]
-            log.debug("engine %s registered", c["id"])
+        eid = int(c["id"])
+        registered = msg.msg_type == MsgType.REGISTRATION_NOTIFICATION
+        with self.engines_changed:  # read-modify-write against apply_snapshot
+            engines = dict(self.engines)
+            if registered:
+                engines[eid] = c["uuid"]
+            else:
+                engines.pop(eid, None)
+            if self._notified is not None:
+                self._notified[eid] = c["uuid"] if registered else None
+            self.engines = engines
+            self.engines_changed.notify_all()
+        if registered:
+            log.debug("engine %s registered", eid)
         elif msg.msg_type == MsgType.UNREGISTRATION_NOTIFICATION:
-            engines.pop(int(c["id"]), None)
-            self._fail_engine(int(c["id"]), c["uuid"], c.get("reason", ""))
+            self._fail_engine(eid, c["uuid"], c.get("reason", ""))
             self._close_direct(c["uuid"])
-        self.set_engines(engines)
         if self.on_notification is not None:
             self.on_notification(msg)
+
+    def apply_snapshot(self, engines: dict[int, str]) -> None:
+        """The connection reply's engines, with the notifications that overtook it (they
+        travel on another socket, so a registration after the snapshot may arrive first)."""
+        with self.engines_changed:
+            merged = dict(engines)
+            for eid, uuid in (self._notified or {}).items():
+                if uuid is None:
+                    merged.pop(eid, None)
+                else:
+                    merged[eid] = uuid
+            self._notified = None
+            self.engines = merged
+            self.engines_changed.notify_all()
 
     def set_engines(self, engines: dict[int, str]) -> None:
         with self.engines_changed:

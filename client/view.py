@@ -133,6 +133,12 @@ class View:
     def _abort_targets(self) -> Any:
         return self.targets
 
+    def get_result(self, indices_or_msg_ids: Any = None, block: bool | None = None) -> Any:
+        return self.client.get_result(indices_or_msg_ids, block=block)
+
+    def purge_results(self, jobs: Any = (), targets: Any = ()) -> int:
+        return self.client.purge_results(jobs, targets)
+
     def queue_status(self, verbose: bool = False) -> dict[Any, Any]:
         targets = None if self.targets in (None, "all") else self.targets
         return self.client.queue_status(targets, verbose)

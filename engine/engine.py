@@ -30,7 +30,7 @@ from typing import Any
 import zmq
 
 from zpar.connection import ConnectionInfo
-from zpar.constants import HUB_TIMEOUT
+from zpar.constants import HUB_TIMEOUT, STORE_RESULT_LIMIT
 from zpar.errors import LocalProtocolError, TimeoutError
 from zpar.logs import setup_logging
 from zpar.messages import MON_MUX_IN, MON_MUX_OUT, MsgType, RegistrationReply, Status
@@ -55,6 +55,10 @@ MIN_CONTROLLER_SILENCE = 5.0
 
 class Stop(BaseException):
     """Raised by the SIGTERM handler inside user code; never caught as a task error."""
+
+
+def _nbytes(b: Any) -> int:
+    return b.nbytes if isinstance(b, memoryview) else len(b)
 
 
 def connect_and_wait(pairs: Sequence[tuple[zmq.Socket, str]], timeout: float) -> None:
@@ -294,7 +298,11 @@ class Engine:
             )
             send_frames(sock, [*msg.idents, *frames, *reply.buffers])
             if sock is self.direct and self.monitor is not None and msg.idents:
-                self.monitor.send_multipart([MON_MUX_OUT, msg.idents[0], self.ident, *frames])
+                # for the hub's store: the result too, unless it is too big to keep there
+                bufs = reply.buffers
+                if sum(map(_nbytes, bufs)) > STORE_RESULT_LIMIT:
+                    bufs = []
+                send_frames(self.monitor, [MON_MUX_OUT, msg.idents[0], self.ident, *frames, *bufs])
         except LocalProtocolError as e:  # e.g. output that msgpack cannot encode
             log.error("cannot send the %s to %s: %s", reply.msg_type, msg.msg_id, e)
             content = {

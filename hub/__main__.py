@@ -43,6 +43,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--insecure", action="store_true", help="no key, no signatures (trusted networks only)"
     )
+    p.add_argument(
+        "--db",
+        default="",
+        help="task store: an SQLAlchemy URL (sqlite:///…, postgresql://…), 'memory', or "
+        "empty for an SQLite file in the profile directory",
+    )
     p.add_argument("--log-level", default="INFO")
     return p
 
@@ -71,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         hwm=args.hwm,
         insecure=args.insecure,
         log_level=args.log_level,
+        db=args.db,
     )
     try:
         return run_controller(config)

@@ -28,6 +28,7 @@ from zpar.connection import (
     ENGINE_FILE,
     ConnectionInfo,
     new_key,
+    profile_dir,
     read_connection_file,
     security_dir,
     write_connection_file,
@@ -48,6 +49,7 @@ from zpar.wire import Session
 from .heartmonitor import HeartMonitor
 from .hub import Addresses, Hub
 from .relays import start_relays
+from .store import TaskStore, open_store
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +79,7 @@ class ControllerConfig:
     hwm: int = TASK_HWM
     insecure: bool = False
     log_level: str = "INFO"
+    db: str = ""  # task store: "" SQLite file in the profile dir, "memory", or an SQLAlchemy URL
 
     @property
     def advertised_host(self) -> str:
@@ -99,6 +102,7 @@ class Controller:
         self.key = "" if config.insecure else new_key()
         self.session = Session(self.key or None, allow_insecure=config.insecure)
         self.scheduler: subprocess.Popen | None = None
+        self.store: TaskStore | None = None
         self.hub: Hub | None = None
         self.url_files: list[Path] = []
         self._sockets: list[zmq.Socket] = []
@@ -113,6 +117,11 @@ class Controller:
 
     def start(self) -> None:
         cfg = self.config
+        # first: a store that cannot be opened stops us before any port is bound
+        name = f"tasks-{cfg.cluster_id}.db" if cfg.cluster_id else "tasks.db"
+        store = open_store(cfg.db, profile_dir(cfg.profile) / name)
+        self.store = store
+        log.info("task store: %s (%d records)", store.url, store.count())
         ip = "*" if cfg.ip in WILDCARDS else cfg.ip
         host = cfg.advertised_host
         query = self._socket(zmq.ROUTER)
@@ -174,6 +183,7 @@ class Controller:
             events=events,
             heart=heart,
             addresses=Addresses(engine_side, client_side),
+            store=store,
         )
         self._write_url_files(advertise(query_addr, host))
 
@@ -272,9 +282,13 @@ class Controller:
             probing = bool(hub.pending) or heart.probing
             wake = min(next_beat, next_probe) if probing else next_beat
             timeout = max(0.0, wake - time.monotonic())
+            flush_in = hub.writer.wait()
+            if flush_in is not None:
+                timeout = min(timeout, flush_in)
             ready = poller.poll(int(timeout * 1000) + 1)
             for sock, _ in ready:
                 handlers[sock]()
+            hub.flush_store()
             if ready:
                 trimmer.count(len(ready))
             else:
@@ -317,6 +331,10 @@ class Controller:
                 log.warning("task scheduler ignored SIGTERM; killing it")
                 self.scheduler.kill()
                 self.scheduler.wait(5)
+        if self.hub is not None:
+            self.hub.writer.flush()  # what the store has not seen yet
+        if self.store is not None:
+            self.store.close()
         for path in self.url_files:
             try:
                 if read_connection_file(path).controller_pid == os.getpid():

@@ -14,7 +14,7 @@ from typing import Any
 
 import zmq
 
-from zpar.constants import REGISTRATION_TIMEOUT, WELCOME
+from zpar.constants import REGISTRATION_TIMEOUT, STORE_RESULT_LIMIT, WELCOME
 from zpar.messages import (
     MON_CONTROL_IN,
     MON_CONTROL_OUT,
@@ -22,6 +22,7 @@ from zpar.messages import (
     MON_MUX_OUT,
     MON_SCHEDULER,
     MON_TASK_BATCH,
+    MON_TASK_RESULT,
     TASK_DEST,
     TASK_IN,
     TASK_OUT,
@@ -31,8 +32,11 @@ from zpar.messages import (
 )
 from zpar.wire import Message, Session, split_idents, unpack
 
+from . import queries
 from .heartmonitor import HeartMonitor
+from .recorder import StoreWriter
 from .records import TaskTable
+from .store import LOST_IN_RESTART, MemoryStore, TaskStore
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +71,7 @@ class Hub:
         heart: HeartMonitor,
         addresses: Addresses,
         registration_timeout: float = REGISTRATION_TIMEOUT,
+        store: TaskStore | None = None,
     ) -> None:
         self.session = session
         self.query = query
@@ -82,14 +87,29 @@ class Hub:
         self.by_uuid: dict[bytes, EngineRecord] = {}
         self.pending: dict[bytes, EngineRecord] = {}
         self.next_id = 0
-        self.tasks = TaskTable()
+        store = store or MemoryStore()
+        # completed records live in the store; memory keeps a few for per-engine status
+        self.tasks = TaskTable(completed_limit=1000)
+        self.store = store
+        self.writer = StoreWriter(store, self.tasks)
+        lost = store.mark_lost(time.time())
+        if lost:
+            log.warning(
+                "%d task(s) were in flight when the previous controller stopped: marked %r",
+                lost,
+                LOST_IN_RESTART,
+            )
         self.stopping = False
         #: called with the scheduler_ready content (the controller's start-up waits on it)
         self.on_scheduler_ready: Callable[[dict[str, Any]], None] | None = None
-        self._queries: dict[str, Callable[[Message], dict[str, Any]]] = {
+        self._queries: dict[str, Callable[[Message], Any]] = {
             MsgType.REGISTRATION_REQUEST: self._registration_request,
             MsgType.CONNECTION_REQUEST: self._connection_request,
             MsgType.QUEUE_REQUEST: self._queue_request,
+            MsgType.RESULT_REQUEST: lambda m: queries.result_request(self, m),
+            MsgType.PURGE_REQUEST: lambda m: queries.purge_request(self, m),
+            MsgType.DB_REQUEST: lambda m: queries.db_request(self, m),
+            MsgType.HUB_HISTORY_REQUEST: lambda m: queries.hub_history(self, m),
             MsgType.SHUTDOWN_HUB_REQUEST: self._shutdown_hub_request,
         }
         self._monitor_handlers: dict[bytes, Callable[[list[Any]], None]] = {
@@ -98,6 +118,7 @@ class Hub:
             MON_CONTROL_IN: _ignore,
             MON_CONTROL_OUT: _ignore,
             MON_TASK_BATCH: self._task_batch,
+            MON_TASK_RESULT: self._task_result,
             MON_SCHEDULER: self._scheduler_message,
         }
 
@@ -120,13 +141,23 @@ class Hub:
                     "status": Status.ERROR,
                     "evalue": f"the hub does not handle {msg.msg_type!r} messages",
                 }
-            else:
+            buffers: list[Any] = []
+            if handler is not None:
                 try:
                     content = handler(msg)
                 except Exception as e:  # a bad query must never kill the hub
                     log.exception("query %s (%s) failed", msg.msg_id, msg.msg_type)
                     content = {"status": Status.ERROR, "evalue": f"{type(e).__name__}: {e}"}
-            self.session.send(self.query, reply_type, content, parent=msg.header, idents=msg.idents)
+                if isinstance(content, tuple):  # (content, result buffers)
+                    content, buffers = content
+            self.session.send(
+                self.query,
+                reply_type,
+                content,
+                parent=msg.header,
+                idents=msg.idents,
+                buffers=buffers,
+            )
 
     def handle_notification(self) -> None:
         """A subscription arrived on the XPUB: welcome it, so the client knows it is live."""
@@ -203,6 +234,7 @@ class Hub:
             "status": Status.OK,
             "queues": queues,
             "unassigned": sorted(unassigned) if verbose else len(unassigned),
+            "store": self.writer.status(),
         }
 
     def _shutdown_hub_request(self, msg: Message) -> dict[str, Any]:
@@ -286,7 +318,9 @@ class Hub:
         engine = idents[1].decode("ascii", "replace") if len(idents) > 1 else None
         msg_id = parent.get("msg_id")
         if msg_id is not None:
-            self.tasks.finished(msg_id, engine, metadata, str(metadata.get("status", "")))
+            content = unpack(msg[5]) if len(msg) > 5 else None
+            self.tasks.finished(msg_id, engine, metadata, str(metadata.get("status", "")), content)
+            self._result_buffers(msg_id, msg[6:])
 
     def _task_batch(self, frames: list[Any]) -> None:
         # [task_batch, msgpack list of events] (zpar.messages: TASK_IN / TASK_DEST / TASK_OUT)
@@ -300,12 +334,37 @@ class Hub:
             elif kind == TASK_OUT:
                 metadata = unpack(event[4])
                 engine = _text(event[1]) or None
-                tasks.finished(event[3], engine, metadata, str(metadata.get("status", "")))
+                content = unpack(event[5]) if len(event) > 5 else None
+                status = str(metadata.get("status", ""))
+                tasks.finished(event[3], engine, metadata, status, content)
+                if len(event) > 6 and event[6]:
+                    self._result_buffers(event[3], event[6])
             elif kind == TASK_RETRY:
                 log.info("task %s retried after %s", event[1], event[3])
                 tasks.retried(event[1])
             else:
                 log.warning("unknown task event %r ignored", kind)
+
+    def _task_result(self, frames: list[Any]) -> None:
+        # [task_result, msg_id, buffers…]: a large load-balanced result, for the store
+        self._result_buffers(_text(frames[1]), frames[2:])
+
+    def _result_buffers(self, msg_id: Any, buffers: list[Any]) -> None:
+        if not buffers or not isinstance(msg_id, str):
+            return
+        size = sum(len(b.buffer if isinstance(b, zmq.Frame) else b) for b in buffers)
+        rec = self.tasks.records.get(msg_id)
+        if size > STORE_RESULT_LIMIT:
+            return  # recorded without its result (result_size stays None)
+        if rec is not None:
+            rec.result_size = size
+        self.writer.add_buffers(
+            msg_id, [b.bytes if isinstance(b, zmq.Frame) else b for b in buffers]
+        )
+
+    def flush_store(self) -> None:
+        if self.writer.due:
+            self.writer.flush()
 
     def _scheduler_message(self, frames: list[Any]) -> None:
         msg = self.session.feed(frames[1:], "monitor (scheduler)")

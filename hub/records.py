@@ -35,6 +35,34 @@ class TaskRecord:
     completed: float | None = None
     status: str | None = None  # None while pending
     retries: int = 0  # times the scheduler sent it to another engine
+    header: dict[str, Any] = field(default_factory=dict)
+    result_content: dict[str, Any] | None = None
+    stdout: str = ""
+    stderr: str = ""
+    result_size: int | None = None  # bytes of result buffers; None: not stored
+
+    def row(self) -> dict[str, Any]:
+        """The record as the task store keeps it (hub/store.py RECORD_KEYS)."""
+        return {
+            "msg_id": self.msg_id,
+            "session": self.session,
+            "client": self.client.hex(),
+            "engine_uuid": self.engine_uuid,
+            "msg_type": self.msg_type,
+            "queue": self.queue,
+            "submitted": self.submitted,
+            "started": self.started,
+            "completed": self.completed,
+            "status": self.status,
+            "retries": self.retries,
+            "header": jsonable(self.header),
+            "metadata": jsonable(self.metadata),
+            "result_content": jsonable(self.result_content),
+            "stdout": self.stdout,
+            "stderr": self.stderr,
+            "result_size": self.result_size,
+        }
+
     metadata: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -55,6 +83,8 @@ class TaskTable:
         self.counts: Counter[str] = Counter()
         self.completed_limit = completed_limit
         self._done: deque[str] = deque()  # completed msg_ids, oldest first
+        #: records changed since the store last saved them (hub/recorder.py drains it)
+        self.dirty: dict[str, TaskRecord] = {}
 
     # -- events -----------------------------------------------------------------------------
 
@@ -72,12 +102,15 @@ class TaskTable:
             rec = TaskRecord(msg_id, str(header.get("msg_type", "")), queue)
             self.records[msg_id] = rec
         rec.client = client
+        rec.header = header
+        rec.msg_type = str(header.get("msg_type", rec.msg_type))
         rec.session = str(header.get("session", ""))
         date = header.get("date")
         rec.submitted = float(date) if isinstance(date, int | float) else time.time()
         if metadata:
             rec.metadata = metadata
         self.counts["submitted"] += 1
+        self.dirty[msg_id] = rec
         if engine_uuid is None:
             if rec.engine_uuid is None and rec.pending:
                 self.unassigned.add(msg_id)
@@ -91,6 +124,7 @@ class TaskTable:
             rec = self.records[msg_id] = TaskRecord(msg_id, "", "task")
         self.unassigned.discard(msg_id)
         self._assign(rec, engine_uuid)
+        self.dirty[msg_id] = rec
 
     def retried(self, msg_id: str) -> None:
         """The task left its engine (error or death) and waits for another one."""
@@ -101,6 +135,7 @@ class TaskTable:
         rec.engine_uuid = None
         rec.retries += 1
         self.unassigned.add(msg_id)
+        self.dirty[msg_id] = rec
         self.counts["retried"] += 1
 
     def _assign(self, rec: TaskRecord, engine_uuid: str) -> None:
@@ -110,7 +145,12 @@ class TaskTable:
             index.setdefault(engine_uuid, set()).add(rec.msg_id)
 
     def finished(
-        self, msg_id: str, engine_uuid: str | None, metadata: dict[str, Any], status: str
+        self,
+        msg_id: str,
+        engine_uuid: str | None,
+        metadata: dict[str, Any],
+        status: str,
+        content: dict[str, Any] | None = None,
     ) -> TaskRecord | None:
         rec = self.records.get(msg_id)
         if rec is None:
@@ -128,6 +168,11 @@ class TaskTable:
         rec.started = _float(metadata.get("started"))
         rec.completed = _float(metadata.get("completed")) or time.time()
         rec.status = status
+        rec.stdout = str(metadata.pop("stdout", "") or "")
+        rec.stderr = str(metadata.pop("stderr", "") or "")
+        rec.metadata = {**rec.metadata, **metadata}
+        rec.result_content = content
+        self.dirty[msg_id] = rec
         self.counts[status] += 1
         if rec.engine_uuid is not None:
             done = self.completed.get(rec.engine_uuid)
@@ -146,6 +191,25 @@ class TaskTable:
             if old is not None and not old.pending:
                 del self.records[old.msg_id]
 
+    def forget_completed(self, msg_ids: list[str] | None) -> None:
+        """Drop completed records from memory (after a purge); None: all of them."""
+        ids = list(self.records) if msg_ids is None else msg_ids
+        gone = set()
+        for m in ids:
+            rec = self.records.get(m)
+            if rec is not None and not rec.pending:
+                del self.records[m]
+                gone.add(m)
+        if msg_ids is None:
+            for done in self.completed.values():
+                done.clear()
+        elif gone:
+            for done in self.completed.values():
+                if any(m in gone for m in done):
+                    kept = [m for m in done if m not in gone]
+                    done.clear()
+                    done.extend(kept)
+
     def engine_died(self, engine_uuid: str) -> list[str]:
         """Mark the engine's pending direct tasks as lost; returns their msg_ids.
 
@@ -157,6 +221,7 @@ class TaskTable:
             rec = self.records[msg_id]
             rec.completed = now
             rec.status = ENGINE_DIED
+            self.dirty[msg_id] = rec
             self.counts[ENGINE_DIED] += 1
             self._retire(msg_id)
         return lost
@@ -179,6 +244,19 @@ class TaskTable:
             return {"queue": sorted(queued), "tasks": sorted(tasks), "completed": list(done)}
         completed = self.completed_count[engine_uuid]
         return {"queue": len(queued), "tasks": len(tasks), "completed": completed}
+
+
+def jsonable(value: Any) -> Any:
+    """msgpack-decoded data as JSON can store it (bytes become latin-1 text)."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).decode("latin-1")
+    if isinstance(value, float) and value != value:  # NaN: not JSON
+        return None
+    return value
 
 
 def _float(v: Any) -> float | None:

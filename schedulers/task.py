@@ -26,11 +26,12 @@ from typing import Any
 
 import zmq
 
-from zpar.constants import TASK_HWM, TASK_SCHEME
+from zpar.constants import STORE_INLINE_LIMIT, STORE_RESULT_LIMIT, TASK_HWM, TASK_SCHEME
 from zpar.memory import Trimmer
 from zpar.messages import (
     MON_SCHEDULER,
     MON_TASK_BATCH,
+    MON_TASK_RESULT,
     TASK_BATCH_MAX,
     TASK_DEST,
     TASK_IN,
@@ -518,7 +519,7 @@ class TaskScheduler:
                 copy.engine.load -= 1  # type: ignore[union-attr]
                 copy.engine.tasks.discard(msg_id)  # type: ignore[union-attr]
             send_frames(self.client, [client, uuid, *msg])
-            self._event([TASK_OUT, uuid, client, msg_id, _bytes(msg[4])])
+            self._task_out(uuid, client, msg_id, msg)
             if copy is not None:
                 self._drain_queue()
             return
@@ -547,9 +548,21 @@ class TaskScheduler:
         task.state = DONE
         task.frames = []
         send_frames(self.client, [client, uuid, *msg])
-        self._event([TASK_OUT, uuid, client, msg_id, _bytes(msg[4])])
+        self._task_out(uuid, client, msg_id, msg)
         self._finished(msg_id, status == Status.OK, uuid)
         self._drain_queue()
+
+    def _task_out(self, uuid: bytes, client: bytes, msg_id: Any, msg: list[Any]) -> None:
+        """Tell the hub a reply passed, with what its store keeps: small result buffers
+        inline, larger ones (up to STORE_RESULT_LIMIT) in a message of their own."""
+        bufs = msg[6:]
+        size = sum(len(_raw(b)) for b in bufs)
+        inline = None
+        if bufs and size <= STORE_INLINE_LIMIT:
+            inline = [_bytes(b) for b in bufs]
+        elif bufs and size <= STORE_RESULT_LIMIT and isinstance(msg_id, str):
+            send_frames(self.monitor, [MON_TASK_RESULT, msg_id.encode(), *bufs])
+        self._event([TASK_OUT, uuid, client, msg_id, _bytes(msg[4]), _bytes(msg[5]), inline])
 
     def _retry(self, task: Task, why: str) -> None:
         log.info("task %s sent to another engine: %s", task.msg_id, why)
@@ -621,7 +634,7 @@ class TaskScheduler:
         frames = error_reply(self.session, task.header, task.engine, ename, evalue, status)
         log.info("task %s failed in the scheduler: %s: %s", task.msg_id, ename, evalue)
         send_frames(self.client, [task.client, uuid, *frames])
-        self._event([TASK_OUT, uuid, task.client, task.msg_id, frames[4]])
+        self._event([TASK_OUT, uuid, task.client, task.msg_id, frames[4], frames[5], None])
         if self.live.pop(task.msg_id, None) is task:
             task.state = DONE
             task.frames = []

@@ -29,6 +29,10 @@ class MsgType(StrEnum):
     RESULT_REPLY = "result_reply"
     PURGE_REQUEST = "purge_request"
     PURGE_REPLY = "purge_reply"
+    DB_REQUEST = "db_request"
+    DB_REPLY = "db_reply"
+    HUB_HISTORY_REQUEST = "hub_history_request"
+    HUB_HISTORY_REPLY = "hub_history_reply"
     SHUTDOWN_HUB_REQUEST = "shutdown_hub_request"
     SHUTDOWN_HUB_REPLY = "shutdown_hub_reply"
     # scheduler <-> hub
@@ -174,6 +178,7 @@ class QueueReply(Content):
     status: str
     queues: dict = field(default_factory=dict)
     unassigned: Any = 0
+    store: dict = field(default_factory=dict)  # url, ok, error, saved, unsaved, dropped
     evalue: str = ""
 
 
@@ -205,7 +210,37 @@ class PurgeRequest(Content):
 class PurgeReply(Content):
     msg_type = MsgType.PURGE_REPLY
     status: str
+    purged: int = 0
     evalue: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DbRequest(Content):
+    """query: {record_key: value | {"$lt"|"$gt"|"$lte"|"$gte"|"$eq"|"$ne"|"$in"|"$nin": v}}."""
+
+    msg_type = MsgType.DB_REQUEST
+    query: dict = field(default_factory=dict)
+    keys: list | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DbReply(Content):
+    msg_type = MsgType.DB_REPLY
+    status: str
+    records: list = field(default_factory=list)
+    evalue: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class HubHistoryRequest(Content):
+    msg_type = MsgType.HUB_HISTORY_REQUEST
+
+
+@dataclass(frozen=True, slots=True)
+class HubHistoryReply(Content):
+    msg_type = MsgType.HUB_HISTORY_REPLY
+    status: str
+    history: list = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -396,9 +431,13 @@ MON_CONTROL_OUT = b"ctl_out"
 #: a zmq message per event. Each event is a list starting with its kind:
 #:   [TASK_IN, client_ident, header (map), metadata (msgpack bytes)]
 #:   [TASK_DEST, msg_id, engine_uuid]
-#:   [TASK_OUT, engine_uuid, client_ident, parent msg_id, metadata (msgpack bytes)]
+#:   [TASK_OUT, engine_uuid, client_ident, parent msg_id, metadata (msgpack bytes),
+#:    content (msgpack bytes), result buffers (list of bytes, if small) or None]
 #:   [TASK_RETRY, msg_id, engine_uuid it failed on or died on, why]
 MON_TASK_BATCH = b"task_batch"
+#: [MON_TASK_RESULT, msg_id, result buffers…]: a task result too big to travel inline in
+#: its TASK_OUT event (STORE_INLINE_LIMIT), for the store; sent without copying.
+MON_TASK_RESULT = b"task_result"
 TASK_IN = "in"
 TASK_DEST = "dest"
 TASK_OUT = "out"

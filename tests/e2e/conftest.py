@@ -79,3 +79,35 @@ def cluster_addresses(cluster):
         return info, reply.content
     finally:
         s.close()
+
+
+@pytest.fixture
+def pg_database(tmp_path):
+    """(URL of a fresh PostgreSQL database, a function that kills its server)."""
+    import os
+    import shutil
+    import socket
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "pg_test_server.sh"
+    base = tempfile.mkdtemp(prefix="zpar-pg-")
+    os.chmod(base, 0o755)
+    data = os.path.join(base, "pg")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    p = subprocess.run(
+        [str(script), "start", data, str(port)], capture_output=True, text=True, timeout=600
+    )
+    if p.returncode != 0:
+        shutil.rmtree(base, ignore_errors=True)
+        pytest.skip(f"PostgreSQL could not be installed or started: {p.stderr.strip()[-500:]}")
+
+    def stop():
+        subprocess.run([str(script), "stop", data], capture_output=True, timeout=60)
+
+    yield p.stdout.strip().splitlines()[-1], stop
+    stop()
+    shutil.rmtree(base, ignore_errors=True)

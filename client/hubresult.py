@@ -1,0 +1,83 @@
+"""Results of tasks this client did not submit, fetched from the hub's task store."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import Future
+from typing import Any
+
+from zpar.messages import MsgType
+from zpar.wire import Message
+
+log = logging.getLogger(__name__)
+
+#: Seconds between polls of the hub while fetched tasks are still pending (doubling to 1 s).
+POLL_START, POLL_MAX = 0.02, 1.0
+
+
+class HubResultFetcher(threading.Thread):
+    """Resolves futures from result_request replies, polling while tasks are pending."""
+
+    def __init__(self, client: Any, wanted: list[tuple[str, Future]]) -> None:
+        super().__init__(name="zpar-hub-result", daemon=True)
+        self.client = client
+        self.wanted = dict(wanted)
+
+    def run(self) -> None:
+        delay = POLL_START
+        while self.wanted and not self.client._closed:
+            try:
+                reply = self.client._query(
+                    MsgType.RESULT_REQUEST, {"msg_ids": list(self.wanted), "statusonly": False}
+                )
+            except Exception as e:  # unknown ids, hub gone: every waiter learns why
+                for fut in self.wanted.values():
+                    if not fut.done():
+                        fut.set_exception(e)
+                return
+            results = reply.content.get("results", {})
+            for m in reply.content.get("completed", []):
+                fut = self.wanted.pop(m, None)
+                if fut is not None:
+                    fut.set_result(as_reply(results.get(m, {}), reply.buffers))
+            if self.wanted:
+                time.sleep(delay)
+                delay = min(POLL_MAX, delay * 2)
+
+
+def as_reply(record: dict[str, Any], buffers: list[Any]) -> Message:
+    """A stored record in the shape of the engine's reply, for AsyncResult."""
+    first, count = record.get("buffers") or (0, 0)
+    metadata = dict(record.get("metadata") or {})
+    metadata.update(
+        stdout=record.get("stdout") or "",
+        stderr=record.get("stderr") or "",
+        engine_uuid=record.get("engine_uuid"),
+        started=record.get("started"),
+        completed=record.get("completed"),
+    )
+    status = record.get("status")
+    content = record.get("result_content") or {
+        "status": "error",
+        "ename": "EngineError" if status == "engine_died" else "TaskLost",
+        "evalue": f"task ended without a result ({status}): its engine died, or the "
+        "controller stopped while it ran",
+        "zpar_error": status == "engine_died",
+    }
+    is_apply = (record.get("header") or {}).get("msg_type") == "apply_request"
+    if is_apply and record.get("result_size") is None and content.get("status") == "ok":
+        content = {
+            "status": "error",
+            "ename": "ResultNotStored",
+            "evalue": "the hub did not store this result (larger than its store limit)",
+        }
+    return Message(
+        idents=[],
+        header={},
+        parent_header=record.get("header") or {},
+        metadata=metadata,
+        content=content,
+        buffers=list(buffers[first : first + count]),
+    )

@@ -1,0 +1,141 @@
+"""Client queries about tasks: result_request, purge_request, db_request, hub_history.
+
+Each takes the Hub and the request and returns the reply content, or (content, buffers).
+The store is flushed first, so a query sees every task the hub has heard of.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from zpar.messages import Status
+from zpar.wire import Message
+
+from .store import check_keys, check_query
+
+if TYPE_CHECKING:
+    from .hub import Hub
+
+#: Keys of a stored record a result_reply carries for each completed task.
+RESULT_KEYS = (
+    "header",
+    "metadata",
+    "result_content",
+    "engine_uuid",
+    "submitted",
+    "started",
+    "completed",
+    "status",
+    "stdout",
+    "stderr",
+    "retries",
+    "result_size",
+)
+
+
+def _error(evalue: str) -> dict[str, Any]:
+    return {"status": Status.ERROR, "evalue": evalue}
+
+
+def _msg_ids(value: Any, what: str) -> list[str] | str:
+    """A list of msg_ids, or an error message."""
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(m, str) for m in value):
+        return f"{what} must be a list of msg_id strings, got {value!r}"
+    return value
+
+
+def _sync(hub: Hub) -> str | None:
+    """Write what is pending; an error message if the store cannot be read from now."""
+    if not hub.writer.flush():
+        return f"the task store {hub.store.url} is failing: {hub.store.error}"
+    return None
+
+
+def result_request(hub: Hub, msg: Message) -> Any:
+    msg_ids = _msg_ids(msg.content.get("msg_ids", []), "msg_ids")
+    if isinstance(msg_ids, str):
+        return _error(msg_ids)
+    status_only = bool(msg.content.get("statusonly", False))
+    pending = [m for m in msg_ids if (r := hub.tasks.records.get(m)) is not None and r.pending]
+    wanted = [m for m in msg_ids if m not in set(pending)]
+    if wanted:
+        err = _sync(hub)
+        if err:
+            return _error(err)
+    rows = hub.store.get(wanted, with_buffers=not status_only) if wanted else {}
+    pending += [m for m in wanted if m in rows and rows[m].get("completed") is None]
+    unknown = [m for m in wanted if m not in rows]
+    if unknown:
+        shown = ", ".join(unknown[:5]) + (" …" if len(unknown) > 5 else "")
+        return _error(f"no such task: {len(unknown)} unknown msg_id(s): {shown}")
+    completed = [m for m in msg_ids if m not in set(pending)]
+    content: dict[str, Any] = {"status": Status.OK, "pending": pending, "completed": completed}
+    if status_only:
+        return content
+    results, buffers = {}, []
+    for m in completed:
+        row = rows[m]
+        bufs = row.get("buffers") or []
+        results[m] = {k: row.get(k) for k in RESULT_KEYS}
+        results[m]["buffers"] = [len(buffers), len(bufs)]  # slice of the reply's buffers
+        buffers.extend(bufs)
+    content["results"] = results
+    return content, buffers
+
+
+def purge_request(hub: Hub, msg: Message) -> dict[str, Any]:
+    """Forget completed tasks: msg_ids (or 'all') and/or every task of engine_ids."""
+    raw = msg.content.get("msg_ids", [])
+    engine_ids = msg.content.get("engine_ids", []) or []
+    if not isinstance(engine_ids, list) or not all(isinstance(e, int) for e in engine_ids):
+        return _error(f"engine_ids must be a list of engine ids, got {engine_ids!r}")
+    err = _sync(hub)
+    if err:
+        return _error(err)
+    purged = 0
+    if raw == "all":
+        purged += hub.store.delete(None, None)
+        hub.tasks.forget_completed(None)
+    elif raw:
+        msg_ids = _msg_ids(raw, "msg_ids")
+        if isinstance(msg_ids, str):
+            return _error(msg_ids)
+        rows = hub.store.get(msg_ids, with_buffers=False)
+        unknown = [m for m in msg_ids if m not in rows]
+        if unknown:
+            return _error(f"cannot purge unknown msg_id(s): {', '.join(unknown[:5])}")
+        busy = [m for m in msg_ids if rows[m].get("completed") is None]
+        if busy:
+            return _error(f"cannot purge pending task(s): {', '.join(busy[:5])}")
+        purged += hub.store.delete(msg_ids, None)
+        hub.tasks.forget_completed(msg_ids)
+    if engine_ids:
+        uuids = []
+        for eid in engine_ids:
+            rec = hub.engines.get(eid)
+            if rec is None:
+                return _error(f"no such engine: {eid}")
+            uuids.append(rec.uuid)
+        purged += hub.store.delete(None, uuids)
+    return {"status": Status.OK, "purged": purged}
+
+
+def db_request(hub: Hub, msg: Message) -> dict[str, Any]:
+    try:
+        query = check_query(msg.content.get("query", {}))
+        keys = check_keys(msg.content.get("keys"))
+    except ValueError as e:
+        return _error(str(e))
+    err = _sync(hub)
+    if err:
+        return _error(err)
+    return {"status": Status.OK, "records": hub.store.find(query, keys)}
+
+
+def hub_history(hub: Hub, msg: Message) -> dict[str, Any]:
+    err = _sync(hub)
+    if err:
+        return _error(err)
+    return {"status": Status.OK, "history": hub.store.history()}

@@ -1,0 +1,160 @@
+"""Client queries answered from the hub's task store, restarts, and a failing store."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+import zpar
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def _sleep_then(seconds, value):
+    time.sleep(seconds)
+    return value
+
+
+def test_result_status_edges(rc):
+    assert rc.result_status([]) == {"pending": [], "completed": []}
+    with pytest.raises(RuntimeError, match="unknown msg_id.*no-such-id"):
+        rc.result_status(["no-such-id"])
+    slow = rc.load_balanced_view().apply_async(_sleep_then, 0.5, 1)
+    fast = rc[0].apply_async(abs, -2)
+    fast.get(timeout=10)
+    st = rc.result_status([slow, fast])
+    assert st["pending"] == slow.msg_ids and st["completed"] == fast.msg_ids
+    slow.get(timeout=10)
+    full = rc.result_status(slow, status_only=False)
+    rec = full["results"][slow.msg_ids[0]]
+    assert rec["status"] == "ok" and rec["result_size"] > 0 and rec["completed"] >= rec["started"]
+
+
+def test_another_client_gets_10000_results(rc, cluster):
+    lv = rc.load_balanced_view()
+    ars = [lv.apply_async(abs, -i) for i in range(10_000)]
+    rc.wait(ars, timeout=120)
+    ids = [a.msg_ids[0] for a in ars]
+    with zpar.Client(url_file=cluster.url_file) as other:
+        ar = other.get_result(ids)
+        assert ar.get(timeout=60) == list(range(10_000))
+        assert other.get_result(ids[5]).get(timeout=10) == 5
+        assert set(ids) <= set(other.hub_history())
+
+
+def test_get_result_of_a_pending_task_waits_for_it(rc, cluster):
+    task = rc.load_balanced_view().apply_async(_sleep_then, 0.5, "late")
+    with zpar.Client(url_file=cluster.url_file) as other:
+        ar = other.get_result(task.msg_ids[0])
+        assert not ar.ready()
+        assert ar.get(timeout=10) == "late"
+        assert ar.stdout == "" and ar.engine_id in rc.ids
+
+
+def test_remote_errors_and_output_come_back_from_the_store(rc, cluster):
+    def noisy():
+        print("to stdout")
+        raise KeyError("gone")
+
+    ar = rc[1].apply_async(noisy)
+    with pytest.raises(zpar.RemoteError):
+        ar.get(timeout=10)
+    with zpar.Client(url_file=cluster.url_file) as other:
+        fetched = other.get_result(ar.msg_ids)
+        with pytest.raises(zpar.RemoteError, match="KeyError"):
+            fetched.get(timeout=10)
+        assert fetched.stdout == ["to stdout\n"]
+
+
+def test_purge(rc):
+    slow = rc.load_balanced_view(targets=[1]).apply_async(_sleep_then, 2, 0)
+    done = rc[0].apply_async(abs, -1)
+    done.get(timeout=10)
+    with pytest.raises(RuntimeError, match="pending"):
+        rc.purge_results(slow)
+    with pytest.raises(RuntimeError, match="unknown"):
+        rc.purge_results(["no-such-id"])
+    with pytest.raises(ValueError, match="needs jobs"):
+        rc.purge_results()
+    assert rc.purge_results(done) == 1
+    with pytest.raises(RuntimeError, match="unknown"):
+        rc.result_status(done)
+    slow.get(timeout=10)
+    rc.purge_results("all")
+    assert rc.hub_history() == [] or all(
+        m in rc.outstanding for m in rc.hub_history()
+    )  # only what is still running
+
+
+def test_db_query(rc):
+    t0 = time.time()
+    ars = [rc[i % 2].apply_async(abs, -i) for i in range(10)]
+    rc.wait(ars)
+    recs = rc.db_query({"submitted": {"$gte": t0}, "status": "ok"}, ["engine_uuid", "status"])
+    assert len(recs) >= 10 and set(recs[0]) == {"msg_id", "engine_uuid", "status"}
+    assert {r["msg_id"] for r in recs} >= {a.msg_ids[0] for a in ars}
+    with pytest.raises(RuntimeError, match="unknown record key"):
+        rc.db_query({"colour": "red"})
+    with pytest.raises(RuntimeError, match="unknown operator"):
+        rc.db_query({"status": {"$regex": "o"}})
+    assert rc.store_status()["ok"]
+
+
+def test_restart_on_the_same_sqlite_file_keeps_results(make_cluster, tmp_path):
+    db = f"sqlite:///{tmp_path / 'tasks.db'}"
+    from tests.e2e.conftest import FAST_HB
+
+    c = make_cluster(2, cluster_id="restart", controller_args=[*FAST_HB, "--db", db])
+    rc = c.client
+    ars = [rc.load_balanced_view().apply_async(abs, -i) for i in range(50)]
+    rc.wait(ars)
+    in_flight = rc.load_balanced_view().apply_async(_sleep_then, 60, None)
+    time.sleep(0.3)
+    ids = [a.msg_ids[0] for a in ars]
+    c.stop()
+    c2 = make_cluster(2, cluster_id="restart", controller_args=[*FAST_HB, "--db", db])
+    rc2 = c2.client
+    assert rc2.get_result(ids).get(timeout=20) == list(range(50))
+    lost = rc2.result_status(in_flight, status_only=False)["results"][in_flight.msg_ids[0]]
+    assert lost["status"] == "lost"
+    with pytest.raises(zpar.RemoteError, match="TaskLost"):
+        rc2.get_result(in_flight.msg_ids).get(timeout=10)
+
+
+def test_corrupt_database_fails_at_start_with_a_clear_error(tmp_path):
+    bad = tmp_path / "tasks.db"
+    bad.write_bytes(b"not a database at all" * 500)
+    env = dict(os.environ, ZPAR_DIR=str(tmp_path))
+    p = subprocess.run(
+        [sys.executable, "-m", "zpar.hub", "--db", f"sqlite:///{bad}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert p.returncode == 1
+    assert "cannot open the task store" in p.stderr and "not a database" in p.stderr
+    assert "Traceback" not in p.stderr
+
+
+def test_the_hub_keeps_going_when_its_database_dies(make_cluster, pg_database):
+    url, stop_server = pg_database
+    from tests.e2e.conftest import FAST_HB
+
+    c = make_cluster(2, controller_args=[*FAST_HB, "--db", url])
+    rc = c.client
+    lv = rc.load_balanced_view()
+    assert lv.map_sync(abs, range(-10, 0)) == list(range(10, 0, -1))
+    stop_server()
+    assert lv.map_sync(abs, range(-100, 0), chunksize=1) == list(range(100, 0, -1))
+    assert rc[:].apply_sync(abs, -3) == [3, 3]
+    deadline = time.monotonic() + 10
+    while rc.store_status()["ok"]:
+        assert time.monotonic() < deadline, "the store failure was never reported"
+        time.sleep(0.1)
+    st = rc.store_status()
+    assert st["error"] and st["unsaved"] > 0

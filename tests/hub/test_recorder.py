@@ -1,0 +1,47 @@
+"""StoreWriter: batched writes, and a store that fails (disk full) then recovers."""
+
+from __future__ import annotations
+
+import sqlalchemy.exc
+
+from zpar.hub.recorder import StoreWriter
+from zpar.hub.records import TaskTable
+from zpar.hub.store import MemoryStore
+
+
+class FlakyStore(MemoryStore):
+    def __init__(self):
+        super().__init__()
+        self.full = True
+
+    def save(self, rows, buffers):
+        if self.full:
+            raise sqlalchemy.exc.OperationalError(
+                "INSERT", {}, Exception("database or disk is full")
+            )
+        super().save(rows, buffers)
+
+
+def test_a_full_disk_keeps_records_queued_and_reported():
+    table = TaskTable()
+    store = FlakyStore()
+    w = StoreWriter(store, table)
+    for i in range(5):
+        table.submitted({"msg_id": f"m{i}", "msg_type": "apply_request", "date": 1.0}, "task", b"c")
+    w.add_buffers("m0", [b"x"])
+    assert not w.flush()
+    st = w.status()
+    assert not st["ok"] and "disk is full" in st["error"] and st["unsaved"] == 5
+    store.full = False
+    assert w.flush()
+    st = w.status()
+    assert st["ok"] and st["saved"] == 5 and st["unsaved"] == 0
+    assert store.buffers["m0"] == [b"x"] and store.count() == 5
+
+
+def test_records_are_batched_until_due():
+    table = TaskTable()
+    w = StoreWriter(MemoryStore(), table)
+    assert w.wait() is None and not w.due
+    table.submitted({"msg_id": "a", "date": 1.0}, "task", b"c")
+    assert w.wait() is not None
