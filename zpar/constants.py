@@ -74,5 +74,5 @@ PING = b"ping"
 #: The hub stores a task's result buffers up to this many bytes (larger results are
 #: recorded without them); results up to STORE_INLINE_LIMIT travel inside the scheduler's
 #: event batch, larger ones in a message of their own (no copy).
-STORE_RESULT_LIMIT = 16 * 2**20
+STORE_RESULT_LIMIT = 2**20
 STORE_INLINE_LIMIT = 64 * 2**10
