@@ -118,10 +118,20 @@ class Controller:
     def start(self) -> None:
         cfg = self.config
         # first: a store that cannot be opened stops us before any port is bound
+        # the store (and SQLAlchemy's import) opens in a thread while the sockets bind and
+        # the scheduler starts; a store that cannot be opened still stops us before any
+        # connection file is written
         name = f"tasks-{cfg.cluster_id}.db" if cfg.cluster_id else "tasks.db"
-        store = open_store(cfg.db, profile_dir(cfg.profile) / name)
-        self.store = store
-        log.info("task store: %s (%d records)", store.url, store.count())
+        opened: dict[str, Any] = {}
+
+        def open_it() -> None:
+            try:
+                opened["store"] = open_store(cfg.db, profile_dir(cfg.profile) / name)
+            except BaseException as e:  # re-raised in this thread below
+                opened["error"] = e
+
+        opener = threading.Thread(target=open_it, name="zpar-store-open", daemon=True)
+        opener.start()
         ip = "*" if cfg.ip in WILDCARDS else cfg.ip
         host = cfg.advertised_host
         query = self._socket(zmq.ROUTER)
@@ -175,6 +185,11 @@ class Controller:
             "task_scheme": ready.get("scheme", cfg.scheme),
             "notification": advertise(notification_addr, host),
         }
+        opener.join()
+        if "error" in opened:
+            raise opened["error"]
+        store = self.store = opened["store"]
+        log.info("task store: %s (%d records)", store.url, store.count())
         self.hub = Hub(
             self.session,
             query=query,
