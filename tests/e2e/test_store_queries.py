@@ -19,18 +19,29 @@ def _sleep_then(seconds, value):
     return value
 
 
+def _hub_knows_done(rc, ar, timeout=10):
+    """The hub hears of a reply just after the client: wait for it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if rc.result_status(ar)["completed"] == ar.msg_ids:
+                return
+        except RuntimeError:  # not even its submission heard of yet
+            pass
+        assert time.monotonic() < deadline, "the hub never heard of the reply"
+        time.sleep(0.02)
+
+
 def test_result_status_edges(rc):
     assert rc.result_status([]) == {"pending": [], "completed": []}
     with pytest.raises(RuntimeError, match="unknown msg_id.*no-such-id"):
         rc.result_status(["no-such-id"])
-    slow = rc.load_balanced_view().apply_async(_sleep_then, 0.5, 1)
+    slow = rc.load_balanced_view(targets=[1]).apply_async(_sleep_then, 3, 1)
     fast = rc[0].apply_async(abs, -2)
     fast.get(timeout=10)
-    deadline = time.monotonic() + 10  # the hub hears of the reply just after the client
-    while (st := rc.result_status([slow, fast]))["completed"] != fast.msg_ids:
-        assert time.monotonic() < deadline, st
-        time.sleep(0.02)
-    assert st["pending"] == slow.msg_ids
+    _hub_knows_done(rc, fast)
+    st = rc.result_status([slow, fast])
+    assert st["pending"] == slow.msg_ids and st["completed"] == fast.msg_ids
     slow.get(timeout=10)
     full = rc.result_status(slow, status_only=False)
     rec = full["results"][slow.msg_ids[0]]
@@ -77,6 +88,7 @@ def test_purge(rc):
     slow = rc.load_balanced_view(targets=[1]).apply_async(_sleep_then, 2, 0)
     done = rc[0].apply_async(abs, -1)
     done.get(timeout=10)
+    _hub_knows_done(rc, done)
     with pytest.raises(RuntimeError, match="pending"):
         rc.purge_results(slow)
     with pytest.raises(RuntimeError, match="unknown"):
@@ -97,8 +109,12 @@ def test_db_query(rc):
     t0 = time.time()
     ars = [rc[i % 2].apply_async(abs, -i) for i in range(10)]
     rc.wait(ars)
-    recs = rc.db_query({"submitted": {"$gte": t0}, "status": "ok"}, ["engine_uuid", "status"])
-    assert len(recs) >= 10 and set(recs[0]) == {"msg_id", "engine_uuid", "status"}
+    query = {"submitted": {"$gte": t0}, "status": "ok"}
+    deadline = time.monotonic() + 10  # the hub hears of replies just after the client
+    while len(recs := rc.db_query(query, ["engine_uuid", "status"])) < 10:
+        assert time.monotonic() < deadline, recs
+        time.sleep(0.02)
+    assert set(recs[0]) == {"msg_id", "engine_uuid", "status"}
     assert {r["msg_id"] for r in recs} >= {a.msg_ids[0] for a in ars}
     with pytest.raises(RuntimeError, match="unknown record key"):
         rc.db_query({"colour": "red"})
