@@ -248,18 +248,7 @@ class Client:
         """Abort work that has not started: queued on engines (``targets``, default all) and,
         for load-balanced tasks, still held by the task scheduler. jobs: msg_ids or
         AsyncResults, None for everything this client queued. Running tasks finish."""
-        msg_ids = None
-        if jobs is not None:
-            jobs = jobs if isinstance(jobs, list | tuple) else [jobs]
-            msg_ids = []
-            for j in jobs:
-                if isinstance(j, AsyncResult):
-                    msg_ids.extend(j.msg_ids)
-                elif isinstance(j, str):
-                    msg_ids.append(j)
-                else:
-                    raise TypeError(f"abort takes msg_ids or AsyncResults, got {j!r}")
-        content = {"msg_ids": msg_ids}
+        content = {"msg_ids": None if jobs is None else self._msg_ids(jobs)}
         ids = self._resolve_targets(targets)
         sent = [self._send("control", MsgType.ABORT_REQUEST, content, engine_id=i) for i in ids]
         if "task" in self._io._sockets:
@@ -333,6 +322,12 @@ class Client:
         single = not isinstance(items, list | tuple)
         items = [items] if single else list(items)
         history = list(self.history)
+        for i in items:
+            if isinstance(i, int) and not -len(history) <= i < len(history):
+                raise IndexError(
+                    f"get_result: index {i} is outside this client's history of "
+                    f"{len(history)} msg_ids"
+                )
         msg_ids = [history[i] if isinstance(i, int) else i for i in items]
         msg_ids = self._msg_ids(msg_ids)
         futs = []

@@ -74,6 +74,11 @@ class SQLStore(TaskStore):
             metadata.create_all(self.engine)
             with self.engine.connect() as c:
                 c.execute(sa.select(sa.func.count()).select_from(tasks)).scalar()
+        except ImportError as e:
+            raise StoreError(
+                f"cannot open the task store {_safe(url)}: its database driver is not "
+                f"installed ({e.name or e}); for PostgreSQL: pip install 'psycopg[binary]'"
+            ) from None
         except (sa_exc.SQLAlchemyError, OSError, ValueError) as e:
             raise StoreError(f"cannot open the task store {_safe(url)}: {_reason(e)}") from None
         self._upsert = _upsert_for(self.engine.dialect.name)

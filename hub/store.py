@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import operator
+from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -92,38 +93,43 @@ def check_keys(keys: Any) -> list[str]:
     return ["msg_id", *[k for k in keys if k != "msg_id"]]
 
 
-class TaskStore:
+class TaskStore(ABC):
     """What the hub needs of a store."""
 
     url = ""
     #: the last write failure, None while writes succeed
     error: str | None = None
 
+    @abstractmethod
     def save(self, rows: list[dict[str, Any]], buffers: dict[str, list[bytes]]) -> None:
-        raise NotImplementedError
+        """Upsert whole rows, and replace the result buffers of the msg_ids given."""
 
+    @abstractmethod
     def get(self, msg_ids: Iterable[str], with_buffers: bool) -> dict[str, dict[str, Any]]:
-        raise NotImplementedError
+        """{msg_id: row} of the known ones; rows carry "buffers" when asked."""
 
+    @abstractmethod
     def find(self, query: dict[str, Any], keys: list[str]) -> list[dict[str, Any]]:
-        raise NotImplementedError
+        """Rows (only ``keys``) matching a check_query() filter, in submission order."""
 
+    @abstractmethod
     def delete(self, msg_ids: list[str] | None, engine_uuids: list[str] | None) -> int:
         """Delete completed records (msg_ids None: all, or those of engine_uuids)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def history(self) -> list[str]:
-        raise NotImplementedError
+        """Every msg_id, in submission order."""
 
+    @abstractmethod
     def mark_lost(self, now: float) -> int:
         """Records left pending by a previous controller: they will never complete."""
-        raise NotImplementedError
 
+    @abstractmethod
     def count(self) -> int:
-        raise NotImplementedError
+        """Number of records."""
 
-    def close(self) -> None:
-        pass
+    def close(self) -> None:  # noqa: B027 - optional: most stores hold nothing to release
+        """Release connections."""
 
 
 # -- in memory ----------------------------------------------------------------------------
@@ -173,7 +179,7 @@ class MemoryStore(TaskStore):
 
     def find(self, query: dict[str, Any], keys: list[str]) -> list[dict[str, Any]]:
         out = []
-        for row in self.rows.values():
+        for row in sorted(self.rows.values(), key=lambda r: r.get("submitted") or 0):
             if all(_match(row.get(k), cond) for k, cond in query.items()):
                 out.append({k: row.get(k) for k in keys})
         return out

@@ -132,7 +132,15 @@ def test_restart_on_the_same_sqlite_file_keeps_results(make_cluster, tmp_path):
     ars = [rc.load_balanced_view().apply_async(abs, -i) for i in range(50)]
     rc.wait(ars)
     in_flight = rc.load_balanced_view().apply_async(_sleep_then, 60, None)
-    time.sleep(0.3)
+    deadline = time.monotonic() + 10  # the store must have it before the controller stops
+    while True:
+        try:
+            if rc.result_status(in_flight)["pending"] == in_flight.msg_ids:
+                break
+        except RuntimeError:  # the hub has not heard of it yet
+            pass
+        assert time.monotonic() < deadline, "the hub never heard of the running task"
+        time.sleep(0.02)
     ids = [a.msg_ids[0] for a in ars]
     c.stop()
     c2 = make_cluster(2, cluster_id="restart", controller_args=[*FAST_HB, "--db", db])
