@@ -6,6 +6,7 @@ import builtins
 import collections
 import concurrent.futures
 import logging
+import signal
 import time
 import weakref
 from collections.abc import Iterator, Sequence
@@ -37,6 +38,21 @@ def cluster_url_file(profile: str, cluster_id: str | None, who: str = "client") 
     if not cluster_id:
         return default_url_file(profile, who)
     return profile_dir(profile) / "security" / f"cluster-{cluster_id}" / f"zpar-{who}.json"
+
+
+def signal_number(sig: int | str) -> int:
+    """The number of a signal given as a number, a Signals member, 'SIGINT' or 'INT'."""
+    if isinstance(sig, str):
+        name = sig.upper() if sig.upper().startswith("SIG") else "SIG" + sig.upper()
+        try:
+            return int(signal.Signals[name])
+        except KeyError:
+            raise ValueError(f"unknown signal name {sig!r}") from None
+    if isinstance(sig, int) and not isinstance(sig, bool):
+        if sig not in signal.valid_signals():
+            raise ValueError(f"{sig} is not a valid signal number")
+        return int(sig)
+    raise TypeError(f"a signal is a number or a name like 'SIGINT', not {sig!r}")
 
 
 class Client:
@@ -387,19 +403,58 @@ class Client:
     def shutdown(
         self,
         targets: Any = "all",
+        restart: bool = False,
         hub: bool = False,
         block: bool = True,
         timeout: float = HUB_TIMEOUT,
     ) -> None:
-        """Stop engines (and the controller with hub=True)."""
+        """Stop engines (and the controller with hub=True).
+
+        restart=True: each engine starts afresh in its own process (same pid, new namespace,
+        same id); with block, returns once all are registered again. Unlike ipyparallel,
+        where restart is not implemented."""
+        if restart and hub:
+            raise ValueError(
+                "restart applies to engines: a controller cannot restart itself "
+                "(stop it with hub=True, then start it again with zpar controller)"
+            )
         if self._io.engines and targets is not None:
-            ar = self._control(MsgType.SHUTDOWN_REQUEST, {"restart": False}, targets, block=False)
+            old = {i: self._engine_uuid(i) for i in self._resolve_targets(targets)}
+            content = {"restart": bool(restart)}
+            ar = self._control(MsgType.SHUTDOWN_REQUEST, content, list(old), block=False)
             if block:
-                ar.wait(timeout)
+                ar.get(timeout) if restart else ar.wait(timeout)
+                if restart:
+                    self._wait_for_restart(old, timeout)
         if hub:
             _, fut = self._send("query", MsgType.SHUTDOWN_HUB_REQUEST, {})
             if block:
                 fut.result(timeout)
+
+    def _wait_for_restart(self, old: dict[int, str], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        with self._io.engines_changed:
+            while waiting := [i for i, u in old.items() if self._io.engines.get(i) in (None, u)]:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(
+                        f"engines {waiting} did not register again within {timeout:g} s of "
+                        "their restart: see their logs"
+                    )
+                self._io.engines_changed.wait(remaining)
+
+    def send_signal(self, sig: int | str, targets: Any = None, block: bool = True) -> Any:
+        """Raise signal ``sig`` (a number or a name, 'SIGINT' or 'INT') in engine processes,
+        even while they run a task: SIGINT interrupts the task (its error is
+        KeyboardInterrupt). Returns the ids the hub relayed it to (a Future of them when
+        block=False)."""
+        signum = signal_number(sig)
+        ids = self._resolve_targets(targets)
+        content = {"signum": signum, "targets": ids}
+        if not block:
+            _, fut = self._send("query", MsgType.SIGNAL_REQUEST, content)
+            return fut
+        return list(self._query(MsgType.SIGNAL_REQUEST, content).content["engines"])
 
     @property
     def outstanding(self) -> set[str]:

@@ -387,7 +387,7 @@ class ClientIO:
             engines = dict(self.engines)
             if registered:
                 engines[eid] = c["uuid"]
-            else:
+            elif engines.get(eid) == c["uuid"]:  # not an engine restarted under its old id
                 engines.pop(eid, None)
             if self._notified is not None:
                 self._notified[eid] = c["uuid"] if registered else None

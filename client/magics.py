@@ -132,11 +132,10 @@ class ParallelMagics:
         return client[targets] if not isinstance(targets, str) else client[:]
 
     def _interrupt(self, view: Any) -> None:
-        send = getattr(view.client, "send_signal", None)
-        if send is not None:
-            import signal
+        """Ctrl-C in a blocking %%px: interrupt the engines' code too, not just the wait."""
+        import signal
 
-            send(signal.SIGINT, targets=view.targets)
+        view.client.send_signal(signal.SIGINT, targets=view.targets)
 
     def _show(self, ar: AsyncResult, group_outputs: str, show_output: bool = True) -> None:
         if show_output:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 from zpar.connection import default_url_file, wait_for_connection_file
@@ -37,6 +38,30 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+#: Environment variable through which a restarting engine asks the hub for its old id.
+RESTART_ID_ENV = "ZPAR_ENGINE_ID"
+
+
+def _requested_id() -> int:
+    value = os.environ.get(RESTART_ID_ENV, "")
+    try:
+        return int(value) if value else -1
+    except ValueError:
+        logging.getLogger("zpar.engine").warning("ignored %s=%r: not an int", RESTART_ID_ENV, value)
+        return -1
+
+
+def _restart(argv: list[str], engine_id: int) -> None:
+    """Become a fresh engine in this same process (same pid, so launchers still track it):
+    a new interpreter, a new namespace, registered again under the same id."""
+    logging.getLogger("zpar.engine").info("engine %d: restarting", engine_id)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    env = dict(os.environ, **{RESTART_ID_ENV: str(engine_id)})
+    os.execve(sys.executable, [sys.executable, "-m", "zpar.engine", *argv], env)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     level = args.log_level.upper()
@@ -50,7 +75,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.wait:
             logging.getLogger("zpar.engine").info("waiting up to %g s for %s", args.wait, path)
         info = wait_for_connection_file(path, args.wait)
-        return Engine(info, log_level=level).run()
+        engine = Engine(info, log_level=level, restartable=True, requested_id=_requested_id())
+        code = engine.run()
+        if engine.restart:
+            _restart(sys.argv[1:] if argv is None else argv, engine.id)
+        return code
     except (ZparError, ValueError, zmq.ZMQError) as e:
         sys.stderr.write(f"zpar engine: {e}\n")
         return EXIT_FAILED

@@ -41,6 +41,7 @@ from zpar.wire import Message, Session, send_frames
 from .heart import Heart
 from .kernel import Kernel, Reply
 from .registration import register
+from .signals import SignalListener
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +98,8 @@ class Engine:
         log_level: str | int = "INFO",
         engine_uuid: str | None = None,
         context: zmq.Context | None = None,
+        restartable: bool = False,
+        requested_id: int = -1,
     ) -> None:
         self.info = info
         self.log_level = log_level
@@ -106,8 +109,13 @@ class Engine:
         self.ctx = context or zmq.Context()
         self.session = Session(info.key, allow_insecure=not info.key)
         self.id = -1
+        self.requested_id = requested_id
+        self.restartable = restartable
+        #: set when a shutdown_request asked for a restart: the caller re-executes
+        self.restart = False
         self.kernel: Kernel | None = None
         self.heart: Heart | None = None
+        self.signals: SignalListener | None = None
         self._sockets: list[zmq.Socket] = []
         self._stopping = False
         self._busy = False
@@ -117,7 +125,14 @@ class Engine:
     # -- start-up ---------------------------------------------------------------------------
 
     def register(self) -> RegistrationReply:
-        reply = register(self.ctx, self.session, self.info.registration, self.uuid, HUB_TIMEOUT)
+        reply = register(
+            self.ctx,
+            self.session,
+            self.info.registration,
+            self.uuid,
+            HUB_TIMEOUT,
+            requested_id=self.requested_id,
+        )
         self.id = reply.id
         setup_logging(f"engine.{self.id}", self.log_level)
         log.info(
@@ -153,16 +168,21 @@ class Engine:
         self.ping.setsockopt(zmq.SUBSCRIBE, b"")
         self.ping.connect(ping)
         self.silence_limit = max(MIN_CONTROLLER_SILENCE, 10 * float(reply.hb_period or 0))
+        self.signals = SignalListener(self.ctx, self.info.key, self.info.registration, self.ident)
         connect_and_wait(
             [
                 (self.mux, addrs["mux"]),
                 (self.control, addrs["control"]),
                 (self.task, addrs["task"]),
+                (self.signals.socket, self.info.registration),
             ],
             HUB_TIMEOUT,
         )
         self._bind_direct(addrs)
-        self.kernel = Kernel(self.id, self.uuid, publish=self._publish)
+        self.kernel = Kernel(
+            self.id, self.uuid, publish=self._publish, restartable=self.restartable
+        )
+        self.signals.start(self.id)
         self.heart = Heart(self.ctx, ping, pong, self.ident)
         self.heart.start()
 
@@ -261,6 +281,9 @@ class Engine:
         self._busy = True
         try:
             reply = self.kernel.handle(msg)
+        except KeyboardInterrupt:  # SIGINT outside the user code the kernel guards
+            log.info("engine %d: %s interrupted before it ran", self.id, msg.msg_id)
+            reply = self.kernel.aborted_reply(msg)
         finally:
             self._busy = False
         if reply is None:
@@ -272,7 +295,8 @@ class Engine:
             self._abort_queued()
         self._send(sock, msg, reply)
         if reply.stop:
-            log.info("shutdown requested; exiting")
+            log.info("shutdown requested; %s", "restarting" if reply.restart else "exiting")
+            self.restart = reply.restart
             self._stopping = True
             self._linger = SHUTDOWN_LINGER_MS
 
@@ -343,9 +367,11 @@ class Engine:
         self._wakeup = r
         old_fd = signal.set_wakeup_fd(w.fileno(), warn_on_full_buffer=False)
         old_handler = signal.signal(signal.SIGTERM, self._on_sigterm)
+        old_sigint = signal.signal(signal.SIGINT, self._on_sigint)
 
         def restore() -> None:
             signal.signal(signal.SIGTERM, old_handler)
+            signal.signal(signal.SIGINT, old_sigint)
             signal.set_wakeup_fd(old_fd)
             r.close()
             w.close()
@@ -358,10 +384,19 @@ class Engine:
         if self._busy:
             raise Stop()
 
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        """Interrupt the running task (its error is KeyboardInterrupt); idle, ignore it, so
+        a Ctrl-C meant for a task that just finished does not kill the engine."""
+        if self._busy:
+            raise KeyboardInterrupt
+        log.info("engine %d: SIGINT while idle: ignored", self.id)
+
     def close(self) -> None:
         """Stop the heart and close every socket (linger 0 unless replies must get out)."""
         if self.heart is not None:
             self.heart.stop()
+        if self.signals is not None:
+            self.signals.stop()
         for s in self._sockets:
             s.close(linger=self._linger if s is not self.ping else 0)
         self._sockets.clear()

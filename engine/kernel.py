@@ -47,6 +47,8 @@ class Reply:
     drain: bool = False
     #: leave the main loop once this reply is sent (shutdown)
     stop: bool = False
+    #: then start afresh in a new process image (shutdown with restart)
+    restart: bool = False
 
 
 def format_traceback(e: BaseException) -> list[str]:
@@ -66,9 +68,16 @@ class Kernel:
     """State of one engine's user session: namespace, aborted msg_ids, execution count."""
 
     def __init__(
-        self, engine_id: int = -1, engine_uuid: str = "", publish: Publish | None = None
+        self,
+        engine_id: int = -1,
+        engine_uuid: str = "",
+        publish: Publish | None = None,
+        restartable: bool = False,
     ) -> None:
         self.engine_id = engine_id
+        #: an engine that is its own process (``zpar engine``) can re-exec itself; one
+        #: running inside another program cannot
+        self.restartable = restartable
         self.engine_uuid = engine_uuid
         self.ns = namespace.new_namespace()
         namespace.set_current(self.ns)
@@ -203,8 +212,23 @@ class Kernel:
         return self._ok(MsgType.ABORT_REPLY)
 
     def _shutdown(self, msg: Message) -> Reply:
+        restart = bool(msg.content.get("restart", False))
+        if restart and not self.restartable:
+            now = time.time()
+            content = {
+                "status": Status.ERROR,
+                "ename": "ValueError",
+                "evalue": (
+                    f"engine {self.engine_id} cannot restart: it runs inside another program, "
+                    "not as its own process (zpar engine); shut it down without restart"
+                ),
+                "traceback": [],
+                "engine_info": self._engine_info(MsgType.SHUTDOWN_REQUEST),
+            }
+            return Reply(MsgType.SHUTDOWN_REPLY, content, self._metadata(now, now, Status.ERROR))
         reply = self._ok(MsgType.SHUTDOWN_REPLY)
         reply.drain = reply.stop = True
+        reply.restart = restart
         return reply
 
     # -- helpers ----------------------------------------------------------------------------

@@ -29,6 +29,7 @@ def register(
     address: str,
     uuid: str,
     timeout: float = HUB_TIMEOUT,
+    requested_id: int = -1,
 ) -> RegistrationReply:
     """Ask the hub at ``address`` to register ``uuid``; return its (ok) reply.
 
@@ -37,7 +38,12 @@ def register(
     sock = configure(context.socket(zmq.DEALER))
     try:
         sock.connect(address)
-        request = {"uuid": uuid, "hostname": socket.gethostname(), "pid": os.getpid()}
+        request = {
+            "uuid": uuid,
+            "hostname": socket.gethostname(),
+            "pid": os.getpid(),
+            "id": requested_id,
+        }
         header = session.send(sock, MsgType.REGISTRATION_REQUEST, request)
         deadline = time.monotonic() + timeout
         while True:

@@ -7,6 +7,7 @@ it does (or fails to do quickly) delays a task.
 from __future__ import annotations
 
 import logging
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from typing import Any
 
 import zmq
 
-from zpar.constants import REGISTRATION_TIMEOUT, STORE_RESULT_LIMIT, WELCOME
+from zpar.constants import REGISTRATION_TIMEOUT, SIGNAL_SUFFIX, STORE_RESULT_LIMIT, WELCOME
 from zpar.messages import (
     MON_CONTROL_IN,
     MON_CONTROL_OUT,
@@ -111,6 +112,7 @@ class Hub:
             MsgType.DB_REQUEST: lambda m: queries.db_request(self, m),
             MsgType.HUB_HISTORY_REQUEST: lambda m: queries.hub_history(self, m),
             MsgType.SHUTDOWN_HUB_REQUEST: self._shutdown_hub_request,
+            MsgType.SIGNAL_REQUEST: self._signal_request,
         }
         self._monitor_handlers: dict[bytes, Callable[[list[Any]], None]] = {
             MON_MUX_IN: self._mux_in,
@@ -199,18 +201,30 @@ class Hub:
                 "status": Status.ERROR,
                 "evalue": f"identity {uuid} is already in use by an engine that is {state}",
             }
-        eid = self.next_id
-        self.next_id += 1
+        hostname, pid = str(c.get("hostname", "")), int(c.get("pid", 0) or 0)
+        eid = self._engine_id_for(c.get("id", -1), hostname, pid)
         rec = EngineRecord(
-            eid,
-            uuid,
-            str(c.get("hostname", "")),
-            int(c.get("pid", 0) or 0),
-            deadline=time.monotonic() + self.registration_timeout,
+            eid, uuid, hostname, pid, deadline=time.monotonic() + self.registration_timeout
         )
         self.pending[key] = rec
         log.info("engine %d (uuid %s, %s pid %d) registering", eid, uuid, rec.hostname, rec.pid)
         return {"status": Status.OK, "id": eid, **self.addresses.engine}
+
+    def _engine_id_for(self, wanted: Any, hostname: str, pid: int) -> int:
+        """The id asked for when it is free (an engine restarting itself asks for its old
+        one; its old record, same host and pid, is replaced), else the next new one."""
+        if isinstance(wanted, int) and not isinstance(wanted, bool) and wanted >= 0:
+            old = self.engines.get(wanted)
+            if old is not None and (old.hostname, old.pid) == (hostname, pid):
+                self.unregister(old.uuid.encode(), "restarted")
+                old = None
+            if old is None and all(r.id != wanted for r in self.pending.values()):
+                self.next_id = max(self.next_id, wanted + 1)
+                return wanted
+            log.info("engine id %d asked for is taken; giving a new one", wanted)
+        eid = self.next_id
+        self.next_id += 1
+        return eid
 
     def _connection_request(self, msg: Message) -> dict[str, Any]:
         engines = {e.id: e.uuid for e in self.engines.values()}
@@ -236,6 +250,38 @@ class Hub:
             "unassigned": sorted(unassigned) if verbose else len(unassigned),
             "store": self.writer.status(),
         }
+
+    def _signal_request(self, msg: Message) -> dict[str, Any]:
+        """Relay a signal to each target engine's signal thread (engine/signals.py)."""
+        signum, targets = msg.content.get("signum"), msg.content.get("targets")
+        if (
+            not isinstance(signum, int)
+            or isinstance(signum, bool)
+            or signum not in signal.valid_signals()
+        ):
+            return {"status": Status.ERROR, "evalue": f"{signum!r} is not a signal number"}
+        if targets is None:
+            ids = sorted(self.engines)
+        elif not isinstance(targets, list) or not all(
+            isinstance(t, int) and not isinstance(t, bool) for t in targets
+        ):
+            return {"status": Status.ERROR, "evalue": f"targets must be ints, got {targets!r}"}
+        else:
+            unknown = [t for t in targets if t not in self.engines]
+            if unknown:
+                return {"status": Status.ERROR, "evalue": f"no such engines: {unknown}"}
+            ids = sorted(set(targets))
+        for i in ids:
+            rec = self.engines[i]
+            log.info("engine %d: relaying signal %d (%s)", i, signum, msg.msg_id)
+            self.session.send(
+                self.query,
+                MsgType.SIGNAL_REQUEST,
+                {"signum": signum},
+                parent=msg.header,
+                idents=[rec.uuid.encode() + SIGNAL_SUFFIX],
+            )
+        return {"status": Status.OK, "engines": ids}
 
     def _shutdown_hub_request(self, msg: Message) -> dict[str, Any]:
         log.info("shutdown requested by client session %s", msg.header.get("session"))

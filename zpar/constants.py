@@ -76,3 +76,7 @@ PING = b"ping"
 #: event batch, larger ones in a message of their own (no copy).
 STORE_RESULT_LIMIT = 2**20
 STORE_INLINE_LIMIT = 64 * 2**10
+
+#: Appended to an engine's uuid: the identity of its signal socket on the hub's query
+#: ROUTER, through which signal_request reaches a thread the running task does not block.
+SIGNAL_SUFFIX = b"/signal"

@@ -35,6 +35,9 @@ class MsgType(StrEnum):
     HUB_HISTORY_REPLY = "hub_history_reply"
     SHUTDOWN_HUB_REQUEST = "shutdown_hub_request"
     SHUTDOWN_HUB_REPLY = "shutdown_hub_reply"
+    # client -> hub -> each engine's signal thread (the engine's main thread may be busy)
+    SIGNAL_REQUEST = "signal_request"
+    SIGNAL_REPLY = "signal_reply"
     # scheduler <-> hub
     SCHEDULER_READY = "scheduler_ready"
     TASK_DESTINATION = "task_destination"
@@ -108,6 +111,7 @@ class RegistrationRequest(Content):
     uuid: str  # zmq identity the engine uses on mux, control, task and heartbeat
     hostname: str = ""
     pid: int = 0
+    id: int = -1  # the id it asks for: an engine restarting itself asks for its old one
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,6 +256,25 @@ class ShutdownHubRequest(Content):
 class ShutdownHubReply(Content):
     msg_type = MsgType.SHUTDOWN_HUB_REPLY
     status: str
+
+
+@dataclass(frozen=True, slots=True)
+class SignalRequest(Content):
+    """Client -> hub (targets: engine ids, None for all); hub -> engine (no targets)."""
+
+    msg_type = MsgType.SIGNAL_REQUEST
+    signum: int
+    targets: list | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SignalReply(Content):
+    """engines: the ids the signal was relayed to."""
+
+    msg_type = MsgType.SIGNAL_REPLY
+    status: str
+    engines: list = field(default_factory=list)
+    evalue: str = ""
 
 
 @dataclass(frozen=True, slots=True)

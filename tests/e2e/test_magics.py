@@ -74,3 +74,38 @@ def test_pxconfig_and_bad_arguments(shell):
 def test_parse_targets():
     assert parse_targets(None) == "all" and parse_targets("3") == 3
     assert parse_targets("0,2") == [0, 2] and parse_targets("1:3") == slice(1, 3)
+
+
+def test_ctrl_c_in_blocking_px_interrupts_the_engines(shell, tmp_path):
+    """A SIGINT to this process while %%px waits (what Ctrl-C does) reaches the engines."""
+    import os
+    import signal
+    import threading
+    import time
+
+    import zpar
+
+    sh, state = shell
+    markers = [str(tmp_path / f"started{i}") for i in (0, 1)]
+    state.view.scatter("marker", markers, block=True)
+    code = (
+        "import pathlib, time\n"
+        "pathlib.Path(marker[0]).write_text('x')\n"
+        "end = time.time() + 60\n"
+        "while time.time() < end:\n"
+        "    pass\n"
+    )
+
+    def press_ctrl_c():
+        deadline = time.monotonic() + 20
+        while not all(os.path.exists(m) for m in markers) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=press_ctrl_c, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        sh.run_cell_magic("px", "", code)
+    ar = state.last_result
+    with pytest.raises(zpar.CompositeError, match="KeyboardInterrupt"):
+        ar.get(timeout=20)  # the engines stopped their 60 s loops
+    assert state.view.apply_sync(lambda: "alive") == ["alive", "alive"]

@@ -1,0 +1,122 @@
+"""The engine's signal thread: takes signal_request messages from the hub while the main
+thread runs user code, and raises the signal in this process.
+
+    hub query ROUTER ──signal_request──► DEALER (IDENTITY=uuid + SIGNAL_SUFFIX) ── thread
+                                                             os.kill(own pid, signum)
+
+A control message would wait behind the running task (the main thread reads control between
+requests); this thread only needs the GIL for a moment, which the interpreter hands over
+every few milliseconds even to a busy pure-Python task. The main thread's handlers then act:
+SIGINT interrupts the running task (KeyboardInterrupt, reported as its error) and is ignored
+while idle; SIGTERM stops the engine. Like ipyparallel's nanny, but without a process.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+
+import zmq
+
+from zpar.constants import SIGNAL_SUFFIX
+from zpar.messages import MsgType
+from zpar.sockets import configure
+from zpar.wire import Session
+
+log = logging.getLogger(__name__)
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:  # a real-time signal has no name
+        return f"signal {signum}"
+
+
+class SignalListener:
+    """``socket`` is connected (and its handshake awaited) by the engine; ``start()`` hands
+    it to the thread, which owns it from then on; ``stop()`` ends the thread."""
+
+    def __init__(self, context: zmq.Context, key: bytes, address: str, uuid: bytes) -> None:
+        self._ctx = context
+        # its own Session: the replay guard is not shared with the main thread's
+        self.session = Session(key, allow_insecure=not key)
+        self.address = address
+        self.socket = configure(context.socket(zmq.DEALER), uuid + SIGNAL_SUFFIX)
+        self._stop_addr = f"inproc://zpar-signals-{id(self):x}"
+        self._stop: zmq.Socket | None = None
+        self._thread: threading.Thread | None = None
+        self.engine_id = -1
+
+    def start(self, engine_id: int) -> None:
+        self.engine_id = engine_id
+        self._stop = configure(self._ctx.socket(zmq.PAIR))
+        self._stop.bind(self._stop_addr)
+        wake = configure(self._ctx.socket(zmq.PAIR))
+        wake.connect(self._stop_addr)
+        self._thread = threading.Thread(
+            target=self._run, args=(self.socket, wake), name="zpar-signals", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, sock: zmq.Socket, wake: zmq.Socket) -> None:
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        poller.register(wake, zmq.POLLIN)
+        try:
+            while True:
+                ready = dict(poller.poll())
+                if wake in ready:
+                    return
+                if sock in ready:
+                    self._handle(sock.recv_multipart())
+        except zmq.ContextTerminated:
+            pass
+        finally:
+            sock.close(linger=0)
+            wake.close(linger=0)
+
+    def _handle(self, frames: list[bytes]) -> None:
+        msg = self.session.feed(frames, "signal socket")
+        if msg is None:
+            return
+        if msg.msg_type != MsgType.SIGNAL_REQUEST:
+            log.warning(
+                "engine %d: ignored a %r message (%s) on the signal socket",
+                self.engine_id,
+                msg.msg_type,
+                msg.msg_id,
+            )
+            return
+        signum = msg.content.get("signum")
+        if not isinstance(signum, int) or signum not in signal.valid_signals():
+            log.warning(
+                "engine %d: ignored signal_request %s: %r is not a signal",
+                self.engine_id,
+                msg.msg_id,
+                signum,
+            )
+            return
+        log.info(
+            "engine %d: raising %s (signal_request %s)",
+            self.engine_id,
+            signal_name(signum),
+            msg.msg_id,
+        )
+        os.kill(os.getpid(), signum)
+
+    def stop(self, timeout: float = 2.0) -> None:
+        """End the thread (or just close the socket if it never started); safe twice."""
+        if self._stop is None:
+            if self._thread is None and not self.socket.closed:
+                self.socket.close(linger=0)
+            return
+        try:
+            self._stop.send(b"")
+        finally:
+            if self._thread is not None:
+                self._thread.join(timeout)
+            self._stop.close(linger=0)
+            self._stop = None
