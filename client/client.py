@@ -29,6 +29,9 @@ from .view import BroadcastView, DirectView, LoadBalancedView
 
 log = logging.getLogger(__name__)
 
+#: Requests remembered in Client.history: the work sent, which get_result(-1) refers to.
+_HISTORY_TYPES = frozenset({MsgType.APPLY_REQUEST, MsgType.EXECUTE_REQUEST})
+
 #: msg_ids remembered in Client.history.
 HISTORY_LENGTH = 100_000
 
@@ -202,7 +205,8 @@ class Client:
         uuids = [self._engine_uuid(i) for i in broadcast] if broadcast is not None else None
         fut = self._io.submit(channel, frames, msg_id, uuid, track=track, broadcast=uuids)
         fut.zpar_submitted = header["date"]  # type: ignore[attr-defined]
-        self.history.append(msg_id)
+        if msg_type in _HISTORY_TYPES:  # work, not queries and control (as ipyparallel)
+            self.history.append(msg_id)
         return msg_id, fut
 
     def _query(

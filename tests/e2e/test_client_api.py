@@ -190,3 +190,13 @@ def test_broadcast_view_sends_the_payload_once(rc, monkeypatch):
     ar = bv.apply_async(os.getpid)
     assert ar.get(timeout=10) == rc[:].apply_sync(os.getpid)
     assert ar.engine_id == [0, 1]
+
+
+def test_history_holds_work_not_queries_or_control(rc):
+    ar = rc[0].apply_async(lambda: "last work")
+    ar.get(timeout=10)
+    rc.queue_status()
+    rc.clear(targets=[1], block=True)
+    rc.send_signal("SIGINT", targets=[1])  # idle: ignored
+    assert rc.history[-1] == ar.msg_ids[0]
+    assert rc.get_result(-1).get(timeout=10) == "last work"
