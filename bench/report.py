@@ -18,6 +18,8 @@ ROWS: list[tuple[str, str, str, bool, float | None]] = [
     ("W5", "push_pull_gbs", "GB/s", True, None),
     ("W6", "scatter_gather_s", "s", False, 0.15),
     ("W7", "controller_mb_after", "MB", False, 60),
+    ("W7", "hub_mb_before", "MB", False, None),
+    ("W7", "hub_mb_after", "MB", False, None),
     ("W8", "relay_rtt_us", "us", False, None),
     ("W8", "relay_msgs_per_s", "msgs/s", True, None),
     ("W8", "bw_tcp_gbs", "GB/s", True, None),

@@ -108,7 +108,9 @@ def w6_scatter_gather(system: Any, reps: int) -> dict[str, Any]:
 
 def w7_memory(system: Any, count: int) -> dict[str, Any]:
     """Controller RSS after `count` more tasks (in batches, results consumed)."""
-    before = _rss(system.controller_processes())
+    procs = system.controller_processes()
+    before = _rss(procs)
+    hub_before = _rss(procs[:1])  # the hub (controller main process): the store's side
     done = 0
     batch = 2000
     while done < count:
@@ -120,6 +122,8 @@ def w7_memory(system: Any, count: int) -> dict[str, Any]:
     return {
         "controller_mb_before": before,
         "controller_mb_after": _rss(system.controller_processes()),
+        "hub_mb_before": hub_before,
+        "hub_mb_after": _rss(system.controller_processes()[:1]),
         "tasks": count,
     }
 

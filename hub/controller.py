@@ -347,7 +347,7 @@ class Controller:
                 self.scheduler.kill()
                 self.scheduler.wait(5)
         if self.hub is not None:
-            self.hub.writer.flush()  # what the store has not seen yet
+            self.hub.writer.flush(everything=True)  # what the store has not seen yet
         if self.store is not None:
             self.store.close()
         for path in self.url_files:

@@ -48,7 +48,7 @@ def _msg_ids(value: Any, what: str) -> list[str] | str:
 
 def _sync(hub: Hub) -> str | None:
     """Write what is pending; an error message if the store cannot be read from now."""
-    if not hub.writer.flush():
+    if not hub.writer.flush(everything=True):
         return f"the task store {hub.store.url} is failing: {hub.store.error}"
     return None
 

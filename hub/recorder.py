@@ -1,10 +1,11 @@
 """Writing task records to the store in batches, and surviving a store that fails.
 
-The hub marks records dirty as events arrive (TaskTable.dirty); flush() writes them all in
-one transaction every STORE_FLUSH_INTERVAL seconds, or sooner past STORE_FLUSH_RECORDS. A
-failed write (disk full, read-only file, database gone) is logged and reported in status
-queries; the records stay queued for the next try, up to MAX_UNSAVED, and the hub goes on
-serving: task traffic never waits for the store.
+The hub marks records dirty as events arrive (TaskTable.dirty); flush() writes them in one
+transaction every STORE_FLUSH_INTERVAL seconds, or sooner past STORE_FLUSH_RECORDS. Records
+of tasks still pending wait up to PENDING_GRACE seconds first (``held``): most tasks finish
+by then and cost one write, not two. A failed write (disk full, read-only file, database
+gone) is logged and reported in status queries; the records stay queued for the next try,
+up to MAX_UNSAVED, and the hub goes on serving: task traffic never waits for the store.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from typing import Any
 
 from sqlalchemy import exc as sa_exc
 
-from .records import TaskTable
-from .store import STORE_FLUSH_INTERVAL, STORE_FLUSH_RECORDS, TaskStore
+from .records import TaskRecord, TaskTable
+from .store import PENDING_GRACE, STORE_FLUSH_INTERVAL, STORE_FLUSH_RECORDS, TaskStore
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +33,8 @@ class StoreWriter:
         self.store = store
         self.table = table
         self.buffers: dict[str, list[bytes]] = {}  # msg_id -> result buffers to save
+        #: pending records not written yet, in submission order: msg_id -> (record, due)
+        self.held: dict[str, tuple[TaskRecord, float]] = {}
         self.next_flush = 0.0
         self.saved = 0
         self.dropped = 0  # records lost because the store failed too long
@@ -40,54 +43,90 @@ class StoreWriter:
     def add_buffers(self, msg_id: str, buffers: list[Any]) -> None:
         self.buffers[msg_id] = [bytes(b) for b in buffers]
 
+    def _held_due(self, now: float) -> bool:
+        if not self.held:
+            return False
+        return next(iter(self.held.values()))[1] <= now
+
     @property
     def due(self) -> bool:
         n = len(self.table.dirty)
-        return bool(n or self.buffers) and (
-            n >= STORE_FLUSH_RECORDS or time.monotonic() >= self.next_flush
-        )
+        now = time.monotonic()
+        if n >= STORE_FLUSH_RECORDS:
+            return True
+        return now >= self.next_flush and bool(n or self.buffers or self._held_due(now))
 
     def wait(self) -> float | None:
         """Seconds until the next flush is due, None if nothing waits."""
-        if not self.table.dirty and not self.buffers:
-            return None
-        return max(0.0, self.next_flush - time.monotonic())
+        now = time.monotonic()
+        if self.table.dirty or self.buffers:
+            return max(0.0, self.next_flush - now)
+        if self.held:
+            return max(0.0, self.next_flush - now, next(iter(self.held.values()))[1] - now)
+        return None
 
-    def flush(self) -> bool:
-        dirty = self.table.dirty
-        if not dirty and not self.buffers:
+    def flush(self, everything: bool = False) -> bool:
+        """Write what is due (``everything``: also the young pending records, for a query
+        or a stop); False if the store failed."""
+        dirty, held = self.table.dirty, self.held
+        if not dirty and not self.buffers and not held:
             return True
-        rows = [rec.row() for rec in dirty.values()]
+        now = time.monotonic()
+        batch: dict[str, TaskRecord] = {}
+        grace = now + PENDING_GRACE
+        for m, rec in dirty.items():
+            if rec.completed is None and not everything:
+                if m not in held:  # the held entry is the record itself: news are in it
+                    held[m] = (rec, grace)
+            else:
+                batch[m] = rec
+                held.pop(m, None)
+        dirty.clear()
+        while held:
+            m, (rec, due) = next(iter(held.items()))
+            if due > now and not everything:
+                break
+            del held[m]
+            batch[m] = rec
+        if not batch and not self.buffers:
+            self.next_flush = now + STORE_FLUSH_INTERVAL
+            return True
+        rows = [rec.row() for rec in batch.values()]
         try:
             self.store.save(rows, self.buffers)
         except (sa_exc.SQLAlchemyError, OSError, ValueError, TypeError) as e:
-            self.failures += 1
-            reason = f"{type(getattr(e, 'orig', None) or e).__name__}: {getattr(e, 'orig', e)}"
-            reason = reason.splitlines()[0]
-            if self.store.error != reason:
-                log.error(
-                    "cannot write %d task record(s) to %s: %s; tasks run on, the records "
-                    "wait for the store to recover",
-                    len(rows),
-                    self.store.url,
-                    reason,
-                )
-            self.store.error = reason
-            self.next_flush = time.monotonic() + RETRY_INTERVAL
-            if len(dirty) > MAX_UNSAVED:
-                for m in list(dirty)[: len(dirty) - MAX_UNSAVED]:
-                    del dirty[m]
-                    self.buffers.pop(m, None)
-                    self.dropped += 1
+            self._failed(e, batch)
             return False
         if self.store.error is not None:
             log.warning("the task store %s works again", self.store.url)
         self.store.error = None
         self.saved += len(rows)
-        dirty.clear()
         self.buffers = {}
-        self.next_flush = time.monotonic() + STORE_FLUSH_INTERVAL
+        self.next_flush = now + STORE_FLUSH_INTERVAL
         return True
+
+    def _failed(self, e: BaseException, batch: dict[str, TaskRecord]) -> None:
+        self.failures += 1
+        reason = f"{type(getattr(e, 'orig', None) or e).__name__}: {getattr(e, 'orig', e)}"
+        reason = reason.splitlines()[0]
+        if self.store.error != reason:
+            log.error(
+                "cannot write %d task record(s) to %s: %s; tasks run on, the records "
+                "wait for the store to recover",
+                len(batch),
+                self.store.url,
+                reason,
+            )
+        self.store.error = reason
+        self.next_flush = time.monotonic() + RETRY_INTERVAL
+        dirty = self.table.dirty
+        for m, rec in batch.items():  # back in line, before anything newer
+            dirty.setdefault(m, rec)
+        if len(dirty) > MAX_UNSAVED:
+            for m in list(dirty)[: len(dirty) - MAX_UNSAVED]:
+                del dirty[m]
+                self.buffers.pop(m, None)
+                self.dropped += 1
 
     def status(self) -> dict[str, Any]:
         return {
@@ -95,6 +134,6 @@ class StoreWriter:
             "ok": self.store.error is None,
             "error": self.store.error or "",
             "saved": self.saved,
-            "unsaved": len(self.table.dirty),
+            "unsaved": len(self.table.dirty) + len(self.held),
             "dropped": self.dropped,
         }

@@ -55,9 +55,10 @@ class TaskRecord:
             "completed": self.completed,
             "status": self.status,
             "retries": self.retries,
-            "header": jsonable(self.header),
-            "metadata": jsonable(self.metadata),
-            "result_content": jsonable(self.result_content),
+            # as decoded from msgpack: each store makes them JSON its own way (JSON_KEYS)
+            "header": self.header,
+            "metadata": self.metadata,
+            "result_content": self.result_content,
             "stdout": self.stdout,
             "stderr": self.stderr,
             "result_size": self.result_size,

@@ -3,7 +3,8 @@
 Two kinds with one interface: SQLStore (SQLAlchemy Core; an SQLite file by default, any
 URL such as postgresql://…) and MemoryStore (for throwaway clusters, with record and size
 limits). The hub writes in batches (Hub.flush_store): a crash loses at most the batch not
-yet flushed (STORE_FLUSH_INTERVAL seconds or STORE_FLUSH_RECORDS records).
+yet flushed (STORE_FLUSH_INTERVAL seconds or STORE_FLUSH_RECORDS records), and the records
+of tasks submitted less than PENDING_GRACE seconds before and still pending.
 
 Result buffers are stored out of line (their own table) so record queries stay fast.
 """
@@ -20,11 +21,18 @@ from typing import Any
 
 from zpar.errors import ZparError
 
+from .records import jsonable
+
 log = logging.getLogger(__name__)
 
 #: Seconds between store writes, and records that force one sooner.
 STORE_FLUSH_INTERVAL = 0.05
 STORE_FLUSH_RECORDS = 1000
+
+#: A submitted task's record is first written once it has been pending this long (or when
+#: it completes, whichever comes first): most tasks finish sooner and are written once, not
+#: twice. Completed records are written within STORE_FLUSH_INTERVAL.
+PENDING_GRACE = 1.0
 
 #: Status given at start-up to tasks that were pending when the controller stopped.
 LOST_IN_RESTART = "lost"
@@ -49,6 +57,9 @@ RECORD_KEYS = (
     "stderr",
     "result_size",
 )
+
+#: Record keys holding msgpack-decoded structures, kept as JSON (records.jsonable).
+JSON_KEYS = frozenset({"header", "metadata", "result_content"})
 
 OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
     "$lt": operator.lt,
@@ -148,6 +159,7 @@ class MemoryStore(TaskStore):
 
     def save(self, rows: list[dict[str, Any]], buffers: dict[str, list[bytes]]) -> None:
         for row in rows:
+            row = {k: jsonable(v) if k in JSON_KEYS else v for k, v in row.items()}
             old = self.rows.get(row["msg_id"])
             if old is None:
                 self.rows[row["msg_id"]] = dict(row)

@@ -84,8 +84,15 @@ class DependencyGraph:
         self.done: dict[str, Outcome] = {}
         self.waiting: dict[str, Any] = {}  # msg_id -> Task
         self.dependents: dict[str, dict[str, Any]] = {}  # dep msg_id -> {msg_id: Task}
+        # one tuple per (ok, engine): the window holds 65,536 references, not 65,536 tuples
+        # each with its own copy of the uuid (about 120 bytes an entry, 8 MB a full window)
+        self._interned: dict[Outcome, Outcome] = {}
 
     def remember(self, msg_id: str, outcome: Outcome) -> None:
+        interned = self._interned
+        outcome = interned.setdefault(outcome, outcome)
+        if len(interned) > 4096:  # engines come and go for weeks: start afresh
+            interned.clear()
         done = self.done
         done[msg_id] = outcome
         if len(done) > self.window:

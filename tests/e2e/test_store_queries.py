@@ -168,6 +168,31 @@ def test_corrupt_database_fails_at_start_with_a_clear_error(tmp_path):
     assert "Traceback" not in p.stderr
 
 
+def test_locked_database_fails_at_start_with_a_clear_error(tmp_path):
+    import sqlite3
+
+    from zpar.hub.sqlstore import SQLStore
+
+    db = tmp_path / "tasks.db"
+    SQLStore(f"sqlite:///{db}").close()
+    holder = sqlite3.connect(db, isolation_level=None)  # another process's lock, in effect
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        p = subprocess.run(
+            [sys.executable, "-m", "zpar.hub", "--db", f"sqlite:///{db}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=dict(os.environ, ZPAR_DIR=str(tmp_path)),
+        )
+    finally:
+        holder.close()
+    assert p.returncode == 1
+    assert "cannot write to the task store" in p.stderr and "database is locked" in p.stderr
+    assert "another controller using this file" in p.stderr
+    assert "Traceback" not in p.stderr
+
+
 def test_the_hub_keeps_going_when_its_database_dies(make_cluster, pg_database):
     url, stop_server = pg_database
     from tests.e2e.conftest import FAST_HB

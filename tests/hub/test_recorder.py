@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import sqlalchemy.exc
 
+from zpar.hub import recorder
 from zpar.hub.recorder import StoreWriter
 from zpar.hub.records import TaskTable
-from zpar.hub.store import MemoryStore
+from zpar.hub.store import PENDING_GRACE, STORE_FLUSH_INTERVAL, MemoryStore
 
 
 class FlakyStore(MemoryStore):
@@ -29,11 +30,11 @@ def test_a_full_disk_keeps_records_queued_and_reported():
     for i in range(5):
         table.submitted({"msg_id": f"m{i}", "msg_type": "apply_request", "date": 1.0}, "task", b"c")
     w.add_buffers("m0", [b"x"])
-    assert not w.flush()
+    assert not w.flush(everything=True)
     st = w.status()
     assert not st["ok"] and "disk is full" in st["error"] and st["unsaved"] == 5
     store.full = False
-    assert w.flush()
+    assert w.flush(everything=True)
     st = w.status()
     assert st["ok"] and st["saved"] == 5 and st["unsaved"] == 0
     assert store.buffers["m0"] == [b"x"] and store.count() == 5
@@ -45,3 +46,24 @@ def test_records_are_batched_until_due():
     assert w.wait() is None and not w.due
     table.submitted({"msg_id": "a", "date": 1.0}, "task", b"c")
     assert w.wait() is not None
+
+
+def test_pending_records_are_written_once_done_or_after_the_grace(monkeypatch):
+    table = TaskTable()
+    store = MemoryStore()
+    w = StoreWriter(store, table)
+    for m in ("a", "b"):
+        table.submitted({"msg_id": m, "msg_type": "apply_request", "date": 1.0}, "task", b"c")
+        table.assigned(m, "engine-0")  # news about a held record does not write it
+    assert w.flush() and store.count() == 0 and w.status()["unsaved"] == 2
+    table.finished("a", "engine-0", {"status": "ok", "completed": 2.0}, "ok", {"status": "ok"})
+    assert w.wait() <= STORE_FLUSH_INTERVAL  # a completed record: the next batch
+    assert w.flush() and store.count() == 1 and w.status()["unsaved"] == 1
+    assert store.get(["a"], False)["a"]["status"] == "ok"
+    assert not w.due and 0 < w.wait() <= PENDING_GRACE
+    later = recorder.time.monotonic() + PENDING_GRACE + 0.01
+    monkeypatch.setattr(recorder.time, "monotonic", lambda: later)
+    assert w.due
+    assert w.flush() and store.count() == 2 and w.status()["unsaved"] == 0
+    assert store.get(["b"], False)["b"]["engine_uuid"] == "engine-0"
+    assert store.get(["b"], False)["b"]["completed"] is None
