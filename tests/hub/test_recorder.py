@@ -67,3 +67,31 @@ def test_pending_records_are_written_once_done_or_after_the_grace(monkeypatch):
     assert w.flush() and store.count() == 2 and w.status()["unsaved"] == 0
     assert store.get(["b"], False)["b"]["engine_uuid"] == "engine-0"
     assert store.get(["b"], False)["b"]["completed"] is None
+
+
+def test_a_read_only_sqlite_store_is_reported_and_recovers(tmp_path, caplog):
+    from zpar.hub.sqlstore import SQLStore
+
+    store = SQLStore(f"sqlite:///{tmp_path / 'tasks.db'}")
+    table = TaskTable()
+    w = StoreWriter(store, table)
+
+    def query_only(on):
+        with store.engine.connect() as c:  # the pooled connection the writer uses next
+            c.exec_driver_sql(f"PRAGMA query_only={'ON' if on else 'OFF'}")
+
+    try:
+        query_only(True)
+        for i in range(3):
+            table.submitted(
+                {"msg_id": f"r{i}", "msg_type": "apply_request", "date": 1.0}, "task", b"c"
+            )
+        assert not w.flush(everything=True)
+        st = w.status()
+        assert not st["ok"] and "readonly" in st["error"] and st["unsaved"] == 3
+        assert any("cannot write 3 task record(s)" in r.message for r in caplog.records)
+        query_only(False)
+        assert w.flush(everything=True)
+        assert w.status()["ok"] and store.count() == 3
+    finally:
+        store.close()
