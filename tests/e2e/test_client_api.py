@@ -197,6 +197,5 @@ def test_history_holds_work_not_queries_or_control(rc):
     ar.get(timeout=10)
     rc.queue_status()
     rc.clear(targets=[1], block=True)
-    rc.send_signal("SIGINT", targets=[1])  # idle: ignored
     assert rc.history[-1] == ar.msg_ids[0]
     assert rc.get_result(-1).get(timeout=10) == "last work"

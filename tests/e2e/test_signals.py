@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import pytest
 
@@ -42,12 +43,17 @@ def test_sigint_interrupts_a_running_task_and_the_engine_lives_on(rc, tmp_path):
     assert rc[0].apply_sync(lambda: 6 * 7) == 42  # still serving
 
 
-def test_sigint_while_idle_is_ignored(rc):
+def test_sigint_while_idle_is_ignored(rc, cluster):
     pid = rc[1].apply_sync(os.getpid)
+    log = cluster.launcher._logs[pid]
+    ignored = "engine 1: SIGINT while idle: ignored"
+    before = log.read_text().count(ignored)
     assert rc.send_signal(signal.SIGINT, targets=1) == [1]
-    # the signal travels hub -> engine thread; the next request is served after it
-    for _ in range(20):
-        assert rc[1].apply_sync(os.getpid) == pid
+    deadline = time.monotonic() + 20
+    while log.read_text().count(ignored) == before:  # delivered, and the engine said so
+        assert time.monotonic() < deadline, "the engine never reported the SIGINT"
+        time.sleep(0.01)
+    assert rc[1].apply_sync(os.getpid) == pid  # still the same engine, serving
 
 
 def test_send_signal_to_all_by_short_name(rc, tmp_path):
