@@ -215,16 +215,11 @@ class Kernel:
         restart = bool(msg.content.get("restart", False))
         if restart and not self.restartable:
             now = time.time()
-            content = {
-                "status": Status.ERROR,
-                "ename": "ValueError",
-                "evalue": (
-                    f"engine {self.engine_id} cannot restart: it runs inside another program, "
-                    "not as its own process (zpar engine); shut it down without restart"
-                ),
-                "traceback": [],
-                "engine_info": self._engine_info(MsgType.SHUTDOWN_REQUEST),
-            }
+            refusal = ValueError(
+                f"engine {self.engine_id} cannot restart: it runs inside another program, "
+                "not as its own process (zpar engine); shut it down without restart"
+            )
+            content = self._error_content(refusal, MsgType.SHUTDOWN_REQUEST)
             return Reply(MsgType.SHUTDOWN_REPLY, content, self._metadata(now, now, Status.ERROR))
         reply = self._ok(MsgType.SHUTDOWN_REPLY)
         reply.drain = reply.stop = True

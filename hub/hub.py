@@ -231,17 +231,10 @@ class Hub:
         return {"status": Status.OK, **self.addresses.client, "engines": engines}
 
     def _queue_request(self, msg: Message) -> dict[str, Any]:
-        targets = msg.content.get("targets")
         verbose = bool(msg.content.get("verbose", False))
-        if targets is None:
-            ids = sorted(self.engines)
-        else:
-            if not isinstance(targets, list) or not all(isinstance(t, int) for t in targets):
-                return {"status": Status.ERROR, "evalue": f"targets must be ints, got {targets!r}"}
-            unknown = [t for t in targets if t not in self.engines]
-            if unknown:
-                return {"status": Status.ERROR, "evalue": f"no such engines: {unknown}"}
-            ids = targets
+        ids = self._target_ids(msg.content.get("targets"))
+        if isinstance(ids, str):
+            return {"status": Status.ERROR, "evalue": ids}
         queues = {i: self.tasks.queue_status(self.engines[i].uuid, verbose) for i in ids}
         unassigned = self.tasks.unassigned
         return {
@@ -250,6 +243,19 @@ class Hub:
             "unassigned": sorted(unassigned) if verbose else len(unassigned),
             "store": self.writer.status(),
         }
+
+    def _target_ids(self, targets: Any) -> list[int] | str:
+        """Registered engine ids from a query's targets (None: all), or what is wrong."""
+        if targets is None:
+            return sorted(self.engines)
+        if not isinstance(targets, list) or not all(
+            isinstance(t, int) and not isinstance(t, bool) for t in targets
+        ):
+            return f"targets must be ints, got {targets!r}"
+        unknown = [t for t in targets if t not in self.engines]
+        if unknown:
+            return f"no such engines: {unknown}"
+        return list(dict.fromkeys(targets))
 
     def _signal_request(self, msg: Message) -> dict[str, Any]:
         """Relay a signal to each target engine's signal thread (engine/signals.py)."""
@@ -260,17 +266,9 @@ class Hub:
             or signum not in signal.valid_signals()
         ):
             return {"status": Status.ERROR, "evalue": f"{signum!r} is not a signal number"}
-        if targets is None:
-            ids = sorted(self.engines)
-        elif not isinstance(targets, list) or not all(
-            isinstance(t, int) and not isinstance(t, bool) for t in targets
-        ):
-            return {"status": Status.ERROR, "evalue": f"targets must be ints, got {targets!r}"}
-        else:
-            unknown = [t for t in targets if t not in self.engines]
-            if unknown:
-                return {"status": Status.ERROR, "evalue": f"no such engines: {unknown}"}
-            ids = sorted(set(targets))
+        ids = self._target_ids(targets)
+        if isinstance(ids, str):
+            return {"status": Status.ERROR, "evalue": ids}
         for i in ids:
             rec = self.engines[i]
             log.info("engine %d: relaying signal %d (%s)", i, signum, msg.msg_id)

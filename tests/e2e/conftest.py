@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import time
+
 import cloudpickle
 import pytest
 
@@ -9,6 +12,19 @@ import zpar
 
 #: fast heartbeats so a dead engine is noticed within a second in tests
 FAST_HB = ["--hb-period", "0.1", "--hb-misses", "4"]
+
+
+def wait_until(condition, what, timeout=20.0):
+    """Poll ``condition`` until true; fail naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout:g} s"
+        time.sleep(0.01)
+
+
+def wait_for_files(*paths, timeout=20.0):
+    """Until every path exists: tasks say they started by creating a file."""
+    wait_until(lambda: all(os.path.exists(p) for p in paths), f"never created: {paths}", timeout)
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -81,9 +81,9 @@ def test_ctrl_c_in_blocking_px_interrupts_the_engines(shell, tmp_path):
     import os
     import signal
     import threading
-    import time
 
     import zpar
+    from tests.e2e.conftest import wait_for_files
 
     sh, state = shell
     markers = [str(tmp_path / f"started{i}") for i in (0, 1)]
@@ -97,10 +97,10 @@ def test_ctrl_c_in_blocking_px_interrupts_the_engines(shell, tmp_path):
     )
 
     def press_ctrl_c():
-        deadline = time.monotonic() + 20
-        while not all(os.path.exists(m) for m in markers) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        os.kill(os.getpid(), signal.SIGINT)
+        try:
+            wait_for_files(*markers)
+        finally:  # also when they never appear: the %%px must not wait 60 s
+            os.kill(os.getpid(), signal.SIGINT)
 
     threading.Thread(target=press_ctrl_c, daemon=True).start()
     with pytest.raises(KeyboardInterrupt):

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import zpar
+from tests.e2e.conftest import wait_for_files
 from zpar.errors import ImpossibleDependency, TaskAborted, TaskTimeout
 
 pytestmark = pytest.mark.timeout(120)
@@ -37,13 +38,6 @@ def _mark_then_sleep(path, seconds, value=None):
     Path(path).touch()
     time.sleep(seconds)
     return os.getpid() if value is None else value
-
-
-def _wait_for_files(*paths, timeout=10):
-    deadline = time.monotonic() + timeout
-    while not all(Path(p).exists() for p in paths):
-        assert time.monotonic() < deadline, f"never started: {paths}"
-        time.sleep(0.01)
 
 
 def _fail(msg="boom"):
@@ -90,7 +84,7 @@ def test_scheme_spreads_1000_tasks_over_4_engines(make_cluster, scheme):
 def test_hwm_1_keeps_work_off_a_blocked_engine(rc, tmp_path):
     lv = rc.load_balanced_view()
     long = lv.apply_async(_mark_then_sleep, str(tmp_path / "long"), 2.0)
-    _wait_for_files(tmp_path / "long")
+    wait_for_files(tmp_path / "long")
     quick = [lv.apply_async(os.getpid) for _ in range(20)]
     where = {ar.get(timeout=10) for ar in quick}
     busy = long.get(timeout=10)
@@ -297,7 +291,7 @@ def test_abort_queued_tasks_in_the_scheduler(rc, tmp_path):
     lv = rc.load_balanced_view()
     marks = [tmp_path / "a", tmp_path / "b"]
     blockers = [lv.apply_async(_mark_then_sleep, str(m), 2) for m in marks]
-    _wait_for_files(*marks)  # both engines busy: what comes next waits in the scheduler
+    wait_for_files(*marks)  # both engines busy: what comes next waits in the scheduler
     queued = [lv.apply_async(os.getpid) for _ in range(6)]
     deadline = time.monotonic() + 5  # the hub hears of them just after the scheduler
     while rc.queue_status()["unassigned"] < 6:
@@ -315,7 +309,7 @@ def test_dependents_of_an_aborted_task_are_impossible(rc, tmp_path):
     lv = rc.load_balanced_view()
     marks = [tmp_path / "a", tmp_path / "b"]
     blockers = [lv.apply_async(_mark_then_sleep, str(m), 1) for m in marks]
-    _wait_for_files(*marks)
+    wait_for_files(*marks)
     queued = lv.apply_async(os.getpid)
     with lv.temp_flags(after=queued):
         dependent = lv.apply_async(os.getpid)

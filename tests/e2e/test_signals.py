@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 
 import pytest
 
 import zpar
+from tests.e2e.conftest import wait_for_files, wait_until
 
 
 def _wait_for_marker_then_spin(path, seconds):
@@ -22,19 +22,10 @@ def _wait_for_marker_then_spin(path, seconds):
     return "finished"
 
 
-def _wait_for(path, timeout=20.0):
-    import time
-
-    deadline = time.monotonic() + timeout
-    while not os.path.exists(path):
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.01)
-
-
 def test_sigint_interrupts_a_running_task_and_the_engine_lives_on(rc, tmp_path):
     marker = str(tmp_path / "started")
     ar = rc[0].apply_async(_wait_for_marker_then_spin, marker, 60)
-    _wait_for(marker)
+    wait_for_files(marker)
     assert rc.send_signal("SIGINT", targets=[0]) == [0]
     with pytest.raises(zpar.RemoteError) as info:
         ar.get(timeout=20)
@@ -49,10 +40,8 @@ def test_sigint_while_idle_is_ignored(rc, cluster):
     ignored = "engine 1: SIGINT while idle: ignored"
     before = log.read_text().count(ignored)
     assert rc.send_signal(signal.SIGINT, targets=1) == [1]
-    deadline = time.monotonic() + 20
-    while log.read_text().count(ignored) == before:  # delivered, and the engine said so
-        assert time.monotonic() < deadline, "the engine never reported the SIGINT"
-        time.sleep(0.01)
+    # delivered, and the engine said so
+    wait_until(lambda: log.read_text().count(ignored) > before, "engine 1 reporting the SIGINT")
     assert rc[1].apply_sync(os.getpid) == pid  # still the same engine, serving
 
 
@@ -62,8 +51,7 @@ def test_send_signal_to_all_by_short_name(rc, tmp_path):
         rc[i].apply_async(_wait_for_marker_then_spin, m, 60)
         for i, m in zip(rc.ids, markers, strict=True)
     ]
-    for m in markers:
-        _wait_for(m)
+    wait_for_files(*markers)
     assert rc.send_signal("int") == sorted(rc.ids)
     for ar in ars:
         with pytest.raises(zpar.RemoteError, match="KeyboardInterrupt"):
@@ -96,7 +84,7 @@ def test_sigterm_through_send_signal_stops_the_engine(make_cluster, tmp_path):
     rc.wait_for_engines(2, timeout=30)
     marker = str(tmp_path / "started")
     ar = rc[1].apply_async(_wait_for_marker_then_spin, marker, 60)
-    _wait_for(marker)
+    wait_for_files(marker)
     rc.send_signal("SIGTERM", targets=[1])
     with pytest.raises(zpar.EngineError):
         ar.get(timeout=30)

@@ -243,3 +243,22 @@ def test_zero_copy_array_argument_is_a_view(kernel):
     assert any(isinstance(f, memoryview) for f in frames[1:])
     msg = request(MsgType.APPLY_REQUEST, {}, frames)
     assert result(kernel.handle(msg)) is True
+
+
+def test_shutdown_with_restart_is_refused_by_an_embedded_engine(kernel):
+    reply = kernel.handle(request(MsgType.SHUTDOWN_REQUEST, {"restart": True}))
+    assert reply.content["status"] == Status.ERROR
+    assert reply.content["ename"] == "ValueError"
+    assert "cannot restart: it runs inside another program" in reply.content["evalue"]
+    assert not reply.stop and not reply.drain and not reply.restart  # it keeps serving
+
+
+def test_shutdown_with_restart_of_a_restartable_engine():
+    try:
+        reply = Kernel(0, "u", restartable=True).handle(
+            request(MsgType.SHUTDOWN_REQUEST, {"restart": True})
+        )
+    finally:
+        namespace.set_current(None)
+    assert reply.content["status"] == Status.OK
+    assert reply.stop and reply.drain and reply.restart
