@@ -9,8 +9,9 @@
 ```
 
 User calls serialize and sign in their own thread, then hand finished frames over; replies
-are checked (signature, replay) here and resolve standard concurrent.futures.Future objects,
-which plain scripts block on, and asyncio wraps (``await ar``).
+are checked (signature, replay) here, routed by their parent header (the rest is decoded when
+read: wire.LazyMessage) and resolve concurrent.futures.Future objects (client.futures'
+lighter ReplyFuture), which plain scripts block on, and asyncio wraps (``await ar``).
 """
 
 from __future__ import annotations
@@ -28,11 +29,13 @@ import msgpack
 import zmq
 
 from zpar.constants import WELCOME
-from zpar.errors import EngineError
+from zpar.errors import EngineError, RemoteProtocolError
 from zpar.messages import MsgType, Status
 from zpar.sockets import configure
 from zpar.transport import direct_address, usable_ipc
 from zpar.wire import Message, Session, detach_small, send_frames
+
+from .futures import ReplyFuture
 
 log = logging.getLogger(__name__)
 
@@ -151,18 +154,18 @@ class ClientIO:
         track: bool = False,
         broadcast: list[str] | None = None,
     ) -> Future:
-        """Queue signed frames for sending; the future resolves with the reply Message.
+        """Queue signed frames for sending; the future resolves with the reply (a LazyMessage).
 
         track: keep zmq's MessageTrackers of the zero-copy frames on the future
         (``zpar_trackers``), to know when the caller may modify the arrays sent.
         broadcast: engine uuids that will each reply; the returned future only tracks the
         send, ``fut.zpar_broadcast`` maps each uuid to the future of its reply."""
-        fut: Future = Future()
+        fut: Future = ReplyFuture()
         if track:
             fut.zpar_trackers = []  # type: ignore[attr-defined]
         if broadcast:
             # one request, one reply per engine: a future per engine, by engine uuid
-            futs = {u: Future() for u in broadcast}
+            futs = {u: ReplyFuture() for u in broadcast}
             for u, f in futs.items():
                 f.engine_uuid = u  # type: ignore[attr-defined]
                 self._by_engine.setdefault(u, set()).add(msg_id)
@@ -335,10 +338,10 @@ class ClientIO:
 
     def _on_reply(self, sock: zmq.Socket) -> None:
         frames = detach_small(sock.recv_multipart(zmq.NOBLOCK, copy=False))
-        msg = self.session.feed(frames, where="client")
+        msg = self.session.feed_lazy(frames, where="client")
         if msg is None:
             return
-        msg_id = msg.parent_header.get("msg_id")
+        msg_id = msg.parent_msg_id
         fut = self._pending.pop(msg_id, None)
         if isinstance(fut, dict):  # a broadcast: this engine's reply
             futs = fut
@@ -347,12 +350,11 @@ class ClientIO:
             if futs:
                 self._pending[msg_id] = futs  # type: ignore[assignment]
         if fut is None:
-            log.debug("reply to unknown msg_id %s (%s) dropped", msg_id, msg.msg_type)
+            log.debug("reply to unknown msg_id %s dropped", msg_id)
             return
         uuid = getattr(fut, "engine_uuid", None)
         if uuid is not None:
             self._by_engine.get(uuid, set()).discard(msg_id)
-        msg.frames = []  # decoded already; a reply is held until read, keep it small
         fut.set_result(msg)
         if self._outcome_watch and self._outcome_watch.pop(msg_id, None) is not None:
             self._send_outcomes({msg_id: outcome_of(fut)})
@@ -444,5 +446,8 @@ def outcome_of(fut: Future) -> list[Any]:
     if fut.exception() is not None:
         return [False, getattr(fut, "engine_uuid", "") or ""]
     msg = fut.result()
-    ok = msg.content.get("status") == Status.OK
-    return [ok, str(msg.metadata.get("engine_uuid") or "")]
+    try:
+        ok = msg.content.get("status") == Status.OK
+        return [ok, str(msg.metadata.get("engine_uuid") or "")]
+    except RemoteProtocolError:  # a reply that does not decode counts as failed
+        return [False, ""]

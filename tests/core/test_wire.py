@@ -170,3 +170,57 @@ def test_send_frames_hands_large_buffers_to_zmq_without_copy():
     finally:
         a.close(linger=0)
         b.close(linger=0)
+
+
+# -- lazily decoded replies (what the client holds until read) ------------------------------
+
+
+def _signed(parts, session=None):
+    """A message whose four parts are the given raw bytes, correctly signed."""
+    session = session or Session(KEY)
+    return [DELIM, session.sign(parts), *parts]
+
+
+def test_lazy_message_routes_by_parent_and_decodes_on_read():
+    _, frames = Session(KEY).serialize(
+        "apply_reply", {"status": "ok"}, parent={"msg_id": "q1"}, metadata={"engine_id": 2}
+    )
+    msg = Session(KEY).feed_lazy([b"engine", *frames, b"buffer"])
+    assert msg is not None and msg.parent_msg_id == "q1" and msg.idents == [b"engine"]
+    assert type(msg._content) is bytes  # nothing decoded yet but the routing key
+    assert msg.content == {"status": "ok"} and msg.metadata == {"engine_id": 2}
+    assert msg.msg_type == "apply_reply" and msg.parent_header["msg_id"] == "q1"
+    assert msg.buffers == [b"buffer"] and msg.content is msg.content  # decoded once
+
+
+def test_lazy_message_refuses_what_feed_refuses():
+    frames = _frames()
+    frames[4] = frames[4] + b"x"
+    receiver = Session(KEY)
+    assert receiver.feed_lazy(frames) is None and receiver.refused == {"bad-signature": 1}
+    parts = [msgpack.packb({"msg_id": "a", "msg_type": "t"}), b"\xc1", b"\x80", b"\x80"]
+    assert receiver.feed_lazy(_signed(parts)) is None  # the parent header must decode
+    parts[1] = msgpack.packb([1, 2])
+    assert receiver.feed_lazy(_signed(parts)) is None  # ... and be a map
+    assert receiver.refused == {"bad-signature": 1, "undecodable": 1, "malformed": 1}
+
+
+@pytest.mark.parametrize(
+    "part, raw, reason",
+    [
+        ("content", b"\xc1", "undecodable"),
+        ("content", msgpack.packb([1]), "malformed"),
+        ("metadata", b"\xc1", "undecodable"),
+        ("header", msgpack.packb({"msg_type": "t"}), "malformed"),
+    ],
+)
+def test_lazy_message_part_that_does_not_decode_raises_where_read(part, raw, reason):
+    good = {"header": {"msg_id": "a", "msg_type": "t"}, "metadata": {}, "content": {}}
+    parts = [msgpack.packb(good["header"]), msgpack.packb({"msg_id": "q"})]
+    parts += [msgpack.packb(good["metadata"]), msgpack.packb(good["content"])]
+    parts[{"header": 0, "metadata": 2, "content": 3}[part]] = raw
+    msg = Session(KEY).feed_lazy(_signed(parts))
+    assert msg is not None and msg.parent_msg_id == "q"  # routed: the reader gets the error
+    with pytest.raises(RemoteProtocolError) as e:
+        getattr(msg, part)
+    assert e.value.reason == reason and part in str(e.value)

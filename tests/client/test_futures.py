@@ -1,0 +1,91 @@
+"""ReplyFuture keeps the whole concurrent.futures.Future protocol on its lighter condition."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+import time
+
+import pytest
+
+from zpar.client.futures import ReplyFuture
+
+
+def _later(f, value, delay=0.05, exc=None):
+    def run():
+        time.sleep(delay)
+        f.set_exception(exc) if exc is not None else f.set_result(value)
+
+    t = threading.Thread(target=run)
+    t.start()
+    return t
+
+
+def test_result_blocks_until_set_from_another_thread():
+    f = ReplyFuture()
+    t = _later(f, 42)
+    assert f.result(timeout=5) == 42 and f.done()
+    t.join()
+
+
+def test_timeout_then_result_and_exception():
+    f = ReplyFuture()
+    with pytest.raises(concurrent.futures.TimeoutError):
+        f.result(timeout=0.01)
+    with pytest.raises(concurrent.futures.TimeoutError):
+        f.result(timeout=0)
+    t = _later(f, None, exc=ValueError("boom"))
+    assert isinstance(f.exception(timeout=5), ValueError)
+    with pytest.raises(ValueError, match="boom"):
+        f.result()
+    t.join()
+
+
+def test_many_waiters_are_all_woken():
+    f = ReplyFuture()
+    got = []
+    waiters = [threading.Thread(target=lambda: got.append(f.result(5))) for _ in range(8)]
+    for w in waiters:
+        w.start()
+    time.sleep(0.05)
+    f.set_result("x")
+    for w in waiters:
+        w.join(5)
+    assert got == ["x"] * 8
+
+
+def test_wait_as_completed_callbacks_and_cancel():
+    fs = [ReplyFuture() for _ in range(3)]
+    seen = []
+    fs[0].add_done_callback(lambda f: seen.append(f.result()))
+    threads = [_later(f, i, delay=0.01 * (i + 1)) for i, f in enumerate(fs[:2])]
+    done, pending = concurrent.futures.wait(fs, timeout=5, return_when="FIRST_COMPLETED")
+    assert fs[0] in done and fs[2] in pending
+    assert sorted(f.result() for f in concurrent.futures.as_completed(fs[:2], 5)) == [0, 1]
+    assert fs[2].cancel() and fs[2].cancelled()
+    assert seen == [0]
+    for t in threads:
+        t.join()
+
+
+def test_asyncio_wraps_it():
+    f = ReplyFuture()
+
+    async def main():
+        t = _later(f, "async")
+        value = await asyncio.wrap_future(f)
+        t.join()
+        return value
+
+    assert asyncio.run(main()) == "async"
+
+
+def test_a_timed_out_waiter_does_not_linger():
+    f = ReplyFuture()
+    for _ in range(3):
+        with pytest.raises(concurrent.futures.TimeoutError):
+            f.result(timeout=0.001)
+    assert not f._condition._waiters
+    f.set_result(1)
+    assert f.result() == 1
