@@ -14,10 +14,8 @@ import logging
 import time
 from typing import Any
 
-from sqlalchemy import exc as sa_exc
-
 from .records import TaskRecord, TaskTable
-from .store import PENDING_GRACE, STORE_FLUSH_INTERVAL, STORE_FLUSH_RECORDS, TaskStore
+from .store import PENDING_GRACE, STORE_FLUSH_INTERVAL, STORE_FLUSH_RECORDS, StoreError, TaskStore
 
 log = logging.getLogger(__name__)
 
@@ -94,8 +92,11 @@ class StoreWriter:
         rows = [rec.row() for rec in batch.values()]
         try:
             self.store.save(rows, self.buffers)
-        except (sa_exc.SQLAlchemyError, OSError, ValueError, TypeError) as e:
-            self._failed(e, batch)
+        except StoreError as e:  # the store's own words: the driver's error
+            self._failed(str(e), batch)
+            return False
+        except (OSError, ValueError, TypeError) as e:
+            self._failed(f"{type(e).__name__}: {e}".splitlines()[0], batch)
             return False
         if self.store.error is not None:
             log.warning("the task store %s works again", self.store.url)
@@ -105,10 +106,8 @@ class StoreWriter:
         self.next_flush = now + STORE_FLUSH_INTERVAL
         return True
 
-    def _failed(self, e: BaseException, batch: dict[str, TaskRecord]) -> None:
+    def _failed(self, reason: str, batch: dict[str, TaskRecord]) -> None:
         self.failures += 1
-        reason = f"{type(getattr(e, 'orig', None) or e).__name__}: {getattr(e, 'orig', e)}"
-        reason = reason.splitlines()[0]
         if self.store.error != reason:
             log.error(
                 "cannot write %d task record(s) to %s: %s; tasks run on, the records "

@@ -1,4 +1,5 @@
-"""SQLStore: the task store through SQLAlchemy Core (SQLite file by default, PostgreSQL…).
+"""SQLStore: the task store through SQLAlchemy Core, for every URL but a plain SQLite file
+(PostgreSQL…; the default SQLite file has its own store, hub.sqlitestore, on these tables).
 
 Core, not the ORM: the hub writes thousands of rows a second in batches, as plain dicts.
 Upserts use each dialect's ON CONFLICT; SQLite runs in WAL mode so readers never block the
@@ -7,7 +8,6 @@ writer.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable
 from typing import Any
@@ -84,30 +84,19 @@ class SQLStore(TaskStore):
         except (sa_exc.SQLAlchemyError, OSError, ValueError) as e:
             raise StoreError(f"cannot open the task store {_safe(url)}: {_reason(e)}") from None
         self._upsert = _upsert_for(self.engine.dialect.name)
-        # SQLite: the upsert compiled once and fed plain tuples. Core's executemany runs
-        # every parameter of every row through Python bind processors: half the hub's CPU
-        # at 3,000 tasks/s (py-spy), and the hub shares the cores with the scheduler.
-        self._sqlite_upsert = None
-        if self.engine.dialect.name == "sqlite":
-            keys = list(RECORD_KEYS)
-            self._sqlite_upsert = str(
-                self._upsert.compile(dialect=self.engine.dialect, column_keys=keys)
-            )
 
     def save(self, rows: list[dict[str, Any]], bufs: dict[str, list[bytes]]) -> None:
+        try:
+            self._save(rows, bufs)
+        except sa_exc.SQLAlchemyError as e:
+            raise StoreError(_reason(e)) from None
+
+    def _save(self, rows: list[dict[str, Any]], bufs: dict[str, list[bytes]]) -> None:
         with self.engine.begin() as c:
-            if rows and self._sqlite_upsert is not None:
-                c.exec_driver_sql(self._sqlite_upsert, [_sqlite_params(r) for r in rows])
-            elif rows:
+            if rows:
                 c.execute(self._upsert, [_row(r) for r in rows])
             if bufs:
                 c.execute(buffers.delete().where(buffers.c.msg_id.in_(list(bufs))))
-                if self._sqlite_upsert is not None:
-                    c.exec_driver_sql(
-                        _SQLITE_BUFFERS,
-                        [(m, i, bytes(b)) for m, bs in bufs.items() for i, b in enumerate(bs)],
-                    )
-                    return
                 c.execute(
                     buffers.insert(),
                     [
@@ -213,35 +202,8 @@ def _upsert_for(dialect: str) -> Any:
     )
 
 
-_SQLITE_BUFFERS = "INSERT INTO zpar_result_buffers (msg_id, idx, data) VALUES (?, ?, ?)"
-_JSON_COLUMNS = [i for i, k in enumerate(RECORD_KEYS) if isinstance(tasks.c[k].type, sa.JSON)]
-
-
-def _sqlite_params(r: dict[str, Any]) -> tuple[Any, ...]:
-    """A row as the compiled upsert's positional parameters; JSON columns as sa.JSON
-    writes them (json.dumps, None as 'null'), so reads through the table agree."""
-    get = r.get
-    values = [get(k) for k in RECORD_KEYS]
-    for i in _JSON_COLUMNS:
-        values[i] = _json(values[i])
-    return tuple(values)
-
-
 def _row(r: dict[str, Any]) -> dict[str, Any]:
     return {k: jsonable(r.get(k)) if k in JSON_KEYS else r.get(k) for k in RECORD_KEYS}
-
-
-#: One encoder: json.dumps with any non-default argument builds a new one per call.
-_encode = json.JSONEncoder(allow_nan=False).encode
-
-
-def _json(value: Any) -> str:
-    """json.dumps of msgpack-decoded data; the slower jsonable() only for what JSON cannot
-    take as it is (bytes, NaN)."""
-    try:
-        return _encode(value)
-    except (TypeError, ValueError):
-        return json.dumps(jsonable(value))
 
 
 def _safe(url: str) -> str:

@@ -1,7 +1,7 @@
 """The hub's task store: every task's record and result, kept beyond the hub's memory.
 
-Two kinds with one interface: SQLStore (SQLAlchemy Core; an SQLite file by default, any
-URL such as postgresql://…) and MemoryStore (for throwaway clusters, with record and size
+Three kinds with one interface: SQLiteStore (the default: an SQLite file through Python's
+sqlite3), SQLStore (SQLAlchemy Core, for any other URL such as postgresql://…) and MemoryStore (for throwaway clusters, with record and size
 limits). The hub writes in batches (Hub.flush_store): a crash loses at most the batch not
 yet flushed (STORE_FLUSH_INTERVAL seconds or STORE_FLUSH_RECORDS records), and the records
 of tasks submitted less than PENDING_GRACE seconds before and still pending.
@@ -229,17 +229,24 @@ def _match(value: Any, cond: dict[str, Any]) -> bool:
     return True
 
 
-# -- SQLAlchemy ---------------------------------------------------------------------------
+# -- opening ------------------------------------------------------------------------------
 
 
 def open_store(url: str, default_file: Path | None = None, **limits: int) -> TaskStore:
-    """``url``: "memory", "" (the SQLite file ``default_file``) or an SQLAlchemy URL."""
+    """``url``: "memory", "" (the SQLite file ``default_file``) or an SQLAlchemy URL.
+
+    SQLAlchemy is imported only for URLs that need it: the default store does not."""
     if url == "memory":
         return MemoryStore(**limits)
     if not url:
         if default_file is None:
             raise StoreError("no store URL and no default SQLite file")
         url = f"sqlite:///{default_file}"
+    from .sqlitestore import SQLiteStore, sqlite_path
+
+    path = sqlite_path(url)
+    if path is not None:
+        return SQLiteStore(path)
     from .sqlstore import SQLStore
 
     return SQLStore(url)

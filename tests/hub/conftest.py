@@ -45,14 +45,16 @@ def pg_server():
     shutil.rmtree(base, ignore_errors=True)
 
 
-@pytest.fixture(params=["memory", "sqlite", "postgresql"])
+@pytest.fixture(params=["memory", "sqlite", "sqlalchemy-sqlite", "postgresql"])
 def store(request, tmp_path):
     from zpar.hub.store import open_store
 
     if request.param == "memory":
         s = open_store("memory")
-    elif request.param == "sqlite":
+    elif request.param == "sqlite":  # the default: SQLiteStore
         s = open_store("", tmp_path / "tasks.db")
+    elif request.param == "sqlalchemy-sqlite":  # SQLStore on SQLite
+        s = open_store(f"sqlite+pysqlite:///{tmp_path / 'tasks.db'}")
     else:
         import sqlalchemy as sa
 

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import sqlalchemy.exc
-
 from zpar.hub import recorder
 from zpar.hub.recorder import StoreWriter
 from zpar.hub.records import TaskTable
-from zpar.hub.store import PENDING_GRACE, STORE_FLUSH_INTERVAL, MemoryStore
+from zpar.hub.store import PENDING_GRACE, STORE_FLUSH_INTERVAL, MemoryStore, StoreError
 
 
 class FlakyStore(MemoryStore):
@@ -17,9 +15,8 @@ class FlakyStore(MemoryStore):
 
     def save(self, rows, buffers):
         if self.full:
-            raise sqlalchemy.exc.OperationalError(
-                "INSERT", {}, Exception("database or disk is full")
-            )
+            # what SQLiteStore / SQLStore raise for the driver's error
+            raise StoreError("OperationalError: database or disk is full")
         super().save(rows, buffers)
 
 
@@ -70,15 +67,14 @@ def test_pending_records_are_written_once_done_or_after_the_grace(monkeypatch):
 
 
 def test_a_read_only_sqlite_store_is_reported_and_recovers(tmp_path, caplog):
-    from zpar.hub.sqlstore import SQLStore
+    from zpar.hub.store import open_store
 
-    store = SQLStore(f"sqlite:///{tmp_path / 'tasks.db'}")
+    store = open_store("", tmp_path / "tasks.db")
     table = TaskTable()
     w = StoreWriter(store, table)
 
     def query_only(on):
-        with store.engine.connect() as c:  # the pooled connection the writer uses next
-            c.exec_driver_sql(f"PRAGMA query_only={'ON' if on else 'OFF'}")
+        store.db.execute(f"PRAGMA query_only={'ON' if on else 'OFF'}")
 
     try:
         query_only(True)

@@ -130,3 +130,55 @@ def test_password_never_shown(tmp_path):
     with pytest.raises(StoreError) as e:
         open_store("postgresql+psycopg://nobody:hunter2@127.0.0.1:1/x")
     assert "hunter2" not in str(e.value)
+
+
+def test_sqlite_store_tables_are_sqlstores():
+    """SQLiteStore writes the tables SQLStore defines: a file opens in either."""
+    from sqlalchemy.dialects import sqlite
+    from sqlalchemy.schema import CreateIndex, CreateTable
+
+    from zpar.hub.sqlitestore import DDL
+    from zpar.hub.sqlstore import metadata
+
+    def words(sql):
+        return " ".join(sql.replace(" IF NOT EXISTS", "").split())
+
+    expected = []
+    for t in metadata.sorted_tables:
+        expected.append(words(str(CreateTable(t).compile(dialect=sqlite.dialect()))))
+        expected += [
+            words(str(CreateIndex(i).compile(dialect=sqlite.dialect()))) for i in t.indexes
+        ]
+    ours = [words(d) for d in DDL]
+    assert sorted(ours) == sorted(expected)
+
+
+def test_one_file_read_by_both_stores(tmp_path):
+    from zpar.hub.sqlitestore import SQLiteStore
+    from zpar.hub.sqlstore import SQLStore
+
+    path = tmp_path / "both.db"
+    a = open_store("", path)
+    assert isinstance(a, SQLiteStore)
+    a.save([done(1)], {"m00001": [b"result"]})
+    a.close()
+    b = open_store(f"sqlite+pysqlite:///{path}")
+    assert isinstance(b, SQLStore)
+    got = b.get(["m00001"], True)["m00001"]
+    assert got["status"] == "ok" and got["buffers"] == [b"result"]
+    assert got["header"] == done(1)["header"]
+    b.save([done(2)], {})
+    b.close()
+    a = open_store(f"sqlite:///{path}")
+    assert a.history() == ["m00001", "m00002"] and a.get(["m00002"], False)["m00002"]["header"]
+    a.close()
+
+
+def test_sqlite_urls_that_need_sqlalchemy_go_to_it():
+    from zpar.hub.sqlitestore import sqlite_path
+
+    assert sqlite_path("sqlite:////tmp/a.db") == "/tmp/a.db"
+    assert sqlite_path("sqlite:///rel.db") == "rel.db"
+    assert sqlite_path("sqlite:///a.db?mode=ro") is None
+    assert sqlite_path("sqlite+pysqlite:///a.db") is None
+    assert sqlite_path("sqlite://") is None and sqlite_path("postgresql://x/y") is None

@@ -1,0 +1,272 @@
+"""SQLiteStore: the default task store, an SQLite file written through Python's sqlite3.
+
+The tables are SQLStore's, byte for byte (tests/hub/test_store.py compares the DDL), so a
+file written by one store opens in the other. The default store skips SQLAlchemy because
+the hub shares the machine with the task path: SQLAlchemy costs the controller 22 MB of
+resident memory and 0.2 s of start-up CPU, and its per-batch connection and transaction
+bookkeeping showed in the hub's profile at 3,000 tasks/s. SQLAlchemy still serves every
+other URL (PostgreSQL…) through SQLStore.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from .records import jsonable
+from .store import JSON_KEYS, LOST_IN_RESTART, RECORD_KEYS, StoreError, TaskStore
+
+#: SQLStore's metadata as SQLAlchemy renders it for SQLite, IF NOT EXISTS added.
+DDL = (
+    "CREATE TABLE IF NOT EXISTS zpar_tasks ("
+    " msg_id VARCHAR(128) NOT NULL, session VARCHAR(128), client VARCHAR(256),"
+    " engine_uuid VARCHAR(128), msg_type VARCHAR(64), queue VARCHAR(16), submitted FLOAT,"
+    " started FLOAT, completed FLOAT, status VARCHAR(32), retries INTEGER, header JSON,"
+    " metadata JSON, result_content JSON, stdout TEXT, stderr TEXT, result_size BIGINT,"
+    " PRIMARY KEY (msg_id) )",
+    "CREATE INDEX IF NOT EXISTS ix_zpar_tasks_submitted ON zpar_tasks (submitted)",
+    "CREATE INDEX IF NOT EXISTS ix_zpar_tasks_engine_uuid ON zpar_tasks (engine_uuid)",
+    "CREATE TABLE IF NOT EXISTS zpar_result_buffers ("
+    " msg_id VARCHAR(128) NOT NULL, idx INTEGER NOT NULL, data BLOB,"
+    " PRIMARY KEY (msg_id, idx) )",
+)
+
+_COLUMNS = ", ".join(RECORD_KEYS)
+_UPSERT = (
+    f"INSERT INTO zpar_tasks ({_COLUMNS}) VALUES ({', '.join('?' * len(RECORD_KEYS))}) "
+    "ON CONFLICT (msg_id) DO UPDATE SET "
+    + ", ".join(f"{k} = excluded.{k}" for k in RECORD_KEYS if k != "msg_id")
+)
+_INSERT_BUFFER = "INSERT INTO zpar_result_buffers (msg_id, idx, data) VALUES (?, ?, ?)"
+_JSON_COLUMNS = [i for i, k in enumerate(RECORD_KEYS) if k in JSON_KEYS]
+#: SQLite's limit on bound parameters is 999 in old builds: ids go in chunks below it
+_CHUNK = 500
+
+
+def sqlite_path(url: str) -> str | None:
+    """The file of a plain ``sqlite:///path`` URL (SQLAlchemy's spelling), else None: URLs
+    with a driver (``sqlite+pysqlite://``) or options (``?…``) stay with SQLAlchemy."""
+    prefix = "sqlite:///"
+    if not url.startswith(prefix) or "?" in url or len(url) == len(prefix):
+        return None
+    return url[len(prefix) :]
+
+
+class SQLiteStore(TaskStore):
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        self.url = f"sqlite:///{self.path}"
+        self.error = None
+        try:
+            # one connection, used by the hub's loop only; autocommit, with explicit
+            # transactions around each batch
+            self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            self.db.execute("PRAGMA busy_timeout=2000")
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")  # WAL: durable at checkpoints
+            for statement in DDL:
+                self.db.execute(statement)
+            self.db.execute("SELECT count(*) FROM zpar_tasks").fetchone()
+        except sqlite3.Error as e:
+            raise StoreError(f"cannot open the task store {self.url}: {_reason(e)}") from None
+
+    def _write(self, what: str, fn: Any) -> Any:
+        """Run fn(cursor) in one transaction; a driver error becomes StoreError."""
+        try:
+            cur = self.db.cursor()
+            cur.execute("BEGIN")
+            try:
+                out = fn(cur)
+                cur.execute("COMMIT")
+                return out
+            except BaseException:
+                if self.db.in_transaction:
+                    self.db.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as e:
+            raise StoreError(_reason(e)) from None
+
+    def save(self, rows: list[dict[str, Any]], bufs: dict[str, list[bytes]]) -> None:
+        params = [_params(r) for r in rows]
+
+        def write(cur: sqlite3.Cursor) -> None:
+            if params:
+                cur.executemany(_UPSERT, params)
+            if bufs:
+                ids = list(bufs)
+                for start in range(0, len(ids), _CHUNK):
+                    chunk = ids[start : start + _CHUNK]
+                    cur.execute(
+                        f"DELETE FROM zpar_result_buffers WHERE msg_id IN ({_marks(chunk)})",
+                        chunk,
+                    )
+                cur.executemany(
+                    _INSERT_BUFFER,
+                    [(m, i, bytes(b)) for m, bs in bufs.items() for i, b in enumerate(bs)],
+                )
+
+        self._write("save", write)
+
+    def get(self, msg_ids: Iterable[str], with_buffers: bool) -> dict[str, dict[str, Any]]:
+        ids = list(msg_ids)
+        out: dict[str, dict[str, Any]] = {}
+        for start in range(0, len(ids), _CHUNK):
+            chunk = ids[start : start + _CHUNK]
+            marks = _marks(chunk)
+            for row in self._read(
+                f"SELECT {_COLUMNS} FROM zpar_tasks WHERE msg_id IN ({marks})", chunk
+            ):
+                out[row[0]] = _record(RECORD_KEYS, row)
+            if with_buffers:
+                for m, data in self._read(
+                    f"SELECT msg_id, data FROM zpar_result_buffers WHERE msg_id IN ({marks}) "
+                    "ORDER BY msg_id, idx",
+                    chunk,
+                ):
+                    if m in out:
+                        out[m].setdefault("buffers", []).append(data)
+        if with_buffers:
+            for r in out.values():
+                r.setdefault("buffers", [])
+        return out
+
+    def find(self, query: dict[str, Any], keys: list[str]) -> list[dict[str, Any]]:
+        where, params = ["1 = 1"], []
+        for k, ops in query.items():
+            for op, v in ops.items():
+                sql, args = _condition(k, op, v)
+                where.append(sql)
+                params.extend(args)
+        rows = self._read(
+            f"SELECT {', '.join(keys)} FROM zpar_tasks WHERE {' AND '.join(where)} "
+            "ORDER BY submitted",
+            params,
+        )
+        return [_record(keys, row) for row in rows]
+
+    def delete(self, msg_ids: list[str] | None, engine_uuids: list[str] | None) -> int:
+        where, params = ["completed IS NOT NULL"], []
+        for column, values in (("msg_id", msg_ids), ("engine_uuid", engine_uuids)):
+            if values is not None:
+                where.append(f"{column} IN (SELECT value FROM json_each(?))")
+                params.append(json.dumps(list(values)))
+        doomed = " AND ".join(where)
+
+        def delete(cur: sqlite3.Cursor) -> int:
+            cur.execute(
+                "DELETE FROM zpar_result_buffers WHERE msg_id IN "
+                f"(SELECT msg_id FROM zpar_tasks WHERE {doomed})",
+                params,
+            )
+            return cur.execute(f"DELETE FROM zpar_tasks WHERE {doomed}", params).rowcount
+
+        return int(self._write("delete", delete))
+
+    def history(self) -> list[str]:
+        rows = self._read("SELECT msg_id FROM zpar_tasks ORDER BY submitted, msg_id", ())
+        return [r[0] for r in rows]
+
+    def mark_lost(self, now: float) -> int:
+        # the first write at start: a store another process holds locked fails here, with
+        # a message that says so rather than a traceback
+        try:
+            return int(
+                self._write(
+                    "mark_lost",
+                    lambda cur: (
+                        cur.execute(
+                            "UPDATE zpar_tasks SET completed = ?, status = ? WHERE completed IS NULL",
+                            (now, LOST_IN_RESTART),
+                        ).rowcount
+                    ),
+                )
+            )
+        except StoreError as e:
+            reason = str(e)
+            hint = ""
+            if "locked" in reason:
+                hint = (
+                    " (another process holds the database: is another controller using "
+                    "this file? Give this one its own with --db or --cluster-id)"
+                )
+            raise StoreError(f"cannot write to the task store {self.url}: {reason}{hint}") from None
+
+    def count(self) -> int:
+        return int(self._read("SELECT count(*) FROM zpar_tasks", ())[0][0])
+
+    def close(self) -> None:
+        self.db.close()
+
+    def _read(self, sql: str, params: Any) -> list[tuple[Any, ...]]:
+        try:
+            return self.db.execute(sql, params).fetchall()
+        except sqlite3.Error as e:
+            raise StoreError(f"cannot read the task store {self.url}: {_reason(e)}") from None
+
+
+def _marks(values: list[Any]) -> str:
+    return ", ".join("?" * len(values))
+
+
+def _params(r: dict[str, Any]) -> tuple[Any, ...]:
+    """A record as the upsert's parameters; JSON columns as SQLAlchemy's sa.JSON writes
+    them (json.dumps, None as 'null'), so SQLStore reads them back the same."""
+    get = r.get
+    values = [get(k) for k in RECORD_KEYS]
+    for i in _JSON_COLUMNS:
+        values[i] = _json(values[i])
+    return tuple(values)
+
+
+def _record(keys: Iterable[str], row: tuple[Any, ...]) -> dict[str, Any]:
+    out = dict(zip(keys, row, strict=True))
+    for k in JSON_KEYS.intersection(out):
+        if out[k] is not None:
+            out[k] = json.loads(out[k])
+    return out
+
+
+#: One encoder: json.dumps with any non-default argument builds a new one per call.
+_encode = json.JSONEncoder(allow_nan=False).encode
+
+
+def _json(value: Any) -> str:
+    """json.dumps of msgpack-decoded data; the slower jsonable() only for what JSON cannot
+    take as it is (bytes, NaN)."""
+    try:
+        return _encode(value)
+    except (TypeError, ValueError):
+        return json.dumps(jsonable(value))
+
+
+def _condition(key: str, op: str, value: Any) -> tuple[str, list[Any]]:
+    """One db_request operator as SQL, with SQLStore's semantics (None is NULL)."""
+    if key in JSON_KEYS and op not in ("$in", "$nin"):
+        value = None if value is None else _json(value)
+    if op in ("$lt", "$gt", "$lte", "$gte"):
+        return f"{key} {_COMPARE[op]} ?", [value]
+    if op == "$eq":
+        return (f"{key} IS NULL", []) if value is None else (f"{key} = ?", [value])
+    if op == "$ne":
+        if value is None:
+            return f"{key} IS NOT NULL", []
+        return f"({key} != ? OR {key} IS NULL)", [value]
+    values = list(value)
+    if key in JSON_KEYS:
+        values = [_json(v) for v in values]
+    listed = f"{key} IN (SELECT value FROM json_each(?))"
+    if op == "$in":
+        return listed, [json.dumps(values)]
+    if op == "$nin":
+        return f"(NOT {listed} OR {key} IS NULL)", [json.dumps(values)]
+    raise StoreError(f"unknown query operator {op!r}")
+
+
+_COMPARE = {"$lt": "<", "$gt": ">", "$lte": "<=", "$gte": ">="}
+
+
+def _reason(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}".splitlines()[0]
