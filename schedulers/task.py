@@ -32,6 +32,7 @@ from zpar.messages import (
     MON_SCHEDULER,
     MON_TASK_BATCH,
     MON_TASK_RESULT,
+    TASK_BATCH_INTERVAL,
     TASK_BATCH_MAX,
     TASK_DEST,
     TASK_IN,
@@ -130,6 +131,8 @@ class TaskScheduler:
         self.dispatched = 0
         self.stopping = False
         self._events: list[list[Any]] = []
+        self._events_due = 0.0  # when the unsent events must go (monotonic)
+        self._events_sent = 0.0  # when the last batch went
         self._trimmer = Trimmer()
 
     # -- start ------------------------------------------------------------------------------
@@ -166,6 +169,8 @@ class TaskScheduler:
             wait = 1000
             if self.deadlines:
                 wait = max(0, min(wait, int((self.deadlines[0][0] - time.monotonic()) * 1000) + 1))
+            if self._events:
+                wait = max(0, min(wait, int((self._events_due - time.monotonic()) * 1000) + 1))
             ready = dict(poller.poll(wait))
             if self.deadlines:
                 self.expire(time.monotonic())
@@ -181,7 +186,8 @@ class TaskScheduler:
                 self._drain(engine, self._on_reply)
             if client in ready:
                 self._drain(client, self._on_submission)
-            self.flush_events()
+            if self._events and time.monotonic() >= self._events_due:
+                self.flush_events()
             if not self.live:
                 self._trimmer.maybe_trim()  # idle after a burst: give the pages back
 
@@ -197,15 +203,21 @@ class TaskScheduler:
                 log.exception("error handling a message of %d frames; dropped", len(frames))
 
     def _event(self, event: list[Any]) -> None:
+        if not self._events:
+            self._events_due = self._events_sent + TASK_BATCH_INTERVAL
         self._events.append(event)
         if len(self._events) >= TASK_BATCH_MAX:
             self.flush_events()
 
     def flush_events(self) -> None:
-        """Tell the hub what happened since the last flush, in one message."""
+        """Tell the hub what happened since the last flush, in one message: at the end of a
+        loop turn, but no sooner than TASK_BATCH_INTERVAL after the previous batch. A lone
+        task is known to the hub at once; a stream wakes it 100 times a second, not once
+        per turn (the hub is not on the task path and shares the cores with it)."""
         if self._events:
             self.monitor.send_multipart([MON_TASK_BATCH, pack(self._events)])
             self._events = []
+            self._events_sent = time.monotonic()
 
     def close(self) -> None:
         for s in (self.client, self.engine, self.events, self.monitor):

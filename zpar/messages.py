@@ -450,8 +450,8 @@ MON_MUX_OUT = b"mux_out"
 MON_CONTROL_IN = b"ctl_in"
 MON_CONTROL_OUT = b"ctl_out"
 #: The task scheduler's events travel in batches: [MON_TASK_BATCH, msgpack list of events],
-#: one message per scheduler loop turn (or TASK_BATCH_MAX events), so neither process pays
-#: a zmq message per event. Each event is a list starting with its kind:
+#: at most one message per TASK_BATCH_INTERVAL seconds (or TASK_BATCH_MAX events), so neither
+#: process pays a zmq message, and the hub not a loop turn, per event. Each event is a list starting with its kind:
 #:   [TASK_IN, client_ident, header (map), metadata (msgpack bytes)]
 #:   [TASK_DEST, msg_id, engine_uuid]
 #:   [TASK_OUT, engine_uuid, client_ident, parent msg_id, metadata (msgpack bytes),
@@ -466,4 +466,5 @@ TASK_DEST = "dest"
 TASK_OUT = "out"
 TASK_RETRY = "retry"
 TASK_BATCH_MAX = 1000
+TASK_BATCH_INTERVAL = 0.01
 MON_SCHEDULER = b"sched"
