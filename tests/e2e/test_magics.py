@@ -109,3 +109,31 @@ def test_ctrl_c_in_blocking_px_interrupts_the_engines(shell, tmp_path):
     with pytest.raises(zpar.CompositeError, match="KeyboardInterrupt"):
         ar.get(timeout=20)  # the engines stopped their 60 s loops
     assert state.view.apply_sync(lambda: "alive") == ["alive", "alive"]
+
+
+def test_auto_register_in_a_shell_and_not_in_a_script(rc):
+    import subprocess
+    import sys
+
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from zpar.client.magics import auto_register
+
+    sh = InteractiveShell.instance()
+    try:
+        state = auto_register(rc)
+        assert state is not None and sh._zpar_magics is state
+        assert "px" in sh.magics_manager.magics["line"]
+        assert auto_register(rc) is state  # once per shell
+    finally:
+        InteractiveShell.clear_instance()
+    # a plain script never imports IPython for it (0.4 s of a cluster's start)
+    code = (
+        "import sys, zpar\n"
+        "from zpar.client.magics import auto_register\n"
+        "assert auto_register(object()) is None\n"
+        "print('IPython' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
