@@ -20,7 +20,7 @@ import threading
 
 import zmq
 
-from zpar.constants import SIGNAL_SUFFIX
+from zpar.constants import SIGNAL_REPLAY_HISTORY, SIGNAL_SUFFIX
 from zpar.messages import MsgType
 from zpar.sockets import configure
 from zpar.wire import Session
@@ -41,8 +41,9 @@ class SignalListener:
 
     def __init__(self, context: zmq.Context, key: bytes, address: str, uuid: bytes) -> None:
         self._ctx = context
-        # its own Session: the replay guard is not shared with the main thread's
-        self.session = Session(key, allow_insecure=not key)
+        # its own Session: the replay guard is not shared with the main thread's; a few
+        # signals a minute need a short history, not the 2 MB of a task path's
+        self.session = Session(key, allow_insecure=not key, replay_history=SIGNAL_REPLAY_HISTORY)
         self.address = address
         self.socket = configure(context.socket(zmq.DEALER), uuid + SIGNAL_SUFFIX)
         self._stop_addr = f"inproc://zpar-signals-{id(self):x}"

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zpar.dependency import Dependency
+from zpar.recent import RecentKeys
 
 #: Outcomes of finished tasks kept for dependencies still on their way (msg_id -> outcome).
 DONE_WINDOW = 65_536
@@ -76,27 +77,50 @@ class Gate:
         return None
 
 
+class OutcomeWindow:
+    """The outcomes of the last ``window`` finished tasks, in fixed memory.
+
+    Each entry is the msg_id's 64-bit hash and the index of its outcome among the distinct
+    (ok, engine) pairs seen (two per engine): 2 MB for 65,536 entries from the start,
+    where a dict of msg_id strings grew to 8 MB. Two msg_ids in the window sharing a hash
+    (a 2**-33 chance at 65,536) would share an outcome."""
+
+    __slots__ = ("_keys", "_outcomes", "_index")
+
+    def __init__(self, window: int) -> None:
+        self._keys = RecentKeys(window)
+        self._outcomes: list[Outcome] = []
+        self._index: dict[Outcome, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __contains__(self, msg_id: str) -> bool:
+        return hash(msg_id) in self._keys
+
+    def get(self, msg_id: str) -> Outcome | None:
+        i = self._keys.get(hash(msg_id))
+        return None if i is None else self._outcomes[i]
+
+    def remember(self, msg_id: str, outcome: Outcome) -> None:
+        i = self._index.get(outcome)
+        if i is None:
+            i = self._index[outcome] = len(self._outcomes)
+            self._outcomes.append(outcome)
+        self._keys.add(hash(msg_id), i)
+
+
 class DependencyGraph:
     """Waiting tasks indexed by the ids they wait on, and recent outcomes."""
 
     def __init__(self, window: int = DONE_WINDOW) -> None:
         self.window = window
-        self.done: dict[str, Outcome] = {}
+        self.done = OutcomeWindow(window)
         self.waiting: dict[str, Any] = {}  # msg_id -> Task
         self.dependents: dict[str, dict[str, Any]] = {}  # dep msg_id -> {msg_id: Task}
-        # one tuple per (ok, engine): the window holds 65,536 references, not 65,536 tuples
-        # each with its own copy of the uuid (about 120 bytes an entry, 8 MB a full window)
-        self._interned: dict[Outcome, Outcome] = {}
 
     def remember(self, msg_id: str, outcome: Outcome) -> None:
-        interned = self._interned
-        outcome = interned.setdefault(outcome, outcome)
-        if len(interned) > 4096:  # engines come and go for weeks: start afresh
-            interned.clear()
-        done = self.done
-        done[msg_id] = outcome
-        if len(done) > self.window:
-            del done[next(iter(done))]
+        self.done.remember(msg_id, outcome)
 
     def add(self, task: Any, known: dict[str, Outcome]) -> str | None:
         """Feed what is already known; None if the task must wait, else its gates' verdict

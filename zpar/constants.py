@@ -20,8 +20,10 @@ OOB_THRESHOLD = 64 * 1024
 COPY_THRESHOLD = 64 * 1024
 
 #: Signatures remembered for replay detection (per receiving process). Same order as
-#: jupyter_client's digest_history_size (2**16); ~10 MB at most.
+#: jupyter_client's digest_history_size (2**16); 2 MB, fixed (zpar.recent.RecentKeys).
 REPLAY_HISTORY = 1 << 16
+#: The engine's signal thread sees a few messages a minute: a short history is enough.
+SIGNAL_REPLAY_HISTORY = 1 << 10
 
 #: Seconds between heartbeat pings. 0.5 s x 4 misses reports a dead engine in ~2 s,
 #: inside the 3 s target (ipyparallel takes ~5 s with 3 s x 1).

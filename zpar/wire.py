@@ -19,7 +19,7 @@ import logging
 import os
 import time
 import uuid
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +29,7 @@ import zmq
 
 from .constants import COPY_THRESHOLD, DELIM, PROTOCOL_VERSION, REPLAY_HISTORY
 from .errors import LocalProtocolError, RemoteProtocolError
+from .recent import RecentKeys
 
 log = logging.getLogger(__name__)
 
@@ -120,11 +121,9 @@ class Session:
         self.session = session_id or uuid.uuid4().hex
         self.username = username or os.environ.get("USER", "zpar")
         self._counter = itertools.count()
-        self._replay_history = replay_history
-        # 64 bits of each accepted signature: ~6 MB for 65,536 of them instead of ~10 MB for
-        # the hex strings; a false "replayed" needs a 2**-64 collision among them
-        self._seen: set[int] = set()
-        self._seen_order: deque[int] = deque()
+        # 64 bits of each accepted signature, in fixed memory (2 MB for 65,536); a false
+        # "replayed" needs a 2**-64 collision among them
+        self._seen = RecentKeys(replay_history)
         #: refused messages by reason, e.g. {'bad-signature': 3}
         self.refused: Counter[str] = Counter()
 
@@ -218,7 +217,7 @@ class Session:
             key = int(signature[:16], 16)
             if key in self._seen:
                 raise RemoteProtocolError("replayed", "signature already seen")
-            self._remember(key)
+            self._seen.add(key)
         return parts
 
     def unpack(self, msg_frames: Sequence[Any], idents: list[bytes] | None = None) -> Message:
@@ -237,12 +236,6 @@ class Session:
         return Message(
             idents or [], header, parent, metadata, content, list(msg_frames[6:]), list(msg_frames)
         )
-
-    def _remember(self, key: int) -> None:
-        self._seen.add(key)
-        self._seen_order.append(key)
-        if len(self._seen_order) > self._replay_history:
-            self._seen.discard(self._seen_order.popleft())
 
     def feed(self, frames: Sequence[Any], where: str = "") -> Message | None:
         """Split, check and decode a received multipart; refuse (log + count) bad ones."""

@@ -92,7 +92,8 @@ def test_known_outcomes_settle_at_once_and_the_window_remembers():
     g = DependencyGraph(window=3)
     for i in range(5):
         g.finished(f"m{i}", OK_A)
-    assert list(g.done) == ["m2", "m3", "m4"]
+    assert [m in g.done for m in ("m0", "m1", "m2", "m3", "m4")] == [False, False, True, True, True]
+    assert len(g.done) == 3 and g.done.get("m4") == OK_A and g.done.get("m0") is None
     assert g.add(task("x", after=Dependency(["m4"])), {}) == ""
     assert g.add(task("y", after=Dependency(["m0"])), {}) is None  # forgotten: waits
     assert g.add(task("z", after=Dependency(["m0"])), {"m0": FAIL_A})  # the client knew
