@@ -123,3 +123,30 @@ def test_functions_reading_mutable_globals_are_never_cached(by_value):
     finally:
         MUTABLE[0] = before
     assert _uses_mutable not in serialize._fn_cache
+
+
+def test_plain_values_take_the_standard_pickle_and_the_rest_cloudpickle(monkeypatch):
+    import pickle
+
+    import zpar.serialize as ser
+
+    class Local:  # not importable by reference: must travel by value
+        def __init__(self):
+            self.x = 7
+
+    used = []
+    real_dumps = pickle.dumps
+    monkeypatch.setattr(
+        ser.pickle, "dumps", lambda *a, **k: used.append("pickle") or real_dumps(*a, **k)
+    )
+    plain = [None, 3, "s", (1, 2.5, b"x"), {"a": [1, 2]}, np.arange(4), ser._PickledFunction(b"")]
+    for value in plain:
+        assert ser._plain(value), value
+    for value in (Local(), [lambda: 1], np.array([object()]), {1: 2}, [[[[1]]]], True.__class__):
+        assert not ser._plain(value), value
+    used.clear()
+    assert deserialize_object(serialize_object((1, "two", np.arange(3))))[1] == "two"
+    assert used == ["pickle"]
+    used.clear()
+    back = deserialize_object(serialize_object([Local(), lambda: 41]))
+    assert back[0].x == 7 and back[1]() == 41 and used == []  # cloudpickle, by value
