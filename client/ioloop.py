@@ -33,7 +33,7 @@ from zpar.errors import EngineError, RemoteProtocolError
 from zpar.messages import MsgType, Status
 from zpar.sockets import configure
 from zpar.transport import direct_address, usable_ipc
-from zpar.wire import Message, Session, detach_small, send_frames
+from zpar.wire import Message, Session, recv_message, send_frames
 
 from .futures import ReplyFuture
 
@@ -337,7 +337,7 @@ class ClientIO:
             sock.close(linger=0)
 
     def _on_reply(self, sock: zmq.Socket) -> None:
-        frames = detach_small(sock.recv_multipart(zmq.NOBLOCK, copy=False))
+        frames = recv_message(sock, zmq.NOBLOCK)
         msg = self.session.feed_lazy(frames, where="client")
         if msg is None:
             return

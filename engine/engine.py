@@ -36,7 +36,7 @@ from zpar.logs import setup_logging
 from zpar.messages import MON_MUX_IN, MON_MUX_OUT, MsgType, RegistrationReply, Status
 from zpar.sockets import configure, recv_monitor_event
 from zpar.transport import choose, direct_address, direct_dir
-from zpar.wire import Message, Session, send_frames
+from zpar.wire import Message, Session, recv_message, send_frames
 
 from .heart import Heart
 from .kernel import Kernel, Reply
@@ -264,11 +264,11 @@ class Engine:
     def _drain_control(self) -> None:
         control = self.control
         while not self._stopping and control.get(zmq.EVENTS) & zmq.POLLIN:
-            self._handle(control, control.recv_multipart(copy=False), "control")
+            self._handle(control, recv_message(control), "control")
 
     def _execute(self, sock: zmq.Socket) -> None:
         where = "mux" if sock is self.mux else "task" if sock is self.task else "direct"
-        self._handle(sock, sock.recv_multipart(copy=False), where)
+        self._handle(sock, recv_message(sock), where)
 
     def _handle(self, sock: zmq.Socket, frames: list[Any], where: str) -> None:
         msg = self.session.feed(frames, where)
@@ -308,7 +308,7 @@ class Engine:
             if sock is None:
                 continue
             while sock.get(zmq.EVENTS) & zmq.POLLIN:
-                msg = self.session.feed(sock.recv_multipart(copy=False), where)
+                msg = self.session.feed(recv_message(sock), where)
                 reply = None if msg is None else self.kernel.aborted_reply(msg)
                 if msg is not None and reply is not None:
                     self._send(sock, msg, reply)

@@ -42,7 +42,15 @@ from zpar.messages import (
     Status,
 )
 from zpar.sockets import bind_random, configure
-from zpar.wire import Session, detach_small, pack, send_frames, split_idents, unpack
+from zpar.wire import (
+    Session,
+    detach_small,
+    pack,
+    recv_message,
+    send_frames,
+    split_idents,
+    unpack,
+)
 
 from .flags import parse_gates, parse_outcomes, parse_retries, parse_timeout
 from .graph import DependencyGraph, Gate
@@ -194,7 +202,7 @@ class TaskScheduler:
     def _drain(self, sock: zmq.Socket, handler: Any) -> None:
         for _ in range(512):
             try:
-                frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                frames = recv_message(sock, zmq.NOBLOCK)
             except zmq.Again:
                 return
             try:
@@ -240,7 +248,7 @@ class TaskScheduler:
             return
         msg_id = header["msg_id"]
         sig = msg.frames  # [DELIM, sig, header, parent, metadata, content, buffers…]
-        self._event([TASK_IN, client, header, sig[4].bytes])
+        self._event([TASK_IN, client, header, _bytes(sig[4])])
         task = Task(msg_id, client, detach_small(msg.frames), None)
         if msg_type not in (MsgType.APPLY_REQUEST, MsgType.EXECUTE_REQUEST):
             self._fail(task, "ProtocolError", f"{msg_type!r} is not a task request")

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from zpar.constants import DELIM
 from zpar.errors import LocalProtocolError, RemoteProtocolError
-from zpar.wire import Session, send_frames, split_idents
+from zpar.wire import Session, recv_message, send_frames, split_idents
 
 KEY = b"secret-key"
 
@@ -167,6 +167,29 @@ def test_send_frames_hands_large_buffers_to_zmq_without_copy():
         got = np.frombuffer(frame.buffer, dtype=np.float64)
         # inproc + copy=False: the receiver's frame is the sender's memory
         assert np.shares_memory(got, big)
+    finally:
+        a.close(linger=0)
+        b.close(linger=0)
+
+
+def test_recv_message_takes_the_head_as_bytes_and_large_buffers_without_copy():
+    ctx = zmq.Context.instance()
+    a, b = ctx.socket(zmq.PAIR), ctx.socket(zmq.PAIR)
+    try:
+        a.bind("inproc://wire-recv-test")
+        b.connect("inproc://wire-recv-test")
+        big = np.arange(1 << 17, dtype=np.float64)
+        frames = [b"ident", *_frames(), b"tiny", memoryview(big).cast("B")]
+        send_frames(a, frames)
+        got = recv_message(b)
+        assert [type(f) for f in got[:8]] == [bytes] * 8 and got[:8] == frames[:8]
+        assert isinstance(got[8], zmq.Frame)  # the large buffer: zero-copy
+        assert np.shares_memory(np.frombuffer(got[8].buffer, dtype=np.float64), big)
+        assert Session(KEY).feed(got).buffers[0] == b"tiny"
+        a.send_multipart([b"no", b"delimiter", b"here"])  # garbage: all bytes, nothing lost
+        assert recv_message(b) == [b"no", b"delimiter", b"here"]
+        a.send(b"alone")
+        assert recv_message(b) == [b"alone"]
     finally:
         a.close(linger=0)
         b.close(linger=0)
