@@ -23,6 +23,7 @@ from zpar.transport import choose, direct_dir
 from zpar.wire import Message, Session
 
 from .asyncresult import AsyncResult
+from .directcall import DirectCaller
 from .hubresult import HubResultFetcher
 from .ioloop import ClientIO, outcome_of
 from .view import BroadcastView, DirectView, LoadBalancedView
@@ -74,6 +75,7 @@ class Client:
         info = wait_for_connection_file(path, timeout)
         self.session = Session(info.key or None, allow_insecure=not info.key)
         self._io = ClientIO(self.session)
+        self._direct_caller = DirectCaller(self._io, self.session)
         self._io.connect("query", info.registration)
         self._io.start()
         self._closed = False
@@ -246,6 +248,25 @@ class Client:
             engine_id=engine_id,
             track=track,
         )
+
+    def _call_here(
+        self, engine_id: int, buffers: list[Any], metadata: dict[str, Any] | None
+    ) -> tuple[str, Any] | None:
+        """A blocking apply on one engine, sent and awaited by the calling thread
+        (client.directcall): (msg_id, its finished future), or None when the engine has no
+        endpoint on this host and the call must go through the I/O thread."""
+        if self._closed:
+            raise RuntimeError("this Client is closed")
+        uuid = self._engine_uuid(engine_id)
+        if not self._direct_caller.reachable(uuid):
+            return None
+        header, frames = self.session.serialize(MsgType.APPLY_REQUEST, {}, metadata=metadata)
+        frames.extend(buffers)
+        msg_id = header["msg_id"]
+        self.history.append(msg_id)
+        fut = self._direct_caller.call(uuid, frames, msg_id)
+        fut.zpar_submitted = header["date"]
+        return msg_id, fut
 
     # -- control ----------------------------------------------------------------------------
 
@@ -533,6 +554,7 @@ class Client:
         if not self._closed:
             self._closed = True
             self._io.close()
+            self._direct_caller.close()
 
     def __enter__(self) -> Client:
         return self

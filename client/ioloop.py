@@ -22,7 +22,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from typing import Any
 
 import msgpack
@@ -77,6 +77,10 @@ class ClientIO:
         #: direct calls that load-balanced tasks wait on: the scheduler never sees their
         #: replies, so we tell it (task_outcomes) when they finish
         self._outcome_watch: dict[str, Future] = {}
+        # blocking calls another thread sends and awaits itself (client.directcall): failed
+        # here when their engine dies or the client closes
+        self._direct_watch: dict[str, set[Future]] = {}
+        self._direct_lock = threading.Lock()
         self._packb = msgpack.Packer(use_bin_type=True).pack  # this thread's own
 
     # -- set-up -------------------------------------------------------------------------
@@ -222,6 +226,37 @@ class ClientIO:
         except BlockingIOError:
             pass  # the pipe is full of wake-ups already
 
+    def watch_direct(self, uuid: str, fut: Future) -> None:
+        with self._direct_lock:
+            self._direct_watch.setdefault(uuid, set()).add(fut)
+        if self._stop:
+            self._fail_direct(None, "the client was closed before the reply came")
+        elif uuid not in self.engines.values():  # died before we watched
+            self._fail_direct(uuid, f"engine {uuid} is not registered")
+
+    def unwatch_direct(self, uuid: str, fut: Future) -> None:
+        with self._direct_lock:
+            futs = self._direct_watch.get(uuid)
+            if futs is not None:
+                futs.discard(fut)
+                if not futs:
+                    del self._direct_watch[uuid]
+
+    def _fail_direct(self, uuid: str | None, why: str) -> None:
+        """Fail the blocking direct calls waiting on engine ``uuid`` (None: all)."""
+        with self._direct_lock:
+            if uuid is None:
+                futs = [f for fs in self._direct_watch.values() for f in fs]
+                self._direct_watch.clear()
+            else:
+                futs = list(self._direct_watch.pop(uuid, ()))
+        for fut in futs:
+            if not fut.done():
+                try:
+                    fut.set_exception(EngineError(why))
+                except InvalidStateError:  # resolved by its own thread meanwhile
+                    pass
+
     def pending_futures(self) -> list[Future]:
         """Every future still waiting for a reply (broadcasts count once per engine)."""
         out: list[Future] = []
@@ -244,6 +279,7 @@ class ClientIO:
         for fut in self.pending_futures():
             if not fut.done():
                 fut.set_exception(EngineError("the client was closed before the reply came"))
+        self._fail_direct(None, "the client was closed before the reply came")
         os.close(self._wake_r)
         os.close(self._wake_w)
 
@@ -423,6 +459,9 @@ class ClientIO:
             self.engines_changed.notify_all()
 
     def _fail_engine(self, eid: int, uuid: str, reason: str) -> None:
+        self._fail_direct(
+            uuid, f"engine {eid} ({uuid}) died before replying" + (f": {reason}" if reason else "")
+        )
         for msg_id in self._by_engine.pop(uuid, set()):
             fut = self._pending.pop(msg_id, None)
             if isinstance(fut, dict):

@@ -215,8 +215,15 @@ class DirectView(View):
     def _apply(self, f: Any, args: Any, kwargs: Any, block: bool) -> Any:
         _check_callable(f)
         buffers = pack_apply(f, args, kwargs)
-        msg_ids, futs = self._send_each(MsgType.APPLY_REQUEST, None, buffers, self._ids())
-        return self._result(msg_ids, futs, getattr(f, "__name__", "apply"), block)
+        ids = self._ids()
+        fname = getattr(f, "__name__", "apply")
+        if block and len(ids) == 1 and not self.track:
+            # one engine, waited for: this thread sends and waits itself when it can
+            done = self.client._call_here(ids[0], buffers, self._metadata_flags() or None)
+            if done is not None:
+                return self._result([done[0]], [done[1]], fname, block)
+        msg_ids, futs = self._send_each(MsgType.APPLY_REQUEST, None, buffers, ids)
+        return self._result(msg_ids, futs, fname, block)
 
     def _map(self, f: Any, seqs: Any, **kw: Any) -> AsyncMapResult:
         if kw:

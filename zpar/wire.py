@@ -12,6 +12,7 @@ jupyter_client), and signing gigabytes would cost more than the transfer.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import hmac
 import itertools
@@ -126,6 +127,14 @@ class Session:
         self._seen = RecentKeys(replay_history)
         #: refused messages by reason, e.g. {'bad-signature': 3}
         self.refused: Counter[str] = Counter()
+
+    def for_thread(self, replay_history: int = REPLAY_HISTORY) -> Session:
+        """This Session's key, id and msg_id counter, with a replay guard and refusal counts
+        of its own: for a second thread that checks messages (the guard is not locked)."""
+        other = copy.copy(self)
+        other._seen = RecentKeys(replay_history)
+        other.refused = Counter()
+        return other
 
     # -- building -------------------------------------------------------------------------
 

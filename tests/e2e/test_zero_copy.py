@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+import zpar.client.directcall as directcall_mod
 import zpar.client.ioloop as ioloop_mod
 
 
@@ -31,7 +32,10 @@ def test_100mb_array_is_not_copied_on_either_side(rc, monkeypatch):
         )
         return real_send(sock, frames, *rest)
 
+    # a blocking call on one engine is sent by the calling thread (directcall), others by
+    # the I/O thread (ioloop): both hand zmq the caller's memory
     monkeypatch.setattr(ioloop_mod, "send_frames", spy)
+    monkeypatch.setattr(directcall_mod, "send_frames", spy)
     owner, writable, last = rc[0].apply_sync(_frame_of, arr)
     assert sent, "the client copied the array before handing it to zmq"
     assert owner == "Frame", "the engine's array is not a view on the received zmq frame"

@@ -1,0 +1,138 @@
+"""Blocking calls to one engine on this host, sent and awaited by the calling thread.
+
+Through the I/O thread a blocking call crosses two thread hand-offs (user thread -> I/O
+thread -> user thread), each the wake-up of an idle thread: ~150 us of a ~500 us round trip
+on a 2-core machine (docs/benchmarks.md, W2). Here the calling thread signs, sends on a
+DEALER of its own connected to the engine's direct ipc socket, and waits on that socket.
+The I/O thread still owns the engine's fate: when the engine dies or the client closes, it
+fails the call's future, which the waiting thread checks between polls.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent.futures import InvalidStateError
+from typing import Any
+
+import zmq
+
+from zpar.errors import EngineError
+from zpar.sockets import configure
+from zpar.transport import direct_address, usable_ipc
+from zpar.wire import Session, recv_message, send_frames
+
+from .futures import ReplyFuture
+
+log = logging.getLogger(__name__)
+
+#: Milliseconds between checks of the future while waiting (engine death, client closed).
+POLL_MS = 100
+#: A thread's replay guard: a reply must also answer the call waiting for it, so an old one
+#: replayed is dropped as stale anyway.
+THREAD_REPLAY_HISTORY = 1024
+
+
+class DirectCaller:
+    """The calling threads' sockets to engines' direct (ipc) endpoints."""
+
+    def __init__(self, io: Any, session: Session) -> None:
+        self._io = io
+        self._session = session
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._sockets: list[zmq.Socket] = []  # every thread's, closed with the client
+        self._busy: set[zmq.Socket] = set()  # waiting for a reply: their thread closes them
+        self._closed = False
+
+    def _socket(self, uuid: str) -> zmq.Socket | None:
+        """This thread's socket to the engine, made on first use; None if it has no ipc
+        endpoint this process can reach (another host, or tcp only)."""
+        local = self._local.__dict__
+        socks: dict[str, zmq.Socket] = local.setdefault("sockets", {})
+        sock = socks.get(uuid)
+        if sock is not None:
+            return sock
+        rundir = self._io.direct_dir
+        if rundir is None or not usable_ipc(addr := direct_address(rundir, uuid)):
+            return None
+        live = set(self._io.engines.values())
+        for gone in [u for u in socks if u not in live]:  # engines that died or restarted
+            self._forget(socks.pop(gone))
+        with self._lock:
+            if self._closed:
+                raise EngineError("the client was closed")
+            sock = configure(self._io.context.socket(zmq.DEALER))
+            sock.connect(addr)
+            self._sockets.append(sock)
+        socks[uuid] = sock
+        if "checker" not in local:
+            local["checker"] = self._session.for_thread(THREAD_REPLAY_HISTORY)
+        return sock
+
+    def _forget(self, sock: zmq.Socket) -> None:
+        with self._lock:
+            if sock in self._sockets:
+                self._sockets.remove(sock)
+                sock.close(linger=0)
+
+    def reachable(self, uuid: str) -> bool:
+        return self._socket(uuid) is not None
+
+    def call(self, uuid: str, frames: list[Any], msg_id: str) -> ReplyFuture:
+        """Send the signed ``frames`` to engine ``uuid`` and wait for the reply to msg_id;
+        the future is done when this returns (with the reply, or the engine's death)."""
+        sock = self._socket(uuid)
+        if sock is None:
+            raise EngineError(f"engine {uuid} has no direct endpoint on this host")
+        checker: Session = self._local.checker
+        fut = ReplyFuture()
+        fut.engine_uuid = uuid  # type: ignore[attr-defined]
+        with self._lock:
+            self._busy.add(sock)
+        self._io.watch_direct(uuid, fut)
+        try:
+            send_frames(sock, frames)
+            while not fut.done():
+                if not sock.poll(POLL_MS):
+                    continue
+                msg = checker.feed_lazy(recv_message(sock, zmq.NOBLOCK), where="direct call")
+                if msg is None:
+                    continue
+                if msg.parent_msg_id != msg_id:  # the reply to a call interrupted earlier
+                    log.debug(
+                        "stale reply to %s dropped (waiting for %s)", msg.parent_msg_id, msg_id
+                    )
+                    continue
+                _resolve(fut, msg)
+        except zmq.ZMQError as e:  # the client closed the socket under us
+            _resolve(fut, None, EngineError(f"the call to engine {uuid} failed: {e}"))
+        finally:
+            self._io.unwatch_direct(uuid, fut)
+            with self._lock:
+                self._busy.discard(sock)
+                if self._closed:  # closed while we waited: ours to close (zmq sockets are
+                    sock.close(linger=0)  # not to be closed under another thread's poll)
+                    self._local.sockets.pop(uuid, None)
+        return fut
+
+    def close(self) -> None:
+        """Close every idle thread's socket; a thread still waiting sees its call failed
+        by the I/O thread within POLL_MS and closes its own."""
+        with self._lock:
+            self._closed = True
+            for sock in self._sockets:
+                if sock not in self._busy:
+                    sock.close(linger=0)
+            self._sockets = []
+
+
+def _resolve(fut: ReplyFuture, value: Any, error: BaseException | None = None) -> None:
+    """Set the future unless the I/O thread failed it first (engine death, close)."""
+    try:
+        if error is None:
+            fut.set_result(value)
+        else:
+            fut.set_exception(error)
+    except InvalidStateError:
+        pass

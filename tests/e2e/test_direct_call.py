@@ -1,0 +1,94 @@
+"""Blocking calls on one engine, sent and awaited by the calling thread (client.directcall)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+import zpar
+from zpar.serialize import pack_apply
+from zpar.wire import send_frames
+
+
+def _sleep_then(t, value):
+    import time
+
+    time.sleep(t)
+    return value
+
+
+def test_blocking_call_on_one_engine_skips_the_io_thread(rc):
+    before = len(rc._io._pending)
+    assert rc[1].apply_sync(lambda x: x + 1, 41) == 42
+    assert len(rc._io._pending) == before  # never handed to the I/O thread
+    assert rc._direct_caller._local.sockets  # this thread's socket to engine 1
+    msg_id = rc.history[-1]
+    assert rc.get_result(msg_id).get(timeout=10) == 42  # the hub recorded it too
+    with pytest.raises(zpar.RemoteError, match="ZeroDivisionError"):
+        rc[0].apply_sync(lambda: 1 / 0)
+
+
+def test_threads_each_wait_for_their_own_reply(rc):
+    got, errors = {}, []
+
+    def work(i):
+        try:
+            got[i] = rc[i % 2].apply_sync(_sleep_then, 0.01 * (i % 3), i)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors and got == {i: i for i in range(8)}
+
+
+def test_a_reply_to_an_abandoned_call_is_dropped_as_stale(rc):
+    """A call interrupted (Ctrl-C) leaves its reply to come later on the thread's socket:
+    the next call must get its own answer, not that one."""
+    rc[0].apply_sync(os.getpid)  # this thread's socket exists
+    uuid = rc._engine_uuid(0)
+    sock = rc._direct_caller._socket(uuid)
+    _, frames = rc.session.serialize("apply_request", {})
+    send_frames(sock, [*frames, *pack_apply(_sleep_then, (0.2, "abandoned"), {})])
+    assert rc[0].apply_sync(_sleep_then, 0, "mine") == "mine"
+
+
+def test_engine_death_fails_the_waiting_call(make_cluster):
+    c = make_cluster(n=1)
+    rc = c.client
+    pid = rc[0].apply_sync(os.getpid)
+    killer = threading.Timer(0.5, os.kill, (pid, 9))
+    killer.start()
+    t = time.monotonic()
+    with pytest.raises(zpar.EngineError, match="died"):
+        rc[0].apply_sync(_sleep_then, 30, None)
+    assert time.monotonic() - t < 15
+    killer.join()
+
+
+def test_closing_the_client_fails_a_call_waiting_in_another_thread(make_cluster):
+    c = make_cluster(n=1)
+    other = c.connect_client()
+    other.wait_for_engines(1, timeout=30)
+    outcome = []
+
+    def wait():
+        try:
+            other[0].apply_sync(_sleep_then, 30, None)
+        except Exception as e:
+            outcome.append(e)
+
+    t = threading.Thread(target=wait)
+    t.start()
+    time.sleep(0.5)  # the call is on its way or running
+    other.close()
+    t.join(10)
+    assert not t.is_alive()
+    assert len(outcome) == 1 and isinstance(outcome[0], zpar.EngineError)
+    assert "closed" in str(outcome[0])
