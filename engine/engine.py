@@ -40,6 +40,7 @@ from zpar.wire import Message, Session, recv_message, send_frames
 
 from .heart import Heart
 from .kernel import Kernel, Reply
+from .monitorcopies import MonitorCopies
 from .registration import register
 from .signals import SignalListener
 
@@ -192,14 +193,14 @@ class Engine:
         about them as the relay would. Bound before the heart starts, so it exists before
         any client can know of this engine."""
         self.direct: zmq.Socket | None = None
-        self.monitor: zmq.Socket | None = None
+        self.monitor: MonitorCopies | None = None
         rundir = direct_dir(addrs["mux"])
         if rundir is None:
             return
         self.direct = self._socket(zmq.ROUTER)
         self.direct.bind(direct_address(rundir, self.uuid))
-        self.monitor = self._socket(zmq.PUSH)
-        self.monitor.connect(f"ipc://{rundir}/monitor")
+        self.monitor = MonitorCopies(self.ctx, f"ipc://{rundir}/monitor", self.id)
+        self.monitor.start()
 
     # -- running ----------------------------------------------------------------------------
 
@@ -276,7 +277,7 @@ class Engine:
             return
         if sock is self.direct and self.monitor is not None and msg.idents:
             # what the relay's monitor would have told the hub (headers, no buffers)
-            self.monitor.send_multipart([MON_MUX_IN, self.ident, msg.idents[0], *msg.frames[:6]])
+            self.monitor.put([MON_MUX_IN, self.ident, msg.idents[0], *msg.frames[:6]])
         assert self.kernel is not None
         self._busy = True
         try:
@@ -323,10 +324,12 @@ class Engine:
             send_frames(sock, [*msg.idents, *frames, *reply.buffers])
             if sock is self.direct and self.monitor is not None and msg.idents:
                 # for the hub's store: the result too, unless it is too big to keep there
+                # (copied: the thread sends them later, the result's memory may change by then)
                 bufs = reply.buffers
                 if sum(map(_nbytes, bufs)) > STORE_RESULT_LIMIT:
                     bufs = []
-                send_frames(self.monitor, [MON_MUX_OUT, msg.idents[0], self.ident, *frames, *bufs])
+                bufs = [b if type(b) is bytes else bytes(b) for b in bufs]
+                self.monitor.put([MON_MUX_OUT, msg.idents[0], self.ident, *frames, *bufs])
         except LocalProtocolError as e:  # e.g. output that msgpack cannot encode
             log.error("cannot send the %s to %s: %s", reply.msg_type, msg.msg_id, e)
             content = {
@@ -397,6 +400,8 @@ class Engine:
             self.heart.stop()
         if self.signals is not None:
             self.signals.stop()
+        if getattr(self, "monitor", None) is not None:
+            self.monitor.stop()  # its last copies out before the context ends
         for s in self._sockets:
             s.close(linger=self._linger if s is not self.ping else 0)
         self._sockets.clear()
