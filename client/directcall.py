@@ -31,6 +31,9 @@ POLL_MS = 100
 #: A thread's replay guard: a reply must also answer the call waiting for it, so an old one
 #: replayed is dropped as stale anyway.
 THREAD_REPLAY_HISTORY = 1024
+#: Sockets all threads together may hold (one per thread and engine, each a file
+#: descriptor): beyond it, blocking calls go through the I/O thread as other calls do.
+MAX_SOCKETS = 64
 
 
 class DirectCaller:
@@ -39,42 +42,47 @@ class DirectCaller:
     def __init__(self, io: Any, session: Session) -> None:
         self._io = io
         self._session = session
-        self._local = threading.local()
         self._lock = threading.Lock()
-        self._sockets: list[zmq.Socket] = []  # every thread's, closed with the client
+        self._by_thread: dict[threading.Thread, dict[str, zmq.Socket]] = {}
+        self._checkers: dict[threading.Thread, Session] = {}
         self._busy: set[zmq.Socket] = set()  # waiting for a reply: their thread closes them
         self._closed = False
 
     def _socket(self, uuid: str) -> zmq.Socket | None:
-        """This thread's socket to the engine, made on first use; None if it has no ipc
-        endpoint this process can reach (another host, or tcp only)."""
-        local = self._local.__dict__
-        socks: dict[str, zmq.Socket] = local.setdefault("sockets", {})
-        sock = socks.get(uuid)
+        """This thread's socket to the engine, made on first use; None if the engine has no
+        ipc endpoint this process can reach (another host, tcp only), or too many sockets
+        are open already."""
+        me = threading.current_thread()
+        sock = self._by_thread.get(me, {}).get(uuid)
         if sock is not None:
             return sock
         rundir = self._io.direct_dir
         if rundir is None or not usable_ipc(addr := direct_address(rundir, uuid)):
             return None
-        live = set(self._io.engines.values())
-        for gone in [u for u in socks if u not in live]:  # engines that died or restarted
-            self._forget(socks.pop(gone))
         with self._lock:
             if self._closed:
                 raise EngineError("the client was closed")
+            self._prune(me)
+            if sum(map(len, self._by_thread.values())) >= MAX_SOCKETS:
+                return None
             sock = configure(self._io.context.socket(zmq.DEALER))
             sock.connect(addr)
-            self._sockets.append(sock)
-        socks[uuid] = sock
-        if "checker" not in local:
-            local["checker"] = self._session.for_thread(THREAD_REPLAY_HISTORY)
+            self._by_thread.setdefault(me, {})[uuid] = sock
+            if me not in self._checkers:
+                self._checkers[me] = self._session.for_thread(THREAD_REPLAY_HISTORY)
         return sock
 
-    def _forget(self, sock: zmq.Socket) -> None:
-        with self._lock:
-            if sock in self._sockets:
-                self._sockets.remove(sock)
+    def _prune(self, me: threading.Thread) -> None:
+        """Close the sockets of threads that ended, and this thread's to engines that are
+        gone (died, restarted under a new uuid). Called with the lock held."""
+        for t in [t for t in self._by_thread if not t.is_alive()]:
+            for sock in self._by_thread.pop(t).values():
                 sock.close(linger=0)
+            self._checkers.pop(t, None)
+        mine = self._by_thread.get(me, {})
+        live = set(self._io.engines.values())
+        for gone in [u for u in mine if u not in live]:
+            mine.pop(gone).close(linger=0)
 
     def reachable(self, uuid: str) -> bool:
         return self._socket(uuid) is not None
@@ -85,7 +93,8 @@ class DirectCaller:
         sock = self._socket(uuid)
         if sock is None:
             raise EngineError(f"engine {uuid} has no direct endpoint on this host")
-        checker: Session = self._local.checker
+        me = threading.current_thread()
+        checker = self._checkers[me]
         fut = ReplyFuture()
         fut.engine_uuid = uuid  # type: ignore[attr-defined]
         with self._lock:
@@ -113,7 +122,7 @@ class DirectCaller:
                 self._busy.discard(sock)
                 if self._closed:  # closed while we waited: ours to close (zmq sockets are
                     sock.close(linger=0)  # not to be closed under another thread's poll)
-                    self._local.sockets.pop(uuid, None)
+                    self._by_thread.get(me, {}).pop(uuid, None)
         return fut
 
     def close(self) -> None:
@@ -121,10 +130,11 @@ class DirectCaller:
         by the I/O thread within POLL_MS and closes its own."""
         with self._lock:
             self._closed = True
-            for sock in self._sockets:
-                if sock not in self._busy:
-                    sock.close(linger=0)
-            self._sockets = []
+            for socks in self._by_thread.values():
+                for sock in socks.values():
+                    if sock not in self._busy:
+                        sock.close(linger=0)
+            self._by_thread = {t: {} for t in self._by_thread}
 
 
 def _resolve(fut: ReplyFuture, value: Any, error: BaseException | None = None) -> None:

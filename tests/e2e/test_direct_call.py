@@ -24,7 +24,7 @@ def test_blocking_call_on_one_engine_skips_the_io_thread(rc):
     before = len(rc._io._pending)
     assert rc[1].apply_sync(lambda x: x + 1, 41) == 42
     assert len(rc._io._pending) == before  # never handed to the I/O thread
-    assert rc._direct_caller._local.sockets  # this thread's socket to engine 1
+    assert rc._direct_caller._by_thread[threading.current_thread()]  # its socket to engine 1
     msg_id = rc.history[-1]
     assert rc.get_result(msg_id).get(timeout=10) == 42  # the hub recorded it too
     with pytest.raises(zpar.RemoteError, match="ZeroDivisionError"):
@@ -46,6 +46,25 @@ def test_threads_each_wait_for_their_own_reply(rc):
     for t in threads:
         t.join(30)
     assert not errors and got == {i: i for i in range(8)}
+
+
+def test_ended_threads_sockets_are_closed_and_their_number_is_bounded(rc, monkeypatch):
+    import zpar.client.directcall as directcall
+
+    caller = rc._direct_caller
+    t = threading.Thread(target=lambda: rc[0].apply_sync(os.getpid))
+    t.start()
+    t.join(30)
+    assert t in caller._by_thread  # kept until a socket is made again
+    later = threading.Thread(target=lambda: rc[1].apply_sync(os.getpid))
+    later.start()  # its new socket: ended threads' ones are closed first
+    later.join(30)
+    assert t not in caller._by_thread
+    monkeypatch.setattr(directcall, "MAX_SOCKETS", 0)  # no room: through the I/O thread
+    other = threading.Thread(target=lambda: rc[0].apply_sync(os.getpid))
+    other.start()
+    other.join(30)
+    assert other not in caller._by_thread
 
 
 def test_a_reply_to_an_abandoned_call_is_dropped_as_stale(rc):
