@@ -63,6 +63,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.hwm < 0:
         p.error(f"--hwm must be >= 0, got {args.hwm}")
     setup_logging("hub", args.log_level)
+    # the task scheduler first: its start-up overlaps this process's imports (W1)
+    from .schedproc import launch_scheduler
+
+    try:
+        launch = launch_scheduler(
+            ip=args.ip,
+            scheme=args.scheme,
+            hwm=args.hwm,
+            log_level=args.log_level,
+            insecure=args.insecure,
+        )
+    except OSError as e:
+        sys.stderr.write(f"zpar controller: cannot start the task scheduler: {e}\n")
+        return 1
     from .controller import ControllerConfig, run_controller
 
     config = ControllerConfig(
@@ -80,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         db=args.db,
     )
     try:
-        return run_controller(config)
+        return run_controller(config, launch)
     except (ZparError, zmq.ZMQError, OSError) as e:
         sys.stderr.write(f"zpar controller: {e}\n")
         return 1

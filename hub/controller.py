@@ -13,8 +13,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -27,7 +25,6 @@ from zpar.connection import (
     CLIENT_FILE,
     ENGINE_FILE,
     ConnectionInfo,
-    new_key,
     profile_dir,
     read_connection_file,
     security_dir,
@@ -37,9 +34,9 @@ from zpar.constants import (
     DEFAULT_PROFILE,
     HEARTBEAT_MAX_MISSES,
     HEARTBEAT_PERIOD,
-    KEY_FILE_ENV,
     TASK_HWM,
     TASK_SCHEME,
+    WILDCARDS,
 )
 from zpar.errors import ZparError
 from zpar.memory import Trimmer
@@ -49,6 +46,7 @@ from zpar.wire import Session
 from .heartmonitor import HeartMonitor
 from .hub import Addresses, Hub
 from .relays import start_relays
+from .schedproc import SchedulerLaunch, launch_scheduler
 from .store import TaskStore, open_store
 
 log = logging.getLogger(__name__)
@@ -56,7 +54,6 @@ log = logging.getLogger(__name__)
 #: Seconds the scheduler has to start and say where it listens.
 SCHEDULER_START_TIMEOUT = 30.0
 
-WILDCARDS = ("0.0.0.0", "*", "::", "")
 
 #: Seconds between heartbeat probes while an engine is registering.
 PROBE_INTERVAL = 0.01
@@ -95,13 +92,19 @@ def advertise(addr: str, host: str) -> str:
 
 
 class Controller:
-    def __init__(self, config: ControllerConfig) -> None:
+    def __init__(self, config: ControllerConfig, launch: SchedulerLaunch | None = None) -> None:
+        """``launch``: the task scheduler, started already (hub/__main__ starts it before
+        importing this module); started here if not."""
         self.config = config
         self.ctx = zmq.Context()
-        self.rundir = Path(tempfile.mkdtemp(prefix="zpar-"))  # mode 0700
-        self.key = "" if config.insecure else new_key()
+        if launch is None:
+            launch = launch_config(config)
+        self.rundir = launch.rundir
+        self.key = launch.key
+        self._key_file = launch.key_file
         self.session = Session(self.key or None, allow_insecure=config.insecure)
-        self.scheduler: subprocess.Popen | None = None
+        self.scheduler: subprocess.Popen | None = launch.process
+        log.info("task scheduler started (pid %d)", self.scheduler.pid)
         self.store: TaskStore | None = None
         self.hub: Hub | None = None
         self.url_files: list[Path] = []
@@ -149,7 +152,7 @@ class Controller:
         monitor.bind(f"ipc://{self.rundir}/monitor")
         events = self._socket(zmq.PUSH)
         relays = start_relays(self.ctx, ip, inproc_monitor, str(self.rundir))
-        ready = self._start_scheduler(monitor)
+        ready = self._wait_for_scheduler(monitor)
         events.connect(ready["events"])
 
         heart = HeartMonitor(
@@ -202,36 +205,10 @@ class Controller:
         )
         self._write_url_files(advertise(query_addr, host))
 
-    def _start_scheduler(self, monitor: zmq.Socket) -> dict[str, Any]:
-        cfg = self.config
-        key_file = self.rundir / "key"
-        fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(self.key)
-        cmd = [
-            sys.executable,
-            "-m",
-            "zpar.schedulers",
-            "--monitor",
-            f"ipc://{self.rundir}/monitor",
-            "--events",
-            f"ipc://{self.rundir}/events",
-            "--ip",
-            "*" if cfg.ip in WILDCARDS else cfg.ip,
-            "--scheme",
-            cfg.scheme,
-            "--hwm",
-            str(cfg.hwm),
-            "--log-level",
-            cfg.log_level,
-            "--ipc-dir",
-            str(self.rundir),
-        ]
-        if cfg.insecure:
-            cmd.append("--insecure")
-        env = {**os.environ, KEY_FILE_ENV: str(key_file)}
-        self.scheduler = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL)
-        log.info("task scheduler started (pid %d)", self.scheduler.pid)
+    def _wait_for_scheduler(self, monitor: zmq.Socket) -> dict[str, Any]:
+        """Wait for the (already started) scheduler to report the ports it bound."""
+        assert self.scheduler is not None
+        key_file = self._key_file
         session = self.session
         deadline = time.monotonic() + SCHEDULER_START_TIMEOUT
         while True:
@@ -366,8 +343,19 @@ class Controller:
         log.info("controller stopped")
 
 
-def run_controller(config: ControllerConfig) -> int:
-    controller = Controller(config)
+def launch_config(config: ControllerConfig) -> SchedulerLaunch:
+    """Start the task scheduler for ``config`` (see hub.schedproc)."""
+    return launch_scheduler(
+        ip=config.ip,
+        scheme=config.scheme,
+        hwm=config.hwm,
+        log_level=config.log_level,
+        insecure=config.insecure,
+    )
+
+
+def run_controller(config: ControllerConfig, launch: SchedulerLaunch | None = None) -> int:
+    controller = Controller(config, launch)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, controller.request_stop)
     try:

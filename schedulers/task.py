@@ -124,6 +124,9 @@ class TaskScheduler:
             self.engine.bind(self.local_engine)
         self.events.bind(events)
         self.events_addr = events
+        # the controller may bind the other end a moment after this process starts (they
+        # start together): retry every 10 ms, not libzmq's default 100
+        self.monitor.setsockopt(zmq.RECONNECT_IVL, 10)
         self.monitor.connect(monitor)
         self.engines: dict[bytes, EngineSlot] = {}  # registration order
         self.ids: dict[int, bytes] = {}

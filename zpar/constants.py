@@ -82,3 +82,6 @@ STORE_INLINE_LIMIT = 64 * 2**10
 #: Appended to an engine's uuid: the identity of its signal socket on the hub's query
 #: ROUTER, through which signal_request reaches a thread the running task does not block.
 SIGNAL_SUFFIX = b"/signal"
+
+#: --ip values that mean "every interface" (bound as ``*``, advertised by host name).
+WILDCARDS = ("0.0.0.0", "*", "::", "")

@@ -152,7 +152,18 @@ def test_restart_on_the_same_sqlite_file_keeps_results(make_cluster, tmp_path):
         rc2.get_result(in_flight.msg_ids).get(timeout=10)
 
 
+def _schedulers() -> set[int]:
+    import psutil
+
+    return {
+        c.pid
+        for c in psutil.process_iter(["cmdline"])
+        if "zpar.schedulers" in " ".join(c.info["cmdline"] or [])
+    }
+
+
 def test_corrupt_database_fails_at_start_with_a_clear_error(tmp_path):
+    before = _schedulers()
     bad = tmp_path / "tasks.db"
     bad.write_bytes(b"not a database at all" * 500)
     env = dict(os.environ, ZPAR_DIR=str(tmp_path))
@@ -166,6 +177,8 @@ def test_corrupt_database_fails_at_start_with_a_clear_error(tmp_path):
     assert p.returncode == 1
     assert "cannot open the task store" in p.stderr and "not a database" in p.stderr
     assert "Traceback" not in p.stderr
+    # the task scheduler, started before the store was opened, is stopped with it
+    assert _schedulers() <= before
 
 
 def test_locked_database_fails_at_start_with_a_clear_error(tmp_path):
