@@ -58,6 +58,7 @@ def w3_tasks(system: Any, count: int) -> dict[str, Any]:
         "tasks_per_s": count / dt,
         "client_growth_mb": (client.memory_info().rss - rss0) / MB,
         "controller_mb": _rss(system.controller_processes()),
+        "controller_pss_mb": _pss(system.controller_processes()),
     }
 
 
@@ -122,6 +123,7 @@ def w7_memory(system: Any, count: int) -> dict[str, Any]:
     return {
         "controller_mb_before": before,
         "controller_mb_after": _rss(system.controller_processes()),
+        "controller_pss_mb_after": _pss(system.controller_processes()),
         "hub_mb_before": hub_before,
         "hub_mb_after": _rss(system.controller_processes()[:1]),
         "tasks": count,
@@ -148,6 +150,22 @@ def w9_engine_death(system: Any) -> dict[str, Any]:
         except Exception as e:
             outcome = f"raised {type(e).__name__}"
         return {"detect_s": time.perf_counter() - t, "outcome": outcome}
+
+
+def _pss(procs: list[psutil.Process]) -> float | None:
+    """Proportional set size: like RSS, but a page shared by n processes counts 1/n in
+    each, so a multi-process controller's shared libraries count once (RSS counts them in
+    every process). None where the platform cannot tell (no smaps)."""
+    total = 0
+    try:
+        for p in procs:
+            try:
+                total += p.memory_full_info().pss
+            except psutil.NoSuchProcess:
+                pass
+    except (AttributeError, psutil.AccessDenied):
+        return None
+    return total / MB
 
 
 def _rss(procs: list[psutil.Process]) -> float:
