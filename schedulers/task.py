@@ -26,14 +26,9 @@ from typing import Any
 
 import zmq
 
-from zpar.constants import STORE_INLINE_LIMIT, STORE_RESULT_LIMIT, TASK_HWM, TASK_SCHEME
+from zpar.constants import TASK_HWM, TASK_SCHEME
 from zpar.memory import Trimmer
 from zpar.messages import (
-    MON_SCHEDULER,
-    MON_TASK_BATCH,
-    MON_TASK_RESULT,
-    TASK_BATCH_INTERVAL,
-    TASK_BATCH_MAX,
     TASK_DEST,
     TASK_IN,
     TASK_OUT,
@@ -45,6 +40,8 @@ from zpar.sockets import bind_random, configure
 from zpar.wire import (
     Session,
     detach_small,
+    frame_bytes,
+    frame_view,
     pack,
     recv_message,
     send_frames,
@@ -54,6 +51,7 @@ from zpar.wire import (
 
 from .flags import parse_gates, parse_outcomes, parse_retries, parse_timeout
 from .graph import DependencyGraph, Gate
+from .hubreport import HubReport
 from .replies import error_reply
 from .schemes import EngineSlot, get_scheme
 
@@ -113,7 +111,6 @@ class TaskScheduler:
         # a task sent to an engine that is not connected must fail loudly, not vanish
         self.engine.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self.events = configure(self.ctx.socket(zmq.PULL))
-        self.monitor = configure(self.ctx.socket(zmq.PUSH))
         self.client_addr = bind_random(self.client, ip)
         self.engine_addr = bind_random(self.engine, ip)
         self.local_client = self.local_engine = ""
@@ -124,10 +121,7 @@ class TaskScheduler:
             self.engine.bind(self.local_engine)
         self.events.bind(events)
         self.events_addr = events
-        # the controller may bind the other end a moment after this process starts (they
-        # start together): retry every 10 ms, not libzmq's default 100
-        self.monitor.setsockopt(zmq.RECONNECT_IVL, 10)
-        self.monitor.connect(monitor)
+        self.hub = HubReport(self.ctx, monitor)
         self.engines: dict[bytes, EngineSlot] = {}  # registration order
         self.ids: dict[int, bytes] = {}
         self.live: dict[str, Task] = {}  # every task not answered yet, whatever its state
@@ -141,9 +135,6 @@ class TaskScheduler:
         self._seq = itertools.count()
         self.dispatched = 0
         self.stopping = False
-        self._events: list[list[Any]] = []
-        self._events_due = 0.0  # when the unsent events must go (monotonic)
-        self._events_sent = 0.0  # when the last batch went
         self._trimmer = Trimmer()
 
     # -- start ------------------------------------------------------------------------------
@@ -161,7 +152,7 @@ class TaskScheduler:
                 "local_engine": self.local_engine,
             },
         )
-        self.monitor.send_multipart([MON_SCHEDULER, *frames])
+        self.hub.scheduler_ready(frames)
 
     def run(self, parent_pid: int | None = None) -> None:
         """Serve until stopped, or until the controller that started us is gone."""
@@ -180,8 +171,9 @@ class TaskScheduler:
             wait = 1000
             if self.deadlines:
                 wait = max(0, min(wait, int((self.deadlines[0][0] - time.monotonic()) * 1000) + 1))
-            if self._events:
-                wait = max(0, min(wait, int((self._events_due - time.monotonic()) * 1000) + 1))
+            due = self.hub.wait_ms(time.monotonic())
+            if due is not None:
+                wait = min(wait, due)
             ready = dict(poller.poll(wait))
             if self.deadlines:
                 self.expire(time.monotonic())
@@ -189,7 +181,7 @@ class TaskScheduler:
                 if parent_pid is not None and os.getppid() != parent_pid:
                     log.warning("the controller is gone; task scheduler exiting")
                     return
-                self.flush_events()
+                self.hub.flush()
                 continue
             if events in ready:
                 self._drain(events, self._on_event)
@@ -197,8 +189,7 @@ class TaskScheduler:
                 self._drain(engine, self._on_reply)
             if client in ready:
                 self._drain(client, self._on_submission)
-            if self._events and time.monotonic() >= self._events_due:
-                self.flush_events()
+            self.hub.flush_due(time.monotonic())
             if not self.live:
                 self._trimmer.maybe_trim()  # idle after a burst: give the pages back
 
@@ -213,26 +204,10 @@ class TaskScheduler:
             except Exception:  # one bad message must never stop the scheduler
                 log.exception("error handling a message of %d frames; dropped", len(frames))
 
-    def _event(self, event: list[Any]) -> None:
-        if not self._events:
-            self._events_due = self._events_sent + TASK_BATCH_INTERVAL
-        self._events.append(event)
-        if len(self._events) >= TASK_BATCH_MAX:
-            self.flush_events()
-
-    def flush_events(self) -> None:
-        """Tell the hub what happened since the last flush, in one message: at the end of a
-        loop turn, but no sooner than TASK_BATCH_INTERVAL after the previous batch. A lone
-        task is known to the hub at once; a stream wakes it 100 times a second, not once
-        per turn (the hub is not on the task path and shares the cores with it)."""
-        if self._events:
-            self.monitor.send_multipart([MON_TASK_BATCH, pack(self._events)])
-            self._events = []
-            self._events_sent = time.monotonic()
-
     def close(self) -> None:
-        for s in (self.client, self.engine, self.events, self.monitor):
+        for s in (self.client, self.engine, self.events):
             s.close(linger=0)
+        self.hub.close()
 
     # -- submissions ------------------------------------------------------------------------
 
@@ -251,7 +226,7 @@ class TaskScheduler:
             return
         msg_id = header["msg_id"]
         sig = msg.frames  # [DELIM, sig, header, parent, metadata, content, buffers…]
-        self._event([TASK_IN, client, header, _bytes(sig[4])])
+        self.hub.event([TASK_IN, client, header, frame_bytes(sig[4])])
         task = Task(msg_id, client, detach_small(msg.frames), None)
         if msg_type not in (MsgType.APPLY_REQUEST, MsgType.EXECUTE_REQUEST):
             self._fail(task, "ProtocolError", f"{msg_type!r} is not a task request")
@@ -343,7 +318,7 @@ class TaskScheduler:
             engine.load += 1
             engine.tasks.add(task.msg_id)
             self.broadcasts[(task.msg_id, uuid)] = copy
-            self._event([TASK_DEST, task.msg_id, uuid])
+            self.hub.event([TASK_DEST, task.msg_id, uuid])
 
     def _target_uuids(self, targets: Any) -> frozenset[bytes] | str:
         """The uuids of ``targets``, or a message saying why they cannot be met."""
@@ -422,7 +397,7 @@ class TaskScheduler:
         engine.tasks.add(task.msg_id)
         task.engine = engine
         task.state = RUNNING
-        self._event([TASK_DEST, task.msg_id, engine.uuid])
+        self.hub.event([TASK_DEST, task.msg_id, engine.uuid])
         return True
 
     def _drain_queue(self) -> None:
@@ -519,7 +494,7 @@ class TaskScheduler:
                     "TaskTimeout",
                     f"task {task.msg_id} timed out waiting for {why}",
                 )
-        self.flush_events()
+        self.hub.flush()
 
     # -- replies ----------------------------------------------------------------------------
 
@@ -542,7 +517,7 @@ class TaskScheduler:
                 copy.engine.load -= 1  # type: ignore[union-attr]
                 copy.engine.tasks.discard(msg_id)  # type: ignore[union-attr]
             send_frames(self.client, [client, uuid, *msg])
-            self._task_out(uuid, client, msg_id, msg)
+            self.hub.task_out(uuid, client, msg_id, msg)
             if copy is not None:
                 self._drain_queue()
             return
@@ -571,25 +546,13 @@ class TaskScheduler:
         task.state = DONE
         task.frames = []
         send_frames(self.client, [client, uuid, *msg])
-        self._task_out(uuid, client, msg_id, msg)
+        self.hub.task_out(uuid, client, msg_id, msg)
         self._finished(msg_id, status == Status.OK, uuid)
         self._drain_queue()
 
-    def _task_out(self, uuid: bytes, client: bytes, msg_id: Any, msg: list[Any]) -> None:
-        """Tell the hub a reply passed, with what its store keeps: small result buffers
-        inline, larger ones (up to STORE_RESULT_LIMIT) in a message of their own."""
-        bufs = msg[6:]
-        size = sum(len(_raw(b)) for b in bufs)
-        inline = None
-        if bufs and size <= STORE_INLINE_LIMIT:
-            inline = [_bytes(b) for b in bufs]
-        elif bufs and size <= STORE_RESULT_LIMIT and isinstance(msg_id, str):
-            send_frames(self.monitor, [MON_TASK_RESULT, msg_id.encode(), *bufs])
-        self._event([TASK_OUT, uuid, client, msg_id, _bytes(msg[4]), _bytes(msg[5]), inline])
-
     def _retry(self, task: Task, why: str) -> None:
         log.info("task %s sent to another engine: %s", task.msg_id, why)
-        self._event([TASK_RETRY, task.msg_id, task.engine.uuid if task.engine else b"", why])
+        self.hub.event([TASK_RETRY, task.msg_id, task.engine.uuid if task.engine else b"", why])
         task.engine = None
         task.attempt += 1
         self._resign(task)
@@ -602,7 +565,7 @@ class TaskScheduler:
         md = unpack(frames[4])
         md["attempt"] = task.attempt
         frames[4] = pack(md)
-        frames[1] = self.session.sign([bytes(_raw(f)) for f in frames[2:6]])
+        frames[1] = self.session.sign([bytes(frame_view(f)) for f in frames[2:6]])
 
     # -- engines ----------------------------------------------------------------------------
 
@@ -657,16 +620,8 @@ class TaskScheduler:
         frames = error_reply(self.session, task.header, task.engine, ename, evalue, status)
         log.info("task %s failed in the scheduler: %s: %s", task.msg_id, ename, evalue)
         send_frames(self.client, [task.client, uuid, *frames])
-        self._event([TASK_OUT, uuid, task.client, task.msg_id, frames[4], frames[5], None])
+        self.hub.event([TASK_OUT, uuid, task.client, task.msg_id, frames[4], frames[5], None])
         if self.live.pop(task.msg_id, None) is task:
             task.state = DONE
             task.frames = []
             self._finished(task.msg_id, False, uuid)
-
-
-def _raw(frame: Any) -> Any:
-    return frame.buffer if isinstance(frame, zmq.Frame) else frame
-
-
-def _bytes(frame: Any) -> bytes:
-    return frame.bytes if isinstance(frame, zmq.Frame) else bytes(frame)

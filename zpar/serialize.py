@@ -17,10 +17,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import cloudpickle
-import zmq
 
 from .constants import OOB_THRESHOLD
 from .errors import SerializationError
+from .wire import frame_view
 
 PROTOCOL = 5
 
@@ -37,10 +37,6 @@ def set_pickler(name: str) -> None:
         _dumps = pickle.dumps
     else:
         raise ValueError(f"pickler must be 'cloudpickle' or 'pickle', not {name!r}")
-
-
-def _frame_view(f: Any) -> Any:
-    return f.buffer if isinstance(f, zmq.Frame) else f
 
 
 #: Types the standard pickle writes exactly as cloudpickle would (by value, no code).
@@ -93,7 +89,7 @@ def deserialize_object(frames: Sequence[Any]) -> Any:
     """Inverse of serialize_object; arrays come back as views on the frames."""
     if not frames:
         raise SerializationError("nothing to deserialize: no frames")
-    return pickle.loads(_frame_view(frames[0]), buffers=[_frame_view(f) for f in frames[1:]])
+    return pickle.loads(frame_view(frames[0]), buffers=[frame_view(f) for f in frames[1:]])
 
 
 def _describe(obj: Any) -> str:

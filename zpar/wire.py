@@ -54,9 +54,17 @@ def _refresh_pid() -> None:
 os.register_at_fork(after_in_child=_refresh_pid)
 
 
-def _raw(frame: Any) -> Any:
-    """Bytes-like view of a frame without copying it."""
+def frame_view(frame: Any) -> Any:
+    """Bytes-like view of a frame (zmq.Frame or bytes) without copying it."""
     return frame.buffer if isinstance(frame, zmq.Frame) else frame
+
+
+def frame_bytes(frame: Any) -> bytes:
+    """A frame's content as bytes (a copy for a zmq.Frame or a view)."""
+    return frame.bytes if isinstance(frame, zmq.Frame) else bytes(frame)
+
+
+_raw = frame_view
 
 
 @dataclass(slots=True)

@@ -1,0 +1,85 @@
+"""HubReport: what the task scheduler tells the hub, batched (the hub is not on the task path).
+
+Every task passes the hub three times (in, destination, out) as events of one msgpack list
+per batch (zpar.messages: TASK_IN / TASK_DEST / TASK_OUT / TASK_RETRY). A batch goes at the
+end of a scheduler turn, but no sooner than TASK_BATCH_INTERVAL after the previous one: a
+lone task is known to the hub at once, a stream wakes it 100 times a second instead of once
+per turn (it shares the cores with the task path).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import zmq
+
+from zpar.constants import STORE_INLINE_LIMIT, STORE_RESULT_LIMIT
+from zpar.messages import (
+    MON_SCHEDULER,
+    MON_TASK_BATCH,
+    MON_TASK_RESULT,
+    TASK_BATCH_INTERVAL,
+    TASK_BATCH_MAX,
+    TASK_OUT,
+)
+from zpar.sockets import configure
+from zpar.wire import frame_bytes, frame_view, pack, send_frames
+
+
+class HubReport:
+    """The scheduler's monitor PUSH to the hub and the events waiting for it."""
+
+    def __init__(self, context: zmq.Context, address: str) -> None:
+        self.socket = configure(context.socket(zmq.PUSH))
+        # the controller may bind the other end a moment after this process starts (they
+        # start together): retry every 10 ms, not libzmq's default 100
+        self.socket.setsockopt(zmq.RECONNECT_IVL, 10)
+        self.socket.connect(address)
+        self.events: list[list[Any]] = []
+        self.due = 0.0  # when the unsent events must go (monotonic)
+        self._sent = 0.0  # when the last batch went
+
+    def scheduler_ready(self, frames: list[Any]) -> None:
+        self.socket.send_multipart([MON_SCHEDULER, *frames])
+
+    def event(self, event: list[Any]) -> None:
+        if not self.events:
+            self.due = self._sent + TASK_BATCH_INTERVAL
+        self.events.append(event)
+        if len(self.events) >= TASK_BATCH_MAX:
+            self.flush()
+
+    def task_out(self, uuid: bytes, client: bytes, msg_id: Any, msg: list[Any]) -> None:
+        """A reply passed, with what the hub's store keeps: small result buffers inline,
+        larger ones (up to STORE_RESULT_LIMIT) in a message of their own."""
+        bufs = msg[6:]
+        size = sum(len(frame_view(b)) for b in bufs)
+        inline = None
+        if bufs and size <= STORE_INLINE_LIMIT:
+            inline = [frame_bytes(b) for b in bufs]
+        elif bufs and size <= STORE_RESULT_LIMIT and isinstance(msg_id, str):
+            send_frames(self.socket, [MON_TASK_RESULT, msg_id.encode(), *bufs])
+        self.event(
+            [TASK_OUT, uuid, client, msg_id, frame_bytes(msg[4]), frame_bytes(msg[5]), inline]
+        )
+
+    def flush(self) -> None:
+        """Send the events held, in one message."""
+        if self.events:
+            self.socket.send_multipart([MON_TASK_BATCH, pack(self.events)])
+            self.events = []
+            self._sent = time.monotonic()
+
+    def flush_due(self, now: float) -> None:
+        if self.events and now >= self.due:
+            self.flush()
+
+    def wait_ms(self, now: float) -> int | None:
+        """Milliseconds until the held events are due; None when there are none."""
+        if not self.events:
+            return None
+        return max(0, int((self.due - now) * 1000) + 1)
+
+    def close(self) -> None:
+        self.socket.close(linger=0)
