@@ -74,6 +74,10 @@ class MonitorCopies:
                 if queue and (self._stopping or now >= self._sent_at + COPY_INTERVAL):
                     while queue:
                         send_frames(sock, queue.popleft())
+                        # small sends keep the GIL: without a yield, a batch held the
+                        # main thread (a call in progress) off it for up to the 5 ms
+                        # switch interval
+                        time.sleep(0)
                     self._sent_at = now
                 if self._stopping:
                     break
