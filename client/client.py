@@ -16,7 +16,7 @@ from typing import Any
 from zpar.connection import default_url_file, profile_dir, wait_for_connection_file
 from zpar.constants import DEFAULT_PROFILE, HUB_TIMEOUT
 from zpar.dependency import to_wire
-from zpar.errors import EngineError, NoEnginesRegistered, TimeoutError
+from zpar.errors import EngineError, HubRefused, NoEnginesRegistered, TimeoutError
 from zpar.messages import MsgType, Status
 from zpar.serialize import pack_apply
 from zpar.transport import choose, direct_dir
@@ -223,7 +223,9 @@ class Client:
                 "is the controller running?"
             ) from None
         if reply.content.get("status") == Status.ERROR:
-            raise RuntimeError(f"hub refused {msg_type}: {reply.content.get('evalue', '')}")
+            raise HubRefused(
+                f"hub refused {msg_type}: {reply.content.get('evalue', '')}", reply.content
+            )
         return reply
 
     def apply_to(

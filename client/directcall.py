@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from concurrent.futures import InvalidStateError
 from typing import Any
 
 import zmq
@@ -22,7 +21,7 @@ from zpar.sockets import configure
 from zpar.transport import direct_address, usable_ipc
 from zpar.wire import Session, recv_message, send_frames
 
-from .futures import ReplyFuture
+from .futures import ReplyFuture, resolve
 
 log = logging.getLogger(__name__)
 
@@ -113,9 +112,9 @@ class DirectCaller:
                         "stale reply to %s dropped (waiting for %s)", msg.parent_msg_id, msg_id
                     )
                     continue
-                _resolve(fut, msg)
+                resolve(fut, msg)
         except zmq.ZMQError as e:  # the client closed the socket under us
-            _resolve(fut, None, EngineError(f"the call to engine {uuid} failed: {e}"))
+            resolve(fut, error=EngineError(f"the call to engine {uuid} failed: {e}"))
         finally:
             self._io.unwatch_direct(uuid, fut)
             with self._lock:
@@ -135,14 +134,3 @@ class DirectCaller:
                     if sock not in self._busy:
                         sock.close(linger=0)
             self._by_thread = {t: {} for t in self._by_thread}
-
-
-def _resolve(fut: ReplyFuture, value: Any, error: BaseException | None = None) -> None:
-    """Set the future unless the I/O thread failed it first (engine death, close)."""
-    try:
-        if error is None:
-            fut.set_result(value)
-        else:
-            fut.set_exception(error)
-    except InvalidStateError:
-        pass

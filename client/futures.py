@@ -11,7 +11,7 @@ take their condition twice, so a non-reentrant lock is enough.
 from __future__ import annotations
 
 import threading
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from typing import Any
 
 _allocate_lock = threading.Lock
@@ -88,3 +88,15 @@ class ReplyFuture(Future):
         self._exception = None
         self._waiters = []
         self._done_callbacks = []
+
+
+def resolve(fut: Future, value: Any = None, error: BaseException | None = None) -> None:
+    """Set ``fut`` unless another thread resolved it first (a reply and an engine's death,
+    or the client closing, can race)."""
+    try:
+        if error is None:
+            fut.set_result(value)
+        else:
+            fut.set_exception(error)
+    except InvalidStateError:
+        pass

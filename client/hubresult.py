@@ -8,6 +8,7 @@ import time
 from concurrent.futures import Future
 from typing import Any
 
+from zpar.errors import HubRefused
 from zpar.messages import MsgType
 from zpar.wire import Message
 
@@ -15,6 +16,10 @@ log = logging.getLogger(__name__)
 
 #: Seconds between polls of the hub while fetched tasks are still pending (doubling to 1 s).
 POLL_START, POLL_MAX = 0.02, 1.0
+#: Seconds the hub may take to hear of a task this client sent: it learns from copies that
+#: engines and the scheduler send in batches (at most every 10 ms under load), so a task
+#: submitted a moment ago can still be unknown there.
+UNKNOWN_GRACE = 2.0
 
 
 class HubResultFetcher(threading.Thread):
@@ -27,15 +32,21 @@ class HubResultFetcher(threading.Thread):
 
     def run(self) -> None:
         delay = POLL_START
+        grace = time.monotonic() + UNKNOWN_GRACE
         while self.wanted and not self.client._closed:
             try:
                 reply = self.client._query(
                     MsgType.RESULT_REQUEST, {"msg_ids": list(self.wanted), "statusonly": False}
                 )
-            except Exception as e:  # unknown ids, hub gone: every waiter learns why
-                for fut in self.wanted.values():
-                    if not fut.done():
-                        fut.set_exception(e)
+            except HubRefused as e:
+                if self._not_heard_of_yet(e.content.get("unknown"), grace):
+                    time.sleep(delay)
+                    delay = min(POLL_MAX, delay * 2)
+                    continue
+                self._fail(e)
+                return
+            except Exception as e:  # hub gone, store failing: every waiter learns why
+                self._fail(e)
                 return
             results = reply.content.get("results", {})
             for m in reply.content.get("completed", []):
@@ -45,6 +56,17 @@ class HubResultFetcher(threading.Thread):
             if self.wanted:
                 time.sleep(delay)
                 delay = min(POLL_MAX, delay * 2)
+
+    def _not_heard_of_yet(self, unknown: Any, grace: float) -> bool:
+        """Only tasks this client sent are unknown, and they were sent a moment ago."""
+        if not unknown or time.monotonic() > grace:
+            return False
+        return set(unknown) <= set(self.client.history)
+
+    def _fail(self, e: BaseException) -> None:
+        for fut in self.wanted.values():
+            if not fut.done():
+                fut.set_exception(e)
 
 
 def as_reply(record: dict[str, Any], buffers: list[Any]) -> Message:

@@ -22,7 +22,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import Future
 from typing import Any
 
 import msgpack
@@ -35,7 +35,7 @@ from zpar.sockets import configure
 from zpar.transport import direct_address, usable_ipc
 from zpar.wire import Message, Session, recv_message, send_frames
 
-from .futures import ReplyFuture
+from .futures import ReplyFuture, resolve
 
 log = logging.getLogger(__name__)
 
@@ -251,11 +251,7 @@ class ClientIO:
             else:
                 futs = list(self._direct_watch.pop(uuid, ()))
         for fut in futs:
-            if not fut.done():
-                try:
-                    fut.set_exception(EngineError(why))
-                except InvalidStateError:  # resolved by its own thread meanwhile
-                    pass
+            resolve(fut, error=EngineError(why))
 
     def pending_futures(self) -> list[Future]:
         """Every future still waiting for a reply (broadcasts count once per engine)."""

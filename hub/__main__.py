@@ -63,21 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.hwm < 0:
         p.error(f"--hwm must be >= 0, got {args.hwm}")
     setup_logging("hub", args.log_level)
-    # the task scheduler first: its start-up overlaps this process's imports (W1)
-    from .schedproc import launch_scheduler
-
-    try:
-        launch = launch_scheduler(
-            ip=args.ip,
-            scheme=args.scheme,
-            hwm=args.hwm,
-            log_level=args.log_level,
-            insecure=args.insecure,
-        )
-    except OSError as e:
-        sys.stderr.write(f"zpar controller: cannot start the task scheduler: {e}\n")
-        return 1
-    from .controller import ControllerConfig, run_controller
+    from .schedproc import ControllerConfig, launch_scheduler
 
     config = ControllerConfig(
         ip=args.ip,
@@ -93,6 +79,14 @@ def main(argv: list[str] | None = None) -> int:
         log_level=args.log_level,
         db=args.db,
     )
+    # the task scheduler first: its start-up overlaps this process's imports (W1)
+    try:
+        launch = launch_scheduler(config)
+    except OSError as e:
+        sys.stderr.write(f"zpar controller: cannot start the task scheduler: {e}\n")
+        return 1
+    from .controller import run_controller
+
     try:
         return run_controller(config, launch)
     except (ZparError, zmq.ZMQError, OSError) as e:

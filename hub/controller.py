@@ -15,7 +15,6 @@ import socket
 import subprocess
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +30,6 @@ from zpar.connection import (
     write_connection_file,
 )
 from zpar.constants import (
-    DEFAULT_PROFILE,
-    HEARTBEAT_MAX_MISSES,
-    HEARTBEAT_PERIOD,
-    TASK_HWM,
-    TASK_SCHEME,
     WILDCARDS,
 )
 from zpar.errors import ZparError
@@ -46,7 +40,7 @@ from zpar.wire import Session
 from .heartmonitor import HeartMonitor
 from .hub import Addresses, Hub
 from .relays import start_relays
-from .schedproc import SchedulerLaunch, launch_scheduler
+from .schedproc import ControllerConfig, SchedulerLaunch, launch_scheduler
 from .store import TaskStore, open_store
 
 log = logging.getLogger(__name__)
@@ -63,28 +57,6 @@ class ControllerError(ZparError):
     """The controller could not start or lost a part it cannot run without."""
 
 
-@dataclass
-class ControllerConfig:
-    ip: str = "127.0.0.1"
-    location: str = ""  # host name clients and engines use; default: ip, or hostname if wildcard
-    profile: str = DEFAULT_PROFILE
-    cluster_id: str = ""
-    url_file_dir: str = ""  # default: the profile's security dir
-    hb_period: float = HEARTBEAT_PERIOD
-    hb_misses: int = HEARTBEAT_MAX_MISSES
-    scheme: str = TASK_SCHEME
-    hwm: int = TASK_HWM
-    insecure: bool = False
-    log_level: str = "INFO"
-    db: str = ""  # task store: "" SQLite file in the profile dir, "memory", or an SQLAlchemy URL
-
-    @property
-    def advertised_host(self) -> str:
-        if self.location:
-            return self.location
-        return socket.gethostname() if self.ip in WILDCARDS else self.ip
-
-
 def advertise(addr: str, host: str) -> str:
     """``tcp://0.0.0.0:5555`` -> ``tcp://<host>:5555``: what a peer should connect to."""
     port = addr.rsplit(":", 1)[1]
@@ -98,7 +70,7 @@ class Controller:
         self.config = config
         self.ctx = zmq.Context()
         if launch is None:
-            launch = launch_config(config)
+            launch = launch_scheduler(config)
         self.rundir = launch.rundir
         self.key = launch.key
         self._key_file = launch.key_file
@@ -341,17 +313,6 @@ class Controller:
         term.join(5)
         shutil.rmtree(self.rundir, ignore_errors=True)
         log.info("controller stopped")
-
-
-def launch_config(config: ControllerConfig) -> SchedulerLaunch:
-    """Start the task scheduler for ``config`` (see hub.schedproc)."""
-    return launch_scheduler(
-        ip=config.ip,
-        scheme=config.scheme,
-        hwm=config.hwm,
-        log_level=config.log_level,
-        insecure=config.insecure,
-    )
 
 
 def run_controller(config: ControllerConfig, launch: SchedulerLaunch | None = None) -> int:

@@ -69,7 +69,10 @@ def result_request(hub: Hub, msg: Message) -> Any:
     unknown = [m for m in wanted if m not in rows]
     if unknown:
         shown = ", ".join(unknown[:5]) + (" …" if len(unknown) > 5 else "")
-        return _error(f"no such task: {len(unknown)} unknown msg_id(s): {shown}")
+        return {
+            **_error(f"no such task: {len(unknown)} unknown msg_id(s): {shown}"),
+            "unknown": unknown,
+        }
     completed = [m for m in msg_ids if m not in set(pending)]
     content: dict[str, Any] = {"status": Status.OK, "pending": pending, "completed": completed}
     if status_only:

@@ -1,24 +1,55 @@
-"""Launching the task scheduler process, first thing in a controller.
+"""A controller's configuration, and launching its task scheduler process first thing.
 
 The scheduler is a process of its own (it never shares the hub's GIL) and the controller
 writes its connection files only once the scheduler has bound its ports. Started after the
 controller's imports, the scheduler's own start-up (~0.16 s) followed them; started here,
 before them, the two overlap (cluster start-up is benchmark row W1). This module imports
-only the standard library and zpar.constants, so the controller's entry point can use it
-before importing the rest of the hub.
+only the standard library and zpar.constants, so the controller's entry point can build
+its configuration and start the scheduler before importing the rest of the hub.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
+import socket
 import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from zpar.constants import KEY_FILE_ENV, WILDCARDS
+from zpar.constants import (
+    DEFAULT_PROFILE,
+    HEARTBEAT_MAX_MISSES,
+    HEARTBEAT_PERIOD,
+    KEY_FILE_ENV,
+    TASK_HWM,
+    TASK_SCHEME,
+    WILDCARDS,
+)
+
+
+@dataclass
+class ControllerConfig:
+    ip: str = "127.0.0.1"
+    location: str = ""  # host name clients and engines use; default: ip, or hostname if wildcard
+    profile: str = DEFAULT_PROFILE
+    cluster_id: str = ""
+    url_file_dir: str = ""  # default: the profile's security dir
+    hb_period: float = HEARTBEAT_PERIOD
+    hb_misses: int = HEARTBEAT_MAX_MISSES
+    scheme: str = TASK_SCHEME
+    hwm: int = TASK_HWM
+    insecure: bool = False
+    log_level: str = "INFO"
+    db: str = ""  # task store: "" SQLite file in the profile dir, "memory", or an SQLAlchemy URL
+
+    @property
+    def advertised_host(self) -> str:
+        if self.location:
+            return self.location
+        return socket.gethostname() if self.ip in WILDCARDS else self.ip
 
 
 @dataclass
@@ -31,9 +62,8 @@ class SchedulerLaunch:
     process: subprocess.Popen
 
 
-def launch_scheduler(
-    *, ip: str, scheme: str, hwm: int, log_level: str, insecure: bool
-) -> SchedulerLaunch:
+def launch_scheduler(config: ControllerConfig) -> SchedulerLaunch:
+    ip, insecure = config.ip, config.insecure
     rundir = Path(tempfile.mkdtemp(prefix="zpar-"))  # mode 0700
     key = "" if insecure else secrets.token_hex(32)
     key_file = rundir / "key"
@@ -51,11 +81,11 @@ def launch_scheduler(
         "--ip",
         "*" if ip in WILDCARDS else ip,
         "--scheme",
-        scheme,
+        config.scheme,
         "--hwm",
-        str(hwm),
+        str(config.hwm),
         "--log-level",
-        log_level,
+        config.log_level,
         "--ipc-dir",
         str(rundir),
     ]

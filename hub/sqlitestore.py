@@ -17,7 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from .records import jsonable
-from .store import JSON_KEYS, LOST_IN_RESTART, RECORD_KEYS, StoreError, TaskStore
+from .store import (
+    JSON_KEYS,
+    LOST_IN_RESTART,
+    RECORD_KEYS,
+    StoreError,
+    TaskStore,
+    lost_marking_error,
+)
 
 #: SQLStore's metadata as SQLAlchemy renders it for SQLite, IF NOT EXISTS added.
 DDL = (
@@ -73,7 +80,7 @@ class SQLiteStore(TaskStore):
         except sqlite3.Error as e:
             raise StoreError(f"cannot open the task store {self.url}: {_reason(e)}") from None
 
-    def _write(self, what: str, fn: Any) -> Any:
+    def _write(self, fn: Any) -> Any:
         """Run fn(cursor) in one transaction; a driver error becomes StoreError."""
         try:
             cur = self.db.cursor()
@@ -108,7 +115,7 @@ class SQLiteStore(TaskStore):
                     [(m, i, bytes(b)) for m, bs in bufs.items() for i, b in enumerate(bs)],
                 )
 
-        self._write("save", write)
+        self._write(write)
 
     def get(self, msg_ids: Iterable[str], with_buffers: bool) -> dict[str, dict[str, Any]]:
         ids = list(msg_ids)
@@ -163,7 +170,7 @@ class SQLiteStore(TaskStore):
             )
             return cur.execute(f"DELETE FROM zpar_tasks WHERE {doomed}", params).rowcount
 
-        return int(self._write("delete", delete))
+        return int(self._write(delete))
 
     def history(self) -> list[str]:
         rows = self._read("SELECT msg_id FROM zpar_tasks ORDER BY submitted, msg_id", ())
@@ -172,27 +179,16 @@ class SQLiteStore(TaskStore):
     def mark_lost(self, now: float) -> int:
         # the first write at start: a store another process holds locked fails here, with
         # a message that says so rather than a traceback
+        def mark(cur: sqlite3.Cursor) -> int:
+            return cur.execute(
+                "UPDATE zpar_tasks SET completed = ?, status = ? WHERE completed IS NULL",
+                (now, LOST_IN_RESTART),
+            ).rowcount
+
         try:
-            return int(
-                self._write(
-                    "mark_lost",
-                    lambda cur: (
-                        cur.execute(
-                            "UPDATE zpar_tasks SET completed = ?, status = ? WHERE completed IS NULL",
-                            (now, LOST_IN_RESTART),
-                        ).rowcount
-                    ),
-                )
-            )
+            return int(self._write(mark))
         except StoreError as e:
-            reason = str(e)
-            hint = ""
-            if "locked" in reason:
-                hint = (
-                    " (another process holds the database: is another controller using "
-                    "this file? Give this one its own with --db or --cluster-id)"
-                )
-            raise StoreError(f"cannot write to the task store {self.url}: {reason}{hint}") from None
+            raise lost_marking_error(self.url, str(e)) from None
 
     def count(self) -> int:
         return int(self._read("SELECT count(*) FROM zpar_tasks", ())[0][0])

@@ -16,7 +16,14 @@ import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 
 from .records import jsonable
-from .store import JSON_KEYS, OPERATORS, RECORD_KEYS, StoreError, TaskStore
+from .store import (
+    JSON_KEYS,
+    OPERATORS,
+    RECORD_KEYS,
+    StoreError,
+    TaskStore,
+    lost_marking_error,
+)
 
 log = logging.getLogger(__name__)
 
@@ -163,14 +170,7 @@ class SQLStore(TaskStore):
                     .values(completed=now, status=LOST_IN_RESTART)
                 ).rowcount
         except (sa_exc.SQLAlchemyError, OSError) as e:
-            reason = _reason(e)
-            hint = ""
-            if "locked" in reason:
-                hint = (
-                    " (another process holds the database: is another controller using "
-                    "this file? Give this one its own with --db or --cluster-id)"
-                )
-            raise StoreError(f"cannot write to the task store {self.url}: {reason}{hint}") from None
+            raise lost_marking_error(self.url, _reason(e)) from None
 
     def count(self) -> int:
         with self.engine.connect() as c:

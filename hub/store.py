@@ -77,6 +77,17 @@ class StoreError(ZparError):
     """The store cannot be opened or used; the message says which file/URL and why."""
 
 
+def lost_marking_error(url: str, reason: str) -> StoreError:
+    """The start-up write failed: say so, and what a locked database most likely means."""
+    hint = ""
+    if "locked" in reason:
+        hint = (
+            " (another process holds the database: is another controller using this file? "
+            "Give this one its own with --db or --cluster-id)"
+        )
+    return StoreError(f"cannot write to the task store {url}: {reason}{hint}")
+
+
 def check_query(query: Any) -> dict[str, dict[str, Any]]:
     """Normalize a Mongo-style filter: {key: value | {"$op": value}}; ValueError if bad."""
     if not isinstance(query, dict):

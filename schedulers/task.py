@@ -39,7 +39,6 @@ from zpar.messages import (
 from zpar.sockets import bind_random, configure
 from zpar.wire import (
     Session,
-    detach_small,
     frame_bytes,
     frame_view,
     pack,
@@ -227,7 +226,7 @@ class TaskScheduler:
         msg_id = header["msg_id"]
         sig = msg.frames  # [DELIM, sig, header, parent, metadata, content, buffers…]
         self.hub.event([TASK_IN, client, header, frame_bytes(sig[4])])
-        task = Task(msg_id, client, detach_small(msg.frames), None)
+        task = Task(msg_id, client, msg.frames, None)  # recv_message copied the small frames
         if msg_type not in (MsgType.APPLY_REQUEST, MsgType.EXECUTE_REQUEST):
             self._fail(task, "ProtocolError", f"{msg_type!r} is not a task request")
             return

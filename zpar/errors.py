@@ -46,6 +46,15 @@ class NoEnginesRegistered(ZparError):
     """An operation needs engines and the cluster has none."""
 
 
+class HubRefused(ZparError, RuntimeError):
+    """The hub answered a query with an error; ``content`` is its reply (evalue, and for
+    result_request the ``unknown`` msg_ids)."""
+
+    def __init__(self, message: str, content: dict) -> None:
+        super().__init__(message)
+        self.content = content
+
+
 class EngineError(ZparError):
     """An engine died or became unreachable while it held the work."""
 

@@ -451,7 +451,8 @@ MON_CONTROL_IN = b"ctl_in"
 MON_CONTROL_OUT = b"ctl_out"
 #: The task scheduler's events travel in batches: [MON_TASK_BATCH, msgpack list of events],
 #: at most one message per TASK_BATCH_INTERVAL seconds (or TASK_BATCH_MAX events), so neither
-#: process pays a zmq message, and the hub not a loop turn, per event. Each event is a list starting with its kind:
+#: process pays a zmq message, and the hub not a loop turn, per event. Each event is a list
+#: starting with its kind:
 #:   [TASK_IN, client_ident, header (map), metadata (msgpack bytes)]
 #:   [TASK_DEST, msg_id, engine_uuid]
 #:   [TASK_OUT, engine_uuid, client_ident, parent msg_id, metadata (msgpack bytes),

@@ -290,6 +290,37 @@ class Session:
         )
 
 
+class _Decoded:
+    """A LazyMessage part: msgpack bytes until first read, then the decoded map."""
+
+    def __init__(self, check: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.check = check
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name, self.slot = name, f"_{name}"
+
+    def __get__(self, msg: Any, owner: type | None = None) -> Any:
+        if msg is None:
+            return self
+        value = getattr(msg, self.slot)
+        if type(value) is bytes:
+            try:
+                value = _unpackb(value)
+            except Exception as e:
+                raise RemoteProtocolError("undecodable", f"{self.name}: msgpack: {e}") from e
+            if not isinstance(value, dict):
+                raise RemoteProtocolError("malformed", f"{self.name} must be a map")
+            if self.check is not None:
+                self.check(value)
+            setattr(msg, self.slot, value)
+        return value
+
+
+def _check_header(header: dict[str, Any]) -> None:
+    if "msg_id" not in header or "msg_type" not in header:
+        raise RemoteProtocolError("malformed", "header lacks msg_id or msg_type")
+
+
 class LazyMessage:
     """A checked message whose header, metadata and content stay msgpack bytes until read.
 
@@ -329,42 +360,10 @@ class LazyMessage:
         self._content: Any = content
         self.buffers = list(buffers)
 
-    @staticmethod
-    def _decode(raw: bytes, what: str) -> dict[str, Any]:
-        try:
-            value = _unpackb(raw)
-        except Exception as e:
-            raise RemoteProtocolError("undecodable", f"{what}: msgpack: {e}") from e
-        if not isinstance(value, dict):
-            raise RemoteProtocolError("malformed", f"{what} must be a map")
-        return value
-
-    @property
-    def header(self) -> dict[str, Any]:
-        if type(self._header) is bytes:
-            h = self._decode(self._header, "header")
-            if "msg_id" not in h or "msg_type" not in h:
-                raise RemoteProtocolError("malformed", "header lacks msg_id or msg_type")
-            self._header = h
-        return self._header
-
-    @property
-    def parent_header(self) -> dict[str, Any]:
-        if type(self._parent_header) is bytes:
-            self._parent_header = self._decode(self._parent_header, "parent_header")
-        return self._parent_header
-
-    @property
-    def metadata(self) -> dict[str, Any]:
-        if type(self._metadata) is bytes:
-            self._metadata = self._decode(self._metadata, "metadata")
-        return self._metadata
-
-    @property
-    def content(self) -> dict[str, Any]:
-        if type(self._content) is bytes:
-            self._content = self._decode(self._content, "content")
-        return self._content
+    header = _Decoded(_check_header)
+    parent_header = _Decoded()
+    metadata = _Decoded()
+    content = _Decoded()
 
     @property
     def msg_type(self) -> str:
@@ -377,11 +376,14 @@ class LazyMessage:
 
 def recv_message(sock: zmq.Socket, flags: int = 0) -> list[Any]:
     """Receive one multipart: routing identities, the delimiter, the signature and the four
-    maps as bytes; buffers as zero-copy Frames (small ones copied out, as detach_small).
+    maps as bytes; buffers as zero-copy Frames, small ones copied out.
 
-    recv_multipart(copy=False) makes a zmq.Frame per frame (~2 us each) that detach_small
-    then copies out again; the head of a message is always small and always wanted as
-    bytes: the scheduler, the engines and the client each read 8-9 frames a message.
+    libzmq decodes small messages into one shared, refcounted receive buffer: a kept
+    zmq.Frame of 200 bytes pins all of it, so anything held beyond the moment (a reply
+    waiting for its reader, a queued task) must be copied out. recv_multipart(copy=False)
+    made a Frame per frame (~2 us each) only to copy it out again; the head of a message
+    is always small and always wanted as bytes (the scheduler, the engines and the client
+    each read 8-9 frames a message).
     """
     recv, rcvmore = sock.recv, zmq.RCVMORE
     getsockopt = sock.getsockopt
@@ -402,16 +404,6 @@ def recv_message(sock: zmq.Socket, flags: int = 0) -> list[Any]:
             parts.append(frame.bytes if len(frame) < COPY_THRESHOLD else frame)
             if not frame.more:
                 return parts
-
-
-def detach_small(frames: list[Any], threshold: int = COPY_THRESHOLD) -> list[Any]:
-    """Copy small received frames out into bytes; keep large ones as zero-copy Frames.
-
-    libzmq decodes small messages into one shared, refcounted receive buffer (8 KB or
-    more): a kept zmq.Frame of 200 bytes pins all of it. Anything held beyond the moment
-    (a reply waiting for its reader, a queued task) must not keep such frames.
-    """
-    return [f.bytes if isinstance(f, zmq.Frame) and len(f) < threshold else f for f in frames]
 
 
 def send_frames(

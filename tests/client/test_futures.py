@@ -12,9 +12,23 @@ import pytest
 from zpar.client.futures import ReplyFuture
 
 
-def _later(f, value, delay=0.05, exc=None):
+def _waited_on(f):
+    """Someone waits on f: result()/exception(), concurrent.futures.wait, or a callback."""
+    return bool(f._condition._waiters or f._waiters or f._done_callbacks)
+
+
+def _wait_until(condition, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "nobody came to wait"
+        time.sleep(0.001)
+
+
+def _later(f, value, exc=None):
+    """Resolve f from another thread once something waits on it."""
+
     def run():
-        time.sleep(delay)
+        _wait_until(lambda: _waited_on(f))
         f.set_exception(exc) if exc is not None else f.set_result(value)
 
     t = threading.Thread(target=run)
@@ -48,7 +62,7 @@ def test_many_waiters_are_all_woken():
     waiters = [threading.Thread(target=lambda: got.append(f.result(5))) for _ in range(8)]
     for w in waiters:
         w.start()
-    time.sleep(0.05)
+    _wait_until(lambda: len(f._condition._waiters or ()) == 8)
     f.set_result("x")
     for w in waiters:
         w.join(5)
@@ -59,9 +73,10 @@ def test_wait_as_completed_callbacks_and_cancel():
     fs = [ReplyFuture() for _ in range(3)]
     seen = []
     fs[0].add_done_callback(lambda f: seen.append(f.result()))
-    threads = [_later(f, i, delay=0.01 * (i + 1)) for i, f in enumerate(fs[:2])]
+    threads = [_later(fs[0], 0)]
     done, pending = concurrent.futures.wait(fs, timeout=5, return_when="FIRST_COMPLETED")
-    assert fs[0] in done and fs[2] in pending
+    assert done == {fs[0]} and pending == {fs[1], fs[2]}
+    threads.append(_later(fs[1], 1))  # resolved once as_completed waits on it
     assert sorted(f.result() for f in concurrent.futures.as_completed(fs[:2], 5)) == [0, 1]
     assert fs[2].cancel() and fs[2].cancelled()
     assert seen == [0]

@@ -154,45 +154,43 @@ def test_validly_signed_arbitrary_maps_decode_or_are_refused(content):
         assert msg is None and s.refused == {"malformed": 1}
 
 
-def test_send_frames_hands_large_buffers_to_zmq_without_copy():
+@pytest.fixture
+def pair():
+    """Two connected inproc PAIR sockets (inproc + copy=False: the receiver's frame is the
+    sender's memory, so zero-copy is observable)."""
     ctx = zmq.Context.instance()
     a, b = ctx.socket(zmq.PAIR), ctx.socket(zmq.PAIR)
-    try:
-        a.bind("inproc://wire-test")
-        b.connect("inproc://wire-test")
-        big = np.arange(1 << 17, dtype=np.float64)
-        send_frames(a, [b"small", memoryview(big).cast("B")])
-        small, frame = b.recv_multipart(copy=False)
-        assert small.bytes == b"small"
-        got = np.frombuffer(frame.buffer, dtype=np.float64)
-        # inproc + copy=False: the receiver's frame is the sender's memory
-        assert np.shares_memory(got, big)
-    finally:
-        a.close(linger=0)
-        b.close(linger=0)
+    name = f"inproc://wire-test-{id(a):x}"
+    a.bind(name)
+    b.connect(name)
+    yield a, b
+    a.close(linger=0)
+    b.close(linger=0)
 
 
-def test_recv_message_takes_the_head_as_bytes_and_large_buffers_without_copy():
-    ctx = zmq.Context.instance()
-    a, b = ctx.socket(zmq.PAIR), ctx.socket(zmq.PAIR)
-    try:
-        a.bind("inproc://wire-recv-test")
-        b.connect("inproc://wire-recv-test")
-        big = np.arange(1 << 17, dtype=np.float64)
-        frames = [b"ident", *_frames(), b"tiny", memoryview(big).cast("B")]
-        send_frames(a, frames)
-        got = recv_message(b)
-        assert [type(f) for f in got[:8]] == [bytes] * 8 and got[:8] == frames[:8]
-        assert isinstance(got[8], zmq.Frame)  # the large buffer: zero-copy
-        assert np.shares_memory(np.frombuffer(got[8].buffer, dtype=np.float64), big)
-        assert Session(KEY).feed(got).buffers[0] == b"tiny"
-        a.send_multipart([b"no", b"delimiter", b"here"])  # garbage: all bytes, nothing lost
-        assert recv_message(b) == [b"no", b"delimiter", b"here"]
-        a.send(b"alone")
-        assert recv_message(b) == [b"alone"]
-    finally:
-        a.close(linger=0)
-        b.close(linger=0)
+def test_send_frames_hands_large_buffers_to_zmq_without_copy(pair):
+    a, b = pair
+    big = np.arange(1 << 17, dtype=np.float64)
+    send_frames(a, [b"small", memoryview(big).cast("B")])
+    small, frame = b.recv_multipart(copy=False)
+    assert small.bytes == b"small"
+    assert np.shares_memory(np.frombuffer(frame.buffer, dtype=np.float64), big)
+
+
+def test_recv_message_takes_the_head_as_bytes_and_large_buffers_without_copy(pair):
+    a, b = pair
+    big = np.arange(1 << 17, dtype=np.float64)
+    frames = [b"ident", *_frames(), b"tiny", memoryview(big).cast("B")]
+    send_frames(a, frames)
+    got = recv_message(b)
+    assert [type(f) for f in got[:8]] == [bytes] * 8 and got[:8] == frames[:8]
+    assert isinstance(got[8], zmq.Frame)  # the large buffer: zero-copy
+    assert np.shares_memory(np.frombuffer(got[8].buffer, dtype=np.float64), big)
+    assert Session(KEY).feed(got).buffers[0] == b"tiny"
+    a.send_multipart([b"no", b"delimiter", b"here"])  # garbage: all bytes, nothing lost
+    assert recv_message(b) == [b"no", b"delimiter", b"here"]
+    a.send(b"alone")
+    assert recv_message(b) == [b"alone"]
 
 
 # -- lazily decoded replies (what the client holds until read) ------------------------------

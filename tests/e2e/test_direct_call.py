@@ -9,6 +9,7 @@ import time
 import pytest
 
 import zpar
+from tests.e2e.conftest import wait_for_files, wait_until
 from zpar.serialize import pack_apply
 from zpar.wire import send_frames
 
@@ -20,13 +21,23 @@ def _sleep_then(t, value):
     return value
 
 
-def test_blocking_call_on_one_engine_skips_the_io_thread(rc):
-    before = len(rc._io._pending)
+def test_blocking_call_on_one_engine_skips_the_io_thread(rc, monkeypatch):
+    handed = []
+    real_submit = rc._io.submit
+    monkeypatch.setattr(
+        rc._io, "submit", lambda *a, **k: handed.append(a[0]) or real_submit(*a, **k)
+    )
     assert rc[1].apply_sync(lambda x: x + 1, 41) == 42
-    assert len(rc._io._pending) == before  # never handed to the I/O thread
-    assert rc._direct_caller._by_thread[threading.current_thread()]  # its socket to engine 1
+    assert handed == []  # never handed to the I/O thread
     msg_id = rc.history[-1]
-    assert rc.get_result(msg_id).get(timeout=10) == 42  # the hub recorded it too
+    assert rc._direct_caller._by_thread[threading.current_thread()]  # its socket to engine 1
+    assert rc[1].apply_async(lambda: 0).get(timeout=10) == 0 and handed == ["mux"]
+    # the hub recorded both; the second a moment ago (its copies come in batches): this
+    # client's own just-sent task is waited for, not refused as unknown
+    assert rc.get_result(msg_id).get(timeout=10) == 42
+    assert rc.get_result(rc.history[-1]).get(timeout=10) == 0
+    with pytest.raises(RuntimeError, match="unknown msg_id"):  # not ours: refused at once
+        rc.get_result("not-a-task").get(timeout=1)
     with pytest.raises(zpar.RemoteError, match="ZeroDivisionError"):
         rc[0].apply_sync(lambda: 1 / 0)
 
@@ -78,17 +89,31 @@ def test_a_reply_to_an_abandoned_call_is_dropped_as_stale(rc):
     assert rc[0].apply_sync(_sleep_then, 0, "mine") == "mine"
 
 
-def test_engine_death_fails_the_waiting_call(make_cluster):
+def _mark_then_sleep(path, t):
+    import pathlib
+    import time
+
+    pathlib.Path(path).write_text("started")
+    time.sleep(t)
+
+
+def test_engine_death_fails_the_waiting_call(make_cluster, tmp_path):
     c = make_cluster(n=1)
     rc = c.client
     pid = rc[0].apply_sync(os.getpid)
-    killer = threading.Timer(0.5, os.kill, (pid, 9))
+    marker = tmp_path / "started"
+
+    def kill_once_running():
+        wait_for_files(marker)
+        os.kill(pid, 9)
+
+    killer = threading.Thread(target=kill_once_running)
     killer.start()
     t = time.monotonic()
     with pytest.raises(zpar.EngineError, match="died"):
-        rc[0].apply_sync(_sleep_then, 30, None)
+        rc[0].apply_sync(_mark_then_sleep, str(marker), 30)
     assert time.monotonic() - t < 15
-    killer.join()
+    killer.join(30)
 
 
 def test_closing_the_client_fails_a_call_waiting_in_another_thread(make_cluster):
@@ -105,7 +130,7 @@ def test_closing_the_client_fails_a_call_waiting_in_another_thread(make_cluster)
 
     t = threading.Thread(target=wait)
     t.start()
-    time.sleep(0.5)  # the call is on its way or running
+    wait_until(lambda: other._io._direct_watch, "the call waiting for its reply")
     other.close()
     t.join(10)
     assert not t.is_alive()
