@@ -5,6 +5,7 @@ from __future__ import annotations
 import builtins
 import collections
 import concurrent.futures
+import functools
 import logging
 import signal
 import time
@@ -551,6 +552,14 @@ class Client:
         from .executor import ViewExecutor
 
         return ViewExecutor(self.load_balanced_view(targets))
+
+    @functools.cached_property
+    def darray(self) -> Any:
+        """Distributed arrays on this client's engines (``rc.darray.zeros(...)``); imported
+        on first use so clients that never touch them do not pay for it."""
+        from zpar.darray.client import DarrayClient
+
+        return DarrayClient(self)
 
     def close(self) -> None:
         if not self._closed:

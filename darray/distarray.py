@@ -1,0 +1,268 @@
+"""``DistArray``: the client's handle on an array whose sections live on engines.
+
+Elementwise numpy ufuncs and arithmetic run on the engines over their own sections (the
+result is distributed the same way); ``toarray()`` and indexing bring cells to the client,
+as zero-copy frames from each engine. Reductions, halo exchange and redistribution run
+engine to engine (``zpar.darray.collective``).
+"""
+
+from __future__ import annotations
+
+import numbers
+import uuid
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from numpy.lib.mixins import NDArrayOperatorsMixin
+
+from . import onengine
+from .maps import Distribution, block_bounds, global_keys, outer_key
+
+
+def _free(client: Any, targets: list[int], key: str) -> None:
+    """Drop the engines' sections when the handle goes (best effort: never raises)."""
+    try:
+        if not client._closed:
+            client[targets].apply_async(onengine.free, [key])
+    except Exception:  # noqa: BLE001 - a finalizer must not raise (client closing, engine gone)
+        pass
+
+
+def as_slice(ix: np.ndarray) -> slice | np.ndarray:
+    """Evenly rising indices as a slice (a view on the engine), anything else unchanged."""
+    if len(ix) == 0:
+        return slice(0, 0)
+    if len(ix) == 1:
+        return slice(int(ix[0]), int(ix[0]) + 1)
+    step = int(ix[1] - ix[0])
+    if step > 0 and np.all(np.diff(ix) == step):
+        return slice(int(ix[0]), int(ix[-1]) + 1, step)
+    return ix
+
+
+def _same_layout(a: Sequence[tuple[dict, ...]], b: Sequence[tuple[dict, ...]]) -> bool:
+    def norm(dd: dict) -> dict:
+        return {k: (tuple(np.asarray(v).tolist()) if k == "indices" else v) for k, v in dd.items()}
+
+    return len(a) == len(b) and all(
+        [norm(x) for x in ra] == [norm(y) for y in rb] for ra, rb in zip(a, b, strict=True)
+    )
+
+
+class DistArray(NDArrayOperatorsMixin):
+    """A distributed array: ``shape``, ``dtype``, ``dist``, ``grid_shape``, ``targets``
+    (target i holds grid rank i) and ``key`` (the name of each target's LocalArray)."""
+
+    def __init__(
+        self,
+        client: Any,
+        key: str,
+        targets: Sequence[int],
+        dim_data: Sequence[tuple[dict[str, Any], ...]],
+        dtype: np.dtype,
+        distribution: Distribution | None = None,
+    ) -> None:
+        self.client = client
+        self.key = key
+        self.targets = list(targets)
+        self.dim_data = [tuple(dd) for dd in dim_data]
+        self.dtype = np.dtype(dtype)
+        self._distribution = distribution
+        first = self.dim_data[0]
+        self.shape = tuple(int(d["size"]) for d in first)
+        self.grid_shape = tuple(int(d["proc_grid_size"]) for d in first)
+        self._finalizer = weakref.finalize(self, _free, client, self.targets, key)
+
+    # -- description ------------------------------------------------------------------------
+
+    @property
+    def distribution(self) -> Distribution:
+        if self._distribution is None:
+            self._distribution = Distribution(self.dim_data)
+        return self._distribution
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape))
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d distributed array")
+        return self.shape[0]
+
+    @property
+    def dist(self) -> tuple[Any, ...]:
+        """One entry per dimension, in the constructors' ``dist`` notation."""
+        out: list[Any] = []
+        for axis, ax in enumerate(self.distribution.axes):
+            m = ax.maps[0]
+            if ax.dist_type == "b":
+                bounds = [a.owned_start for a in ax.maps] + [ax.size]  # type: ignore[attr-defined]
+                if ax.grid_size == 1:
+                    out.append("n")
+                elif bounds == block_bounds(ax.size, ax.grid_size):
+                    out.append("b")
+                else:
+                    out.append(("b", bounds))
+            elif ax.dist_type == "c":
+                bs = m.block_size  # type: ignore[attr-defined]
+                out.append("c" if bs == 1 else ("c", bs))
+            else:
+                out.append(("u", [a.global_indices() for a in ax.maps]))
+            del axis
+        return tuple(out)
+
+    @property
+    def padding(self) -> tuple[tuple[int, int], ...]:
+        return tuple(tuple(d.get("padding", (0, 0))) for d in self.dim_data[0])  # type: ignore[misc]
+
+    def __repr__(self) -> str:
+        dist = tuple("u" if isinstance(d, tuple) and d[0] == "u" else d for d in self.dist)
+        pad = f", padding={self.padding}" if any(p != (0, 0) for p in self.padding) else ""
+        return (
+            f"DistArray(shape={self.shape}, dtype={self.dtype}, dist={dist}, "
+            f"grid_shape={self.grid_shape}{pad}, targets={self.targets}, key={self.key!r})"
+        )
+
+    # -- engine calls -----------------------------------------------------------------------
+
+    def _on_all(self, f: Any, *args: Any) -> list[Any]:
+        return self.client[self.targets].apply_sync(f, *args)
+
+    def free(self) -> None:
+        """Drop the sections on the engines now (also done when the handle is collected)."""
+        if self._finalizer.detach():
+            self._on_all(onengine.free, [self.key])
+
+    # -- to the client ----------------------------------------------------------------------
+
+    def toarray(self) -> np.ndarray:
+        """The whole array on the client: each engine sends its owned cells as frames."""
+        out = np.empty(self.shape, dtype=self.dtype)
+        pieces = self._on_all(onengine.owned, self.key)
+        for rank, piece in enumerate(pieces):
+            maps = self.distribution.local_maps[rank]
+            if not maps:
+                out[()] = piece
+            elif piece.size:
+                out[outer_key(global_keys(maps))] = piece
+        return out
+
+    gather = toarray
+
+    def __getitem__(self, index: Any) -> Any:
+        """Single elements and slices (ints, slices, Ellipsis), fetched from their owners."""
+        keys = self._normalize_index(index)
+        d = self.distribution
+        wanted, owners, locals_ = [], [], []
+        for axis, k in enumerate(keys):
+            req = np.arange(self.shape[axis])[k] if isinstance(k, slice) else np.array([k])
+            owner, loc = d.axes[axis].locate(req)
+            wanted.append(req)
+            owners.append(owner)
+            locals_.append(loc)
+        out = np.empty(tuple(len(w) for w in wanted), dtype=self.dtype)
+        calls = []
+        for rank, eid in enumerate(self.targets):
+            coords = d.coords(rank)
+            pos = [np.flatnonzero(o == c) for o, c in zip(owners, coords, strict=True)]
+            if any(len(p) == 0 for p in pos):
+                continue
+            local_keys = [as_slice(lc[p]) for lc, p in zip(locals_, pos, strict=True)]
+            ar = self.client[eid].apply_async(onengine.take, self.key, local_keys)
+            calls.append((pos, ar))
+        for pos, ar in calls:
+            out[np.ix_(*pos) if pos else ()] = ar.get()
+        squeeze = tuple(0 if not isinstance(k, slice) else slice(None) for k in keys)
+        result = out[squeeze]
+        return (
+            result.item()
+            if result.ndim == 0 and not isinstance(result, np.ndarray | np.generic)
+            else result
+        )
+
+    def _normalize_index(self, index: Any) -> list[int | slice]:
+        index = index if isinstance(index, tuple) else (index,)
+        if sum(i is Ellipsis for i in index) > 1:
+            raise IndexError("an index can only have a single ellipsis ('...')")
+        if Ellipsis in index:
+            at = index.index(Ellipsis)
+            fill = (slice(None),) * (self.ndim - len(index) + 1)
+            index = index[:at] + fill + index[at + 1 :]
+        if len(index) > self.ndim:
+            raise IndexError(f"too many indices: {len(index)} for {self.ndim} dimensions")
+        index = index + (slice(None),) * (self.ndim - len(index))
+        out: list[int | slice] = []
+        for axis, i in enumerate(index):
+            if isinstance(i, slice):
+                out.append(i)
+            elif isinstance(i, numbers.Integral):
+                n = self.shape[axis]
+                if not -n <= int(i) < n:
+                    raise IndexError(f"index {i} is out of bounds for axis {axis} with size {n}")
+                out.append(int(i) % n)
+            else:
+                raise TypeError(
+                    f"distributed arrays take ints, slices and ..., not {type(i).__name__}"
+                )
+        return out
+
+    # -- elementwise ------------------------------------------------------------------------
+
+    def _compatible(self, other: DistArray) -> None:
+        if other.targets != self.targets or not _same_layout(other.dim_data, self.dim_data):
+            raise ValueError(
+                "elementwise operations need operands distributed the same way "
+                f"(same targets and dim_data): {self!r} vs {other!r}; redistribute() one of them"
+            )
+
+    def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        if method != "__call__":
+            return NotImplemented
+        if ufunc.nout != 1:
+            return NotImplemented
+        operands: list[Any] = []
+        for x in inputs:
+            if isinstance(x, DistArray):
+                self._compatible(x)
+                operands.append(onengine.Ref(x.key))
+            elif isinstance(x, numbers.Number) or (
+                isinstance(x, np.ndarray | np.generic) and np.ndim(x) == 0
+            ):
+                operands.append(x)
+            else:
+                return NotImplemented
+        out = kwargs.pop("out", None)
+        if out is not None:
+            target = out[0] if isinstance(out, tuple) else out
+            if not isinstance(target, DistArray):
+                return NotImplemented
+            self._compatible(target)
+            kwargs["out"] = onengine.Ref(target.key)
+            dtypes = self._on_all(onengine.elementwise, None, ufunc, operands, kwargs)
+            return target
+        key = f"_darray_{uuid.uuid4().hex[:12]}"
+        dtypes = self._on_all(onengine.elementwise, key, ufunc, operands, kwargs)
+        return DistArray(
+            self.client, key, self.targets, self.dim_data, np.dtype(dtypes[0]), self._distribution
+        )
+
+    def astype(self, dtype: Any) -> DistArray:
+        key = f"_darray_{uuid.uuid4().hex[:12]}"
+        self._on_all(onengine.astype, self.key, key, np.dtype(dtype).str)
+        return DistArray(
+            self.client, key, self.targets, self.dim_data, np.dtype(dtype), self._distribution
+        )
+
+    def copy(self) -> DistArray:
+        key = f"_darray_{uuid.uuid4().hex[:12]}"
+        self._on_all(onengine.copy, self.key, key)
+        return DistArray(
+            self.client, key, self.targets, self.dim_data, self.dtype, self._distribution
+        )

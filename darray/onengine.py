@@ -1,0 +1,147 @@
+"""What runs on an engine for a distributed array: each function finds its LocalArrays in
+the engine's namespace by key, so data stays where it is and only results travel.
+
+The client calls these by reference (``zpar.darray.onengine.allocate`` ...); names are the
+keys ``rc[targets].pull(da.key)`` reads back.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from zpar.engine import namespace
+
+from .localarray import LocalArray
+from .maps import expand_alias, outer_key
+from .protocol import validate
+
+log = logging.getLogger("zpar.darray")
+
+
+@dataclass(frozen=True)
+class Ref:
+    """An operand that is a LocalArray on the engine (by key), not a value sent along."""
+
+    key: str
+
+
+def local(key: str) -> LocalArray:
+    try:
+        la = namespace.current()[key]
+    except KeyError:
+        raise NameError(f"no distributed array {key!r} on this engine (freed?)") from None
+    if not isinstance(la, LocalArray):
+        raise TypeError(f"{key!r} on this engine is a {type(la).__name__}, not a LocalArray")
+    return la
+
+
+def _local_shape(dim_data: Sequence[dict[str, Any]]) -> tuple[int, ...]:
+    from .maps import map_from_dim_dict
+
+    return tuple(map_from_dim_dict(dd).local_len for dd in dim_data)
+
+
+def _store(key: str, la: LocalArray) -> None:
+    namespace.current()[key] = la
+
+
+def allocate(
+    key: str, dim_data: Sequence[dict[str, Any]], dtype: str, fill: Any, empty: bool
+) -> None:
+    """A new LocalArray: owned cells set to ``fill`` (ghost cells zero until a halo exchange)."""
+    shape = _local_shape(dim_data)
+    buf = np.empty(shape, dtype=dtype) if empty else np.zeros(shape, dtype=dtype)
+    la = LocalArray(buf, dim_data)
+    if not empty and fill != 0:
+        la.owned[...] = fill
+    _store(key, la)
+
+
+def place(key: str, dim_data: Sequence[dict[str, Any]], dtype: str, piece: np.ndarray) -> None:
+    """A new LocalArray whose owned cells are ``piece`` (sent by the client)."""
+    la = LocalArray(np.zeros(_local_shape(dim_data), dtype=dtype), dim_data)
+    la.owned[...] = piece
+    _store(key, la)
+
+
+def from_function(
+    key: str, dim_data: Sequence[dict[str, Any]], dtype: str, func: Callable[..., Any]
+) -> None:
+    """As ``numpy.fromfunction``: ``func`` gets one array of global indices per dimension."""
+    la = LocalArray(np.zeros(_local_shape(dim_data), dtype=dtype), dim_data)
+    grids = np.meshgrid(*[m.global_indices() for m in la.maps], indexing="ij", sparse=True)
+    la.owned[...] = func(*grids)
+    _store(key, la)
+
+
+def owned(key: str) -> np.ndarray:
+    """The owned cells, contiguous (the buffer itself when unpadded: sent without a copy)."""
+    return np.ascontiguousarray(local(key).owned)
+
+
+def take(key: str, local_keys: Sequence[slice | np.ndarray]) -> np.ndarray:
+    """The cells at the outer product of local per-dimension indices."""
+    buf = local(key).ndarray
+    return np.ascontiguousarray(buf[outer_key(local_keys)] if local_keys else buf[()])
+
+
+def elementwise(
+    out: str | None, ufunc: np.ufunc, operands: Sequence[Any], kwargs: dict[str, Any]
+) -> str:
+    """``ufunc`` over whole buffers (owned and ghost cells alike); the result has the
+    operands' distribution. ``out``: a new key, or None to write into the first output
+    operand given in ``kwargs['out']`` (a Ref). Returns the result's dtype."""
+    args = [local(o.key).ndarray if isinstance(o, Ref) else o for o in operands]
+    template = next(local(o.key) for o in operands if isinstance(o, Ref))
+    if "out" in kwargs:
+        target = local(kwargs.pop("out").key)
+        ufunc(*args, out=target.ndarray, **kwargs)
+        return str(target.ndarray.dtype)
+    result = ufunc(*args, **kwargs)
+    assert out is not None
+    _store(out, LocalArray(np.asarray(result), template.dim_data))
+    return str(np.asarray(result).dtype)
+
+
+def astype(key: str, out: str, dtype: str) -> None:
+    la = local(key)
+    _store(out, LocalArray(la.ndarray.astype(dtype), la.dim_data))
+
+
+def copy(key: str, out: str) -> None:
+    la = local(key)
+    _store(out, LocalArray(la.ndarray.copy(), la.dim_data))
+
+
+def free(keys: Sequence[str]) -> None:
+    ns = namespace.current()
+    for k in keys:
+        ns.pop(k, None)
+
+
+def adopt(name: str, key: str) -> tuple[Any, ...]:
+    """Wrap the engine's object ``name`` (any ``__distarray__`` exporter) as a LocalArray
+    sharing its memory; returns what the client checks: (ok, why, dim_data, shape, dtype)."""
+    obj = namespace.pull(name)
+    if not hasattr(obj, "__distarray__"):
+        return False, f"{name!r} is a {type(obj).__name__} without __distarray__", None, None, None
+    try:
+        export = obj.__distarray__()
+    except Exception as e:  # a foreign exporter's bug is reported, not raised
+        return False, f"{name}.__distarray__() raised {type(e).__name__}: {e}", None, None, None
+    ok, why = validate(export)
+    if not ok:
+        return False, why, None, None, None
+    buf = np.asarray(export["buffer"])  # a view of the exporter's memory
+    dim_data = tuple(
+        expand_alias(dict(dd), n) for dd, n in zip(export["dim_data"], buf.shape, strict=True)
+    )
+    la = LocalArray(buf, dim_data)
+    _store(key, la)
+    log.debug("darray %s: adopted %r as %s", key, name, la)
+    return True, "", la.dim_data, buf.shape, str(buf.dtype)

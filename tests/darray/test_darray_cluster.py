@@ -1,0 +1,255 @@
+"""Distributed arrays on a real cluster of 4 engines: constructors, the engine-side
+LocalArrays, toarray, indexing, elementwise operations and adopting foreign exporters,
+each against numpy on the same data."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from zpar.darray import InconsistentExport, LocalArray, validate
+from zpar.errors import RemoteError
+
+FULL = np.arange(45.0).reshape(5, 9)
+
+DISTS = [
+    (("b", "b"), (2, 2)),
+    (("b", "c"), (2, 2)),
+    (("c", "c"), (2, 2)),
+    ((("b", [0, 1, 5]), ("b", [0, 2, 9])), (2, 2)),
+    ((("c", 2), ("c", 2)), (2, 2)),
+    ((("u", [[3, 0], [4, 2, 1]]), ("u", [[2, 3, 7, 1], [6, 5, 8, 0, 4]])), (2, 2)),
+    (("b", "n"), (4, 1)),
+    (("n", "c"), (1, 4)),
+]
+
+
+@pytest.mark.parametrize("dist, grid", DISTS)
+def test_fromarray_round_trip_and_engine_sections(rc, dist, grid):
+    da = rc.darray.fromarray(FULL, dist=dist, grid_shape=grid)
+    assert da.shape == (5, 9) and da.dtype == np.float64 and da.grid_shape == grid
+    assert da.targets == rc.ids
+    np.testing.assert_array_equal(da.toarray(), FULL)
+    las = rc[da.targets].pull(da.key, block=True)
+    assert all(isinstance(la, LocalArray) for la in las)
+    seen = np.zeros(FULL.shape, dtype=int)
+    for rank, la in enumerate(las):
+        export = la.__distarray__()
+        assert validate(export) == (True, "")
+        assert la.grid_coords == tuple(int(c) for c in np.unravel_index(rank, grid))
+        gi = [m.global_indices() for m in la.maps]
+        np.testing.assert_array_equal(la.ndarray, FULL[np.ix_(*gi)])
+        seen[np.ix_(*gi)] += 1
+    assert np.all(seen == 1)
+    da.free()
+
+
+def test_constructors(rc):
+    z = rc.darray.zeros((6, 4), dist=("c", "b"))
+    o = rc.darray.ones((6, 4), dtype=np.int32, dist=("b", "c"))
+    f = rc.darray.full((3, 5), 7.5, dist="b", grid_shape=(4, 1))
+    e = rc.darray.empty((8,), dist=("c", 3))
+    g = rc.darray.fromfunction(
+        lambda i, j: 10 * i + j, (5, 9), dtype=np.int64, dist=(("c", 2), "b")
+    )
+    np.testing.assert_array_equal(z.toarray(), np.zeros((6, 4)))
+    np.testing.assert_array_equal(o.toarray(), np.ones((6, 4), dtype=np.int32))
+    assert o.dtype == np.int32
+    np.testing.assert_array_equal(f.toarray(), np.full((3, 5), 7.5))
+    assert e.toarray().shape == (8,) and e.dist == (("c", 3),)
+    np.testing.assert_array_equal(
+        g.toarray(), np.fromfunction(lambda i, j: 10 * i + j, (5, 9), dtype=np.int64)
+    )
+    assert "dist=(('c', 2), 'b')" in repr(g) and g.key in repr(g)
+
+
+def test_targets_subset_and_repr(rc):
+    ids = rc.ids[1:3]
+    da = rc.darray.fromarray(np.arange(10), dist=("b",), targets=ids)
+    assert da.targets == ids and da.grid_shape == (2,)
+    las = rc[ids].pull(da.key, block=True)
+    assert [la.ndarray.tolist() for la in las] == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]
+    assert repr(da) == (
+        f"DistArray(shape=(10,), dtype=int64, dist=('b',), grid_shape=(2,), targets={ids}, key={da.key!r})"
+    )
+
+
+def test_empty_local_buffer_size_3_cyclic_over_4(rc):
+    da = rc.darray.fromarray(np.array([1.0, 2.0, 3.0]), dist=("c",))
+    las = rc[da.targets].pull(da.key, block=True)
+    assert [la.ndarray.shape for la in las] == [(1,), (1,), (1,), (0,)]
+    assert validate(las[3].__distarray__()) == (True, "")
+    np.testing.assert_array_equal(da.toarray(), [1.0, 2.0, 3.0])
+    np.testing.assert_array_equal((da * 2).toarray(), [2.0, 4.0, 6.0])
+
+
+@pytest.mark.parametrize("dist, grid", DISTS[:6])
+def test_getitem_elements_and_slices(rc, dist, grid):
+    da = rc.darray.fromarray(FULL, dist=dist, grid_shape=grid)
+    for index in [
+        (0, 0),
+        (4, 8),
+        (-1, -2),
+        (2, slice(None)),
+        (slice(1, 4), 3),
+        (slice(None, None, 2), slice(1, 8, 3)),
+        (slice(None), slice(None)),
+        (Ellipsis, 5),
+        3,
+        (slice(3, 1),),
+    ]:
+        got = da[index]
+        want = FULL[index]
+        np.testing.assert_array_equal(got, want)
+        assert np.shape(got) == np.shape(want), index
+    with pytest.raises(IndexError):
+        da[5, 0]
+    with pytest.raises(TypeError):
+        da[[1, 2]]
+
+
+def test_elementwise_against_numpy(rc):
+    a_np = np.arange(45.0).reshape(5, 9) - 20
+    b_np = np.linspace(1, 3, 45).reshape(5, 9)
+    for dist in [("b", "b"), ("c", ("c", 2)), (("u", [[3, 0], [4, 2, 1]]), "c")]:
+        a = rc.darray.fromarray(a_np, dist=dist, grid_shape=(2, 2))
+        b = rc.darray.fromarray(b_np, dist=dist, grid_shape=(2, 2))
+        cases = {
+            "a + b": (a + b, a_np + b_np),
+            "a - 1": (a - 1, a_np - 1),
+            "2 * a": (2 * a, 2 * a_np),
+            "a / b": (a / b, a_np / b_np),
+            "a ** 2": (a**2, a_np**2),
+            "-a": (-a, -a_np),
+            "abs": (abs(a), abs(a_np)),
+            "sin": (np.sin(a), np.sin(a_np)),
+            "maximum": (np.maximum(a, b), np.maximum(a_np, b_np)),
+            "a > b": (a > b, a_np > b_np),
+            "hypot": (np.hypot(a, 3.0), np.hypot(a_np, 3.0)),
+        }
+        for name, (got, want) in cases.items():
+            assert got.dtype == want.dtype, name
+            np.testing.assert_allclose(got.toarray(), want, err_msg=name)
+            assert got.dim_data == a.dim_data
+    a += 1
+    np.testing.assert_array_equal(a.toarray(), a_np + 1)
+    np.multiply(a, 2, out=a)
+    np.testing.assert_array_equal(a.toarray(), (a_np + 1) * 2)
+
+
+def test_elementwise_refuses_different_distributions(rc):
+    a = rc.darray.zeros((6, 6), dist=("b", "b"))
+    b = rc.darray.zeros((6, 6), dist=("c", "c"))
+    with pytest.raises(ValueError, match="distributed the same way"):
+        a + b
+    with pytest.raises(TypeError):
+        a + np.ones((6, 6))
+
+
+def test_bad_requests_name_what_is_wrong(rc):
+    with pytest.raises(ValueError, match="repeat an index"):
+        rc.darray.zeros((4,), dist=(("u", [[0], [1], [2, 2], [3]]),))
+    with pytest.raises(ValueError, match="grid_shape \\(2, 3\\) has 6 positions for 4 engines"):
+        rc.darray.zeros((4, 6), dist=("b", "b"), grid_shape=(2, 3))
+    with pytest.raises(ValueError, match="dist has 1 entries"):
+        rc.darray.zeros((4, 6), dist=(("c", 2),))
+
+
+# -- adopting what another library exports -----------------------------------------------
+
+
+class ForeignSection:
+    """Not ours: a minimal exporter as another library would write it (1-d block over the
+    engines, plain lists where the protocol allows any buffer)."""
+
+    def __init__(self, data, rank, nprocs, size, start, padding=(0, 0)):
+        self.data = np.asarray(data, dtype=float)
+        self.meta = {
+            "dist_type": "b",
+            "size": size,
+            "proc_grid_size": nprocs,
+            "proc_grid_rank": rank,
+            "start": start,
+            "stop": start + len(self.data),
+            "padding": padding,
+        }
+
+    def __distarray__(self):
+        return {
+            "__version__": "0.10.0",
+            "buffer": memoryview(self.data),
+            "dim_data": (dict(self.meta), {}),
+        }
+
+
+def make_foreign(rank, nprocs, size, start, stop, padding=(0, 0)):
+    data = np.arange(start, stop, dtype=float).reshape(-1, 1) * np.array([[1.0, -1.0]])
+    obj = ForeignSection(data, rank, nprocs, size, start, padding)
+    obj.meta["stop"] = stop
+    return obj
+
+
+def put_foreign(rc, bounds, name="section", **kw):
+    n = len(rc.ids)
+    for rank, eid in enumerate(rc.ids):
+        rc[eid].apply_sync(
+            _store_foreign, name, rank, n, bounds[-1], bounds[rank], bounds[rank + 1], kw
+        )
+
+
+def _store_foreign(name, rank, n, size, start, stop, kw):
+    globals()[name] = make_foreign(rank, n, size, start, stop, **kw)
+
+
+def test_from_engines_adopts_a_foreign_exporter(rc):
+    put_foreign(rc, [0, 3, 4, 8, 10])
+    da = rc.darray.from_engines("section")
+    assert da.shape == (10, 2) and da.dist == (("b", [0, 3, 4, 8, 10]), "n")
+    want = np.arange(10.0).reshape(-1, 1) * np.array([[1.0, -1.0]])
+    np.testing.assert_array_equal(da.toarray(), want)
+    np.testing.assert_array_equal((da * 3).toarray(), want * 3)
+    # shared, not copied: writing through the DistArray changes the foreign object's memory
+    da += 1
+    assert rc[rc.ids[0]].apply_sync(_first_value, "section") == 1.0
+
+
+def _first_value(name):
+    return float(globals()[name].data[0, 0])
+
+
+def test_from_engines_refuses_inconsistent_exports(rc):
+    put_foreign(rc, [0, 3, 4, 8, 10])
+    rc[rc.ids[2]].apply_sync(_tamper_start, "section", 5)
+    with pytest.raises(InconsistentExport) as info:
+        rc.darray.from_engines("section")
+    assert info.value.engine == rc.ids[1] and "must be adjacent" in info.value.rule
+    rc[rc.ids[2]].apply_sync(_tamper_start, "section", 4)
+    rc[rc.ids[3]].apply_sync(_set_padding, "section", [0, 0])
+    with pytest.raises(InconsistentExport) as info:
+        rc.darray.from_engines("section")
+    assert info.value.engine == rc.ids[3] and "must be a tuple" in info.value.rule
+    rc[rc.ids[0]].apply_sync(_store_plain, "section")
+    with pytest.raises(InconsistentExport, match="without __distarray__") as info:
+        rc.darray.from_engines("section")
+    assert info.value.engine == rc.ids[0]
+
+
+def _tamper_start(name, start):
+    obj = globals()[name]
+    obj.meta["stop"] += start - obj.meta["start"]
+    obj.meta["start"] = start
+
+
+def _set_padding(name, padding):
+    globals()[name].meta["padding"] = padding
+
+
+def _store_plain(name):
+    globals()[name] = [1, 2, 3]
+
+
+def test_remote_errors_surface(rc):
+    da = rc.darray.zeros((4,))
+    da.free()
+    with pytest.raises(RemoteError, match="freed"):
+        da.toarray()
