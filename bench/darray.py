@@ -1,0 +1,176 @@
+"""``python -m bench.darray [--n 8000] [--engines 2,4] [--repeat 3] [--systems zpar,dask]``
+
+A 2-d n x n float64 array over 2 and 4 engines (dask: worker processes, one thread each),
+the same grid of blocks for both: creation (ones), ``a + b``, ``a.sum()``, one halo
+exchange of one cell on every side (dask: ``dask.array.overlap.overlap`` with periodic
+boundaries, its ghost-cell step) and ``toarray()`` (dask: ``compute()``). Each figure is the
+median of ``--repeat`` runs, in seconds; dask runs in ``bench/.venv-peers``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROWS = ["create", "add", "sum", "halo", "toarray"]
+
+
+def _timed(f, repeat):
+    out = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        f()
+        out.append(time.perf_counter() - t0)
+    return statistics.median(out)
+
+
+def grid_of(engines: int) -> tuple[int, int]:
+    return (2, engines // 2) if engines >= 2 else (1, 1)
+
+
+def run_zpar(n: int, engines: int, repeat: int) -> dict[str, float]:
+    import numpy as np
+
+    import zpar
+
+    grid = grid_of(engines)
+    with zpar.Cluster(n=engines, timeout=120) as rc:
+        rc.wait_for_engines(engines, timeout=120)
+        figures = {}
+        held = {}
+
+        def create():
+            held.pop("a", None)
+            held["a"] = rc.darray.ones((n, n), dist=("b", "b"), grid_shape=grid)
+
+        figures["create"] = _timed(create, repeat)
+        b = rc.darray.ones((n, n), dist=("b", "b"), grid_shape=grid)
+
+        def add():
+            held.pop("c", None)
+            held["c"] = held["a"] + b
+
+        figures["add"] = _timed(add, repeat)
+        figures["sum"] = _timed(lambda: held["a"].sum(), repeat)
+        assert held["a"].sum() == n * n
+        held.pop("c").free()
+        b.free()
+        h = rc.darray.ones(
+            (n, n),
+            dist=("b", "b"),
+            grid_shape=grid,
+            padding=((1, 1), (1, 1)),
+            periodic=(True, True),
+        )
+        figures["halo"] = _timed(h.exchange_halos, repeat)
+        h.free()
+        figures["toarray"] = _timed(lambda: held["a"].toarray(), repeat)
+        assert float(held["a"].toarray()[0, 0]) == 1.0
+        held.pop("a").free()
+        np.zeros(1)
+    return figures
+
+
+def run_dask(n: int, engines: int, repeat: int) -> dict[str, float]:
+    import dask.array as da
+    from dask.distributed import Client, LocalCluster, wait
+
+    grid = grid_of(engines)
+    chunks = (-(-n // grid[0]), -(-n // grid[1]))
+    with LocalCluster(
+        n_workers=engines, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster:
+        with Client(cluster) as client:
+            client.wait_for_workers(engines)
+            figures = {}
+            held = {}
+
+            def create():
+                held.pop("a", None)
+                held["a"] = da.ones((n, n), chunks=chunks).persist()
+                wait(held["a"])
+
+            figures["create"] = _timed(create, repeat)
+            held["b"] = da.ones((n, n), chunks=chunks).persist()
+            wait(held["b"])
+
+            def add():
+                held.pop("c", None)
+                held["c"] = (held["a"] + held["b"]).persist()
+                wait(held["c"])
+
+            figures["add"] = _timed(add, repeat)
+            figures["sum"] = _timed(lambda: held["a"].sum().compute(), repeat)
+            held.pop("c")
+            held.pop("b")
+
+            def halo():
+                g = da.overlap.overlap(held["a"], depth=1, boundary="periodic").persist()
+                wait(g)
+                del g
+
+            figures["halo"] = _timed(halo, repeat)
+            figures["toarray"] = _timed(lambda: held["a"].compute(), repeat)
+    return figures
+
+
+def child(args: argparse.Namespace) -> None:
+    run = run_zpar if args.system == "zpar" else run_dask
+    for engines in args.engines:
+        figures = run(args.n, engines, args.repeat)
+        print(
+            json.dumps(
+                {"system": args.system, "engines": engines, "n": args.n, "figures": figures}
+            ),
+            flush=True,
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.darray", description=__doc__)
+    p.add_argument("--n", type=int, default=8000)
+    p.add_argument("--engines", default="2,4")
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--systems", default="zpar,dask")
+    p.add_argument("--system", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    args.engines = [int(e) for e in str(args.engines).split(",")]
+    if args.system:
+        child(args)
+        return 0
+    from .__main__ import ROOT, peers_python
+
+    results: dict[tuple[str, int], dict[str, float]] = {}
+    for system in args.systems.split(","):
+        python = sys.executable if system == "zpar" else str(peers_python())
+        cmd = [python, "-m", "bench.darray", "--system", system, "--n", str(args.n)]
+        cmd += ["--engines", ",".join(map(str, args.engines)), "--repeat", str(args.repeat)]
+        with tempfile.TemporaryDirectory(prefix="zpar-bench-") as d:
+            env = dict(os.environ, PYTHONPATH=str(ROOT), ZPAR_DIR=d)
+            proc = subprocess.run(cmd, cwd=d, env=env, capture_output=True, text=True, timeout=3600)
+        for line in proc.stdout.splitlines():
+            if line.startswith("{"):
+                row = json.loads(line)
+                results[(row["system"], row["engines"])] = row["figures"]
+        if proc.returncode:
+            print(f"bench.darray: {system} failed:\n{proc.stderr[-2000:]}", file=sys.stderr)
+    systems = args.systems.split(",")
+    print(f"{args.n} x {args.n} float64, median of {args.repeat} (s); ratio = dask / zpar")
+    for engines in args.engines:
+        print(f"\n{engines} engines   " + "".join(f"{s:>10}" for s in systems) + "     ratio")
+        for row in ROWS:
+            vals = [results.get((s, engines), {}).get(row) for s in systems]
+            cells = "".join(f"{v:10.3f}" if v is not None else f"{'-':>10}" for v in vals)
+            ratio = f"{vals[1] / vals[0]:9.1f}x" if len(vals) > 1 and all(vals[:2]) else ""
+            print(f"  {row:<12}{cells}{ratio}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
