@@ -145,42 +145,66 @@ def _exchange_axis(
     up = _neighbour(axis, mine, coords_of, p, periodic, r + 1)
     down = _neighbour(axis, mine, coords_of, p, periodic, r - 1)
     lo, hi = pads[r]
+    buf = la.ndarray
+    interior = n - lo - hi
+    for wraps, width in ((r == p - 1, pads[0][0]), (r == 0, pads[-1][1])):
+        if periodic and wraps and width > interior:
+            raise ValueError(
+                f"periodic dimension {axis}: grid position {r} has {interior} cells inside "
+                f"its padding, fewer than the {width} the wrap-around needs; use fewer or "
+                "larger blocks"
+            )
     before = (slice(None),) * axis
     # phase 1: my last owned cells go up into the next position's low padding
     width_up = pads[(r + 1) % p][0]
-    send = (
-        np.ascontiguousarray(la.ndarray[before + (slice(n - hi - width_up, n - hi),)])
-        if up is not None
-        else None
+    send = buf[before + (slice(n - hi - width_up, n - hi),)] if up is not None else None
+    _shift(
+        comm,
+        send,
+        up,
+        buf[before + (slice(0, lo),)] if down is not None else None,
+        down,
+        TAG_HALO_UP,
     )
-    got = _shift(comm, send, up, down, TAG_HALO_UP)
-    if got is not None and lo:
-        la.ndarray[before + (slice(0, lo),)] = got
     # phase 2: my first owned cells go down into the previous position's high padding
     width_down = pads[(r - 1) % p][1]
-    send = (
-        np.ascontiguousarray(la.ndarray[before + (slice(lo, lo + width_down),)])
-        if down is not None
-        else None
+    send = buf[before + (slice(lo, lo + width_down),)] if down is not None else None
+    _shift(
+        comm,
+        send,
+        down,
+        buf[before + (slice(n - hi, n),)] if up is not None else None,
+        up,
+        TAG_HALO_DOWN,
     )
-    got = _shift(comm, send, down, up, TAG_HALO_DOWN)
-    if got is not None and hi:
-        la.ndarray[before + (slice(n - hi, n),)] = got
 
 
-def _shift(comm: Any, send: Any, dest: int | None, source: int | None, tag: int) -> Any:
-    """Send to ``dest`` and receive from ``source`` (either may be absent at an edge)."""
-    me = comm.rank
-    if dest == me and source == me:  # one position along a periodic dimension
-        return send
-    if dest is not None and source is not None:
-        return comm.sendrecv(send, dest=dest, sendtag=tag, source=source, recvtag=tag)
-    if dest is not None:
-        comm.send(send, dest=dest, tag=tag)
-        return None
-    if source is not None:
-        return comm.recv(source=source, tag=tag)
-    return None
+def _shift(
+    comm: Any,
+    send: np.ndarray | None,
+    dest: int | None,
+    into: np.ndarray | None,
+    source: int | None,
+    tag: int,
+) -> None:
+    """Send the cells ``send`` to ``dest`` and receive ``into`` from ``source`` (either may
+    be absent at an edge), as raw buffers (mpi4py's Sendrecv / Send / Recv): contiguous
+    regions are received in place, others through a scratch buffer."""
+    if dest is not None and dest == source == comm.rank:  # one position along a periodic axis
+        into[...] = send  # type: ignore[index]
+        return
+    sendbuf = np.ascontiguousarray(send) if send is not None else None
+    recvbuf = None
+    if into is not None:
+        recvbuf = into if into.flags.c_contiguous else np.empty(into.shape, dtype=into.dtype)
+    if sendbuf is not None and recvbuf is not None:
+        comm.Sendrecv(sendbuf, dest=dest, sendtag=tag, recvbuf=recvbuf, source=source, recvtag=tag)
+    elif sendbuf is not None:
+        comm.Send(sendbuf, dest=dest, tag=tag)
+    elif recvbuf is not None:
+        comm.Recv(recvbuf, source=source, tag=tag)
+    if into is not None and recvbuf is not into:
+        into[...] = recvbuf
 
 
 def redistribute(

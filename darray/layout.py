@@ -205,6 +205,14 @@ def _dim_dict(
         start, stop = bounds[r] - comm_lo, bounds[r + 1] + comm_hi
         if (lo or hi) and (bounds[r + 1] - bounds[r] < max(lo, hi) or start < 0 or stop > size):
             raise ValueError(f"padding[{axis}] = {pad} is wider than a block of {bounds}")
+        if periodic and (lo or hi):
+            edge = bounds[r + 1] - bounds[r] - (lo if r == 0 else 0) - (hi if r == p - 1 else 0)
+            if (r == 0 and edge < hi) or (r == p - 1 and edge < lo):
+                raise ValueError(
+                    f"padding[{axis}] = {pad}, periodic: an edge block of {bounds} has {edge} "
+                    "cells inside its padding, too few to wrap around; use fewer engines "
+                    "along this dimension"
+                )
         dd = {"dist_type": "b", **common, "start": start, "stop": stop}
         if pad != (0, 0):
             dd["padding"] = (lo, hi)

@@ -145,3 +145,56 @@ def adopt(name: str, key: str) -> tuple[Any, ...]:
     _store(key, la)
     log.debug("darray %s: adopted %r as %s", key, name, la)
     return True, "", la.dim_data, buf.shape, str(buf.dtype)
+
+
+# -- engine to engine (over the communicator the engine holds under ``comm_key``) ----------
+
+
+def _comm(comm_key: str) -> Any:
+    try:
+        return namespace.current()[comm_key]
+    except KeyError:
+        raise NameError(f"no communicator {comm_key!r} on this engine (freed?)") from None
+
+
+def _comm_op(comm: Any, op: str) -> Any:
+    """The communicator's own SUM / MIN / MAX (mpi4py keeps them on ``MPI``; zpar's
+    communicator carries the predefined operations as attributes)."""
+    return getattr(comm, op.upper())
+
+
+def reduce_all(key: str, comm_key: str, op: str) -> Any:
+    """The whole array's ``op``; every rank computes it, rank 0's answer is returned."""
+    from .collective import reduce_all as run
+
+    comm = _comm(comm_key)
+    value = run(local(key), comm, op, _comm_op(comm, op))
+    return value if comm.rank == 0 else None
+
+
+def reduce_axis(
+    key: str, comm_key: str, op: str, axis: int, coords_of: Sequence[tuple[int, ...]]
+) -> Any:
+    """``op`` along ``axis``: the grid line's first position returns the combined partial."""
+    from .collective import reduce_axis as run
+
+    return run(local(key), _comm(comm_key), op, axis, coords_of)
+
+
+def exchange_halos(
+    key: str, comm_key: str, coords_of: Sequence[tuple[int, ...]], paddings: Any
+) -> None:
+    from .collective import exchange_halos as run
+
+    run(local(key), _comm(comm_key), coords_of, paddings)
+
+
+def redistribute(key: str, comm_key: str, out: str, new_dim_data: Any) -> None:
+    from .collective import redistribute as run
+
+    _store(out, run(local(key), _comm(comm_key), new_dim_data))
+
+
+def call_local(key: str, func: Callable[..., Any], args: Sequence[Any]) -> Any:
+    """``func(local_array, *args)`` on this engine's section (a user's local kernel)."""
+    return func(local(key), *args)

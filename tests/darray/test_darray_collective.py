@@ -47,6 +47,18 @@ class ThreadComm:
         self.send(sendobj, dest, sendtag)
         return self.recv(source, recvtag)
 
+    def Send(self, buf, dest, tag=0):  # noqa: N802 - mpi4py's names
+        self.send(np.array(buf), dest, tag)
+
+    def Recv(self, buf, source, tag=0):  # noqa: N802
+        data = self.recv(source, tag)
+        assert data.shape == buf.shape and data.dtype == buf.dtype, "mismatched buffers"
+        buf[...] = data
+
+    def Sendrecv(self, sendbuf, dest, sendtag=0, recvbuf=None, source=None, recvtag=0):  # noqa: N802
+        self.Send(sendbuf, dest, sendtag)
+        self.Recv(recvbuf, source, recvtag)
+
     def allgather(self, obj):
         for r in range(self.size):
             self.send(obj, r, tag=-1)
@@ -172,14 +184,15 @@ def test_halo_exchange_padded_block_18_over_2(periodic):
         assert left[0] == 0 and right[-1] == 17
 
 
-def test_halo_exchange_2d_periodic_matches_numpy_wrap():
-    # interior 6x8 in a 8x10 global array with one cell of boundary padding all round
-    interior = np.arange(48.0).reshape(6, 8)
-    full = np.zeros((8, 10))
+@pytest.mark.parametrize("grid", [(2, 2), (4, 1), (1, 4)])
+def test_halo_exchange_2d_periodic_matches_numpy_wrap(grid):
+    # interior 6x10 in a 8x12 global array with one cell of boundary padding all round
+    interior = np.arange(60.0).reshape(6, 10)
+    full = np.zeros((8, 12))
     full[1:-1, 1:-1] = interior
-    las, d = sections(full, ("b", "b"), (2, 2), padding=[(1, 1), (1, 1)], periodic=[True, True])
+    las, d = sections(full, ("b", "b"), grid, padding=[(1, 1), (1, 1)], periodic=[True, True])
     coords = [d.coords(r) for r in range(4)]
-    pads = [[(1, 1)] * 2, [(1, 1)] * 2]
+    pads = [[(1, 1)] * grid[0], [(1, 1)] * grid[1]]
     run_ranks(4, lambda comm: exchange_halos(las[comm.rank], comm, coords, pads))
     wrapped = np.pad(interior, 1, mode="wrap")  # what every section's window must show
     for r, la in enumerate(las):
@@ -187,6 +200,15 @@ def test_halo_exchange_2d_periodic_matches_numpy_wrap():
         np.testing.assert_array_equal(
             la.ndarray, wrapped[rows[0] : rows[1], cols[0] : cols[1]], err_msg=f"rank {r}"
         )
+
+
+def test_periodic_wrap_needs_interior_cells_at_the_edges():
+    full = np.zeros((10,))  # blocks of 3, 3, 3, 1: the last holds only its boundary cell
+    with pytest.raises(ValueError, match="too few to wrap around"):
+        sections(full, ("b",), (4,), padding=[(1, 1)], periodic=[True])
+    las, d = sections(full, ("b",), (4,), padding=[(1, 1)], periodic=[False])  # fine
+    coords = [d.coords(r) for r in range(4)]
+    run_ranks(4, lambda comm: exchange_halos(las[comm.rank], comm, coords, [[(1, 1)] * 4]))
 
 
 @pytest.mark.parametrize(
