@@ -85,3 +85,21 @@ SIGNAL_SUFFIX = b"/signal"
 
 #: --ip values that mean "every interface" (bound as ``*``, advertised by host name).
 WILDCARDS = ("0.0.0.0", "*", "::", "")
+
+# -- rendezvous (issue 16): the hub's IMPI-style rendezvous for engine communicators --------
+
+#: Seconds a rendezvous has, from its first member's arrival to every member's DONE, before
+#: every member fails with an error naming the missing ones.
+RENDEZVOUS_TIMEOUT = 60.0
+
+#: zpar's own COLL labels (IMPI's are 0x1000..0x3100, seed 004): 'ZP' in the high bytes, so
+#: no IMPI label collides. Members send labels in ascending order.
+ZPAR_LABEL_BASE = 0x5A500000
+ZPAR_LABEL_MAX = 0x5A50FFFF
+ZPAR_LABEL_HOSTNAME = ZPAR_LABEL_BASE + 0x100
+ZPAR_LABEL_ENDPOINTS = ZPAR_LABEL_BASE + 0x200
+ZPAR_LABEL_PARAMS = ZPAR_LABEL_BASE + 0x300
+
+#: Appended to an engine's uuid with the communicator's id: the identity of a rendezvous
+#: member's socket on the hub's registration ROUTER.
+RENDEZVOUS_SUFFIX = b"/rdv/"
