@@ -341,6 +341,8 @@ class Rendezvous:
             return self._refuse(
                 peer, f"labels must ascend: rank {m.rank} sent {label:#x} after {m.label:#x}"
             )
+        if not isinstance(payload, bytes | bytearray | memoryview):
+            return self._refuse(peer, f"COLL payload must be bytes, got {type(payload).__name__}")
         self.labels.setdefault(label, _Label()).payloads[m.rank] = bytes(payload)
         m.label = label
         return self._answer_ready()
