@@ -219,7 +219,14 @@ class RendezvousMember:
                     f"{self.timeout + HUB_GRACE:g} s (is the controller running?)"
                 )
             msg = self.session.feed(self.socket.recv_multipart(), "rendezvous member")
-            if msg is None or msg.content.get("comm_id") != self.comm_id:
+            if msg is None:
+                continue
+            if msg.content.get("status") == "error" and "comm_id" not in msg.content:
+                # a hub without the rendezvous service answers "does not handle"
+                self._fail({"evalue": f"the hub refused: {msg.content.get('evalue', '?')}"})
+                assert self._error is not None
+                raise self._error
+            if msg.content.get("comm_id") != self.comm_id:
                 continue
             if msg.msg_type == MsgType.RENDEZVOUS_ERROR:
                 self._fail(msg.content)

@@ -124,11 +124,12 @@ class Hub:
             MON_TASK_RESULT: self._task_result,
             MON_SCHEDULER: self._scheduler_message,
         }
-        #: capabilities added through the zpar.hub_services entry points (hub/services.py)
-        self.services: list[HubService] = load_services(self)
-        self._service_for: dict[str, HubService] = {
-            t: s for s in self.services for t in s.msg_types if t not in self._queries
-        }
+        #: capabilities added through the zpar.hub_services entry points (hub/services.py),
+        #: loaded on the first message of a type the hub does not know: not at start-up,
+        #: where scanning the installed packages would cost every controller ~10-40 ms
+        self.services: list[HubService] = []
+        self._service_for: dict[str, HubService] = {}
+        self._services_loaded = False
 
     # -- socket handlers (called by the controller's loop) ----------------------------------
 
@@ -142,6 +143,9 @@ class Hub:
             if msg is None:
                 continue
             service = self._service_for.get(msg.msg_type)
+            if service is None and not self._services_loaded and msg.msg_type not in self._queries:
+                self.load_services()
+                service = self._service_for.get(msg.msg_type)
             if service is not None:
                 try:
                     service.handle(msg)  # it replies itself, now or later
@@ -173,6 +177,14 @@ class Hub:
                 idents=msg.idents,
                 buffers=buffers,
             )
+
+    def load_services(self) -> None:
+        """Load the hub services (once)."""
+        self._services_loaded = True
+        self.services = load_services(self)
+        self._service_for = {
+            t: s for s in self.services for t in s.msg_types if t not in self._queries
+        }
 
     def send_to(
         self,

@@ -4,7 +4,9 @@ A service is named in the Python entry point group ``zpar.hub_services`` (name -
 "module:factory"); ``factory(hub)`` returns an object that declares the ``msg_types`` it
 handles on the registration ROUTER. The hub hands it each such message instead of
 answering it; the service replies now or later to any peer by identity (``hub.send_to``).
-It also hears of engines the hub unregisters and is ticked with the heartbeat.
+It also hears of engines the hub unregisters and is ticked with the heartbeat. Services
+are loaded when the first message of a type the hub does not know arrives, so a
+controller that never needs one pays nothing for them at start-up.
 zpar.comm's rendezvous (comm.hubservice) is the first one.
 """
 
