@@ -1,0 +1,533 @@
+"""Point-to-point messaging over the peer links: matching, the short/long message protocols,
+credit flow control, requests and statuses (mpi4py's ``Request`` and ``Status`` names).
+
+Progress happens only inside calls (as in MPI without a progress thread): every wait polls
+the links, hands arriving packets to receives, acknowledges them and sends what the credits
+allow. A message of up to ``maxdatalen`` bytes is one DATA packet sent eagerly; a longer one
+sends its first packet as DATASYNC and the rest only after the receiver matched it and sent
+SYNCACK (IMPI's long-message protocol), so an unexpected long message costs the receiver one
+packet of memory, and the rest lands straight in the posted buffer.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import time
+from collections import deque
+from typing import Any
+
+import numpy as np
+
+from zpar.errors import RemoteProtocolError, ZparError
+
+from .flow import RecvCounter, SendWindow, check_window
+from .links import LinkError, PeerLinks
+from .peerwire import CTX_P2P, ENC_PICKLE, ENC_RAW, Kind, Packet
+
+log = logging.getLogger(__name__)
+
+ANY_SOURCE = -1
+ANY_TAG = -1
+#: send to / receive from nobody: a no-op, handy at the edges of a halo exchange
+PROC_NULL = -2
+
+#: a payload at least this large is handed to zmq without a copy
+ZERO_COPY_MIN = 64 * 1024
+
+
+class CommError(ZparError):
+    """The communicator broke: a peer was lost or aborted; ``ranks`` names the peers lost."""
+
+    def __init__(self, message: str, ranks: list[int] | None = None) -> None:
+        super().__init__(message)
+        self.ranks = ranks or []
+
+
+class Status:
+    """Source, tag and size of a received message (mpi4py's ``MPI.Status``)."""
+
+    def __init__(self) -> None:
+        self.source = ANY_SOURCE
+        self.tag = ANY_TAG
+        self.count = 0  #: bytes
+        self.error = 0
+
+    def Get_source(self) -> int:  # noqa: N802 - mpi4py's name
+        return self.source
+
+    def Get_tag(self) -> int:  # noqa: N802
+        return self.tag
+
+    def Get_count(self, datatype: Any = None) -> int:  # noqa: N802
+        """Bytes received, or elements of ``datatype`` (a numpy dtype) when given."""
+        if datatype is None:
+            return self.count
+        return self.count // np.dtype(datatype).itemsize
+
+    Get_elements = Get_count
+
+    def _set(self, source: int, tag: int, count: int) -> None:
+        self.source, self.tag, self.count = source, tag, count
+
+    def __repr__(self) -> str:
+        return f"<Status source={self.source} tag={self.tag} count={self.count}>"
+
+
+def as_bytes_view(buf: Any, writable: bool = False) -> memoryview:
+    """A flat byte view of a buffer spec: an array, or mpi4py's ``[array, ...]`` forms."""
+    if isinstance(buf, (list, tuple)):
+        if not buf:
+            raise TypeError("empty buffer specification")
+        buf = buf[0]
+    if isinstance(buf, np.ndarray):
+        if not buf.flags.c_contiguous:
+            raise ValueError("buffers must be C-contiguous numpy arrays (use np.ascontiguousarray)")
+        if writable and not buf.flags.writeable:
+            raise ValueError("receive buffer is read-only")
+        return memoryview(buf.reshape(-1).view(np.uint8))
+    mv = memoryview(buf)
+    if writable and mv.readonly:
+        raise ValueError("receive buffer is read-only")
+    return mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv
+
+
+class _Send:
+    __slots__ = (
+        "dest",
+        "data",
+        "tag",
+        "ctx",
+        "enc",
+        "track",
+        "msgid",
+        "offset",
+        "trackers",
+        "done",
+        "error",
+        "queued",
+    )
+
+    def __init__(self, dest: int, data: memoryview, tag: int, ctx: int, enc: int, track: bool):
+        self.dest, self.data, self.tag, self.ctx, self.enc = dest, data, tag, ctx, enc
+        self.track = track
+        self.msgid = 0
+        self.offset = 0  # next byte to send
+        self.trackers: list[Any] = []
+        self.done = False
+        self.error: BaseException | None = None
+        self.queued = False
+
+    def complete(self) -> bool:
+        if self.done and self.trackers:
+            self.trackers = [t for t in self.trackers if not t.done]
+        return self.done and not self.trackers
+
+
+class _Recv:
+    __slots__ = (
+        "source",
+        "tag",
+        "ctx",
+        "buf",
+        "data",
+        "total",
+        "got",
+        "done",
+        "error",
+        "status",
+        "enc",
+    )
+
+    def __init__(self, source: int, tag: int, ctx: int, buf: memoryview | None) -> None:
+        self.source, self.tag, self.ctx, self.buf = source, tag, ctx, buf
+        self.data: Any = None
+        self.total = 0
+        self.got = 0
+        self.done = False
+        self.error: BaseException | None = None
+        self.status = Status()
+        self.enc = ENC_RAW
+
+    def complete(self) -> bool:
+        return self.done
+
+    def matches(self, src: int, tag: int, ctx: int) -> bool:
+        return (
+            self.ctx == ctx
+            and (self.source == ANY_SOURCE or self.source == src)
+            and (self.tag == ANY_TAG or self.tag == tag)
+        )
+
+
+class _Arrived:
+    """A message whose first packet arrived before any receive matched it."""
+
+    __slots__ = ("src", "tag", "ctx", "enc", "msgid", "total", "first", "sync")
+
+    def __init__(self, pkt: Packet) -> None:
+        self.src, self.tag, self.ctx, self.enc = pkt.src, pkt.tag, pkt.ctx, pkt.enc
+        self.msgid, self.total = pkt.msgid, pkt.arg
+        self.first = pkt.payload
+        self.sync = pkt.kind == Kind.DATASYNC
+
+
+class P2P:
+    """The progress engine of one rank: owns the links, the queues and the credit counters."""
+
+    def __init__(
+        self,
+        links: PeerLinks,
+        *,
+        maxdatalen: int,
+        ackmark: int,
+        hiwater: int,
+        timeout: float | None = None,
+    ) -> None:
+        check_window(ackmark, hiwater)
+        if maxdatalen < 1:
+            raise ValueError(f"maxdatalen must be >= 1, got {maxdatalen}")
+        self.links = links
+        self.rank, self.size = links.rank, links.size
+        self.maxdatalen = maxdatalen
+        self.timeout = timeout
+        self.windows = [SendWindow(hiwater) for _ in range(self.size)]
+        self.counters = [RecvCounter(ackmark) for _ in range(self.size)]
+        self._queues: list[deque[_Send]] = [deque() for _ in range(self.size)]
+        self._busy: set[int] = set()  # peers with something queued
+        self._await_sync: dict[int, _Send] = {}
+        self._posted: list[_Recv] = []
+        self._unexpected: list[_Arrived] = []
+        self._filling: dict[tuple[int, int], _Recv] = {}
+        self._msgid = 0
+        self.broken: CommError | None = None
+
+    # -- posting ----------------------------------------------------------------------------
+
+    def post_send(
+        self,
+        dest: int,
+        data: Any,
+        tag: int,
+        ctx: int = CTX_P2P,
+        enc: int = ENC_RAW,
+        track: bool = False,
+    ) -> _Send:
+        self._check_alive()
+        op = _Send(
+            dest, data if isinstance(data, memoryview) else memoryview(data), tag, ctx, enc, track
+        )
+        if dest == PROC_NULL:
+            op.done = True
+            return op
+        self._check_rank(dest, "dest")
+        self._msgid += 1
+        op.msgid = self._msgid
+        if dest == self.rank:
+            self._deliver_local(op)
+            return op
+        self._queues[dest].append(op)
+        op.queued = True
+        self._busy.add(dest)
+        self._pump(dest)
+        return op
+
+    def post_recv(self, source: int, tag: int, ctx: int = CTX_P2P, buf: Any = None) -> _Recv:
+        self._check_alive()
+        view = None if buf is None else as_bytes_view(buf, writable=True)
+        op = _Recv(source, tag, ctx, view)
+        if source == PROC_NULL:
+            op.status._set(PROC_NULL, ANY_TAG, 0)
+            op.done = True
+            return op
+        if source != ANY_SOURCE:
+            self._check_rank(source, "source")
+        for i, msg in enumerate(self._unexpected):
+            if op.matches(msg.src, msg.tag, msg.ctx):
+                del self._unexpected[i]
+                self._match(op, msg)
+                return op
+        self._posted.append(op)
+        return op
+
+    def _check_rank(self, r: int, what: str) -> None:
+        if not 0 <= r < self.size:
+            raise ValueError(f"{what} rank {r} out of range for a communicator of size {self.size}")
+
+    def _check_alive(self) -> None:
+        if self.broken is not None:
+            raise self.broken
+
+    # -- waiting ----------------------------------------------------------------------------
+
+    def wait(self, ops: list[Any], what: str = "operation") -> None:
+        """Make progress until every op completes; raise CommError if the communicator breaks
+        and TimeoutError past ``self.timeout``."""
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        pending = [op for op in ops if not op.complete()]
+        while pending:
+            for op in pending:
+                if op.error is not None:
+                    raise op.error
+            self._check_alive()
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"rank {self.rank}: {what} not complete after {self.timeout} s")
+            self.progress(100)
+            pending = [op for op in pending if not op.complete()]
+        for op in ops:
+            if op.error is not None:
+                raise op.error
+
+    def progress(self, timeout_ms: int = 0) -> None:
+        """Send what credits allow, then handle what arrives within timeout_ms."""
+        for peer in list(self._busy):
+            self._pump(peer)
+        # waiting only on trackers: zmq's I/O thread finishes without us, poll briefly
+        if timeout_ms and not (self._posted or self._filling or self._busy or self._await_sync):
+            timeout_ms = min(timeout_ms, 1)
+        try:
+            for peer, pkt in self.links.poll(timeout_ms):
+                self._on_packet(peer, pkt)
+        except LinkError as e:
+            self._break(str(e), e.ranks)
+        except RemoteProtocolError as e:
+            self._break(f"refused a packet: {e}", [])
+        for peer in list(self._busy):
+            self._pump(peer)
+
+    # -- sending ----------------------------------------------------------------------------
+
+    def _pump(self, peer: int) -> None:
+        q = self._queues[peer]
+        window = self.windows[peer]
+        while q:
+            if not window.can_send():
+                window.stalled()
+                return
+            op = q[0]
+            self._send_packet(op, window)
+            if op.done or op.msgid in self._await_sync:
+                q.popleft()
+                op.queued = False
+        self._busy.discard(peer)
+
+    def _send_packet(self, op: _Send, window: SendWindow) -> None:
+        n = len(op.data)
+        start = op.offset
+        stop = min(n, start + self.maxdatalen)
+        chunk = op.data[start:stop]
+        if start == 0:
+            kind = Kind.DATASYNC if n > self.maxdatalen else Kind.DATA
+            arg = n
+        else:
+            kind, arg = Kind.DATA, start
+        big = len(chunk) >= ZERO_COPY_MIN
+        pkt = Packet(kind, op.ctx, op.enc, self.rank, op.tag, 0, op.msgid, arg, chunk)
+        try:
+            tracker = self.links.send(op.dest, pkt, copy=not big, track=big and op.track)
+        except LinkError as e:
+            self._break(str(e), e.ranks)
+            raise self.broken from e  # type: ignore[misc]
+        window.sent()
+        if tracker is not None and big and op.track:
+            op.trackers.append(tracker)
+        op.offset = stop
+        if kind == Kind.DATASYNC:
+            self._await_sync[op.msgid] = op
+        elif stop >= n:
+            op.done = True
+
+    def _control(self, peer: int, kind: Kind, msgid: int = 0, arg: int = 0) -> None:
+        """ACK / SYNCACK: outside the credit window (seed: ACKs do not count)."""
+        try:
+            self.links.send(peer, Packet(kind, 0, 0, self.rank, 0, 0, msgid, arg))
+        except LinkError as e:
+            self._break(str(e), e.ranks)
+
+    # -- receiving --------------------------------------------------------------------------
+
+    def _on_packet(self, peer: int, pkt: Packet) -> None:
+        kind = pkt.kind
+        if kind == Kind.DATA or kind == Kind.DATASYNC:
+            ack = self.counters[peer].received()
+            if ack:
+                self._control(peer, Kind.ACK, arg=ack)
+            filling = self._filling.get((peer, pkt.msgid)) if kind == Kind.DATA else None
+            if filling is not None:
+                self._fill(filling, pkt.arg, pkt.payload, (peer, pkt.msgid))
+                return
+            msg = _Arrived(pkt)
+            for i, op in enumerate(self._posted):
+                if op.matches(msg.src, msg.tag, msg.ctx):
+                    del self._posted[i]
+                    self._match(op, msg)
+                    return
+            self._unexpected.append(msg)
+        elif kind == Kind.ACK:
+            self.windows[peer].acked(pkt.arg)
+        elif kind == Kind.SYNCACK:
+            op = self._await_sync.pop(pkt.msgid, None)
+            if op is None:
+                raise CommError(f"SYNCACK from rank {peer} for unknown message {pkt.msgid}")
+            self._queues[peer].append(op)
+            self._busy.add(peer)
+        elif kind == Kind.FIN or kind == Kind.PING:
+            pass  # FIN: links noted it
+        elif kind == Kind.ABORT:
+            why = bytes(pkt.payload or b"").decode(errors="replace")
+            self._break(f"rank {peer} aborted the communicator: {why}", [])
+        else:
+            log.warning("rank %d: ignoring %s packet from rank %d", self.rank, kind, peer)
+
+    def _match(self, op: _Recv, msg: _Arrived) -> None:
+        op.status._set(msg.src, msg.tag, msg.total)
+        op.total, op.enc = msg.total, msg.enc
+        if op.buf is not None and msg.total > len(op.buf):
+            op.error = CommError(
+                f"message truncated: {msg.total} bytes from rank {msg.src} (tag {msg.tag}) "
+                f"into a buffer of {len(op.buf)}"
+            )
+            op.data = memoryview(bytearray(msg.total))  # consumed and dropped
+        elif op.buf is not None:
+            op.data = op.buf
+        else:
+            op.data = memoryview(bytearray(msg.total))
+        key = (msg.src, msg.msgid)
+        if msg.sync:
+            self._filling[key] = op
+            self._control(msg.src, Kind.SYNCACK, msgid=msg.msgid)
+        self._fill(op, 0, msg.first, key)
+
+    def _fill(self, op: _Recv, offset: int, payload: Any, key: tuple[int, int]) -> None:
+        if payload is not None:
+            data = payload.buffer if hasattr(payload, "buffer") else payload
+            n = len(data)
+            if n:
+                op.data[offset : offset + n] = data
+            op.got += n
+        if op.got >= op.total:
+            self._filling.pop(key, None)
+            op.done = True
+
+    def _deliver_local(self, op: _Send) -> None:
+        """A message to oneself: copied at once, matched like any other."""
+        data = bytes(op.data)
+        pkt = Packet(Kind.DATA, op.ctx, op.enc, self.rank, op.tag, 0, op.msgid, len(data), data)
+        msg = _Arrived(pkt)
+        op.done = True
+        for i, r in enumerate(self._posted):
+            if r.matches(msg.src, msg.tag, msg.ctx):
+                del self._posted[i]
+                self._match(r, msg)
+                return
+        self._unexpected.append(msg)
+
+    # -- breaking ---------------------------------------------------------------------------
+
+    def _break(self, why: str, ranks: list[int]) -> None:
+        if self.broken is not None:
+            return
+        self.broken = CommError(f"communicator broken on rank {self.rank}: {why}", ranks)
+        log.error("%s", self.broken)
+        for peer in range(self.size):  # tell the others, so nobody waits on us in vain
+            if peer != self.rank and peer not in ranks:
+                try:
+                    self.links.send(
+                        peer, Packet(Kind.ABORT, 0, 0, self.rank, 0, 0, 0, 0, why.encode()[:1000])
+                    )
+                except (LinkError, Exception):  # noqa: BLE001 - best effort on a broken comm
+                    pass
+        for op in self._posted:
+            op.error = self.broken
+
+    def finish(self) -> None:
+        """Tell every peer we are closing (a FIN each), so our links closing is no error."""
+        for peer in range(self.size):
+            if peer != self.rank and peer not in self.links.finished:
+                try:
+                    self.links.send(peer, Packet(Kind.FIN, 0, 0, self.rank, 0, 0, 0, 0))
+                except LinkError:
+                    pass  # it closed first; nothing to tell
+
+    def flow_state(self, peer: int) -> dict[str, int]:
+        """Credits toward ``peer``: packets in flight, stalls so far, messages queued."""
+        w = self.windows[peer]
+        return {
+            "inflight": w.inflight,
+            "hiwater": w.hiwater,
+            "stalls": w.stalls,
+            "queued": len(self._queues[peer]),
+            "unexpected": len(self._unexpected),
+        }
+
+
+# -- requests -------------------------------------------------------------------------------
+
+
+class Request:
+    """A pending isend / irecv (mpi4py's ``MPI.Request``): ``Wait``/``Test`` for buffers,
+    ``wait``/``test`` returning the received object."""
+
+    def __init__(self, p2p: P2P, op: Any, what: str) -> None:
+        self._p2p, self._op, self._what = p2p, op, what
+
+    def Wait(self, status: Status | None = None) -> bool:  # noqa: N802
+        self._p2p.wait([self._op], self._what)
+        self._fill_status(status)
+        return True
+
+    def Test(self, status: Status | None = None) -> bool:  # noqa: N802
+        if not self._op.complete():
+            self._p2p.progress(0)
+        if self._op.error is not None:
+            raise self._op.error
+        done = self._op.complete()
+        if done:
+            self._fill_status(status)
+        return done
+
+    def wait(self, status: Status | None = None) -> Any:
+        self.Wait(status)
+        return self._value()
+
+    def test(self, status: Status | None = None) -> tuple[bool, Any]:
+        done = self.Test(status)
+        return done, (self._value() if done else None)
+
+    def _value(self) -> Any:
+        op = self._op
+        if isinstance(op, _Recv) and op.buf is None:
+            return None if op.source == PROC_NULL and op.data is None else unpickle(op)
+        return None
+
+    def _fill_status(self, status: Status | None) -> None:
+        if status is not None and isinstance(self._op, _Recv):
+            s = self._op.status
+            status._set(s.source, s.tag, s.count)
+
+    @staticmethod
+    def Waitall(requests: list[Request], statuses: list[Status] | None = None) -> bool:  # noqa: N802
+        if requests:
+            p2p = requests[0]._p2p
+            p2p.wait([r._op for r in requests], "Waitall")
+        for i, r in enumerate(requests):
+            r._fill_status(statuses[i] if statuses else None)
+        return True
+
+    @staticmethod
+    def waitall(requests: list[Request], statuses: list[Status] | None = None) -> list[Any]:
+        Request.Waitall(requests, statuses)
+        return [r._value() for r in requests]
+
+    @staticmethod
+    def Testall(requests: list[Request]) -> bool:  # noqa: N802
+        return all(r.Test() for r in requests)
+
+
+def unpickle(op: _Recv) -> Any:
+    if op.enc != ENC_PICKLE:
+        raise CommError(
+            f"recv() got a raw buffer message ({op.total} bytes from rank {op.status.source}, "
+            "sent with Send?): receive it with Recv into an array"
+        )
+    return pickle.loads(op.data)
