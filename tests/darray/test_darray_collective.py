@@ -7,17 +7,18 @@ from __future__ import annotations
 import pickle
 import queue
 import threading
+import uuid
 from collections import defaultdict
 
 import numpy as np
 import pytest
 
+from zpar.comm.communicator import Communicator
+from zpar.comm.links import PeerLinks
 from zpar.darray import LocalArray
 from zpar.darray.collective import exchange_halos, redistribute, reduce_all, reduce_axis
 from zpar.darray.layout import check_grid, choose_grid, dim_data_for_all, parse_dist
 from zpar.darray.maps import Distribution, global_keys, outer_key, owned_piece
-
-SUM, MIN, MAX = np.add, np.minimum, np.maximum
 
 
 class ThreadWorld:
@@ -33,6 +34,8 @@ class ThreadWorld:
 
 class ThreadComm:
     """mpi4py's lowercase (pickle-based) calls, enough for zpar.darray.collective."""
+
+    SUM, MIN, MAX = np.add, np.minimum, np.maximum
 
     def __init__(self, world, rank):
         self.world, self.rank, self.size = world, rank, world.size
@@ -78,7 +81,41 @@ class ThreadComm:
         return [self.recv(r, tag=-2) for r in range(self.size)]
 
 
-def run_ranks(n, fn):
+def run_ranks_links(n, fn):
+    """fn(comm) on n threads, each with zpar.comm's real communicator over loopback links."""
+    comm_id = uuid.uuid4().hex
+    links = [PeerLinks(r, n, comm_id, b"test-key") for r in range(n)]
+    table = [lk.bind() for lk in links]
+    results, errors = [None] * n, []
+
+    def body(r):
+        try:
+            links[r].dance(table, 60)
+            comm = Communicator(links[r], [f"h{r}" for r in range(n)], timeout=60)
+            results[r] = fn(comm)
+            comm.Free()
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+        finally:
+            links[r].close()
+
+    threads = [threading.Thread(target=body, args=(r,), daemon=True) for r in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(90)
+    if errors:
+        raise errors[0]
+    return results
+
+
+@pytest.fixture(params=["threads", "zpar.comm"])
+def run_ranks(request):
+    """Each algorithm over the in-memory stand-in and over zpar's communicator."""
+    return run_ranks_fake if request.param == "threads" else run_ranks_links
+
+
+def run_ranks_fake(n, fn):
     """fn(comm) on n threads; their results by rank (an exception in any fails the test)."""
     world = ThreadWorld(n)
     results, errors = [None] * n, []
@@ -128,21 +165,21 @@ LAYOUTS = [
 
 
 @pytest.mark.parametrize("dist, grid", LAYOUTS)
-@pytest.mark.parametrize(
-    "op, comm_op, ref", [("sum", SUM, np.sum), ("min", MIN, np.min), ("max", MAX, np.max)]
-)
-def test_reduce_all(dist, grid, op, comm_op, ref):
+@pytest.mark.parametrize("op, ref", [("sum", np.sum), ("min", np.min), ("max", np.max)])
+def test_reduce_all(run_ranks, dist, grid, op, ref):
     las, d = sections(FULL, dist, grid, nprocs=int(np.prod(grid)))
-    got = run_ranks(len(las), lambda comm: reduce_all(las[comm.rank], comm, op, comm_op))
+    got = run_ranks(
+        len(las), lambda comm: reduce_all(las[comm.rank], comm, op, getattr(comm, op.upper()))
+    )
     assert all(g == ref(FULL) for g in got)
 
 
-def test_reduce_all_with_empty_sections_and_ints():
+def test_reduce_all_with_empty_sections_and_ints(run_ranks):
     full = np.array([5, -3, 7], dtype=np.int32)
     las, _ = sections(full, ("c",), (4,))
-    for op, comm_op, ref in [("sum", SUM, 9), ("min", MIN, -3), ("max", MAX, 7)]:
+    for op, ref in [("sum", 9), ("min", -3), ("max", 7)]:
         got = run_ranks(
-            4, lambda comm, op=op, comm_op=comm_op: reduce_all(las[comm.rank], comm, op, comm_op)
+            4, lambda comm, op=op: reduce_all(las[comm.rank], comm, op, getattr(comm, op.upper()))
         )
         assert got == [ref] * 4
 
@@ -150,7 +187,7 @@ def test_reduce_all_with_empty_sections_and_ints():
 @pytest.mark.parametrize("dist, grid", LAYOUTS)
 @pytest.mark.parametrize("axis", [0, 1])
 @pytest.mark.parametrize("op, ref", [("sum", np.sum), ("min", np.min), ("max", np.max)])
-def test_reduce_axis(dist, grid, axis, op, ref):
+def test_reduce_axis(run_ranks, dist, grid, axis, op, ref):
     las, d = sections(FULL, dist, grid, nprocs=int(np.prod(grid)))
     coords = [d.coords(r) for r in range(len(las))]
     got = run_ranks(len(las), lambda comm: reduce_axis(las[comm.rank], comm, op, axis, coords))
@@ -167,7 +204,7 @@ def test_reduce_axis(dist, grid, axis, op, ref):
 
 
 @pytest.mark.parametrize("periodic", [False, True])
-def test_halo_exchange_padded_block_18_over_2(periodic):
+def test_halo_exchange_padded_block_18_over_2(run_ranks, periodic):
     full = np.arange(18.0)
     las, d = sections(full, ("b",), (2,), padding=[(1, 1)], periodic=[periodic], nprocs=2)
     # before: the communication padding is zero, everything else the data
@@ -185,7 +222,7 @@ def test_halo_exchange_padded_block_18_over_2(periodic):
 
 
 @pytest.mark.parametrize("grid", [(2, 2), (4, 1), (1, 4)])
-def test_halo_exchange_2d_periodic_matches_numpy_wrap(grid):
+def test_halo_exchange_2d_periodic_matches_numpy_wrap(run_ranks, grid):
     # interior 6x10 in a 8x12 global array with one cell of boundary padding all round
     interior = np.arange(60.0).reshape(6, 10)
     full = np.zeros((8, 12))
@@ -202,7 +239,7 @@ def test_halo_exchange_2d_periodic_matches_numpy_wrap(grid):
         )
 
 
-def test_periodic_wrap_needs_interior_cells_at_the_edges():
+def test_periodic_wrap_needs_interior_cells_at_the_edges(run_ranks):
     full = np.zeros((10,))  # blocks of 3, 3, 3, 1: the last holds only its boundary cell
     with pytest.raises(ValueError, match="too few to wrap around"):
         sections(full, ("b",), (4,), padding=[(1, 1)], periodic=[True])
@@ -223,7 +260,7 @@ def test_periodic_wrap_needs_interior_cells_at_the_edges():
         ((("c", "b"), (4, 1)), (("b", "b"), (2, 2))),
     ],
 )
-def test_redistribute(src, dst):
+def test_redistribute(run_ranks, src, dst):
     las, _ = sections(FULL, *src)
     specs = parse_dist(dst[0], FULL.shape)
     new = dim_data_for_all(FULL.shape, specs, check_grid(dst[1], specs, 4), None, None)
