@@ -183,6 +183,16 @@ class DirectView(View):
     def _ids(self) -> list[int]:
         return self.client._resolve_targets(self.targets)
 
+    def communicator(
+        self, name: str = "comm", auth: str = "key", hosts: Any = None, **kw: Any
+    ) -> Any:
+        """Give each engine of this view a communicator ``name`` (ranks in the view's
+        order; mpi4py's method names), bootstrapped through the hub's rendezvous; returns
+        once every peer link is open. See zpar.comm.clientside.create for the options."""
+        from zpar.comm.clientside import create
+
+        return create(self, name, auth, hosts, **kw)
+
     def _send_each(
         self, msg_type: str, content: dict[str, Any] | None, buffers: list[Any], ids: list[int]
     ) -> tuple[list[str], list[Any]]:

@@ -375,3 +375,12 @@ class Communicator:
             self._member.close()
 
     close = Free
+
+    def abandon(self) -> None:
+        """Close this rank's links now, not collectively (a communicator replaced under
+        the same name); peers see a FIN, not a loss."""
+        if not self._links.closed:
+            self._p2p.finish()
+            self._links.close(linger_ms=1000)
+        if self._member is not None:
+            self._member.close()

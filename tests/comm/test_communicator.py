@@ -1,0 +1,188 @@
+"""dv.communicator() on a real cluster: engines bootstrapped through the hub's rendezvous,
+every collective checked against numpy computed here, an engine killed mid-collective."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+import cloudpickle
+import numpy as np
+import pytest
+
+import zpar
+from zpar.errors import RemoteError
+
+FAST_HB = ["--hb-period", "0.1", "--hb-misses", "4"]
+TIMEOUT = 90.0
+N = 8
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _ship_by_value():
+    """Engines cannot import test modules: send this module's functions by value."""
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    yield
+    cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    mp.setenv("ZPAR_DIR", str(tmp_path_factory.mktemp("zpar-comm")))
+    c = zpar.Cluster(n=N, controller_args=FAST_HB, timeout=TIMEOUT, log_level="WARNING")
+    c.start()
+    c.client.wait_for_engines(N, timeout=TIMEOUT)
+    yield c
+    c.stop()
+    mp.undo()
+
+
+def _comm(name="comm"):
+    from zpar.engine.namespace import current
+
+    return current()[name]
+
+
+def every_collective(elems):
+    """On each engine: every collective once; results for the client to check."""
+    from zpar.comm import ops
+
+    c = _comm()
+    r, n = c.rank, c.size
+    out = {"rank": r, "size": n}
+    out["bcast"] = c.bcast({"root": "data"} if r == 0 else None)
+    out["allreduce"] = c.allreduce(r + 1)
+    out["alg_obj"] = c.last_algorithm
+    out["reduce"] = c.reduce(r * r, op=ops.SUM, root=n - 1)
+    out["gather"] = c.gather(r, root=0)
+    out["scatter"] = c.scatter(list(range(100, 100 + n)) if r == 0 else None)
+    out["allgather"] = c.allgather(str(r))
+    out["alltoall"] = c.alltoall([r * 10 + j for j in range(n)])
+    out["scan"] = c.scan(r + 1)
+    a = np.arange(elems, dtype=np.float64) * (r + 1)
+    b = np.empty_like(a)
+    c.Allreduce(a, b)
+    out["Allreduce"] = b
+    out["alg_arr"] = (c.last_algorithm, c.last_protocol)
+    red = np.empty_like(a) if r == 0 else None
+    c.Reduce(a, red, op=ops.MAX)
+    out["Reduce"] = red
+    bb = np.arange(elems, dtype=np.float64) if r == 0 else np.empty(elems)
+    c.Bcast(bb)
+    out["Bcast"] = bb
+    g = np.empty(n * 2, np.int64)
+    c.Allgather(np.array([r, -r], np.int64), g)
+    out["Allgather"] = g
+    s = np.arange(n, dtype=np.int32) + 10 * r
+    t = np.empty_like(s)
+    c.Alltoall(s, t)
+    out["Alltoall"] = t
+    halo = np.empty(3)
+    c.Sendrecv(np.full(3, float(r)), dest=(r + 1) % n, recvbuf=halo, source=(r - 1) % n)
+    out["halo"] = halo
+    c.barrier()
+    return out
+
+
+def check(results, n, elems):
+    a = np.arange(elems, dtype=np.float64)
+    for r, o in enumerate(results):
+        assert (o["rank"], o["size"]) == (r, n)
+        assert o["bcast"] == {"root": "data"}
+        assert o["allreduce"] == n * (n + 1) // 2
+        assert o["reduce"] == (sum(i * i for i in range(n)) if r == n - 1 else None)
+        assert o["gather"] == (list(range(n)) if r == 0 else None)
+        assert o["scatter"] == 100 + r
+        assert o["allgather"] == [str(i) for i in range(n)]
+        assert o["alltoall"] == [j * 10 + r for j in range(n)]
+        assert o["scan"] == (r + 1) * (r + 2) // 2
+        np.testing.assert_allclose(o["Allreduce"], a * n * (n + 1) / 2)
+        if r == 0:
+            np.testing.assert_array_equal(o["Reduce"], a * n)
+        np.testing.assert_array_equal(o["Bcast"], a)
+        assert o["Allgather"].tolist() == [v for i in range(n) for v in (i, -i)]
+        assert o["Alltoall"].tolist() == [10 * j + r for j in range(n)]
+        assert o["halo"].tolist() == [float((r - 1) % n)] * 3
+
+
+@pytest.mark.parametrize(
+    ("n", "hosts", "elems", "linear"),
+    [
+        (1, None, 10, True),
+        (2, None, 10, True),  # one host: two-phase, linear
+        (3, "engine", 10, True),  # 3 hosts < coll_maxlinear
+        (4, "engine", 10, False),  # 4 hosts: logarithmic, short
+        (5, "engine", 5000, False),  # logarithmic, long (40 kB >= coll_xsize): ring
+        (8, "engine", 5000, False),
+    ],
+)
+def test_every_collective_against_numpy(cluster, n, hosts, elems, linear):
+    dv = cluster.client[:n]
+    info = dv.communicator(hosts=hosts, timeout=TIMEOUT)
+    assert info.size == n and info.engine_ids == dv._ids()
+    results = dv.apply_sync(every_collective, elems)
+    check(results, n, elems)
+    alg_obj = results[0]["alg_obj"]
+    alg_arr, proto = results[0]["alg_arr"]
+    assert proto == ("long" if elems * 8 >= 1024 else "short")
+    if linear:
+        assert alg_obj == alg_arr == "linear"
+    else:
+        assert alg_obj == "recursive_doubling"
+        assert alg_arr == ("ring" if proto == "long" else "recursive_doubling")
+    dv.apply_sync(lambda: _comm().Free())
+
+
+def test_one_host_by_default_goes_two_phase_and_uses_ipc(cluster):
+    dv = cluster.client[:3]
+    info = dv.communicator(name="local", timeout=TIMEOUT)
+    assert len(set(info.hostnames)) == 1
+
+    def run():
+        c = _comm("local")
+        v = c.allreduce(c.rank)
+        return (
+            v,
+            c.last_two_phase,
+            c.topology.nhosts,
+            sorted(
+                d.getsockopt_string(__import__("zmq").LAST_ENDPOINT)[:4]
+                for d in c._links.dealers.values()
+            ),
+        )
+
+    for r, (v, two, nhosts, schemes) in enumerate(dv.apply_sync(run)):
+        assert v == 3 and two and nhosts == 1
+        assert schemes == ["ipc:"] * r
+
+
+def test_bad_arguments_are_refused_at_the_client(cluster):
+    dv = cluster.client[:2]
+    with pytest.raises(ValueError, match="identifier"):
+        dv.communicator(name="not a name")
+    with pytest.raises(TypeError, match="unknown communicator parameter"):
+        dv.communicator(coll_size=3)
+    with pytest.raises(ValueError, match="hosts"):
+        dv.communicator(hosts=["a"])
+
+
+def stall_then_kill(victim):
+    c = _comm("doomed")
+    c.barrier()
+    if c.rank == victim:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return c.allreduce(np.ones(1000))  # waits on the victim: must fail, not hang
+
+
+def test_engine_killed_mid_collective_fails_the_others(cluster):
+    ids = cluster.client.ids[-3:]
+    dv = cluster.client[ids]
+    dv.communicator(name="doomed", hosts="engine", timeout=TIMEOUT)
+    ars = [cluster.client[eid].apply_async(stall_then_kill, 1) for eid in ids]
+    for k in (0, 2):
+        with pytest.raises(RemoteError) as err:
+            ars[k].get(timeout=TIMEOUT)
+        assert "CommError" in str(err.value.ename) + str(err.value)
+        assert "1" in str(err.value)
