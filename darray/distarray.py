@@ -253,6 +253,12 @@ class DistArray(NDArrayOperatorsMixin):
             self.client, key, self.targets, self.dim_data, np.dtype(dtypes[0]), self._distribution
         )
 
+    def apply_local(self, func: Any, *args: Any) -> list[Any]:
+        """``func(local_array, *args)`` on every engine's section (a stencil kernel, a local
+        solver); the results by grid rank. The LocalArray's ``ndarray`` may be changed in
+        place: that is how kernels update the distributed array."""
+        return self._on_all(onengine.call_local, self.key, func, args)
+
     def astype(self, dtype: Any) -> DistArray:
         key = f"_darray_{uuid.uuid4().hex[:12]}"
         self._on_all(onengine.astype, self.key, key, np.dtype(dtype).str)
@@ -266,3 +272,79 @@ class DistArray(NDArrayOperatorsMixin):
         return DistArray(
             self.client, key, self.targets, self.dim_data, self.dtype, self._distribution
         )
+
+    # -- engine to engine -------------------------------------------------------------------
+
+    def _collective(self, f: Any, *args: Any) -> list[Any]:
+        """``f(key, comm_key, *args)`` on every target, over the targets' communicator."""
+        from .commlink import with_communicator
+
+        return with_communicator(
+            self.client, self.targets, lambda comm: self._on_all(f, self.key, comm, *args)
+        )
+
+    def _coords(self) -> list[tuple[int, ...]]:
+        d = self.distribution
+        return [d.coords(r) for r in range(d.nprocs)]
+
+    def _reduce(self, op: str, axis: int | None) -> Any:
+        if self.size == 0 and op != "sum":
+            raise ValueError(f"zero-size array to reduction operation {op} which has no identity")
+        if axis is None:
+            return self._collective(onengine.reduce_all, op)[0]
+        if not -self.ndim <= axis < self.ndim:
+            raise ValueError(f"axis {axis} is out of bounds for a {self.ndim}-d array")
+        axis %= self.ndim
+        coords = self._coords()
+        parts = self._collective(onengine.reduce_axis, op, axis, coords)
+        shape = self.shape[:axis] + self.shape[axis + 1 :]
+        out = np.zeros(shape, dtype=parts[0].dtype if parts[0] is not None else self.dtype)
+        for rank, part in enumerate(parts):
+            if part is None:
+                continue
+            maps = [m for i, m in enumerate(self.distribution.local_maps[rank]) if i != axis]
+            out[outer_key(global_keys(maps)) if maps else ()] = part
+        return out
+
+    def sum(self, axis: int | None = None) -> Any:
+        """Sum over every cell (a scalar) or along one axis (a numpy array on the client);
+        partial sums meet engine to engine."""
+        return self._reduce("sum", axis)
+
+    def min(self, axis: int | None = None) -> Any:
+        return self._reduce("min", axis)
+
+    def max(self, axis: int | None = None) -> Any:
+        return self._reduce("max", axis)
+
+    def mean(self, axis: int | None = None) -> Any:
+        n = self.size if axis is None else self.shape[axis]
+        total = self._reduce("sum", axis)
+        return total / n if n else total * np.nan
+
+    def exchange_halos(self) -> None:
+        """Fill the padding of padded block dimensions from the neighbours' cells, engine
+        to engine (periodic dimensions wrap, other boundary padding is left alone)."""
+        paddings = [
+            [getattr(m, "padding", (0, 0)) for m in ax.maps] for ax in self.distribution.axes
+        ]
+        if any(p != (0, 0) for per_axis in paddings for p in per_axis):
+            self._collective(onengine.exchange_halos, self._coords(), paddings)
+
+    def redistribute(
+        self,
+        dist: Any = None,
+        grid_shape: Sequence[int] | None = None,
+        padding: Any = None,
+        periodic: Any = None,
+    ) -> DistArray:
+        """The same values under another distribution on the same targets: every engine
+        sends each other engine the cells it will own, in one all-to-all."""
+        from .client import DarrayClient
+
+        shape, ids, per_rank = DarrayClient(self.client)._plan(
+            self.shape, dist, grid_shape, padding, periodic, self.targets
+        )
+        key = f"_darray_{uuid.uuid4().hex[:12]}"
+        self._collective(onengine.redistribute, key, per_rank)
+        return DistArray(self.client, key, self.targets, per_rank, self.dtype)

@@ -253,3 +253,97 @@ def test_remote_errors_surface(rc):
     da.free()
     with pytest.raises(RemoteError, match="freed"):
         da.toarray()
+
+
+# -- engine to engine: reductions, halos, redistribution over zpar.comm --------------------
+
+
+@pytest.mark.parametrize("dist, grid", DISTS)
+def test_reductions_against_numpy(rc, dist, grid):
+    data = FULL * np.where(np.arange(45) % 4, 1.0, -1.0).reshape(5, 9)
+    da = rc.darray.fromarray(data, dist=dist, grid_shape=grid)
+    for name in ("sum", "min", "max", "mean"):
+        assert getattr(da, name)() == pytest.approx(getattr(np, name)(data)), name
+        for axis in (0, 1, -1):
+            np.testing.assert_allclose(
+                getattr(da, name)(axis=axis),
+                getattr(np, name)(data, axis=axis),
+                err_msg=f"{name} axis {axis}",
+            )
+
+
+def test_reductions_with_empty_sections_and_errors(rc):
+    da = rc.darray.fromarray(np.array([4, -2, 9], dtype=np.int64), dist=("c",))
+    assert (da.sum(), da.min(), da.max(), da.mean()) == (11, -2, 9, 11 / 3)
+    empty = rc.darray.zeros((0, 3), dist=("b", "n"))
+    assert empty.sum() == 0
+    with pytest.raises(ValueError, match="zero-size array"):
+        empty.min()
+    with pytest.raises(ValueError, match="axis 2 is out of bounds"):
+        da.sum(axis=2)
+
+
+@pytest.mark.parametrize("periodic", [False, True])
+def test_padded_block_18_over_2_engines_exchange_halos(rc, periodic):
+    ids = rc.ids[:2]
+    da = rc.darray.fromarray(
+        np.arange(18.0), dist=("b",), padding=((1, 1),), periodic=(periodic,), targets=ids
+    )
+    left, right = rc[ids].pull(da.key, block=True)
+    assert left.dim_data[0]["padding"] == (1, 1) and left.dim_data[0]["stop"] == 10
+    assert left.ndarray.tolist() == list(range(9)) + [0] and right.ndarray.tolist() == [0] + list(
+        range(9, 18)
+    )
+    da.exchange_halos()
+    left, right = rc[ids].pull(da.key, block=True)
+    assert left.ndarray.tolist()[1:] == list(range(1, 10)) and right.ndarray.tolist()[:-1] == list(
+        range(8, 17)
+    )
+    assert (left.ndarray[0], right.ndarray[-1]) == ((16, 1) if periodic else (0, 17))
+    np.testing.assert_array_equal(
+        da.toarray(), [16.0 if periodic else 0.0, *range(1, 17), 1.0 if periodic else 17.0]
+    )
+
+
+def test_exchange_halos_2d_periodic_on_engines(rc):
+    interior = np.arange(60.0).reshape(6, 10)
+    full = np.zeros((8, 12))
+    full[1:-1, 1:-1] = interior
+    da = rc.darray.fromarray(
+        full, dist=("b", "b"), grid_shape=(2, 2), padding=((1, 1), (1, 1)), periodic=(True, True)
+    )
+    da.exchange_halos()
+    wrapped = np.pad(interior, 1, mode="wrap")
+    for la in rc[da.targets].pull(da.key, block=True):
+        (r0, r1), (c0, c1) = [(m.start, m.stop) for m in la.maps]
+        np.testing.assert_array_equal(la.ndarray, wrapped[r0:r1, c0:c1])
+
+
+@pytest.mark.parametrize("src, dst", [(0, 1), (1, 4), (5, 3), (2, 6), (7, 0)])
+def test_redistribute_against_numpy(rc, src, dst):
+    da = rc.darray.fromarray(FULL, dist=DISTS[src][0], grid_shape=DISTS[src][1])
+    moved = da.redistribute(dist=DISTS[dst][0], grid_shape=DISTS[dst][1])
+    assert moved.targets == da.targets and moved.key != da.key
+    np.testing.assert_array_equal(moved.toarray(), FULL)
+    fresh = rc.darray.fromarray(FULL, dist=DISTS[dst][0], grid_shape=DISTS[dst][1])
+    assert moved.dim_data == fresh.dim_data or all(
+        np.array_equal(a["indices"], b["indices"])
+        for ra, rb in zip(moved.dim_data, fresh.dim_data, strict=True)
+        for a, b in zip(ra, rb, strict=True)
+        if "indices" in a
+    )
+    got = [la.ndarray for la in rc[moved.targets].pull(moved.key, block=True)]
+    want = [la.ndarray for la in rc[fresh.targets].pull(fresh.key, block=True)]
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_communicator_reopened_when_the_engines_lost_it(rc):
+    da = rc.darray.ones((8, 8), dist=("b", "b"))
+    assert da.sum() == 64
+    from zpar.darray.commlink import communicator_key
+
+    name = communicator_key(rc, da.targets)
+    rc[da.targets].execute(f"{name}.Free(); del {name}", block=True)
+    assert da.sum() == 64  # a new communicator, opened on the way
+    assert communicator_key(rc, da.targets) != name
