@@ -8,7 +8,8 @@ Each engine holds a ``LocalArray`` (a numpy buffer and its ``dim_data``) exporti
 from __future__ import annotations
 
 from .consistency import InconsistentExport
+from .distarray import DistArray
 from .localarray import LocalArray
 from .protocol import VERSION, validate
 
-__all__ = ["VERSION", "InconsistentExport", "LocalArray", "validate"]
+__all__ = ["VERSION", "DistArray", "InconsistentExport", "LocalArray", "validate"]

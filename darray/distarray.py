@@ -100,7 +100,7 @@ class DistArray(NDArrayOperatorsMixin):
     def dist(self) -> tuple[Any, ...]:
         """One entry per dimension, in the constructors' ``dist`` notation."""
         out: list[Any] = []
-        for axis, ax in enumerate(self.distribution.axes):
+        for ax in self.distribution.axes:
             m = ax.maps[0]
             if ax.dist_type == "b":
                 bounds = [a.owned_start for a in ax.maps] + [ax.size]  # type: ignore[attr-defined]
@@ -115,7 +115,6 @@ class DistArray(NDArrayOperatorsMixin):
                 out.append("c" if bs == 1 else ("c", bs))
             else:
                 out.append(("u", [a.global_indices() for a in ax.maps]))
-            del axis
         return tuple(out)
 
     @property

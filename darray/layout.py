@@ -36,15 +36,6 @@ class DimSpec:
             return len(self.param)
         return None
 
-    def describe(self) -> str:
-        if self.kind == "b" and self.param is not None:
-            return f"('b', {list(self.param)})"
-        if self.kind == "c" and self.param not in (None, 1):
-            return f"('c', {self.param})"
-        if self.kind == "u":
-            return "('u', ...)"
-        return repr(self.kind)
-
 
 def parse_dist(dist: Any, shape: tuple[int, ...]) -> list[DimSpec]:
     """One DimSpec per dimension; ``None`` means blocks along the first dimension only."""
