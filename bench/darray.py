@@ -12,6 +12,7 @@ median of ``--repeat`` runs, in seconds; dask runs in ``bench/.venv-peers``.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -24,10 +25,12 @@ ROWS = ["ones", "fromfunction", "add", "sum", "halo", "toarray"]
 
 
 def _timed(f, repeat):
+    """Median seconds of ``f(rep)``; each repetition builds something new (dask would
+    otherwise find the previous repetition's result under the same key and skip the work)."""
     out = []
-    for _ in range(repeat):
+    for rep in range(repeat):
         t0 = time.perf_counter()
-        f()
+        f(rep)
         out.append(time.perf_counter() - t0)
     return statistics.median(out)
 
@@ -36,9 +39,9 @@ def grid_of(engines: int) -> tuple[int, int]:
     return (2, engines // 2) if engines >= 2 else (1, 1)
 
 
-def ramp(i, j):
+def ramp(i, j, offset=0):
     """The benchmark's data: every cell different, computed where it lives."""
-    return i * 8192.0 + j
+    return i * 8192.0 + j + offset
 
 
 def tilt(i, j):
@@ -55,39 +58,48 @@ def run_zpar(n: int, engines: int, repeat: int) -> dict[str, float]:
         figures = {}
         held = {}
 
-        def ones():
+        def ones(rep):
             held.pop("o", None)
-            held["o"] = rc.darray.ones((n, n), **layout)
+            held["o"] = rc.darray.full((n, n), 1.0 + rep, **layout)
 
-        def create():
+        def create(rep):
             held.pop("a", None)
-            held["a"] = rc.darray.fromfunction(ramp, (n, n), **layout)
+            held["a"] = rc.darray.fromfunction(
+                functools.partial(ramp, offset=rep), (n, n), **layout
+            )
 
+        # warm-up, untimed: the engines import zpar.darray and open their communicator
+        w = rc.darray.ones((64, 64), padding=((1, 1), (1, 1)), **layout)
+        w.exchange_halos()
+        w.sum()
+        (w + w).toarray()
+        w.free()
         figures["ones"] = _timed(ones, repeat)
         held.pop("o").free()
         figures["fromfunction"] = _timed(create, repeat)
         b = rc.darray.fromfunction(tilt, (n, n), **layout)
 
-        def add():
+        def add(rep):
             held.pop("c", None)
             held["c"] = held["a"] + b
 
         figures["add"] = _timed(add, repeat)
-        figures["sum"] = _timed(lambda: held["a"].sum(), repeat)
+        figures["sum"] = _timed(lambda rep: held["a"].sum(), repeat)
         held.pop("c").free()
         b.free()
         h = rc.darray.fromfunction(
             ramp, (n, n), padding=((1, 1), (1, 1)), periodic=(True, True), **layout
         )
-        figures["halo"] = _timed(h.exchange_halos, repeat)
+        figures["halo"] = _timed(lambda rep: h.exchange_halos(), repeat)
         h.free()
-        figures["toarray"] = _timed(lambda: held["a"].toarray(), repeat)
+        figures["toarray"] = _timed(lambda rep: held["a"].toarray(), repeat)
         held.pop("a").free()
     return figures
 
 
 def run_dask(n: int, engines: int, repeat: int) -> dict[str, float]:
     import dask.array as da
+    import numpy as np
     from dask.distributed import Client, LocalCluster, wait
 
     grid = grid_of(engines)
@@ -105,35 +117,41 @@ def run_dask(n: int, engines: int, repeat: int) -> dict[str, float]:
                 wait(x)
                 return x
 
-            def ones():
+            def ones(rep):
                 held.pop("o", None)
-                held["o"] = persisted(da.ones((n, n), chunks=chunks))
+                held["o"] = persisted(da.full((n, n), 1.0 + rep, chunks=chunks))
 
-            def create():
+            def create(rep):
                 held.pop("a", None)
-                held["a"] = persisted(
-                    da.fromfunction(ramp, shape=(n, n), chunks=chunks, dtype=float)
-                )
+                a = da.fromfunction(ramp, shape=(n, n), chunks=chunks, dtype=float, offset=rep)
+                held["a"] = persisted(a)
 
+            # warm-up, untimed: the workers import dask.array's chunk functions
+            w = persisted(da.ones((64, 64), chunks=32))
+            (w + w).sum().compute()
+            persisted(da.overlap.overlap(w, depth=1, boundary="periodic")).compute()
+            del w
             figures["ones"] = _timed(ones, repeat)
             held.pop("o")
             figures["fromfunction"] = _timed(create, repeat)
             held["b"] = persisted(da.fromfunction(tilt, shape=(n, n), chunks=chunks, dtype=float))
 
-            def add():
+            def add(rep):  # a + b, blockwise, under a key of its own per repetition
                 held.pop("c", None)
-                held["c"] = persisted(held["a"] + held["b"])
+                c = da.map_blocks(np.add, held["a"], held["b"], dtype=float, name=f"add-{rep}")
+                held["c"] = persisted(c)
 
             figures["add"] = _timed(add, repeat)
-            figures["sum"] = _timed(lambda: held["a"].sum().compute(), repeat)
+            figures["sum"] = _timed(lambda rep: held["a"].sum().compute(), repeat)
             held.pop("c")
             held.pop("b")
 
-            def halo():
-                persisted(da.overlap.overlap(held["a"], depth=1, boundary="periodic"))
+            def halo(rep):
+                g = da.overlap.overlap(held["a"], depth=1, boundary="periodic")
+                persisted(g.map_blocks(lambda x: x, dtype=float, name=f"halo-{rep}"))
 
             figures["halo"] = _timed(halo, repeat)
-            figures["toarray"] = _timed(lambda: held["a"].compute(), repeat)
+            figures["toarray"] = _timed(lambda rep: held["a"].compute(), repeat)
     return figures
 
 

@@ -73,9 +73,18 @@ def from_function(
     key: str, dim_data: Sequence[dict[str, Any]], dtype: str, func: Callable[..., Any]
 ) -> None:
     """As ``numpy.fromfunction``: ``func`` gets one array of global indices per dimension."""
-    la = LocalArray(np.zeros(_local_shape(dim_data), dtype=dtype), dim_data)
-    grids = np.meshgrid(*[m.global_indices() for m in la.maps], indexing="ij", sparse=True)
-    la.owned[...] = func(*grids)
+    from .maps import map_from_dim_dict
+
+    maps = [map_from_dim_dict(dd) for dd in dim_data]
+    shape = tuple(m.local_len for m in maps)
+    grids = np.meshgrid(*[m.global_indices() for m in maps], indexing="ij", sparse=True)
+    values = np.asarray(func(*grids))
+    if values.shape == shape and all(m.owned_slice == slice(0, m.local_len) for m in maps):
+        # unpadded: the function's result is the section (no second pass over the memory)
+        _store(key, LocalArray(np.require(values, dtype, ["C", "W", "O"]), dim_data))
+        return
+    la = LocalArray(np.zeros(shape, dtype=dtype), dim_data)
+    la.owned[...] = values
     _store(key, la)
 
 
