@@ -16,6 +16,7 @@ import numpy as np
 
 from zpar.engine import namespace
 
+from . import bufferpool
 from .localarray import LocalArray
 from .maps import expand_alias, outer_key
 from .protocol import validate
@@ -55,16 +56,21 @@ def allocate(
 ) -> None:
     """A new LocalArray: owned cells set to ``fill`` (ghost cells zero until a halo exchange)."""
     shape = _local_shape(dim_data)
-    buf = np.empty(shape, dtype=dtype) if empty else np.zeros(shape, dtype=dtype)
+    buf = bufferpool.empty(shape, dtype)
     la = LocalArray(buf, dim_data)
-    if not empty and fill != 0:
+    if not empty:
+        if la.owned.shape != buf.shape:
+            buf[...] = 0  # ghost cells
         la.owned[...] = fill
     _store(key, la)
 
 
 def place(key: str, dim_data: Sequence[dict[str, Any]], dtype: str, piece: np.ndarray) -> None:
     """A new LocalArray whose owned cells are ``piece`` (sent by the client)."""
-    la = LocalArray(np.zeros(_local_shape(dim_data), dtype=dtype), dim_data)
+    shape = _local_shape(dim_data)
+    la = LocalArray(bufferpool.empty(shape, dtype), dim_data)
+    if la.owned.shape != shape:
+        la.ndarray[...] = 0  # ghost cells
     la.owned[...] = piece
     _store(key, la)
 
@@ -111,10 +117,20 @@ def elementwise(
         target = local(kwargs.pop("out").key)
         ufunc(*args, out=target.ndarray, **kwargs)
         return str(target.ndarray.dtype)
-    result = ufunc(*args, **kwargs)
     assert out is not None
-    _store(out, LocalArray(np.asarray(result), template.dim_data))
-    return str(np.asarray(result).dtype)
+    # the result's dtype, from empty operands (numpy's own promotion rules), so the result
+    # can be written into a recycled buffer
+    probe = ufunc(
+        *[
+            np.empty(0, a.dtype) if isinstance(o, Ref) else a
+            for o, a in zip(operands, args, strict=True)
+        ],
+        **kwargs,
+    )
+    shape = np.broadcast_shapes(*[np.shape(a) for a in args])
+    result = ufunc(*args, out=bufferpool.empty(shape, probe.dtype), **kwargs)
+    _store(out, LocalArray(result, template.dim_data))
+    return str(result.dtype)
 
 
 def astype(key: str, out: str, dtype: str) -> None:
@@ -124,13 +140,20 @@ def astype(key: str, out: str, dtype: str) -> None:
 
 def copy(key: str, out: str) -> None:
     la = local(key)
-    _store(out, LocalArray(la.ndarray.copy(), la.dim_data))
+    buf = bufferpool.empty(la.ndarray.shape, la.ndarray.dtype)
+    buf[...] = la.ndarray
+    _store(out, LocalArray(buf, la.dim_data))
 
 
 def free(keys: Sequence[str]) -> None:
+    """Drop sections; their memory is kept for the next section of the same shape if
+    nothing else refers to it (zpar.darray.bufferpool)."""
     ns = namespace.current()
     for k in keys:
-        ns.pop(k, None)
+        la = ns.pop(k, None)
+        if isinstance(la, LocalArray):
+            bufferpool.recycle(la)
+        del la
 
 
 def adopt(name: str, key: str) -> tuple[Any, ...]:
