@@ -168,6 +168,46 @@ def test_bad_arguments_are_refused_at_the_client(cluster):
         dv.communicator(hosts=["a"])
 
 
+def halo_setup(n_local):
+    import numpy as np
+
+    global u
+    u = np.zeros(n_local + 2)
+    if comm.rank == 0:  # noqa: F821 - the engine's communicator
+        u[1] = 100.0
+
+
+def halo_steps(k):
+    import numpy as np
+
+    from zpar.comm import PROC_NULL, SUM
+
+    left = comm.rank - 1 if comm.rank > 0 else PROC_NULL  # noqa: F821
+    right = comm.rank + 1 if comm.rank < comm.size - 1 else PROC_NULL  # noqa: F821
+    for _ in range(k):
+        comm.Sendrecv(u[-2:-1], dest=right, recvbuf=u[0:1], source=left)  # noqa: F821
+        comm.Sendrecv(u[1:2], dest=left, recvbuf=u[-1:], source=right)  # noqa: F821
+        u[1:-1] += 0.25 * (u[:-2] - 2 * u[1:-1] + u[2:])
+    total = np.zeros(1)
+    comm.Allreduce(np.array([u[1:-1].sum()]), total, op=SUM)  # noqa: F821
+    return total[0], u[1:-1].copy()
+
+
+def test_halo_exchange_example_of_the_docs(cluster):
+    """docs/communicator.md's example, against the same stencil on one array here."""
+    dv = cluster.client[:4]
+    dv.communicator()
+    dv.apply_sync(halo_setup, 50)
+    out = dv.apply_sync(halo_steps, 30)
+    whole = np.zeros(4 * 50 + 2)
+    whole[1] = 100.0
+    for _ in range(30):
+        whole[1:-1] += 0.25 * (whole[:-2] - 2 * whole[1:-1] + whole[2:])
+    np.testing.assert_allclose(np.concatenate([part for _, part in out]), whole[1:-1])
+    assert len({total for total, _ in out}) == 1
+    np.testing.assert_allclose(out[0][0], whole[1:-1].sum())
+
+
 def stall_then_kill(victim):
     c = _comm("doomed")
     c.barrier()
