@@ -30,7 +30,7 @@ ROWS = [
 ]
 
 
-def run_zpar(sizes: list[int], quick: bool) -> dict[int, dict]:
+def run_zpar(sizes: list[int], quick: bool, params: dict[str, int]) -> dict[int, dict]:
     import cloudpickle
 
     import zpar
@@ -44,7 +44,7 @@ def run_zpar(sizes: list[int], quick: bool) -> dict[int, dict]:
         rc.wait_for_engines(max(sizes), timeout=120)
         for n in sizes:
             dv = rc[:n]
-            dv.communicator(name="bench")
+            dv.communicator(name="bench", **params)
 
             def run(quick=quick):
                 from zpar.engine.namespace import current
@@ -105,9 +105,17 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
     ap.add_argument("--no-mpi", action="store_true", help="zpar only")
+    ap.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME=INT",
+        help="a communicator parameter, e.g. maxdatalen=1048576 (repeatable)",
+    )
     args = ap.parse_args(argv)
+    params = {k: int(v) for k, v in (p.split("=", 1) for p in args.param)}
     sizes = [2, 4]
-    z = run_zpar(sizes, args.quick)
+    z = run_zpar(sizes, args.quick, params)
     m = {} if args.no_mpi else run_mpi(sizes, args.quick)
     print(table(z, m, sizes))
     print(json.dumps({"zpar": z, "mpi4py": m}))
