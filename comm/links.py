@@ -164,12 +164,10 @@ class PeerLinks:
             else:
                 sock = self.router
                 sock.send(_ident(peer), zmq.SNDMORE)
-            if len(frames) == 2:
-                sock.send(frames[0], zmq.SNDMORE)
-                return sock.send(frames[1])
+            if len(frames) == 1:
+                return sock.send(frames[0])
             sock.send(frames[0], zmq.SNDMORE)
-            sock.send(frames[1], zmq.SNDMORE)
-            return sock.send(frames[2], copy=copy, track=track)
+            return sock.send(frames[1], copy=copy, track=track)
         except zmq.ZMQError as e:
             if e.errno == zmq.EHOSTUNREACH:
                 raise LinkError(f"rank {peer} is unreachable (its engine is gone?)", [peer]) from e
@@ -221,8 +219,8 @@ class PeerLinks:
         self._recv_seq[peer] += 1
         if pkt.kind == Kind.FIN:
             self.finished.add(peer)
-        if len(frames) == 3:
-            pkt.payload = frames[2]  # keep the zmq.Frame: its buffer stays valid with it
+        if len(frames) == 2:
+            pkt.payload = frames[1]  # keep the zmq.Frame: its buffer stays valid with it
         return pkt
 
     def _on_monitor(self, mon: zmq.Socket) -> None:
