@@ -376,6 +376,14 @@ class Communicator:
 
     close = Free
 
+    def __del__(self) -> None:
+        # dropped without Free() (``del comm``, rc.clear()): close now, FIN to the peers and
+        # FINI to the hub, rather than whenever the sockets happen to be collected
+        try:
+            self.abandon()
+        except Exception:  # noqa: BLE001 - nothing to report to at collection time
+            pass
+
     def abandon(self) -> None:
         """Close this rank's links now, not collectively (a communicator replaced under
         the same name); peers see a FIN, not a loss."""

@@ -208,6 +208,17 @@ def test_halo_exchange_example_of_the_docs(cluster):
     np.testing.assert_allclose(out[0][0], whole[1:-1].sum())
 
 
+def test_a_communicator_dropped_without_free_does_not_block_the_next(cluster):
+    """del (or a cleared namespace) closes it: FIN to the peers, FINI to the hub."""
+    dv = cluster.client[:4]
+    dv.communicator("c1", timeout=30)
+    dv.execute("del c1", block=True)
+    dv.communicator("c2", timeout=30)
+    cluster.client.clear(targets=dv._ids(), block=True)
+    dv.communicator("c3", timeout=30)
+    assert dv.apply_sync(lambda: _comm("c3").allreduce(1)) == [4] * 4
+
+
 def stall_then_kill(victim):
     c = _comm("doomed")
     c.barrier()
