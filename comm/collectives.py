@@ -87,7 +87,7 @@ class Collectives:
     def barrier(self) -> None:
         two = self.topo.shared
         self._begin(self._tree_name(), two_phase=two)
-        parent, children = self.topo.tree(0, self.logarithmic, two)
+        parent, children = self.topo.tree(0, self.logarithmic, two, self.maxlinear)
         self._wait([self._irecv(c) for c in children], "barrier (fan-in)")
         if parent is not None:
             self._wait([self._isend(parent, b"")], "barrier")
@@ -99,7 +99,7 @@ class Collectives:
     def bcast_obj(self, obj: Any, root: int) -> Any:
         two = self.topo.shared
         self._begin(self._tree_name(), two_phase=two)
-        parent, children = self.topo.tree(root, self.logarithmic, two)
+        parent, children = self.topo.tree(root, self.logarithmic, two, self.maxlinear)
         if parent is None:
             data: Any = _dumps(obj)
         else:
@@ -115,7 +115,7 @@ class Collectives:
         view = _flat(arr)
         long = len(view) >= self.xsize
         self._begin(self._tree_name(), "long" if long else "short", two)
-        parent, children = self.topo.tree(root, self.logarithmic, two)
+        parent, children = self.topo.tree(root, self.logarithmic, two, self.maxlinear)
         step = self.chunk if long else max(1, len(view))
         pieces = [view[i : i + step] for i in range(0, len(view), step)] or [view]
         recvs = [self._irecv(parent, p) for p in pieces] if parent is not None else []
@@ -133,7 +133,7 @@ class Collectives:
         result when the tree's root is not ``root`` (non-commutative ops keep rank order:
         a flat tree rooted at rank 0, then 0 sends to root)."""
         if op.commute:
-            return (*self.topo.tree(root, self.logarithmic, self.topo.shared), None)
+            return (*self.topo.tree(root, self.logarithmic, self.topo.shared, self.maxlinear), None)
         parent, children = group_tree(list(range(self.size)), self.rank, self.logarithmic)
         return parent, children, (root if root != 0 else None)
 

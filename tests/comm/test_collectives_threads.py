@@ -278,3 +278,31 @@ def test_peer_lost_mid_collective_is_an_error_not_a_hang():
         assert run_ranks(4, run, timeout=60) == ["error", "error", "gone", "error"]
     finally:
         cm.Communicator.Free = free
+
+
+def test_one_host_of_many_ranks_uses_a_binomial_local_phase():
+    from zpar.comm.topology import Topology
+
+    hosts = ["a"] * 6
+    trees = [Topology(r, hosts).tree(0, False, True, 4) for r in range(6)]
+    assert trees[0] == (None, [1, 2, 4])
+    assert trees[1] == (0, []) and trees[2] == (0, [3]) and trees[4] == (0, [5])
+    assert Topology(0, ["a"] * 3).tree(0, False, True, 4) == (None, [1, 2])  # linear below 4
+    # two hosts: masters first, then each master's locals
+    two = ["a", "a", "b", "b"]
+    assert Topology(0, two).tree(0, False, True, 4) == (None, [2, 1])
+    assert Topology(2, two).tree(0, False, True, 4) == (0, [3])
+    # the root stands for its host
+    assert Topology(1, two).tree(1, False, True, 4) == (None, [2, 0])
+
+    def run(c):
+        a = np.arange(5000.0) if c.rank == 0 else np.zeros(5000)
+        c.Bcast(a)
+        s = np.empty(5000)
+        c.Allreduce(a, s)
+        return a.sum(), s[-1], c.reduce(c.rank, root=3)
+
+    res = run_ranks(6, run, hosts=hosts, maxdatalen=4096)
+    for r, (total, last, red) in enumerate(res):
+        assert total == np.arange(5000.0).sum() and last == 4999.0 * 6
+        assert red == (15 if r == 3 else None)
