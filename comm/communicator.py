@@ -123,6 +123,8 @@ class Communicator:
             "maxdatalen": maxdatalen,
         }
         self._member = member
+        if member is not None:
+            self._p2p.liveness = member.lost
         for name, op in _ops.PREDEFINED.items():
             setattr(self, name, op)
 

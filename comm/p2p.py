@@ -15,6 +15,7 @@ import logging
 import pickle
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -201,6 +202,8 @@ class P2P:
         self._filling: dict[tuple[int, int], _Recv] = {}
         self._msgid = 0
         self.broken: CommError | None = None
+        #: ranks reported lost by someone else (the hub, through the rendezvous member)
+        self.liveness: Callable[[], list[int]] | None = None
 
     # -- posting ----------------------------------------------------------------------------
 
@@ -272,21 +275,39 @@ class P2P:
             self._check_alive()
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"rank {self.rank}: {what} not complete after {self.timeout} s")
-            self.progress(100)
+            if not self.progress(100):
+                self._check_peers()  # 100 ms without a packet: is anyone we wait on dead?
             pending = [op for op in pending if not op.complete()]
         for op in ops:
             if op.error is not None:
                 raise op.error
 
-    def progress(self, timeout_ms: int = 0) -> None:
-        """Send what credits allow, then handle what arrives within timeout_ms."""
+    def _check_peers(self) -> None:
+        try:
+            self.links.check_peers()
+            lost = self.liveness() if self.liveness is not None else []
+        except LinkError as e:
+            self._break(str(e), e.ranks)
+            return
+        except Exception as e:  # noqa: BLE001 - the rendezvous member's own error
+            lost = list(getattr(e, "missing", [])) or [-1]
+            self._break(f"the hub reports the communicator failed: {e}", lost)
+            return
+        if lost:
+            self._break(f"the hub reports rank(s) {sorted(lost)} gone", sorted(lost))
+
+    def progress(self, timeout_ms: int = 0) -> int:
+        """Send what credits allow, then handle what arrives within timeout_ms; return how
+        many packets arrived."""
         for peer in list(self._busy):
             self._pump(peer)
         # waiting only on trackers: zmq's I/O thread finishes without us, poll briefly
         if timeout_ms and not (self._posted or self._filling or self._busy or self._await_sync):
             timeout_ms = min(timeout_ms, 1)
+        n = 0
         try:
             for peer, pkt in self.links.poll(timeout_ms):
+                n += 1
                 self._on_packet(peer, pkt)
         except LinkError as e:
             self._break(str(e), e.ranks)
@@ -294,6 +315,7 @@ class P2P:
             self._break(f"refused a packet: {e}", [])
         for peer in list(self._busy):
             self._pump(peer)
+        return n
 
     # -- sending ----------------------------------------------------------------------------
 
