@@ -117,10 +117,10 @@ COLL_MAXLINEAR = 4
 #: Largest packet payload on a peer link (IMPI_Pk_maxdatalen). Large enough that a Python
 #: loop per packet costs little against the copy; a message above it is "long" (its rest
 #: waits for the receiver to match it) and collectives pipeline chunks of this size.
-PK_MAXDATALEN = 512 * 1024
+PK_MAXDATALEN = 1024 * 1024
 
 #: The receiver acknowledges every PK_ACKMARK packets; the sender stops at PK_HIWATER
 #: unacknowledged ones (IMPI_Pk_ackmark / IMPI_Pk_hiwater, 1 <= ackmark <= hiwater): at most
-#: 16 x 512 KiB = 8 MiB queued toward one slow receiver per sender.
+#: 16 x 1 MiB = 16 MiB queued toward one slow receiver per sender.
 PK_ACKMARK = 4
 PK_HIWATER = 16
