@@ -98,6 +98,7 @@ class Communicator:
         maxdatalen: int = PK_MAXDATALEN,
         timeout: float | None = None,
         member: Any = None,
+        shm: int = 1,
     ) -> None:
         if coll_xsize < 0 or coll_maxlinear < 0:
             raise ValueError("coll_xsize and coll_maxlinear must be >= 0")
@@ -105,7 +106,12 @@ class Communicator:
         self.rank, self.size = links.rank, links.size
         self.name = links.comm_id
         self._p2p = P2P(
-            links, maxdatalen=maxdatalen, ackmark=ackmark, hiwater=hiwater, timeout=timeout
+            links,
+            maxdatalen=maxdatalen,
+            ackmark=ackmark,
+            hiwater=hiwater,
+            timeout=timeout,
+            shm=bool(shm),
         )
         self.topology = Topology(self.rank, hosts)
         self._coll = Collectives(
@@ -121,6 +127,7 @@ class Communicator:
             "ackmark": ackmark,
             "hiwater": hiwater,
             "maxdatalen": maxdatalen,
+            "shm": int(bool(shm)),
         }
         self._member = member
         if member is not None:
@@ -373,6 +380,7 @@ class Communicator:
             self._coll.barrier()
             self._p2p.finish()
         self._links.close(linger_ms=2000)
+        self._p2p.close_rings()
         if self._member is not None:
             self._member.close()
 
@@ -392,5 +400,6 @@ class Communicator:
         if not self._links.closed:
             self._p2p.finish()
             self._links.close(linger_ms=1000)
+            self._p2p.close_rings()
         if self._member is not None:
             self._member.close()

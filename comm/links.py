@@ -75,6 +75,7 @@ class PeerLinks:
         self._recv_seq = [0] * size
         #: pid of each rank on this host (liveness checks without socket monitors)
         self._local_pids: dict[int, int] = {}
+        self.same_host: set[int] = set()
         self._ipc_path: str | None = None
         self.poller = zmq.Poller()
         self.closed = False
@@ -106,6 +107,8 @@ class PeerLinks:
         if len(table) != self.size:
             raise ValueError(f"endpoint table has {len(table)} entries for size {self.size}")
         me = table[self.rank]["hostname"]
+        #: ranks on this host (same hostname): shared memory may carry long messages
+        self.same_host = {r for r, e in enumerate(table) if r != self.rank and e["hostname"] == me}
         self._local_pids = {
             r: int(e["pid"])
             for r, e in enumerate(table)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import pickle
+import struct
 import time
 from collections import deque
 from collections.abc import Callable
@@ -24,7 +25,8 @@ from zpar.errors import RemoteProtocolError, ZparError
 
 from .flow import RecvCounter, SendWindow, check_window
 from .links import LinkError, PeerLinks
-from .peerwire import CTX_P2P, ENC_PICKLE, ENC_RAW, Kind, Packet
+from .peerwire import CTX_P2P, ENC_PICKLE, ENC_RAW, INLINE, Kind, Packet
+from .shm import ShmRing
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +34,9 @@ ANY_SOURCE = -1
 ANY_TAG = -1
 #: send to / receive from nobody: a no-op, handy at the edges of a halo exchange
 PROC_NULL = -2
+
+#: slot and length of a SHMDATA packet (the ring's path follows on the first one)
+_SHM_DESC = struct.Struct(">IQ")
 
 #: a payload at least this large is handed to zmq without a copy
 ZERO_COPY_MIN = 64 * 1024
@@ -184,6 +189,7 @@ class P2P:
         ackmark: int,
         hiwater: int,
         timeout: float | None = None,
+        shm: bool = True,
     ) -> None:
         check_window(ackmark, hiwater)
         if maxdatalen < 1:
@@ -204,6 +210,10 @@ class P2P:
         self.broken: CommError | None = None
         #: ranks reported lost by someone else (the hub, through the rendezvous member)
         self.liveness: Callable[[], list[int]] | None = None
+        self.hiwater = hiwater
+        self.shm = shm
+        self._rings_out: dict[int, ShmRing | None] = {}
+        self._rings_in: dict[int, ShmRing] = {}
 
     # -- posting ----------------------------------------------------------------------------
 
@@ -343,8 +353,18 @@ class P2P:
             arg = n
         else:
             kind, arg = Kind.DATA, start
+        ring = self._ring_out(op.dest) if start and len(chunk) > INLINE else None
+        if ring is not None:
+            k = ring.take()
+            ring.slot(k)[: len(chunk)] = chunk
+            desc = _SHM_DESC.pack(k, len(chunk))
+            if not ring.announced:
+                desc += ring.path.encode()
+                ring.announced = True
+            kind, chunk = Kind.SHMDATA, desc
         big = len(chunk) >= ZERO_COPY_MIN
-        pkt = Packet(kind, op.ctx, op.enc, self.rank, op.tag, 0, op.msgid, arg, chunk)
+        enc = ENC_PICKLE if kind == Kind.SHMDATA else op.enc  # sign the slot descriptor
+        pkt = Packet(kind, op.ctx, enc, self.rank, op.tag, 0, op.msgid, arg, chunk)
         try:
             tracker = self.links.send(op.dest, pkt, copy=not big, track=big and op.track)
         except LinkError as e:
@@ -359,6 +379,42 @@ class P2P:
         elif stop >= n:
             op.done = True
 
+    def _ring_out(self, peer: int) -> ShmRing | None:
+        if not self.shm or peer not in self.links.same_host:
+            return None
+        if peer not in self._rings_out:
+            try:
+                ring = ShmRing.create(self.hiwater, self.maxdatalen)
+            except OSError as e:
+                log.warning(
+                    "rank %d: no shared memory toward rank %d (%s): using the socket",
+                    self.rank,
+                    peer,
+                    e,
+                )
+                ring = None
+            self._rings_out[peer] = ring
+        return self._rings_out[peer]
+
+    def _on_shmdata(self, peer: int, pkt: Packet) -> None:
+        desc = bytes(pkt.payload)
+        k, n = _SHM_DESC.unpack_from(desc)
+        ring = self._rings_in.get(peer)
+        if ring is None:
+            ring = ShmRing.attach(desc[_SHM_DESC.size :].decode(), self.hiwater, self.maxdatalen)
+            self._rings_in[peer] = ring
+        op = self._filling.get((peer, pkt.msgid))
+        if op is None or not 0 <= k < ring.slots or n > ring.slot_size:
+            raise CommError(f"rank {peer}: shared-memory packet for no matched message")
+        self._fill(op, pkt.arg, ring.slot(k)[:n], (peer, pkt.msgid))
+
+    def close_rings(self) -> None:
+        for ring in [*self._rings_out.values(), *self._rings_in.values()]:
+            if ring is not None:
+                ring.close()
+        self._rings_out.clear()
+        self._rings_in.clear()
+
     def _control(self, peer: int, kind: Kind, msgid: int = 0, arg: int = 0) -> None:
         """ACK / SYNCACK: outside the credit window (seed: ACKs do not count)."""
         try:
@@ -370,21 +426,16 @@ class P2P:
 
     def _on_packet(self, peer: int, pkt: Packet) -> None:
         kind = pkt.kind
-        if kind == Kind.DATA or kind == Kind.DATASYNC:
+        if kind == Kind.DATA or kind == Kind.DATASYNC or kind == Kind.SHMDATA:
+            if kind == Kind.SHMDATA:
+                self._on_shmdata(peer, pkt)
+            else:
+                self._on_data(peer, pkt)
+            # acknowledged once handled: a shared-memory slot is free again when its ACK
+            # comes back (what makes the ring safe to reuse)
             ack = self.counters[peer].received()
             if ack:
                 self._control(peer, Kind.ACK, arg=ack)
-            filling = self._filling.get((peer, pkt.msgid)) if kind == Kind.DATA else None
-            if filling is not None:
-                self._fill(filling, pkt.arg, pkt.payload, (peer, pkt.msgid))
-                return
-            msg = _Arrived(pkt)
-            for i, op in enumerate(self._posted):
-                if op.matches(msg.src, msg.tag, msg.ctx):
-                    del self._posted[i]
-                    self._match(op, msg)
-                    return
-            self._unexpected.append(msg)
         elif kind == Kind.ACK:
             self.windows[peer].acked(pkt.arg)
         elif kind == Kind.SYNCACK:
@@ -400,6 +451,20 @@ class P2P:
             self._break(f"rank {peer} aborted the communicator: {why}", [])
         else:
             log.warning("rank %d: ignoring %s packet from rank %d", self.rank, kind, peer)
+
+    def _on_data(self, peer: int, pkt: Packet) -> None:
+        kind = pkt.kind
+        filling = self._filling.get((peer, pkt.msgid)) if kind == Kind.DATA else None
+        if filling is not None:
+            self._fill(filling, pkt.arg, pkt.payload, (peer, pkt.msgid))
+            return
+        msg = _Arrived(pkt)
+        for i, op in enumerate(self._posted):
+            if op.matches(msg.src, msg.tag, msg.ctx):
+                del self._posted[i]
+                self._match(op, msg)
+                return
+        self._unexpected.append(msg)
 
     def _match(self, op: _Recv, msg: _Arrived) -> None:
         op.status._set(msg.src, msg.tag, msg.total)

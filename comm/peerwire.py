@@ -52,6 +52,7 @@ class Kind(enum.IntEnum):
     ABORT = 7  #: the sender's communicator broke; ``payload`` says why
     FIN = 8  #: the sender freed the communicator: its link closing next is no error
     PING = 9  #: ignored; completes the ROUTER's reachability probe of a live peer
+    SHMDATA = 10  #: a later packet of a long message, its bytes in a shared-memory slot
 
 
 @dataclass(slots=True)

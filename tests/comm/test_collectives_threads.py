@@ -306,3 +306,23 @@ def test_one_host_of_many_ranks_uses_a_binomial_local_phase():
     for r, (total, last, red) in enumerate(res):
         assert total == np.arange(5000.0).sum() and last == 4999.0 * 6
         assert red == (15 if r == 3 else None)
+
+
+@pytest.mark.parametrize("shm", [1, 0])
+def test_long_messages_through_shared_memory_or_the_socket(shm):
+    import os
+
+    def run(c):
+        r = c.rank
+        a = np.arange(50_000, dtype=np.float64) + r  # 400 kB: about 100 packets of 4 kB
+        b = np.empty_like(a)
+        c.Sendrecv(a, dest=1 - r, recvbuf=b, source=1 - r)
+        rings = {k: v is not None for k, v in c._p2p._rings_out.items()}
+        paths = [v.path for v in c._p2p._rings_out.values() if v is not None]
+        return b[0], b[-1], rings, paths
+
+    res = run_ranks(2, run, maxdatalen=4096, hiwater=4, ackmark=2, shm=shm)
+    for r, (first, last, rings, paths) in enumerate(res):
+        assert (first, last) == (1 - r, 49_999 + 1 - r)
+        assert rings == ({1 - r: True} if shm else {})
+        assert not any(os.path.exists(p) for p in paths)  # unlinked once both mapped

@@ -208,6 +208,28 @@ def test_halo_exchange_example_of_the_docs(cluster):
     np.testing.assert_allclose(out[0][0], whole[1:-1].sum())
 
 
+def test_long_messages_between_engines(cluster):
+    """Megabytes between processes: the rest of a long message through shared memory."""
+    dv = cluster.client[:2]
+    dv.communicator(name="big", timeout=TIMEOUT)
+
+    def swap():
+        import numpy as np
+
+        c = _comm("big")
+        a = np.arange(3_000_000, dtype=np.float64) * (c.rank + 1)  # 24 MB
+        b = np.empty_like(a)
+        c.Sendrecv(a, dest=1 - c.rank, recvbuf=b, source=1 - c.rank)
+        c.Bcast(a, root=1)
+        used = any(ring is not None for ring in c._p2p._rings_out.values())
+        return float(b[-1]), float(a[-1]), used
+
+    (b0, a0, used0), (b1, a1, used1) = dv.apply_sync(swap)
+    assert b0 == 2 * 2_999_999 and b1 == 2_999_999
+    assert a0 == a1 == 2 * 2_999_999
+    assert used0 and used1
+
+
 def test_a_communicator_dropped_without_free_does_not_block_the_next(cluster):
     """del (or a cleared namespace) closes it: FIN to the peers, FINI to the hub."""
     dv = cluster.client[:4]
