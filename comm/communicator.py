@@ -35,6 +35,10 @@ from .topology import Topology
 log = logging.getLogger(__name__)
 
 
+#: packets per chunk of a pipelined (long) collective
+PIPELINE_PACKETS = 4
+
+
 class _InPlace:
     def __repr__(self) -> str:
         return "IN_PLACE"
@@ -119,7 +123,9 @@ class Communicator:
             self.topology,
             coll_xsize=coll_xsize,
             coll_maxlinear=coll_maxlinear,
-            chunk=maxdatalen,
+            # a pipeline chunk of several packets is a long message: past its first packet
+            # it moves through shared memory on one host, and costs one SYNCACK per chunk
+            chunk=maxdatalen * PIPELINE_PACKETS,
         )
         self.params = {
             "coll_xsize": coll_xsize,
