@@ -156,6 +156,7 @@ def test_no_common_method_closed() -> None:
         assert closed(s)
         server.rendezvous.deadline = 0  # end the job now
     assert result["code"] == 1
+    assert "rank(s) 0" in server.failure  # nobody joined: the reason still names them
 
 
 def test_unknown_command_discarded_and_garbage_drops_only_that_client() -> None:
