@@ -453,6 +453,28 @@ class Collectives:
             out[src] = unpickle(r)
         return out
 
+    def gatherv_bytes(self, send: memoryview, blocks: list[memoryview] | None, root: int) -> None:
+        """Linear: each rank's bytes straight into the root's block for it (Gatherv)."""
+        self._begin("linear", "long" if len(send) >= self.xsize else "short")
+        if self.rank != root:
+            self._wait([self._isend(root, send)], "Gatherv")
+            return
+        assert blocks is not None
+        ops = [self._irecv(r, blocks[r]) for r in range(self.size) if r != root]
+        blocks[root][:] = send
+        self._wait(ops, "Gatherv")
+
+    def scatterv_bytes(self, blocks: list[memoryview] | None, recv: memoryview, root: int) -> None:
+        """Linear: the root's block for each rank straight into its buffer (Scatterv)."""
+        self._begin("linear", "long" if len(recv) >= self.xsize else "short")
+        if self.rank != root:
+            self._wait([self._irecv(root, recv)], "Scatterv")
+            return
+        assert blocks is not None
+        ops = [self._isend(r, blocks[r]) for r in range(self.size) if r != root]
+        recv[:] = blocks[root]
+        self._wait(ops, "Scatterv")
+
     def alltoallv_arr(self, send: list[memoryview], recv: list[memoryview]) -> None:
         """Pairwise exchange of per-peer byte blocks (Alltoall and Alltoallv)."""
         self._begin("pairwise", "long" if len(send[0]) >= self.xsize else "short")

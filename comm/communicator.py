@@ -79,8 +79,8 @@ def _vspec(buf: Any, size: int, what: str) -> tuple[np.ndarray, list[int], list[
 
 
 class Communicator:
-    """One rank's end of a communicator. Built by ``zpar.comm.bootstrap`` on each engine;
-    ``from_links`` builds one from opened links (tests, or any process)."""
+    """One rank's end of a communicator: built by ``zpar.comm.bootstrap.join`` on each
+    engine, or from any process's opened ``PeerLinks`` (bind, exchange endpoints, dance)."""
 
     ANY_SOURCE = ANY_SOURCE
     ANY_TAG = ANY_TAG
@@ -365,6 +365,29 @@ class Communicator:
             [sv[d * si : (d + c) * si] for c, d in zip(scounts, sdispls, strict=True)],
             [rv[d * ri : (d + c) * ri] for c, d in zip(rcounts, rdispls, strict=True)],
         )
+
+    def _blocks(self, buf: Any, what: str) -> tuple[np.ndarray, list[memoryview]]:
+        arr, counts, displs = _vspec(buf, self.size, what)
+        view, k = as_bytes_view(arr, writable=True), arr.itemsize
+        return arr, [view[d * k : (d + c) * k] for c, d in zip(counts, displs, strict=True)]
+
+    def Gatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:  # noqa: N802
+        """Blocks of any size to the root: recvbuf ``[array, counts(, displs)]`` there."""
+        self._check_root(root)
+        blocks = self._blocks(recvbuf, "Gatherv recv")[1] if self.rank == root else None
+        self._coll.gatherv_bytes(as_bytes_view(_array(sendbuf)), blocks, root)
+
+    def Scatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:  # noqa: N802
+        """Blocks of any size from the root: sendbuf ``[array, counts(, displs)]`` there."""
+        self._check_root(root)
+        blocks = self._blocks(sendbuf, "Scatterv send")[1] if self.rank == root else None
+        self._coll.scatterv_bytes(blocks, as_bytes_view(_array(recvbuf), writable=True), root)
+
+    def Allgatherv(self, sendbuf: Any, recvbuf: Any) -> None:  # noqa: N802
+        """Every rank's block, of any size, to every rank (pairwise exchange)."""
+        mine = as_bytes_view(_array(sendbuf))
+        blocks = self._blocks(recvbuf, "Allgatherv recv")[1]
+        self._coll.alltoallv_arr([mine] * self.size, blocks)
 
     def Scan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:  # noqa: N802
         recv = _array(recvbuf)

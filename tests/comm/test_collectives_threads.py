@@ -326,3 +326,29 @@ def test_long_messages_through_shared_memory_or_the_socket(shm):
         assert (first, last) == (1 - r, 49_999 + 1 - r)
         assert rings == ({1 - r: True} if shm else {})
         assert not any(os.path.exists(p) for p in paths)  # unlinked once both mapped
+
+
+def test_vector_gather_scatter_allgather():
+    def run(c):
+        r, n = c.rank, c.size
+        counts = [k + 1 for k in range(n)]  # rank k owns k+1 items
+        mine = np.full(r + 1, 10 * r, np.int32)
+        everything = np.empty(sum(counts), np.int32)
+        c.Allgatherv(mine, [everything, counts])
+        root = n - 1
+        gathered = np.empty(sum(counts), np.int32) if r == root else None
+        c.Gatherv(mine, [gathered, counts] if r == root else None, root=root)
+        part = np.empty(r + 1, np.float64)
+        src = np.arange(sum(counts), dtype=np.float64) if r == 0 else None
+        displs = list(np.cumsum([0, *counts[:-1]]))
+        c.Scatterv([src, counts, displs] if r == 0 else None, part, root=0)
+        return everything.tolist(), None if gathered is None else gathered.tolist(), part.tolist()
+
+    n = 4
+    whole = [10 * k for k in range(n) for _ in range(k + 1)]
+    res = run_ranks(n, run)
+    for r, (everything, gathered, part) in enumerate(res):
+        assert everything == whole
+        assert gathered == (whole if r == n - 1 else None)
+        start = sum(k + 1 for k in range(r))
+        assert part == [float(x) for x in range(start, start + r + 1)]
