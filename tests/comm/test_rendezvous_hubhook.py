@@ -19,10 +19,15 @@ from zpar.wire import Session
 KEY = b"k" * 32
 
 
+#: message types the test service takes (types must be zpar's own: receivers refuse others)
+PROBE = MsgType.RENDEZVOUS_COLL_REQUEST
+BOOM = MsgType.RENDEZVOUS_DONE_REQUEST
+
+
 class Recorder:
     """A service that records what it is given and answers on demand."""
 
-    msg_types = frozenset({"probe_request", "boom_request"})
+    msg_types = frozenset({PROBE, BOOM})
 
     def __init__(self, hub) -> None:
         self.hub = hub
@@ -31,7 +36,7 @@ class Recorder:
         self.ticks = 0
 
     def handle(self, msg) -> None:
-        if msg.msg_type == "boom_request":
+        if msg.msg_type == BOOM:
             raise RuntimeError("service bug")
         self.got.append(msg)
 
@@ -108,40 +113,40 @@ def test_services_load_lazily_once_and_take_their_types(rig) -> None:
     assert loads == []
     assert member.poll(10_000)
     session.feed(member.recv_multipart())
-    deliver(hub, member, session, "probe_request")
+    deliver(hub, member, session, PROBE)
     assert len(loads) == 1
     (service,) = hub.services
-    assert [m.msg_type for m in service.got] == ["probe_request"]
+    assert [m.msg_type for m in service.got] == [PROBE]
     assert service.got[0].idents == [b"member-1"]
     assert not member.poll(200)  # the service did not answer yet, nor did the hub
-    hub.send_to([b"member-1"], "probe_reply", {"late": True})  # later, by identity
+    hub.send_to([b"member-1"], MsgType.RENDEZVOUS_COLL_REPLY, {"late": True})  # later
     assert member.poll(10_000)
     reply = session.feed(member.recv_multipart())
-    assert reply.msg_type == "probe_reply" and reply.content == {"late": True}
-    deliver(hub, member, session, "probe_request")
+    assert reply.msg_type == MsgType.RENDEZVOUS_COLL_REPLY and reply.content == {"late": True}
+    deliver(hub, member, session, PROBE)
     assert len(loads) == 1 and len(service.got) == 2
 
 
 def test_a_failing_service_does_not_kill_the_hub(rig, caplog) -> None:
     hub, member, session, _ = rig
-    deliver(hub, member, session, "boom_request")
+    deliver(hub, member, session, BOOM)
     assert "service failed on" in caplog.text
-    deliver(hub, member, session, "probe_request")
+    deliver(hub, member, session, PROBE)
     assert len(hub.services[0].got) == 1
 
 
 def test_unknown_types_still_get_the_hubs_error(rig) -> None:
     hub, member, session, loads = rig
-    deliver(hub, member, session, "nobody_request")
+    deliver(hub, member, session, MsgType.EXECUTE_REQUEST)  # neither the hub's nor a service's
     assert len(loads) == 1  # looked for a service once
     assert member.poll(10_000)
     reply = session.feed(member.recv_multipart())
-    assert reply.content["status"] == "error" and "nobody_request" in reply.content["evalue"]
+    assert reply.content["status"] == "error" and "execute_request" in reply.content["evalue"]
 
 
 def test_services_hear_of_lost_engines_and_ticks(rig) -> None:
     hub, member, session, _ = rig
-    deliver(hub, member, session, "probe_request")
+    deliver(hub, member, session, PROBE)
     (service,) = hub.services
     rec = EngineRecord(4, "uuid-4", "host", 123)
     hub.engines[4], hub.by_uuid[b"uuid-4"] = rec, rec
