@@ -196,9 +196,9 @@ class Collectives:
         if self.logarithmic and op.commute:
             return self._recursive_doubling_obj(obj, op)
         acc = self.reduce_obj(obj, op, 0)
-        name = self.last_algorithm
+        labels = self.last_algorithm, self.last_protocol, self.last_two_phase
         acc = self.bcast_obj(acc, 0)
-        self.last_algorithm = name
+        self._label(*labels)
         return acc
 
     def allreduce_arr(self, arr: np.ndarray, op: Op) -> np.ndarray:
@@ -220,10 +220,10 @@ class Collectives:
             self._label(name, proto, self.topo.shared)
             return acc
         acc = self.reduce_arr(arr, op, 0)
-        name, proto = self.last_algorithm, self.last_protocol
+        labels = self.last_algorithm, self.last_protocol, self.last_two_phase
         out = acc if acc is not None else np.empty_like(arr)
         self.bcast_arr(out, 0)
-        self.last_algorithm, self.last_protocol = name, proto
+        self._label(*labels)  # the reduction's: it decides the order operands meet
         return out
 
     def _local_reduce_arr(self, arr: np.ndarray, op: Op) -> tuple[list[int], np.ndarray] | None:

@@ -352,3 +352,31 @@ def test_vector_gather_scatter_allgather():
         assert gathered == (whole if r == n - 1 else None)
         start = sum(k + 1 for k in range(r))
         assert part == [float(x) for x in range(start, start + r + 1)]
+
+
+@pytest.mark.parametrize("maxlinear", [4, 2])
+def test_non_commutative_buffer_ops_keep_rank_order(maxlinear):
+    def matmul(invec, inoutvec, datatype):  # inoutvec = invec @ inoutvec: associative only
+        inoutvec[...] = (invec.reshape(2, 2) @ inoutvec.reshape(2, 2)).reshape(-1)
+
+    op = ops.Op.Create(matmul, commute=False)
+
+    def mat(r):
+        return np.array([[r + 1, 1], [1, 0]], np.int64)
+
+    def run(c):
+        a = mat(c.rank).reshape(-1)
+        out = np.empty_like(a) if c.rank == 2 else None
+        c.Reduce(a, out, op=op, root=2)
+        every = np.empty_like(a)
+        c.Allreduce(a, every, op=op)
+        return None if out is None else out.tolist(), every.tolist(), c.last_two_phase
+
+    expect = np.linalg.multi_dot([mat(r) for r in range(5)]).reshape(-1).tolist()
+    assert expect != np.linalg.multi_dot([mat(r) for r in reversed(range(5))]).reshape(-1).tolist()
+    hosts = ["a", "b", "a", "b", "c"]  # shared hosts: a commutative op would regroup
+    res = run_ranks(5, run, hosts=hosts, coll_maxlinear=maxlinear)
+    for r, (out, every, two_phase) in enumerate(res):
+        assert out == (expect if r == 2 else None)
+        assert every == expect
+        assert two_phase is False

@@ -230,6 +230,36 @@ def test_long_messages_between_engines(cluster):
     assert used0 and used1
 
 
+def flood(n):
+    """Rank 1: queue n messages at rank 0, which runs nothing meanwhile; the requests stay
+    in the namespace for drain()."""
+    global pending
+    c = _comm("flow")
+    pending = [c.isend(k, dest=0, tag=3) for k in range(n)]
+    for _ in range(20):
+        c._p2p.progress(10)  # no ACK can come: rank 0 is not in a call
+    return c.flow_state(0)
+
+
+def drain(n):
+    c = _comm("flow")
+    if c.rank == 0:
+        return [c.recv(source=1, tag=3) for _ in range(n)]
+    c.Request.waitall(pending)
+    return c.flow_state(0)
+
+
+def test_flow_control_between_engines_stalls_and_resumes(cluster):
+    ids = cluster.client.ids[:2]
+    dv = cluster.client[ids]
+    dv.communicator(name="flow", hiwater=5, ackmark=2, timeout=TIMEOUT)
+    state = cluster.client[ids[1]].apply_sync(flood, 30)
+    assert state["inflight"] == 5 and state["queued"] == 25 and state["stalls"] > 0
+    got, after = dv.apply_sync(drain, 30)
+    assert got == list(range(30))
+    assert after["queued"] == 0
+
+
 def test_a_communicator_dropped_without_free_does_not_block_the_next(cluster):
     """del (or a cleared namespace) closes it: FIN to the peers, FINI to the hub."""
     dv = cluster.client[:4]
