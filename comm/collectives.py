@@ -192,9 +192,15 @@ class Collectives:
                 self._wait([self._irecv(0, out)], "Reduce")
         return out.reshape(arr.shape) if self.rank == root else None
 
+    def _one_host(self, op: Op) -> bool:
+        """Every rank on one host, several of them, and an op that may be regrouped."""
+        return self.topo.nhosts == 1 and self.size > 1 and op.commute
+
     def allreduce_obj(self, obj: Any, op: Op) -> Any:
-        if self.logarithmic and op.commute:
-            return self._recursive_doubling_obj(obj, op)
+        if (self.logarithmic or self._one_host(op)) and op.commute:
+            out = self._recursive_doubling_obj(obj, op)
+            self.last_two_phase = self.topo.shared
+            return out
         acc = self.reduce_obj(obj, op, 0)
         labels = self.last_algorithm, self.last_protocol, self.last_two_phase
         acc = self.bcast_obj(acc, 0)
@@ -203,6 +209,16 @@ class Collectives:
 
     def allreduce_arr(self, arr: np.ndarray, op: Op) -> np.ndarray:
         long = arr.nbytes >= self.xsize
+        if self._one_host(op):
+            # no global phase: the local phase is ours to choose (IMPI), so the fast one
+            self._begin("recursive_doubling", "long" if long else "short", True)
+            group = list(range(self.size))
+            if long and arr.size >= self.size:
+                out = self._ring_allreduce(arr, op, group)
+            else:
+                out = self._recursive_doubling_arr(np.ascontiguousarray(arr), op, group)
+            self._label(self.last_algorithm, "long" if long else "short", True)
+            return out
         if self.logarithmic and op.commute:
             # one tag for all three phases: ranks outside the masters' phase stay in step
             self._begin("recursive_doubling", "short", self.topo.shared)

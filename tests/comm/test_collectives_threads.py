@@ -380,3 +380,16 @@ def test_non_commutative_buffer_ops_keep_rank_order(maxlinear):
         assert out == (expect if r == 2 else None)
         assert every == expect
         assert two_phase is False
+
+
+@pytest.mark.parametrize("n", [2, 3, 5])
+def test_all_ranks_on_one_host(n):
+    hosts = ["a"] * n
+    for elems in (4, 3000):
+        res = run_ranks(n, _buffers(elems), hosts=hosts, maxdatalen=4096)
+        _check_buffers(res, n, elems)
+        long = elems * 8 >= 1024
+        assert res[0]["Allreduce"][1] == ("ring" if long else "recursive_doubling")
+    res = run_ranks(n, _objects, hosts=hosts)
+    _check_objects(res, n)
+    assert res[0]["alg"] == "recursive_doubling"

@@ -111,7 +111,7 @@ def check(results, n, elems):
     ("n", "hosts", "elems", "linear"),
     [
         (1, None, 10, True),
-        (2, None, 10, True),  # one host: two-phase, linear
+        (2, None, 10, None),  # one host: no global phase, recursive doubling locally
         (3, "engine", 10, True),  # 3 hosts < coll_maxlinear
         (4, "engine", 10, False),  # 4 hosts: logarithmic, short
         (5, "engine", 5000, False),  # logarithmic, long (40 kB >= coll_xsize): ring
@@ -127,7 +127,9 @@ def test_every_collective_against_numpy(cluster, n, hosts, elems, linear):
     alg_obj = results[0]["alg_obj"]
     alg_arr, proto = results[0]["alg_arr"]
     assert proto == ("long" if elems * 8 >= 1024 else "short")
-    if linear:
+    if linear is None:
+        assert alg_obj == alg_arr == "recursive_doubling"
+    elif linear:
         assert alg_obj == alg_arr == "linear"
     else:
         assert alg_obj == "recursive_doubling"
