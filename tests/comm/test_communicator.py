@@ -262,6 +262,30 @@ def test_flow_control_between_engines_stalls_and_resumes(cluster):
     assert after["queued"] == 0
 
 
+def test_two_communicators_at_once(cluster):
+    """Over overlapping engines, used in turn: each keeps its own ranks and traffic."""
+    ids = cluster.client.ids
+    cluster.client[ids[:3]].communicator(name="left", timeout=TIMEOUT)
+    cluster.client[list(reversed(ids[1:4]))].communicator(name="right", timeout=TIMEOUT)
+
+    def both():
+        from zpar.engine.namespace import current
+
+        ns = current()
+        out = {}
+        for name in ("left", "right"):
+            if name in ns:
+                c = ns[name]
+                out[name] = (c.rank, c.allgather(c.rank), c.allreduce(1))
+        return out
+
+    res = cluster.client[ids[:4]].apply_sync(both)
+    assert res[0] == {"left": (0, [0, 1, 2], 3)}
+    assert res[1] == {"left": (1, [0, 1, 2], 3), "right": (2, [0, 1, 2], 3)}
+    assert res[2] == {"left": (2, [0, 1, 2], 3), "right": (1, [0, 1, 2], 3)}
+    assert res[3] == {"right": (0, [0, 1, 2], 3)}
+
+
 def test_a_communicator_dropped_without_free_does_not_block_the_next(cluster):
     """del (or a cleared namespace) closes it: FIN to the peers, FINI to the hub."""
     dv = cluster.client[:4]
