@@ -286,6 +286,30 @@ def test_two_communicators_at_once(cluster):
     assert res[3] == {"right": (0, [0, 1, 2], 3)}
 
 
+def test_ranks_that_disagree_on_parameters_fail_naming_them(cluster):
+    """IMPI: every client must bring the same COLL_XSIZE / COLL_MAXLINEAR, else an error."""
+    from zpar.comm.bootstrap import join
+    from zpar.comm.clientside import PARAMS
+
+    ids = cluster.client.ids[:2]
+    ars = [
+        cluster.client[eid].apply_async(
+            join,
+            "odd-params",
+            rank,
+            2,
+            name="odd",
+            timeout=30,
+            params={**PARAMS, "coll_xsize": 1024 * (rank + 1)},
+        )
+        for rank, eid in enumerate(ids)
+    ]
+    for rank, ar in enumerate(ars):
+        with pytest.raises(RemoteError, match="other parameters") as err:
+            ar.get(timeout=TIMEOUT)
+        assert f"rank(s) [{1 - rank}]" in str(err.value)
+
+
 def test_a_communicator_dropped_without_free_does_not_block_the_next(cluster):
     """del (or a cleared namespace) closes it: FIN to the peers, FINI to the hub."""
     dv = cluster.client[:4]
