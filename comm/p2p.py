@@ -227,6 +227,8 @@ class P2P:
     def _check_alive(self) -> None:
         if self.broken is not None:
             raise self.broken
+        if self.links.closed:
+            raise CommError(f"rank {self.rank}: the communicator was freed")
 
     # -- waiting ----------------------------------------------------------------------------
 

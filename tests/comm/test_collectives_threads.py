@@ -231,6 +231,14 @@ def test_truncation_and_bad_arguments_are_clear_errors():
 
     assert run_ranks(2, run)[0] is True
 
+    def use_after_free(c):
+        c.Free()
+        with pytest.raises(CommError, match="freed"):
+            c.send(1, dest=1 - c.rank)
+        return True
+
+    assert run_ranks(2, use_after_free) == [True, True]
+
 
 def test_flow_control_stalls_a_fast_sender_and_resumes():
     """Rank 1 queues 40 one-packet messages at a rank that is not receiving: no more than
