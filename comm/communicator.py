@@ -9,9 +9,10 @@ allows it.
 
 from __future__ import annotations
 
+import functools
 import logging
 import pickle
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -28,7 +29,7 @@ from . import ops as _ops
 from .collectives import Collectives
 from .links import PeerLinks
 from .ops import SUM, Op, as_op
-from .p2p import ANY_SOURCE, ANY_TAG, P2P, PROC_NULL, Request, Status, as_bytes_view
+from .p2p import ANY_SOURCE, ANY_TAG, P2P, PROC_NULL, CommError, Request, Status, as_bytes_view
 from .peerwire import CTX_P2P, ENC_PICKLE, ENC_RAW
 from .topology import Topology
 
@@ -76,6 +77,29 @@ def _vspec(buf: Any, size: int, what: str) -> tuple[np.ndarray, list[int], list[
         displs = list(np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(int))
     displs = [int(d) for d in displs]
     return arr, counts, displs
+
+
+class _RootError(ValueError):
+    """A root rank out of range (every rank passes the same root)."""
+
+
+def _collective(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A collective that fails on one rank breaks the communicator: the others get
+    CommError instead of waiting for this rank forever (MPI's default error handler). A root
+    out of range is the same mistake on every rank, so it leaves the communicator usable."""
+
+    @functools.wraps(method)
+    def run(self: Communicator, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except (CommError, _RootError):
+            raise
+        except Exception as e:
+            if self._p2p.broken is None:
+                self._p2p._break(f"rank {self.rank} failed in {method.__name__}: {e!r}", [])
+            raise
+
+    return run
 
 
 class Communicator:
@@ -259,48 +283,60 @@ class Communicator:
 
     # -- collectives, objects ---------------------------------------------------------------
 
+    @_collective
     def barrier(self) -> None:
         self._coll.barrier()
 
     Barrier = barrier
 
+    @_collective
     def bcast(self, obj: Any, root: int = 0) -> Any:
         self._check_root(root)
         return self._coll.bcast_obj(obj, root)
 
+    @_collective
     def scatter(self, sendobj: Any, root: int = 0) -> Any:
         self._check_root(root)
         return self._coll.scatter_obj(sendobj, root)
 
+    @_collective
     def gather(self, sendobj: Any, root: int = 0) -> list[Any] | None:
         self._check_root(root)
         return self._coll.gather_obj(sendobj, root)
 
+    @_collective
     def allgather(self, sendobj: Any) -> list[Any]:
         return self._coll.allgather_obj(sendobj)
 
+    @_collective
     def alltoall(self, sendobj: Sequence[Any]) -> list[Any]:
         return self._coll.alltoall_obj(sendobj)
 
+    @_collective
     def reduce(self, sendobj: Any, op: Any = SUM, root: int = 0) -> Any:
         self._check_root(root)
         return self._coll.reduce_obj(sendobj, as_op(op), root)
 
+    @_collective
     def allreduce(self, sendobj: Any, op: Any = SUM) -> Any:
         return self._coll.allreduce_obj(sendobj, as_op(op))
 
+    @_collective
     def scan(self, sendobj: Any, op: Any = SUM) -> Any:
         return self._coll.scan_obj(sendobj, as_op(op))
 
+    @_collective
     def exscan(self, sendobj: Any, op: Any = SUM) -> Any:
         return self._coll.scan_obj(sendobj, as_op(op), exclusive=True)
 
     # -- collectives, buffers ---------------------------------------------------------------
 
+    @_collective
     def Bcast(self, buf: Any, root: int = 0) -> None:  # noqa: N802
         self._check_root(root)
         self._coll.bcast_arr(_array(buf), root)
 
+    @_collective
     def Reduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, root: int = 0) -> None:  # noqa: N802
         self._check_root(root)
         send = _array(recvbuf) if sendbuf is IN_PLACE else _array(sendbuf)
@@ -308,6 +344,7 @@ class Communicator:
         if self.rank == root:
             _array(recvbuf)[...] = out.reshape(_array(recvbuf).shape)
 
+    @_collective
     def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:  # noqa: N802
         recv = _array(recvbuf)
         send = recv if sendbuf is IN_PLACE else _array(sendbuf)
@@ -316,11 +353,13 @@ class Communicator:
         out = self._coll.allreduce_arr(send.copy() if send is recv else send, as_op(op))
         recv[...] = out.reshape(recv.shape)
 
+    @_collective
     def Scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:  # noqa: N802
         self._check_root(root)
         send = _array(sendbuf) if self.rank == root and sendbuf is not None else None
         self._coll.scatter_arr(send, _array(recvbuf), root)
 
+    @_collective
     def Gather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:  # noqa: N802
         self._check_root(root)
         recv = _array(recvbuf) if self.rank == root else None
@@ -332,6 +371,7 @@ class Communicator:
             ].copy()
         self._coll.gather_arr(_array(sendbuf), recv, root)
 
+    @_collective
     def Allgather(self, sendbuf: Any, recvbuf: Any) -> None:  # noqa: N802
         recv = _array(recvbuf)
         if sendbuf is IN_PLACE:
@@ -339,6 +379,7 @@ class Communicator:
             sendbuf = recv.reshape(-1)[self.rank * per : (self.rank + 1) * per].copy()
         self._coll.allgather_arr(_array(sendbuf), recv)
 
+    @_collective
     def Alltoall(self, sendbuf: Any, recvbuf: Any) -> None:  # noqa: N802
         recv = _array(recvbuf)
         send = recv.copy() if sendbuf is IN_PLACE else _array(sendbuf)
@@ -354,6 +395,7 @@ class Communicator:
             [rv[k * per : (k + 1) * per] for k in range(self.size)],
         )
 
+    @_collective
     def Alltoallv(self, sendbuf: Any, recvbuf: Any) -> None:  # noqa: N802
         """mpi4py's vector forms: ``[array, counts]``, ``[array, (counts, displs)]`` or
         ``[array, counts, displs]`` on both sides, counts in elements of each array."""
@@ -371,24 +413,28 @@ class Communicator:
         view, k = as_bytes_view(arr, writable=True), arr.itemsize
         return arr, [view[d * k : (d + c) * k] for c, d in zip(counts, displs, strict=True)]
 
+    @_collective
     def Gatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:  # noqa: N802
         """Blocks of any size to the root: recvbuf ``[array, counts(, displs)]`` there."""
         self._check_root(root)
         blocks = self._blocks(recvbuf, "Gatherv recv")[1] if self.rank == root else None
         self._coll.gatherv_bytes(as_bytes_view(_array(sendbuf)), blocks, root)
 
+    @_collective
     def Scatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:  # noqa: N802
         """Blocks of any size from the root: sendbuf ``[array, counts(, displs)]`` there."""
         self._check_root(root)
         blocks = self._blocks(sendbuf, "Scatterv send")[1] if self.rank == root else None
         self._coll.scatterv_bytes(blocks, as_bytes_view(_array(recvbuf), writable=True), root)
 
+    @_collective
     def Allgatherv(self, sendbuf: Any, recvbuf: Any) -> None:  # noqa: N802
         """Every rank's block, of any size, to every rank (pairwise exchange)."""
         mine = as_bytes_view(_array(sendbuf))
         blocks = self._blocks(recvbuf, "Allgatherv recv")[1]
         self._coll.alltoallv_arr([mine] * self.size, blocks)
 
+    @_collective
     def Scan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:  # noqa: N802
         recv = _array(recvbuf)
         send = recv.copy() if sendbuf is IN_PLACE else _array(sendbuf)
@@ -398,7 +444,7 @@ class Communicator:
 
     def _check_root(self, root: int) -> None:
         if not 0 <= root < self.size:
-            raise ValueError(f"root {root} out of range for a communicator of size {self.size}")
+            raise _RootError(f"root {root} out of range for a communicator of size {self.size}")
 
     def Free(self) -> None:  # noqa: N802
         """Close this rank's links (collective: every rank calls it); the rendezvous

@@ -401,3 +401,16 @@ def test_all_ranks_on_one_host(n):
     res = run_ranks(n, _objects, hosts=hosts)
     _check_objects(res, n)
     assert res[0]["alg"] == "recursive_doubling"
+
+
+def test_a_collective_failing_on_one_rank_fails_the_others_not_hangs():
+    def run(c):
+        if c.rank == 1:
+            with pytest.raises(ValueError, match="alltoall needs"):
+                c.alltoall([1])  # wrong length on this rank only
+            return "raised"
+        with pytest.raises(CommError, match="rank 1 failed in alltoall"):
+            c.alltoall(list(range(c.size)))
+        return "told"
+
+    assert run_ranks(3, run, timeout=60) == ["told", "raised", "told"]
