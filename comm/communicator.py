@@ -94,7 +94,7 @@ def _collective(method: Callable[..., Any]) -> Callable[..., Any]:
             return method(self, *args, **kwargs)
         except (CommError, _RootError):
             raise
-        except Exception as e:
+        except BaseException as e:  # an interrupt (engine abort) too: the others must know
             if self._p2p.broken is None:
                 self._p2p._break(f"rank {self.rank} failed in {method.__name__}: {e!r}", [])
             raise
