@@ -4,6 +4,7 @@ every collective checked against numpy computed here, an engine killed mid-colle
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 
@@ -337,5 +338,6 @@ def test_engine_killed_mid_collective_fails_the_others(cluster):
     for k in (0, 2):
         with pytest.raises(RemoteError) as err:
             ars[k].get(timeout=TIMEOUT)
-        assert "CommError" in str(err.value.ename) + str(err.value)
-        assert "1" in str(err.value)
+        assert err.value.ename == "CommError"
+        # the one that saw it names rank 1; the other may hear it through that one's ABORT
+        assert re.search(r"rank\(s\) \[1\]|rank 1 is|aborted", str(err.value)), str(err.value)
