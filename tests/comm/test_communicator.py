@@ -341,3 +341,24 @@ def test_engine_killed_mid_collective_fails_the_others(cluster):
         assert err.value.ename == "CommError"
         # the one that saw it names rank 1; the other may hear it through that one's ABORT
         assert re.search(r"rank\(s\) \[1\]|rank 1 is|aborted", str(err.value)), str(err.value)
+
+
+def hub_only_victim():
+    c = _comm("hubwatch")
+    c._links._local_pids.clear()  # as if on another host: no pid to check, no ROUTER probe
+    c.barrier()
+    if c.rank == 0:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return c.allreduce(1)
+
+
+def test_a_lower_rank_lost_on_another_host_is_reported_by_the_hub(cluster):
+    """Rank 1 cannot see rank 0 die from its side (a DEALER does not tell, and no pid on
+    'another host'): the hub's heartbeat notices and the rendezvous member tells it."""
+    ids = cluster.client.ids[:2]
+    cluster.client[ids].communicator(name="hubwatch", hosts="engine", timeout=TIMEOUT)
+    ars = [cluster.client[eid].apply_async(hub_only_victim) for eid in ids]
+    with pytest.raises(RemoteError) as err:
+        ars[1].get(timeout=TIMEOUT)
+    assert err.value.ename == "CommError"
+    assert "hub" in str(err.value) and "[0]" in str(err.value), str(err.value)
