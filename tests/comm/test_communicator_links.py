@@ -92,3 +92,38 @@ def test_out_of_sequence_packet_is_refused():
     finally:
         for lk in links:
             lk.close()
+
+
+def test_ranks_on_different_hosts_link_over_tcp():
+    """Hostnames differ: the higher rank connects over tcp, and long messages stay on the
+    socket (no shared memory between hosts)."""
+    import numpy as np
+
+    from zpar.comm.communicator import Communicator
+
+    n = 3
+    cid = uuid.uuid4().hex
+    links = [PeerLinks(r, n, cid, KEY) for r in range(n)]
+    table = [dict(lk.bind(), hostname=f"host{r}") for r, lk in enumerate(links)]
+    out = [None] * n
+
+    def rank(r):
+        lk = links[r]
+        lk.dance(table, 10)
+        c = Communicator(lk, [e["hostname"] for e in table], maxdatalen=4096, timeout=30)
+        a = np.arange(20_000.0) * (r + 1)
+        b = np.empty_like(a)
+        c.Allreduce(a, b)
+        schemes = [d.getsockopt_string(zmq.LAST_ENDPOINT)[:6] for d in lk.dealers.values()]
+        out[r] = (b[-1], schemes, dict(c._p2p._rings_out))
+        c.Free()
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    for r, (last, schemes, rings) in enumerate(out):
+        assert last == 19_999.0 * 6
+        assert schemes == ["tcp://"] * r
+        assert rings == {}
