@@ -242,6 +242,28 @@ class Communicator:
         Request.Waitall([r, s])
         return r.wait(status)
 
+    def probe(
+        self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None
+    ) -> bool:
+        """Wait until a message for (source, tag) has arrived; ``status`` tells its source,
+        tag and size, so a buffer of the right size can be posted (mpi4py's ``probe``)."""
+        return self._probed(self._p2p.probe(source, tag, True), status)
+
+    def iprobe(
+        self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None
+    ) -> bool:
+        """Whether a message for (source, tag) has arrived, without waiting."""
+        return self._probed(self._p2p.probe(source, tag, False), status)
+
+    Probe = probe
+    Iprobe = iprobe
+
+    @staticmethod
+    def _probed(found: tuple[int, int, int] | None, status: Status | None) -> bool:
+        if found is not None and status is not None:
+            status._set(*found)
+        return found is not None
+
     # -- point to point, buffers ------------------------------------------------------------
 
     def Send(self, buf: Any, dest: int, tag: int = 0) -> None:  # noqa: N802

@@ -220,6 +220,27 @@ class P2P:
         self._posted.append(op)
         return op
 
+    def probe(self, source: int, tag: int, block: bool) -> tuple[int, int, int] | None:
+        """(source, tag, bytes) of the first unexpected message a receive for (source, tag)
+        would match, without receiving it; waits for one when ``block``."""
+        self._check_alive()
+        if source == PROC_NULL:
+            return (PROC_NULL, ANY_TAG, 0)
+        want = _Recv(source, tag, CTX_P2P, None)
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        self.progress(0)
+        while True:
+            for msg in self._unexpected:
+                if want.matches(msg.src, msg.tag, msg.ctx):
+                    return (msg.src, msg.tag, msg.total)
+            if not block:
+                return None
+            self._check_alive()
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"rank {self.rank}: probe not answered after {self.timeout} s")
+            if not self.progress(100):
+                self._check_peers()
+
     def _check_rank(self, r: int, what: str) -> None:
         if not 0 <= r < self.size:
             raise ValueError(f"{what} rank {r} out of range for a communicator of size {self.size}")

@@ -414,3 +414,20 @@ def test_a_collective_failing_on_one_rank_fails_the_others_not_hangs():
         return "told"
 
     assert run_ranks(3, run, timeout=60) == ["told", "raised", "told"]
+
+
+def test_probe_tells_source_tag_and_size_before_the_receive():
+    def run(c):
+        if c.rank == 1:
+            c.Send(np.arange(7, dtype=np.int32), dest=0, tag=42)
+            c.barrier()
+            return None
+        st = Status()
+        c.probe(source=ANY_SOURCE, tag=ANY_TAG, status=st)
+        buf = np.empty(st.Get_count(np.int32), np.int32)
+        c.Recv(buf, source=st.Get_source(), tag=st.Get_tag())
+        none_left = c.iprobe()
+        c.barrier()
+        return st.Get_source(), st.Get_tag(), buf.tolist(), none_left
+
+    assert run_ranks(2, run)[0] == (1, 42, list(range(7)), False)
