@@ -539,16 +539,18 @@ class Collectives:
             self._wait([self._isend(self.rank + 1, _dumps(mine), ENC_PICKLE)], "scan")
         return prefix if exclusive else mine
 
-    def scan_arr(self, arr: np.ndarray, op: Op) -> np.ndarray:
+    def scan_arr(self, arr: np.ndarray, op: Op, exclusive: bool = False) -> np.ndarray | None:
+        """Inclusive prefix (or exclusive: None on rank 0) along the chain of ranks."""
         self._begin("linear", "long" if arr.nbytes >= self.xsize else "short")
         mine = np.ascontiguousarray(arr)
+        prefix = None
         if self.rank > 0:
             prefix = np.empty_like(mine)
             self._wait([self._irecv(self.rank - 1, prefix)], "Scan")
             mine = np.ascontiguousarray(op.combine(prefix, mine))
         if self.rank < self.size - 1:
             self._wait([self._isend(self.rank + 1, _flat(mine))], "Scan")
-        return mine
+        return prefix if exclusive else mine
 
 
 def _recursive_doubling(group, me, val, exchange, combine, send, recv):  # noqa: ANN001, ANN202

@@ -460,7 +460,18 @@ class Communicator:
     def Scan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:  # noqa: N802
         recv = _array(recvbuf)
         send = recv.copy() if sendbuf is IN_PLACE else _array(sendbuf)
-        recv[...] = self._coll.scan_arr(send, as_op(op)).reshape(recv.shape)
+        out = self._coll.scan_arr(send, as_op(op))
+        assert out is not None
+        recv[...] = out.reshape(recv.shape)
+
+    @_collective
+    def Exscan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:  # noqa: N802
+        """Exclusive prefix; rank 0's recvbuf is left as it was (undefined in MPI)."""
+        recv = _array(recvbuf)
+        send = recv.copy() if sendbuf is IN_PLACE else _array(sendbuf)
+        out = self._coll.scan_arr(send, as_op(op), exclusive=True)
+        if out is not None:
+            recv[...] = out.reshape(recv.shape)
 
     # -- life -------------------------------------------------------------------------------
 

@@ -78,6 +78,9 @@ def _buffers(elems):
         sc_out = np.empty(4, np.int64)
         c.Scan(np.full(4, r + 1, np.int64), sc_out)
         out["Scan"] = sc_out
+        ex_out = np.full(4, -1, np.int64)
+        c.Exscan(np.full(4, r + 1, np.int64), ex_out)
+        out["Exscan"] = ex_out
         return out
 
     return run
@@ -98,6 +101,7 @@ def _check_buffers(res, n, elems):
         expect = [float(j * 100 + r * 2 + k) for j in range(n) for k in range(2)]
         assert o["Alltoall"].tolist() == expect
         assert o["Scan"].tolist() == [(r + 1) * (r + 2) // 2] * 4
+        assert o["Exscan"].tolist() == [r * (r + 1) // 2 if r else -1] * 4
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 8])
