@@ -213,7 +213,7 @@ class Collectives:
             # no global phase: the local phase is ours to choose (IMPI), so the fast one
             self._begin("recursive_doubling", "long" if long else "short", True)
             group = list(range(self.size))
-            if long and arr.size >= self.size:
+            if long and arr.size >= self.size and self.size > 2:  # two: one exchange is less
                 out = self._ring_allreduce(arr, op, group)
             else:
                 out = self._recursive_doubling_arr(np.ascontiguousarray(arr), op, group)
