@@ -26,7 +26,10 @@ _LAZY = {
             "MINLOC",
         )
     },
-    **{n: "p2p" for n in ("ANY_SOURCE", "ANY_TAG", "PROC_NULL", "Status", "Request", "CommError")},
+    **{
+        n: "requests"
+        for n in ("ANY_SOURCE", "ANY_TAG", "PROC_NULL", "Status", "Request", "CommError")
+    },
     **{n: "communicator" for n in ("Communicator", "IN_PLACE")},
 }
 

@@ -10,6 +10,7 @@ requires of COLL_XSIZE and COLL_MAXLINEAR).
 
 from __future__ import annotations
 
+import gc
 import logging
 import socket
 from typing import Any
@@ -82,6 +83,9 @@ def join(
     engine = this_engine()
     if engine is None:
         raise RuntimeError("zpar.comm.bootstrap.join runs on a zpar engine only")
+    # communicators dropped without Free() and caught in reference cycles close now, not
+    # in the middle of this rendezvous
+    gc.collect()
     params = dict(params or {})
     member = RendezvousMember.from_engine(comm_id, rank, size, auth=auth, timeout=timeout)
     links = PeerLinks(rank, size, comm_id, engine.session.key)

@@ -19,6 +19,7 @@ PARAMS = {
     "ackmark": PK_ACKMARK,
     "hiwater": PK_HIWATER,
     "maxdatalen": PK_MAXDATALEN,
+    "shm": 1,  #: long messages between processes of one host through shared memory
 }
 
 

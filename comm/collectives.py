@@ -87,7 +87,7 @@ class Collectives:
     def barrier(self) -> None:
         two = self.topo.shared
         self._begin(self._tree_name(), two_phase=two)
-        parent, children = self.topo.tree(0, self.logarithmic, two)
+        parent, children = self.topo.tree(0, self.logarithmic, two, self.maxlinear)
         self._wait([self._irecv(c) for c in children], "barrier (fan-in)")
         if parent is not None:
             self._wait([self._isend(parent, b"")], "barrier")
@@ -99,7 +99,7 @@ class Collectives:
     def bcast_obj(self, obj: Any, root: int) -> Any:
         two = self.topo.shared
         self._begin(self._tree_name(), two_phase=two)
-        parent, children = self.topo.tree(root, self.logarithmic, two)
+        parent, children = self.topo.tree(root, self.logarithmic, two, self.maxlinear)
         if parent is None:
             data: Any = _dumps(obj)
         else:
@@ -115,7 +115,7 @@ class Collectives:
         view = _flat(arr)
         long = len(view) >= self.xsize
         self._begin(self._tree_name(), "long" if long else "short", two)
-        parent, children = self.topo.tree(root, self.logarithmic, two)
+        parent, children = self.topo.tree(root, self.logarithmic, two, self.maxlinear)
         step = self.chunk if long else max(1, len(view))
         pieces = [view[i : i + step] for i in range(0, len(view), step)] or [view]
         recvs = [self._irecv(parent, p) for p in pieces] if parent is not None else []
@@ -133,7 +133,7 @@ class Collectives:
         result when the tree's root is not ``root`` (non-commutative ops keep rank order:
         a flat tree rooted at rank 0, then 0 sends to root)."""
         if op.commute:
-            return (*self.topo.tree(root, self.logarithmic, self.topo.shared), None)
+            return (*self.topo.tree(root, self.logarithmic, self.topo.shared, self.maxlinear), None)
         parent, children = group_tree(list(range(self.size)), self.rank, self.logarithmic)
         return parent, children, (root if root != 0 else None)
 
@@ -192,17 +192,33 @@ class Collectives:
                 self._wait([self._irecv(0, out)], "Reduce")
         return out.reshape(arr.shape) if self.rank == root else None
 
+    def _one_host(self, op: Op) -> bool:
+        """Every rank on one host, several of them, and an op that may be regrouped."""
+        return self.topo.nhosts == 1 and self.size > 1 and op.commute
+
     def allreduce_obj(self, obj: Any, op: Op) -> Any:
-        if self.logarithmic and op.commute:
-            return self._recursive_doubling_obj(obj, op)
+        if (self.logarithmic or self._one_host(op)) and op.commute:
+            out = self._recursive_doubling_obj(obj, op)
+            self.last_two_phase = self.topo.shared
+            return out
         acc = self.reduce_obj(obj, op, 0)
-        name = self.last_algorithm
+        labels = self.last_algorithm, self.last_protocol, self.last_two_phase
         acc = self.bcast_obj(acc, 0)
-        self.last_algorithm = name
+        self._label(*labels)
         return acc
 
     def allreduce_arr(self, arr: np.ndarray, op: Op) -> np.ndarray:
         long = arr.nbytes >= self.xsize
+        if self._one_host(op):
+            # no global phase: the local phase is ours to choose (IMPI), so the fast one
+            self._begin("recursive_doubling", "long" if long else "short", True)
+            group = list(range(self.size))
+            if long and arr.size >= self.size and self.size > 2:  # two: one exchange is less
+                out = self._ring_allreduce(arr, op, group)
+            else:
+                out = self._recursive_doubling_arr(np.ascontiguousarray(arr), op, group)
+            self._label(self.last_algorithm, "long" if long else "short", True)
+            return out
         if self.logarithmic and op.commute:
             # one tag for all three phases: ranks outside the masters' phase stay in step
             self._begin("recursive_doubling", "short", self.topo.shared)
@@ -220,10 +236,10 @@ class Collectives:
             self._label(name, proto, self.topo.shared)
             return acc
         acc = self.reduce_arr(arr, op, 0)
-        name, proto = self.last_algorithm, self.last_protocol
+        labels = self.last_algorithm, self.last_protocol, self.last_two_phase
         out = acc if acc is not None else np.empty_like(arr)
         self.bcast_arr(out, 0)
-        self.last_algorithm, self.last_protocol = name, proto
+        self._label(*labels)  # the reduction's: it decides the order operands meet
         return out
 
     def _local_reduce_arr(self, arr: np.ndarray, op: Op) -> tuple[list[int], np.ndarray] | None:
@@ -453,6 +469,28 @@ class Collectives:
             out[src] = unpickle(r)
         return out
 
+    def gatherv_bytes(self, send: memoryview, blocks: list[memoryview] | None, root: int) -> None:
+        """Linear: each rank's bytes straight into the root's block for it (Gatherv)."""
+        self._begin("linear", "long" if len(send) >= self.xsize else "short")
+        if self.rank != root:
+            self._wait([self._isend(root, send)], "Gatherv")
+            return
+        assert blocks is not None
+        ops = [self._irecv(r, blocks[r]) for r in range(self.size) if r != root]
+        blocks[root][:] = send
+        self._wait(ops, "Gatherv")
+
+    def scatterv_bytes(self, blocks: list[memoryview] | None, recv: memoryview, root: int) -> None:
+        """Linear: the root's block for each rank straight into its buffer (Scatterv)."""
+        self._begin("linear", "long" if len(recv) >= self.xsize else "short")
+        if self.rank != root:
+            self._wait([self._irecv(root, recv)], "Scatterv")
+            return
+        assert blocks is not None
+        ops = [self._isend(r, blocks[r]) for r in range(self.size) if r != root]
+        recv[:] = blocks[root]
+        self._wait(ops, "Scatterv")
+
     def alltoallv_arr(self, send: list[memoryview], recv: list[memoryview]) -> None:
         """Pairwise exchange of per-peer byte blocks (Alltoall and Alltoallv)."""
         self._begin("pairwise", "long" if len(send[0]) >= self.xsize else "short")
@@ -501,16 +539,18 @@ class Collectives:
             self._wait([self._isend(self.rank + 1, _dumps(mine), ENC_PICKLE)], "scan")
         return prefix if exclusive else mine
 
-    def scan_arr(self, arr: np.ndarray, op: Op) -> np.ndarray:
+    def scan_arr(self, arr: np.ndarray, op: Op, exclusive: bool = False) -> np.ndarray | None:
+        """Inclusive prefix (or exclusive: None on rank 0) along the chain of ranks."""
         self._begin("linear", "long" if arr.nbytes >= self.xsize else "short")
         mine = np.ascontiguousarray(arr)
+        prefix = None
         if self.rank > 0:
             prefix = np.empty_like(mine)
             self._wait([self._irecv(self.rank - 1, prefix)], "Scan")
             mine = np.ascontiguousarray(op.combine(prefix, mine))
         if self.rank < self.size - 1:
             self._wait([self._isend(self.rank + 1, _flat(mine))], "Scan")
-        return mine
+        return prefix if exclusive else mine
 
 
 def _recursive_doubling(group, me, val, exchange, combine, send, recv):  # noqa: ANN001, ANN202

@@ -9,9 +9,10 @@ allows it.
 
 from __future__ import annotations
 
+import functools
 import logging
 import pickle
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -28,11 +29,15 @@ from . import ops as _ops
 from .collectives import Collectives
 from .links import PeerLinks
 from .ops import SUM, Op, as_op
-from .p2p import ANY_SOURCE, ANY_TAG, P2P, PROC_NULL, Request, Status, as_bytes_view
+from .p2p import ANY_SOURCE, ANY_TAG, P2P, PROC_NULL, CommError, Request, Status, as_bytes_view
 from .peerwire import CTX_P2P, ENC_PICKLE, ENC_RAW
 from .topology import Topology
 
 log = logging.getLogger(__name__)
+
+
+#: packets per chunk of a pipelined (long) collective
+PIPELINE_PACKETS = 4
 
 
 class _InPlace:
@@ -74,9 +79,32 @@ def _vspec(buf: Any, size: int, what: str) -> tuple[np.ndarray, list[int], list[
     return arr, counts, displs
 
 
+class _RootError(ValueError):
+    """A root rank out of range (every rank passes the same root)."""
+
+
+def _collective(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A collective that fails on one rank breaks the communicator: the others get
+    CommError instead of waiting for this rank forever (MPI's default error handler). A root
+    out of range is the same mistake on every rank, so it leaves the communicator usable."""
+
+    @functools.wraps(method)
+    def run(self: Communicator, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except (CommError, _RootError):
+            raise
+        except BaseException as e:  # an interrupt (engine abort) too: the others must know
+            if self._p2p.broken is None:
+                self._p2p._break(f"rank {self.rank} failed in {method.__name__}: {e!r}", [])
+            raise
+
+    return run
+
+
 class Communicator:
-    """One rank's end of a communicator. Built by ``zpar.comm.bootstrap`` on each engine;
-    ``from_links`` builds one from opened links (tests, or any process)."""
+    """One rank's end of a communicator: built by ``zpar.comm.bootstrap.join`` on each
+    engine, or from any process's opened ``PeerLinks`` (bind, exchange endpoints, dance)."""
 
     ANY_SOURCE = ANY_SOURCE
     ANY_TAG = ANY_TAG
@@ -98,6 +126,7 @@ class Communicator:
         maxdatalen: int = PK_MAXDATALEN,
         timeout: float | None = None,
         member: Any = None,
+        shm: int = 1,
     ) -> None:
         if coll_xsize < 0 or coll_maxlinear < 0:
             raise ValueError("coll_xsize and coll_maxlinear must be >= 0")
@@ -105,7 +134,12 @@ class Communicator:
         self.rank, self.size = links.rank, links.size
         self.name = links.comm_id
         self._p2p = P2P(
-            links, maxdatalen=maxdatalen, ackmark=ackmark, hiwater=hiwater, timeout=timeout
+            links,
+            maxdatalen=maxdatalen,
+            ackmark=ackmark,
+            hiwater=hiwater,
+            timeout=timeout,
+            shm=bool(shm),
         )
         self.topology = Topology(self.rank, hosts)
         self._coll = Collectives(
@@ -113,7 +147,9 @@ class Communicator:
             self.topology,
             coll_xsize=coll_xsize,
             coll_maxlinear=coll_maxlinear,
-            chunk=maxdatalen,
+            # a pipeline chunk of several packets is a long message: past its first packet
+            # it moves through shared memory on one host, and costs one SYNCACK per chunk
+            chunk=maxdatalen * PIPELINE_PACKETS,
         )
         self.params = {
             "coll_xsize": coll_xsize,
@@ -121,8 +157,11 @@ class Communicator:
             "ackmark": ackmark,
             "hiwater": hiwater,
             "maxdatalen": maxdatalen,
+            "shm": int(bool(shm)),
         }
         self._member = member
+        if member is not None:
+            self._p2p.liveness = member.lost
         for name, op in _ops.PREDEFINED.items():
             setattr(self, name, op)
 
@@ -203,6 +242,28 @@ class Communicator:
         Request.Waitall([r, s])
         return r.wait(status)
 
+    def probe(
+        self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None
+    ) -> bool:
+        """Wait until a message for (source, tag) has arrived; ``status`` tells its source,
+        tag and size, so a buffer of the right size can be posted (mpi4py's ``probe``)."""
+        return self._probed(self._p2p.probe(source, tag, True), status)
+
+    def iprobe(
+        self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None
+    ) -> bool:
+        """Whether a message for (source, tag) has arrived, without waiting."""
+        return self._probed(self._p2p.probe(source, tag, False), status)
+
+    Probe = probe
+    Iprobe = iprobe
+
+    @staticmethod
+    def _probed(found: tuple[int, int, int] | None, status: Status | None) -> bool:
+        if found is not None and status is not None:
+            status._set(*found)
+        return found is not None
+
     # -- point to point, buffers ------------------------------------------------------------
 
     def Send(self, buf: Any, dest: int, tag: int = 0) -> None:  # noqa: N802
@@ -244,48 +305,60 @@ class Communicator:
 
     # -- collectives, objects ---------------------------------------------------------------
 
+    @_collective
     def barrier(self) -> None:
         self._coll.barrier()
 
     Barrier = barrier
 
+    @_collective
     def bcast(self, obj: Any, root: int = 0) -> Any:
         self._check_root(root)
         return self._coll.bcast_obj(obj, root)
 
+    @_collective
     def scatter(self, sendobj: Any, root: int = 0) -> Any:
         self._check_root(root)
         return self._coll.scatter_obj(sendobj, root)
 
+    @_collective
     def gather(self, sendobj: Any, root: int = 0) -> list[Any] | None:
         self._check_root(root)
         return self._coll.gather_obj(sendobj, root)
 
+    @_collective
     def allgather(self, sendobj: Any) -> list[Any]:
         return self._coll.allgather_obj(sendobj)
 
+    @_collective
     def alltoall(self, sendobj: Sequence[Any]) -> list[Any]:
         return self._coll.alltoall_obj(sendobj)
 
+    @_collective
     def reduce(self, sendobj: Any, op: Any = SUM, root: int = 0) -> Any:
         self._check_root(root)
         return self._coll.reduce_obj(sendobj, as_op(op), root)
 
+    @_collective
     def allreduce(self, sendobj: Any, op: Any = SUM) -> Any:
         return self._coll.allreduce_obj(sendobj, as_op(op))
 
+    @_collective
     def scan(self, sendobj: Any, op: Any = SUM) -> Any:
         return self._coll.scan_obj(sendobj, as_op(op))
 
+    @_collective
     def exscan(self, sendobj: Any, op: Any = SUM) -> Any:
         return self._coll.scan_obj(sendobj, as_op(op), exclusive=True)
 
     # -- collectives, buffers ---------------------------------------------------------------
 
+    @_collective
     def Bcast(self, buf: Any, root: int = 0) -> None:  # noqa: N802
         self._check_root(root)
         self._coll.bcast_arr(_array(buf), root)
 
+    @_collective
     def Reduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, root: int = 0) -> None:  # noqa: N802
         self._check_root(root)
         send = _array(recvbuf) if sendbuf is IN_PLACE else _array(sendbuf)
@@ -293,6 +366,7 @@ class Communicator:
         if self.rank == root:
             _array(recvbuf)[...] = out.reshape(_array(recvbuf).shape)
 
+    @_collective
     def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:  # noqa: N802
         recv = _array(recvbuf)
         send = recv if sendbuf is IN_PLACE else _array(sendbuf)
@@ -301,11 +375,13 @@ class Communicator:
         out = self._coll.allreduce_arr(send.copy() if send is recv else send, as_op(op))
         recv[...] = out.reshape(recv.shape)
 
+    @_collective
     def Scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:  # noqa: N802
         self._check_root(root)
         send = _array(sendbuf) if self.rank == root and sendbuf is not None else None
         self._coll.scatter_arr(send, _array(recvbuf), root)
 
+    @_collective
     def Gather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:  # noqa: N802
         self._check_root(root)
         recv = _array(recvbuf) if self.rank == root else None
@@ -317,6 +393,7 @@ class Communicator:
             ].copy()
         self._coll.gather_arr(_array(sendbuf), recv, root)
 
+    @_collective
     def Allgather(self, sendbuf: Any, recvbuf: Any) -> None:  # noqa: N802
         recv = _array(recvbuf)
         if sendbuf is IN_PLACE:
@@ -324,6 +401,7 @@ class Communicator:
             sendbuf = recv.reshape(-1)[self.rank * per : (self.rank + 1) * per].copy()
         self._coll.allgather_arr(_array(sendbuf), recv)
 
+    @_collective
     def Alltoall(self, sendbuf: Any, recvbuf: Any) -> None:  # noqa: N802
         recv = _array(recvbuf)
         send = recv.copy() if sendbuf is IN_PLACE else _array(sendbuf)
@@ -339,6 +417,7 @@ class Communicator:
             [rv[k * per : (k + 1) * per] for k in range(self.size)],
         )
 
+    @_collective
     def Alltoallv(self, sendbuf: Any, recvbuf: Any) -> None:  # noqa: N802
         """mpi4py's vector forms: ``[array, counts]``, ``[array, (counts, displs)]`` or
         ``[array, counts, displs]`` on both sides, counts in elements of each array."""
@@ -351,16 +430,54 @@ class Communicator:
             [rv[d * ri : (d + c) * ri] for c, d in zip(rcounts, rdispls, strict=True)],
         )
 
+    def _blocks(self, buf: Any, what: str) -> tuple[np.ndarray, list[memoryview]]:
+        arr, counts, displs = _vspec(buf, self.size, what)
+        view, k = as_bytes_view(arr, writable=True), arr.itemsize
+        return arr, [view[d * k : (d + c) * k] for c, d in zip(counts, displs, strict=True)]
+
+    @_collective
+    def Gatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:  # noqa: N802
+        """Blocks of any size to the root: recvbuf ``[array, counts(, displs)]`` there."""
+        self._check_root(root)
+        blocks = self._blocks(recvbuf, "Gatherv recv")[1] if self.rank == root else None
+        self._coll.gatherv_bytes(as_bytes_view(_array(sendbuf)), blocks, root)
+
+    @_collective
+    def Scatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:  # noqa: N802
+        """Blocks of any size from the root: sendbuf ``[array, counts(, displs)]`` there."""
+        self._check_root(root)
+        blocks = self._blocks(sendbuf, "Scatterv send")[1] if self.rank == root else None
+        self._coll.scatterv_bytes(blocks, as_bytes_view(_array(recvbuf), writable=True), root)
+
+    @_collective
+    def Allgatherv(self, sendbuf: Any, recvbuf: Any) -> None:  # noqa: N802
+        """Every rank's block, of any size, to every rank (pairwise exchange)."""
+        mine = as_bytes_view(_array(sendbuf))
+        blocks = self._blocks(recvbuf, "Allgatherv recv")[1]
+        self._coll.alltoallv_arr([mine] * self.size, blocks)
+
+    @_collective
     def Scan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:  # noqa: N802
         recv = _array(recvbuf)
         send = recv.copy() if sendbuf is IN_PLACE else _array(sendbuf)
-        recv[...] = self._coll.scan_arr(send, as_op(op)).reshape(recv.shape)
+        out = self._coll.scan_arr(send, as_op(op))
+        assert out is not None
+        recv[...] = out.reshape(recv.shape)
+
+    @_collective
+    def Exscan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:  # noqa: N802
+        """Exclusive prefix; rank 0's recvbuf is left as it was (undefined in MPI)."""
+        recv = _array(recvbuf)
+        send = recv.copy() if sendbuf is IN_PLACE else _array(sendbuf)
+        out = self._coll.scan_arr(send, as_op(op), exclusive=True)
+        if out is not None:
+            recv[...] = out.reshape(recv.shape)
 
     # -- life -------------------------------------------------------------------------------
 
     def _check_root(self, root: int) -> None:
         if not 0 <= root < self.size:
-            raise ValueError(f"root {root} out of range for a communicator of size {self.size}")
+            raise _RootError(f"root {root} out of range for a communicator of size {self.size}")
 
     def Free(self) -> None:  # noqa: N802
         """Close this rank's links (collective: every rank calls it); the rendezvous
@@ -371,10 +488,19 @@ class Communicator:
             self._coll.barrier()
             self._p2p.finish()
         self._links.close(linger_ms=2000)
+        self._p2p.close_rings()
         if self._member is not None:
             self._member.close()
 
     close = Free
+
+    def __del__(self) -> None:
+        # dropped without Free() (``del comm``, rc.clear()): close now, FIN to the peers and
+        # FINI to the hub, rather than whenever the sockets happen to be collected
+        try:
+            self.abandon()
+        except Exception:  # noqa: BLE001 - nothing to report to at collection time
+            pass
 
     def abandon(self) -> None:
         """Close this rank's links now, not collectively (a communicator replaced under
@@ -382,5 +508,6 @@ class Communicator:
         if not self._links.closed:
             self._p2p.finish()
             self._links.close(linger_ms=1000)
+            self._p2p.close_rings()
         if self._member is not None:
             self._member.close()

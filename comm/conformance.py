@@ -134,6 +134,12 @@ class ImpiConformance:
             )
         finally:
             c.close()
+        c = self._connect()
+        try:
+            c.send(w.encode_impi(0))  # AUTH must come first (seed 003, 2.3.3)
+            self.check("IMPI before AUTH -> connection closed", c.closed_by_server())
+        finally:
+            c.close()
         if self.auth == "none":
             return
         c = self._connect()

@@ -88,7 +88,9 @@ class RendezvousService:
         if t == MsgType.RENDEZVOUS_AUTH_REQUEST:
             timeout = c.get("timeout") or None
             if timeout is not None and (
-                not isinstance(timeout, int | float) or not 0 < timeout <= MAX_TIMEOUT
+                not isinstance(timeout, int | float)
+                or isinstance(timeout, bool)
+                or not 0 < timeout <= MAX_TIMEOUT
             ):
                 self._error(peer, comm_id, f"invalid timeout {timeout!r}", [])
                 return

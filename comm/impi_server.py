@@ -220,6 +220,7 @@ class ImpiServer:
         for ins in instructions:
             if isinstance(ins, Finished):
                 self.ok = ins.ok
+                self.failure = self.failure or (self.rendezvous.failure or "")
                 continue
             c = self.clients.get(ins.peer)
             if c is None:
@@ -299,7 +300,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"zpar impi-server: {e}", file=sys.stderr)
         return 2
     print(server.address, flush=True)
-    code = server.serve()
+    try:
+        code = server.serve()
+    except KeyboardInterrupt:
+        print("zpar impi-server: interrupted", file=sys.stderr)
+        return 130
     if code:
         print(f"zpar impi-server: job failed: {server.failure}", file=sys.stderr)
     return code

@@ -6,7 +6,7 @@
     ┌──────────────────────────────┐
     │ ROUTER (bound: ipc + tcp) ◄──┼──────────────────────────────────── DEALER of rank k
     │ DEALER to rank j ────────────┼──► ROUTER of rank j
-    │ monitor sockets (disconnects)│
+    │ liveness: pids, ROUTER probes │
     └──────────────────────────────┘
 
 The dance (seed 003, "Shall We Dance?"): the higher rank connects to each lower one and sends
@@ -26,8 +26,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import psutil
 import zmq
-from zmq.utils.monitor import recv_monitor_message
 
 from zpar.errors import RemoteProtocolError
 
@@ -73,7 +73,9 @@ class PeerLinks:
         self.endpoints: dict[str, str] = {}
         self._send_seq = [0] * size
         self._recv_seq = [0] * size
-        self._monitors: dict[zmq.Socket, int | None] = {}
+        #: pid of each rank on this host (liveness checks without socket monitors)
+        self._local_pids: dict[int, int] = {}
+        self.same_host: set[int] = set()
         self._ipc_path: str | None = None
         self.poller = zmq.Poller()
         self.closed = False
@@ -92,6 +94,7 @@ class PeerLinks:
         self._ipc_path = path
         port = self.router.bind_to_random_port(f"tcp://{tcp_ip}")
         self.endpoints = {
+            "pid": os.getpid(),
             "hostname": socket.gethostname(),
             "ipc": f"ipc://{path}",
             "tcp": f"tcp://{tcp_ip}:{port}",
@@ -104,19 +107,24 @@ class PeerLinks:
         if len(table) != self.size:
             raise ValueError(f"endpoint table has {len(table)} entries for size {self.size}")
         me = table[self.rank]["hostname"]
+        #: ranks on this host (same hostname): shared memory may carry long messages
+        self.same_host = {r for r, e in enumerate(table) if r != self.rank and e["hostname"] == me}
+        self._local_pids = {
+            r: int(e["pid"])
+            for r, e in enumerate(table)
+            if r != self.rank and e["hostname"] == me and "pid" in e and e["pid"] != os.getpid()
+        }
         for j in range(self.rank):
             d = self.ctx.socket(zmq.DEALER)
             for opt, val in ((zmq.LINGER, 0), (zmq.SNDHWM, 0), (zmq.RCVHWM, 0)):
                 d.setsockopt(opt, val)
             d.setsockopt(zmq.ROUTING_ID, _ident(self.rank))
-            self._watch(d, j)
             d.connect(table[j]["ipc"] if table[j]["hostname"] == me else table[j]["tcp"])
             self.dealers[j] = d
             self.poller.register(d, zmq.POLLIN)
             self.send(
                 j, Packet(Kind.HELLO, 0, ENC_PICKLE, self.rank, 0, 0, 0, 0, self.comm_id.encode())
             )
-        self._watch(self.router, None)
         self.poller.register(self.router, zmq.POLLIN)
         waiting_hello = set(range(self.rank + 1, self.size))
         waiting_welcome = set(range(self.rank))
@@ -146,11 +154,6 @@ class PeerLinks:
                     self.early.append((peer, pkt))
         log.debug("comm %s rank %d: %d links open", self.comm_id, self.rank, self.size - 1)
 
-    def _watch(self, sock: zmq.Socket, peer: int | None) -> None:
-        mon = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
-        self._monitors[mon] = peer
-        self.poller.register(mon, zmq.POLLIN)
-
     # -- traffic --------------------------------------------------------------------------
 
     def send(self, peer: int, pkt: Packet, *, track: bool = False, copy: bool = True) -> Any:
@@ -164,12 +167,10 @@ class PeerLinks:
             else:
                 sock = self.router
                 sock.send(_ident(peer), zmq.SNDMORE)
-            if len(frames) == 2:
-                sock.send(frames[0], zmq.SNDMORE)
-                return sock.send(frames[1])
+            if len(frames) == 1:
+                return sock.send(frames[0])
             sock.send(frames[0], zmq.SNDMORE)
-            sock.send(frames[1], zmq.SNDMORE)
-            return sock.send(frames[2], copy=copy, track=track)
+            return sock.send(frames[1], copy=copy, track=track)
         except zmq.ZMQError as e:
             if e.errno == zmq.EHOSTUNREACH:
                 raise LinkError(f"rank {peer} is unreachable (its engine is gone?)", [peer]) from e
@@ -182,24 +183,19 @@ class PeerLinks:
             early, self.early = self.early, []
             yield from early
             timeout_ms = 0
-        ready = [sock for sock, _ in self.poller.poll(timeout_ms)]
-        # data first: a peer's last packets are read before the news that it closed
-        ready.sort(key=lambda sock: sock in self._monitors)
-        for sock in ready:
-            if sock in self._monitors:
-                self._on_monitor(sock)
-                continue
-            while True:
-                try:
-                    frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
-                except zmq.Again:
-                    break
-                if sock is self.router:
-                    peer = self._peer_of(frames[0].bytes)
-                    frames = frames[1:]
+        for sock, _ in self.poller.poll(timeout_ms):
+            if sock is self.router:
+                peer = -1
+            else:
+                peer = next(r for r, d in self.dealers.items() if d is sock)
+            # drain while zmq says more is queued (cheaper than a failing recv's exception)
+            while sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                frames = sock.recv_multipart(copy=False)
+                if peer < 0:
+                    src = self._peer_of(frames[0].bytes)
+                    yield src, self._check(src, frames[1:])
                 else:
-                    peer = next(r for r, d in self.dealers.items() if d is sock)
-                yield peer, self._check(peer, frames)
+                    yield peer, self._check(peer, frames)
 
     def _peer_of(self, ident: bytes) -> int:
         try:
@@ -221,33 +217,29 @@ class PeerLinks:
         self._recv_seq[peer] += 1
         if pkt.kind == Kind.FIN:
             self.finished.add(peer)
-        if len(frames) == 3:
-            pkt.payload = frames[2]  # keep the zmq.Frame: its buffer stays valid with it
+        if len(frames) == 2:
+            pkt.payload = frames[1]  # keep the zmq.Frame: its buffer stays valid with it
         return pkt
 
-    def _on_monitor(self, mon: zmq.Socket) -> None:
-        lost: list[int] = []
-        disconnected = False
-        while True:
-            try:
-                event = recv_monitor_message(mon, zmq.NOBLOCK)
-            except zmq.Again:
-                break
-            if event["event"] == zmq.EVENT_DISCONNECTED:
-                peer = self._monitors[mon]
-                gone = [peer] if peer is not None else self._unreachable_higher()
-                lost.extend(r for r in gone if r not in self.finished)
-                disconnected = disconnected or peer is None or peer not in self.finished
-        if disconnected and (lost or self._monitors[mon] is not None):
+    def check_peers(self) -> None:
+        """Raise LinkError naming the peers found dead: ranks on this host whose process is
+        gone (or a zombie), and higher ranks the ROUTER can no longer route to (their
+        connection closed). Called when a wait has been quiet for a while: a socket monitor
+        would tell at once, but attaching one doubles a round trip's latency in libzmq."""
+        lost = [
+            r for r, pid in self._local_pids.items() if r not in self.finished and not _alive(pid)
+        ]
+        lost += [r for r in self._unreachable_higher() if r not in lost]
+        if lost:
             raise LinkError(
-                f"rank {self.rank}: link to rank(s) {sorted(set(lost)) or 'above me'} lost "
+                f"rank {self.rank}: link to rank(s) {sorted(lost)} lost "
                 "(the engine died or closed its communicator)",
-                sorted(set(lost)),
+                sorted(lost),
             )
 
     def _unreachable_higher(self) -> list[int]:
-        """Which higher ranks the ROUTER can no longer reach (it forgets a peer whose
-        connection closed; a probe frame is never sent since ROUTER_MANDATORY refuses first)."""
+        """Higher ranks the ROUTER cannot reach: with ROUTER_MANDATORY the identity frame of
+        a closed peer is refused at once; a live one gets a PING, which it ignores."""
         while True:  # FINs that came in meanwhile first: a freed peer is not a lost one
             try:
                 frames = self.router.recv_multipart(zmq.NOBLOCK, copy=False)
@@ -274,13 +266,6 @@ class PeerLinks:
         if self.closed:
             return
         self.closed = True
-        for sock in (self.router, *self.dealers.values()):
-            try:
-                sock.disable_monitor()
-            except zmq.ZMQError:
-                pass
-        for mon in self._monitors:
-            mon.close(linger=0)
         for d in self.dealers.values():
             d.close(linger=linger_ms)
         self.router.close(linger=linger_ms)
@@ -289,3 +274,12 @@ class PeerLinks:
                 os.unlink(self._ipc_path)
             except OSError:
                 pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.Error:
+        return True  # exists, not ours to inspect

@@ -22,7 +22,7 @@ from typing import Any
 
 import zmq
 
-from zpar.constants import RENDEZVOUS_SUFFIX, RENDEZVOUS_TIMEOUT
+from zpar.constants import RENDEZVOUS_SUFFIX, RENDEZVOUS_TIMEOUT, SIGNAL_REPLAY_HISTORY
 from zpar.errors import ZparError
 from zpar.messages import MsgType
 from zpar.sockets import configure
@@ -82,7 +82,10 @@ class RendezvousMember:
         self.comm_id, self.rank, self.size = comm_id, rank, size
         self.timeout = timeout
         self.who = who or f"rank {rank}"
-        self.session = Session(key or None, allow_insecure=not key)
+        # a few dozen messages in its life: a short replay history, not a task path's 2 MB
+        self.session = Session(
+            key or None, allow_insecure=not key, replay_history=SIGNAL_REPLAY_HISTORY
+        )
         self._key = key
         self._deadline = time.monotonic() + timeout + HUB_GRACE
         ident = (engine_uuid or uuidlib.uuid4().hex).encode() + RENDEZVOUS_SUFFIX

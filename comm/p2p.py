@@ -1,5 +1,5 @@
 """Point-to-point messaging over the peer links: matching, the short/long message protocols,
-credit flow control, requests and statuses (mpi4py's ``Request`` and ``Status`` names).
+credit flow control, shared memory on one host (requests and statuses: comm.requests).
 
 Progress happens only inside calls (as in MPI without a progress thread): every wait polls
 the links, hands arriving packets to receives, acknowledges them and sends what the credits
@@ -12,66 +12,29 @@ packet of memory, and the rest lands straight in the posted buffer.
 from __future__ import annotations
 
 import logging
-import pickle
+import struct
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from zpar.errors import RemoteProtocolError, ZparError
+from zpar.errors import RemoteProtocolError
 
 from .flow import RecvCounter, SendWindow, check_window
 from .links import LinkError, PeerLinks
-from .peerwire import CTX_P2P, ENC_PICKLE, ENC_RAW, Kind, Packet
+from .peerwire import CTX_P2P, ENC_PICKLE, ENC_RAW, INLINE, Kind, Packet
+from .requests import ANY_SOURCE, ANY_TAG, PROC_NULL, CommError, Request, Status, unpickle
+from .shm import ShmRing
 
 log = logging.getLogger(__name__)
 
-ANY_SOURCE = -1
-ANY_TAG = -1
-#: send to / receive from nobody: a no-op, handy at the edges of a halo exchange
-PROC_NULL = -2
+#: slot and length of a SHMDATA packet (the ring's path follows on the first one)
+_SHM_DESC = struct.Struct(">IQ")
 
 #: a payload at least this large is handed to zmq without a copy
 ZERO_COPY_MIN = 64 * 1024
-
-
-class CommError(ZparError):
-    """The communicator broke: a peer was lost or aborted; ``ranks`` names the peers lost."""
-
-    def __init__(self, message: str, ranks: list[int] | None = None) -> None:
-        super().__init__(message)
-        self.ranks = ranks or []
-
-
-class Status:
-    """Source, tag and size of a received message (mpi4py's ``MPI.Status``)."""
-
-    def __init__(self) -> None:
-        self.source = ANY_SOURCE
-        self.tag = ANY_TAG
-        self.count = 0  #: bytes
-        self.error = 0
-
-    def Get_source(self) -> int:  # noqa: N802 - mpi4py's name
-        return self.source
-
-    def Get_tag(self) -> int:  # noqa: N802
-        return self.tag
-
-    def Get_count(self, datatype: Any = None) -> int:  # noqa: N802
-        """Bytes received, or elements of ``datatype`` (a numpy dtype) when given."""
-        if datatype is None:
-            return self.count
-        return self.count // np.dtype(datatype).itemsize
-
-    Get_elements = Get_count
-
-    def _set(self, source: int, tag: int, count: int) -> None:
-        self.source, self.tag, self.count = source, tag, count
-
-    def __repr__(self) -> str:
-        return f"<Status source={self.source} tag={self.tag} count={self.count}>"
 
 
 def as_bytes_view(buf: Any, writable: bool = False) -> memoryview:
@@ -183,6 +146,7 @@ class P2P:
         ackmark: int,
         hiwater: int,
         timeout: float | None = None,
+        shm: bool = True,
     ) -> None:
         check_window(ackmark, hiwater)
         if maxdatalen < 1:
@@ -201,6 +165,12 @@ class P2P:
         self._filling: dict[tuple[int, int], _Recv] = {}
         self._msgid = 0
         self.broken: CommError | None = None
+        #: ranks reported lost by someone else (the hub, through the rendezvous member)
+        self.liveness: Callable[[], list[int]] | None = None
+        self.hiwater = hiwater
+        self.shm = shm
+        self._rings_out: dict[int, ShmRing | None] = {}
+        self._rings_in: dict[int, ShmRing] = {}
 
     # -- posting ----------------------------------------------------------------------------
 
@@ -250,6 +220,27 @@ class P2P:
         self._posted.append(op)
         return op
 
+    def probe(self, source: int, tag: int, block: bool) -> tuple[int, int, int] | None:
+        """(source, tag, bytes) of the first unexpected message a receive for (source, tag)
+        would match, without receiving it; waits for one when ``block``."""
+        self._check_alive()
+        if source == PROC_NULL:
+            return (PROC_NULL, ANY_TAG, 0)
+        want = _Recv(source, tag, CTX_P2P, None)
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        self.progress(0)
+        while True:
+            for msg in self._unexpected:
+                if want.matches(msg.src, msg.tag, msg.ctx):
+                    return (msg.src, msg.tag, msg.total)
+            if not block:
+                return None
+            self._check_alive()
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"rank {self.rank}: probe not answered after {self.timeout} s")
+            if not self.progress(100):
+                self._check_peers()
+
     def _check_rank(self, r: int, what: str) -> None:
         if not 0 <= r < self.size:
             raise ValueError(f"{what} rank {r} out of range for a communicator of size {self.size}")
@@ -257,6 +248,8 @@ class P2P:
     def _check_alive(self) -> None:
         if self.broken is not None:
             raise self.broken
+        if self.links.closed:
+            raise CommError(f"rank {self.rank}: the communicator was freed")
 
     # -- waiting ----------------------------------------------------------------------------
 
@@ -272,21 +265,39 @@ class P2P:
             self._check_alive()
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"rank {self.rank}: {what} not complete after {self.timeout} s")
-            self.progress(100)
+            if not self.progress(100):
+                self._check_peers()  # 100 ms without a packet: is anyone we wait on dead?
             pending = [op for op in pending if not op.complete()]
         for op in ops:
             if op.error is not None:
                 raise op.error
 
-    def progress(self, timeout_ms: int = 0) -> None:
-        """Send what credits allow, then handle what arrives within timeout_ms."""
+    def _check_peers(self) -> None:
+        try:
+            self.links.check_peers()
+            lost = self.liveness() if self.liveness is not None else []
+        except LinkError as e:
+            self._break(str(e), e.ranks)
+            return
+        except Exception as e:  # noqa: BLE001 - the rendezvous member's own error
+            lost = list(getattr(e, "missing", [])) or [-1]
+            self._break(f"the hub reports the communicator failed: {e}", lost)
+            return
+        if lost:
+            self._break(f"the hub reports rank(s) {sorted(lost)} gone", sorted(lost))
+
+    def progress(self, timeout_ms: int = 0) -> int:
+        """Send what credits allow, then handle what arrives within timeout_ms; return how
+        many packets arrived."""
         for peer in list(self._busy):
             self._pump(peer)
         # waiting only on trackers: zmq's I/O thread finishes without us, poll briefly
         if timeout_ms and not (self._posted or self._filling or self._busy or self._await_sync):
             timeout_ms = min(timeout_ms, 1)
+        n = 0
         try:
             for peer, pkt in self.links.poll(timeout_ms):
+                n += 1
                 self._on_packet(peer, pkt)
         except LinkError as e:
             self._break(str(e), e.ranks)
@@ -294,6 +305,7 @@ class P2P:
             self._break(f"refused a packet: {e}", [])
         for peer in list(self._busy):
             self._pump(peer)
+        return n
 
     # -- sending ----------------------------------------------------------------------------
 
@@ -321,8 +333,18 @@ class P2P:
             arg = n
         else:
             kind, arg = Kind.DATA, start
+        ring = self._ring_out(op.dest) if start and len(chunk) > INLINE else None
+        if ring is not None:
+            k = ring.take()
+            ring.slot(k)[: len(chunk)] = chunk
+            desc = _SHM_DESC.pack(k, len(chunk))
+            if not ring.announced:
+                desc += ring.path.encode()
+                ring.announced = True
+            kind, chunk = Kind.SHMDATA, desc
         big = len(chunk) >= ZERO_COPY_MIN
-        pkt = Packet(kind, op.ctx, op.enc, self.rank, op.tag, 0, op.msgid, arg, chunk)
+        enc = ENC_PICKLE if kind == Kind.SHMDATA else op.enc  # sign the slot descriptor
+        pkt = Packet(kind, op.ctx, enc, self.rank, op.tag, 0, op.msgid, arg, chunk)
         try:
             tracker = self.links.send(op.dest, pkt, copy=not big, track=big and op.track)
         except LinkError as e:
@@ -337,6 +359,42 @@ class P2P:
         elif stop >= n:
             op.done = True
 
+    def _ring_out(self, peer: int) -> ShmRing | None:
+        if not self.shm or peer not in self.links.same_host:
+            return None
+        if peer not in self._rings_out:
+            try:
+                ring = ShmRing.create(self.hiwater, self.maxdatalen)
+            except OSError as e:
+                log.warning(
+                    "rank %d: no shared memory toward rank %d (%s): using the socket",
+                    self.rank,
+                    peer,
+                    e,
+                )
+                ring = None
+            self._rings_out[peer] = ring
+        return self._rings_out[peer]
+
+    def _on_shmdata(self, peer: int, pkt: Packet) -> None:
+        desc = bytes(pkt.payload)
+        k, n = _SHM_DESC.unpack_from(desc)
+        ring = self._rings_in.get(peer)
+        if ring is None:
+            ring = ShmRing.attach(desc[_SHM_DESC.size :].decode(), self.hiwater, self.maxdatalen)
+            self._rings_in[peer] = ring
+        op = self._filling.get((peer, pkt.msgid))
+        if op is None or not 0 <= k < ring.slots or n > ring.slot_size:
+            raise CommError(f"rank {peer}: shared-memory packet for no matched message")
+        self._fill(op, pkt.arg, ring.slot(k)[:n], (peer, pkt.msgid))
+
+    def close_rings(self) -> None:
+        for ring in [*self._rings_out.values(), *self._rings_in.values()]:
+            if ring is not None:
+                ring.close()
+        self._rings_out.clear()
+        self._rings_in.clear()
+
     def _control(self, peer: int, kind: Kind, msgid: int = 0, arg: int = 0) -> None:
         """ACK / SYNCACK: outside the credit window (seed: ACKs do not count)."""
         try:
@@ -348,21 +406,16 @@ class P2P:
 
     def _on_packet(self, peer: int, pkt: Packet) -> None:
         kind = pkt.kind
-        if kind == Kind.DATA or kind == Kind.DATASYNC:
+        if kind == Kind.DATA or kind == Kind.DATASYNC or kind == Kind.SHMDATA:
+            if kind == Kind.SHMDATA:
+                self._on_shmdata(peer, pkt)
+            else:
+                self._on_data(peer, pkt)
+            # acknowledged once handled: a shared-memory slot is free again when its ACK
+            # comes back (what makes the ring safe to reuse)
             ack = self.counters[peer].received()
             if ack:
                 self._control(peer, Kind.ACK, arg=ack)
-            filling = self._filling.get((peer, pkt.msgid)) if kind == Kind.DATA else None
-            if filling is not None:
-                self._fill(filling, pkt.arg, pkt.payload, (peer, pkt.msgid))
-                return
-            msg = _Arrived(pkt)
-            for i, op in enumerate(self._posted):
-                if op.matches(msg.src, msg.tag, msg.ctx):
-                    del self._posted[i]
-                    self._match(op, msg)
-                    return
-            self._unexpected.append(msg)
         elif kind == Kind.ACK:
             self.windows[peer].acked(pkt.arg)
         elif kind == Kind.SYNCACK:
@@ -378,6 +431,20 @@ class P2P:
             self._break(f"rank {peer} aborted the communicator: {why}", [])
         else:
             log.warning("rank %d: ignoring %s packet from rank %d", self.rank, kind, peer)
+
+    def _on_data(self, peer: int, pkt: Packet) -> None:
+        kind = pkt.kind
+        filling = self._filling.get((peer, pkt.msgid)) if kind == Kind.DATA else None
+        if filling is not None:
+            self._fill(filling, pkt.arg, pkt.payload, (peer, pkt.msgid))
+            return
+        msg = _Arrived(pkt)
+        for i, op in enumerate(self._posted):
+            if op.matches(msg.src, msg.tag, msg.ctx):
+                del self._posted[i]
+                self._match(op, msg)
+                return
+        self._unexpected.append(msg)
 
     def _match(self, op: _Recv, msg: _Arrived) -> None:
         op.status._set(msg.src, msg.tag, msg.total)
@@ -461,73 +528,14 @@ class P2P:
         }
 
 
-# -- requests -------------------------------------------------------------------------------
-
-
-class Request:
-    """A pending isend / irecv (mpi4py's ``MPI.Request``): ``Wait``/``Test`` for buffers,
-    ``wait``/``test`` returning the received object."""
-
-    def __init__(self, p2p: P2P, op: Any, what: str) -> None:
-        self._p2p, self._op, self._what = p2p, op, what
-
-    def Wait(self, status: Status | None = None) -> bool:  # noqa: N802
-        self._p2p.wait([self._op], self._what)
-        self._fill_status(status)
-        return True
-
-    def Test(self, status: Status | None = None) -> bool:  # noqa: N802
-        if not self._op.complete():
-            self._p2p.progress(0)
-        if self._op.error is not None:
-            raise self._op.error
-        done = self._op.complete()
-        if done:
-            self._fill_status(status)
-        return done
-
-    def wait(self, status: Status | None = None) -> Any:
-        self.Wait(status)
-        return self._value()
-
-    def test(self, status: Status | None = None) -> tuple[bool, Any]:
-        done = self.Test(status)
-        return done, (self._value() if done else None)
-
-    def _value(self) -> Any:
-        op = self._op
-        if isinstance(op, _Recv) and op.buf is None:
-            return None if op.source == PROC_NULL and op.data is None else unpickle(op)
-        return None
-
-    def _fill_status(self, status: Status | None) -> None:
-        if status is not None and isinstance(self._op, _Recv):
-            s = self._op.status
-            status._set(s.source, s.tag, s.count)
-
-    @staticmethod
-    def Waitall(requests: list[Request], statuses: list[Status] | None = None) -> bool:  # noqa: N802
-        if requests:
-            p2p = requests[0]._p2p
-            p2p.wait([r._op for r in requests], "Waitall")
-        for i, r in enumerate(requests):
-            r._fill_status(statuses[i] if statuses else None)
-        return True
-
-    @staticmethod
-    def waitall(requests: list[Request], statuses: list[Status] | None = None) -> list[Any]:
-        Request.Waitall(requests, statuses)
-        return [r._value() for r in requests]
-
-    @staticmethod
-    def Testall(requests: list[Request]) -> bool:  # noqa: N802
-        return all(r.Test() for r in requests)
-
-
-def unpickle(op: _Recv) -> Any:
-    if op.enc != ENC_PICKLE:
-        raise CommError(
-            f"recv() got a raw buffer message ({op.total} bytes from rank {op.status.source}, "
-            "sent with Send?): receive it with Recv into an array"
-        )
-    return pickle.loads(op.data)
+__all__ = [
+    "ANY_SOURCE",
+    "ANY_TAG",
+    "PROC_NULL",
+    "CommError",
+    "P2P",
+    "Request",
+    "Status",
+    "as_bytes_view",
+    "unpickle",
+]

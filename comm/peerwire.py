@@ -2,7 +2,8 @@
 
 Frames of one packet (a ROUTER prepends the peer's identity)::
 
-    [header, signature, payload?]
+    [header + signature + payload]        payload of up to INLINE bytes (or none)
+    [header + signature, payload]         a larger payload, zero copy
 
 header is ``HEADER`` (big-endian, 36 bytes)::
 
@@ -32,6 +33,9 @@ from zpar.errors import RemoteProtocolError
 
 HEADER = struct.Struct(">BBBxiiQQQ")
 
+#: payloads up to this many bytes travel in the header's frame
+INLINE = 2048
+
 CTX_P2P = 0
 CTX_COLL = 1
 ENC_RAW = 0
@@ -48,6 +52,7 @@ class Kind(enum.IntEnum):
     ABORT = 7  #: the sender's communicator broke; ``payload`` says why
     FIN = 8  #: the sender freed the communicator: its link closing next is no error
     PING = 9  #: ignored; completes the ROUTER's reachability probe of a live peer
+    SHMDATA = 10  #: a later packet of a long message, its bytes in a shared-memory slot
 
 
 @dataclass(slots=True)
@@ -69,6 +74,7 @@ class Signer:
     def __init__(self, key: bytes) -> None:
         self.key = key
         self._base = hmac.new(key, digestmod=hashlib.sha256) if key else None
+        self.siglen = self._base.digest_size if self._base is not None else 0
 
     def sign(self, header: bytes, payload: Any = None) -> bytes:
         if self._base is None:
@@ -80,24 +86,36 @@ class Signer:
         return h.digest()
 
     def pack(self, p: Packet) -> list[Any]:
+        """[header+signature+payload] for a payload up to INLINE bytes (one zmq frame: a
+        small message costs one send), else [header+signature, payload]."""
         header = HEADER.pack(p.kind, p.ctx, p.enc, p.src, p.tag, p.seq, p.msgid, p.arg)
         signed = p.payload if p.enc == ENC_PICKLE else None
-        frames = [header, self.sign(header, signed)]
-        if p.payload is not None:
-            frames.append(p.payload)
-        return frames
+        head = header + self.sign(header, signed)
+        if p.payload is None:
+            return [head]
+        if len(p.payload) <= INLINE:
+            return [head + bytes(p.payload)]
+        return [head, p.payload]
 
     def unpack(self, frames: list[Any]) -> Packet:
         """Check and decode; raise RemoteProtocolError naming what was wrong."""
-        if len(frames) not in (2, 3):
-            raise RemoteProtocolError("bad-packet", f"{len(frames)} frames, expected 2 or 3")
-        header = bytes(frames[0])
-        if len(header) != HEADER.size:
-            raise RemoteProtocolError("bad-packet", f"header of {len(header)} bytes")
+        if len(frames) not in (1, 2):
+            raise RemoteProtocolError("bad-packet", f"{len(frames)} frames, expected 1 or 2")
+        first = memoryview(frames[0])
+        siglen = self.siglen
+        if len(first) < HEADER.size + siglen:
+            raise RemoteProtocolError("bad-packet", f"head of {len(first)} bytes")
+        header = bytes(first[: HEADER.size])
         fields = HEADER.unpack(header)
-        payload = frames[2] if len(frames) == 3 else None
+        if len(frames) == 2:
+            payload = frames[1]
+        elif len(first) > HEADER.size + siglen:
+            payload = first[HEADER.size + siglen :]
+        else:
+            payload = None
         if self._base is not None:
             signed = payload if fields[2] == ENC_PICKLE else None
-            if not hmac.compare_digest(self.sign(header, signed), bytes(frames[1])):
+            sig = bytes(first[HEADER.size : HEADER.size + siglen])
+            if not hmac.compare_digest(self.sign(header, signed), sig):
                 raise RemoteProtocolError("bad-signature", f"packet from rank {fields[3]}")
         return Packet(*fields, payload=payload)

@@ -242,7 +242,7 @@ class Rendezvous:
 
     def auth_offer(self, peer: Peer, mask: int) -> list[Instruction]:
         """A member offers the methods of ``mask``; the server picks its most preferred."""
-        if self._gone(peer):
+        if self._over():
             return [Refuse(peer, self._gone_reason())]
         m = self.members.get(peer)
         if m is not None and m.stage is not Stage.AUTH:
@@ -273,6 +273,8 @@ class Rendezvous:
         return [AuthChoice(peer, chosen.which, m.challenge)]
 
     def auth_proof(self, peer: Peer, proof: bytes) -> list[Instruction]:
+        if self._over():
+            return [Refuse(peer, self._gone_reason())]
         m = self.members.get(peer)
         if m is None or m.stage is not Stage.PROOF or m.method is None:
             return self._refuse(peer, "authentication proof sent without a challenge")
@@ -290,7 +292,7 @@ class Rendezvous:
         self, peer: Peer, rank: int, *, size: int | None = None, who: str = ""
     ) -> list[Instruction]:
         """A member gives its rank (and, on the hub, the size it expects)."""
-        if self._gone(peer):
+        if self._over():
             return [Refuse(peer, self._gone_reason())]
         m = self.members.get(peer)
         if m is None or m.stage in (Stage.AUTH, Stage.PROOF):
@@ -329,7 +331,7 @@ class Rendezvous:
         return [SizeReply(self.by_rank[r].peer, self.size) for r in range(self.size)]
 
     def coll(self, peer: Peer, label: int, payload: bytes) -> list[Instruction]:
-        if self._gone(peer):
+        if self._over():
             return [Refuse(peer, self._gone_reason())]
         m = self.members.get(peer)
         if m is None or m.stage is not Stage.JOINED or not self.joined:
@@ -348,7 +350,7 @@ class Rendezvous:
         return self._answer_ready()
 
     def done(self, peer: Peer) -> list[Instruction]:
-        if self._gone(peer):
+        if self._over():
             return [Refuse(peer, self._gone_reason())]
         m = self.members.get(peer)
         if m is None or m.stage is not Stage.JOINED or not self.joined:
@@ -483,7 +485,7 @@ class Rendezvous:
             out += self._fail(f"rank {m.rank}{_who(m)} was refused: {reason}", (m.rank,))
         return out
 
-    def _gone(self, peer: Peer) -> bool:
+    def _over(self) -> bool:
         return self.failure is not None or self.finished
 
     def _gone_reason(self) -> str:

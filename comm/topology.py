@@ -40,18 +40,24 @@ class Topology:
         root_host = self.host_of[root]
         return [root] + [m for m in self.masters if self.host_of[m] != root_host]
 
-    def tree(self, root: int, binomial: bool, two_phase: bool) -> tuple[int | None, list[int]]:
+    def tree(
+        self, root: int, binomial: bool, two_phase: bool, maxlinear: int | None = None
+    ) -> tuple[int | None, list[int]]:
         """(parent, children in ascending subtree order) of this rank in a broadcast from
-        ``root``; a reduction runs the same tree upward."""
+        ``root``; a reduction runs the same tree upward. In two phases the local phase is a
+        binomial tree too when a host holds ``maxlinear`` ranks or more (IMPI leaves the
+        local phase to the implementation), else linear."""
         me = self.rank
         if two_phase:
             reps = self.reps(root)
             rep = root if self.host_of[me] == self.host_of[root] else self.master_of(me)
-            local = [r for r in self.local_ranks(me) if r != rep]
+            local = [rep] + [r for r in self.local_ranks(me) if r != rep]
+            local_binomial = maxlinear is not None and len(local) >= maxlinear
+            lparent, lchildren = group_tree(local, me, local_binomial)
             if me != rep:
-                return rep, []
+                return lparent, lchildren
             parent, children = group_tree(reps, me, binomial)
-            return parent, children + local
+            return parent, children + lchildren
         group = [root] + [r for r in range(self.size) if r != root]
         return group_tree(group, me, binomial)
 

@@ -117,10 +117,12 @@ COLL_MAXLINEAR = 4
 #: Largest packet payload on a peer link (IMPI_Pk_maxdatalen). Large enough that a Python
 #: loop per packet costs little against the copy; a message above it is "long" (its rest
 #: waits for the receiver to match it) and collectives pipeline chunks of this size.
-PK_MAXDATALEN = 512 * 1024
+PK_MAXDATALEN = 1024 * 1024
 
 #: The receiver acknowledges every PK_ACKMARK packets; the sender stops at PK_HIWATER
 #: unacknowledged ones (IMPI_Pk_ackmark / IMPI_Pk_hiwater, 1 <= ackmark <= hiwater): at most
-#: 16 x 512 KiB = 8 MiB queued toward one slow receiver per sender.
+#: 8 x 1 MiB = 8 MiB queued toward one slow receiver per sender, and a shared-memory ring of
+#: 8 MiB per pair of processes on one host that exchanged a long message (8 engines, all
+#: pairs: 448 MiB of /dev/shm); 16 measured no faster.
 PK_ACKMARK = 4
-PK_HIWATER = 16
+PK_HIWATER = 8

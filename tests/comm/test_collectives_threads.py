@@ -78,6 +78,9 @@ def _buffers(elems):
         sc_out = np.empty(4, np.int64)
         c.Scan(np.full(4, r + 1, np.int64), sc_out)
         out["Scan"] = sc_out
+        ex_out = np.full(4, -1, np.int64)
+        c.Exscan(np.full(4, r + 1, np.int64), ex_out)
+        out["Exscan"] = ex_out
         return out
 
     return run
@@ -98,6 +101,7 @@ def _check_buffers(res, n, elems):
         expect = [float(j * 100 + r * 2 + k) for j in range(n) for k in range(2)]
         assert o["Alltoall"].tolist() == expect
         assert o["Scan"].tolist() == [(r + 1) * (r + 2) // 2] * 4
+        assert o["Exscan"].tolist() == [r * (r + 1) // 2 if r else -1] * 4
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 8])
@@ -231,6 +235,14 @@ def test_truncation_and_bad_arguments_are_clear_errors():
 
     assert run_ranks(2, run)[0] is True
 
+    def use_after_free(c):
+        c.Free()
+        with pytest.raises(CommError, match="freed"):
+            c.send(1, dest=1 - c.rank)
+        return True
+
+    assert run_ranks(2, use_after_free) == [True, True]
+
 
 def test_flow_control_stalls_a_fast_sender_and_resumes():
     """Rank 1 queues 40 one-packet messages at a rank that is not receiving: no more than
@@ -278,3 +290,148 @@ def test_peer_lost_mid_collective_is_an_error_not_a_hang():
         assert run_ranks(4, run, timeout=60) == ["error", "error", "gone", "error"]
     finally:
         cm.Communicator.Free = free
+
+
+def test_one_host_of_many_ranks_uses_a_binomial_local_phase():
+    from zpar.comm.topology import Topology
+
+    hosts = ["a"] * 6
+    trees = [Topology(r, hosts).tree(0, False, True, 4) for r in range(6)]
+    assert trees[0] == (None, [1, 2, 4])
+    assert trees[1] == (0, []) and trees[2] == (0, [3]) and trees[4] == (0, [5])
+    assert Topology(0, ["a"] * 3).tree(0, False, True, 4) == (None, [1, 2])  # linear below 4
+    # two hosts: masters first, then each master's locals
+    two = ["a", "a", "b", "b"]
+    assert Topology(0, two).tree(0, False, True, 4) == (None, [2, 1])
+    assert Topology(2, two).tree(0, False, True, 4) == (0, [3])
+    # the root stands for its host
+    assert Topology(1, two).tree(1, False, True, 4) == (None, [2, 0])
+
+    def run(c):
+        a = np.arange(5000.0) if c.rank == 0 else np.zeros(5000)
+        c.Bcast(a)
+        s = np.empty(5000)
+        c.Allreduce(a, s)
+        return a.sum(), s[-1], c.reduce(c.rank, root=3)
+
+    res = run_ranks(6, run, hosts=hosts, maxdatalen=4096)
+    for r, (total, last, red) in enumerate(res):
+        assert total == np.arange(5000.0).sum() and last == 4999.0 * 6
+        assert red == (15 if r == 3 else None)
+
+
+@pytest.mark.parametrize("shm", [1, 0])
+def test_long_messages_through_shared_memory_or_the_socket(shm):
+    import os
+
+    def run(c):
+        r = c.rank
+        a = np.arange(50_000, dtype=np.float64) + r  # 400 kB: about 100 packets of 4 kB
+        b = np.empty_like(a)
+        c.Sendrecv(a, dest=1 - r, recvbuf=b, source=1 - r)
+        rings = {k: v is not None for k, v in c._p2p._rings_out.items()}
+        paths = [v.path for v in c._p2p._rings_out.values() if v is not None]
+        return b[0], b[-1], rings, paths
+
+    res = run_ranks(2, run, maxdatalen=4096, hiwater=4, ackmark=2, shm=shm)
+    for r, (first, last, rings, paths) in enumerate(res):
+        assert (first, last) == (1 - r, 49_999 + 1 - r)
+        assert rings == ({1 - r: True} if shm else {})
+        assert not any(os.path.exists(p) for p in paths)  # unlinked once both mapped
+
+
+def test_vector_gather_scatter_allgather():
+    def run(c):
+        r, n = c.rank, c.size
+        counts = [k + 1 for k in range(n)]  # rank k owns k+1 items
+        mine = np.full(r + 1, 10 * r, np.int32)
+        everything = np.empty(sum(counts), np.int32)
+        c.Allgatherv(mine, [everything, counts])
+        root = n - 1
+        gathered = np.empty(sum(counts), np.int32) if r == root else None
+        c.Gatherv(mine, [gathered, counts] if r == root else None, root=root)
+        part = np.empty(r + 1, np.float64)
+        src = np.arange(sum(counts), dtype=np.float64) if r == 0 else None
+        displs = list(np.cumsum([0, *counts[:-1]]))
+        c.Scatterv([src, counts, displs] if r == 0 else None, part, root=0)
+        return everything.tolist(), None if gathered is None else gathered.tolist(), part.tolist()
+
+    n = 4
+    whole = [10 * k for k in range(n) for _ in range(k + 1)]
+    res = run_ranks(n, run)
+    for r, (everything, gathered, part) in enumerate(res):
+        assert everything == whole
+        assert gathered == (whole if r == n - 1 else None)
+        start = sum(k + 1 for k in range(r))
+        assert part == [float(x) for x in range(start, start + r + 1)]
+
+
+@pytest.mark.parametrize("maxlinear", [4, 2])
+def test_non_commutative_buffer_ops_keep_rank_order(maxlinear):
+    def matmul(invec, inoutvec, datatype):  # inoutvec = invec @ inoutvec: associative only
+        inoutvec[...] = (invec.reshape(2, 2) @ inoutvec.reshape(2, 2)).reshape(-1)
+
+    op = ops.Op.Create(matmul, commute=False)
+
+    def mat(r):
+        return np.array([[r + 1, 1], [1, 0]], np.int64)
+
+    def run(c):
+        a = mat(c.rank).reshape(-1)
+        out = np.empty_like(a) if c.rank == 2 else None
+        c.Reduce(a, out, op=op, root=2)
+        every = np.empty_like(a)
+        c.Allreduce(a, every, op=op)
+        return None if out is None else out.tolist(), every.tolist(), c.last_two_phase
+
+    expect = np.linalg.multi_dot([mat(r) for r in range(5)]).reshape(-1).tolist()
+    assert expect != np.linalg.multi_dot([mat(r) for r in reversed(range(5))]).reshape(-1).tolist()
+    hosts = ["a", "b", "a", "b", "c"]  # shared hosts: a commutative op would regroup
+    res = run_ranks(5, run, hosts=hosts, coll_maxlinear=maxlinear)
+    for r, (out, every, two_phase) in enumerate(res):
+        assert out == (expect if r == 2 else None)
+        assert every == expect
+        assert two_phase is False
+
+
+@pytest.mark.parametrize("n", [2, 3, 5])
+def test_all_ranks_on_one_host(n):
+    hosts = ["a"] * n
+    for elems in (4, 3000):
+        res = run_ranks(n, _buffers(elems), hosts=hosts, maxdatalen=4096)
+        _check_buffers(res, n, elems)
+        long = elems * 8 >= 1024
+        assert res[0]["Allreduce"][1] == ("ring" if long and n > 2 else "recursive_doubling")
+    res = run_ranks(n, _objects, hosts=hosts)
+    _check_objects(res, n)
+    assert res[0]["alg"] == "recursive_doubling"
+
+
+def test_a_collective_failing_on_one_rank_fails_the_others_not_hangs():
+    def run(c):
+        if c.rank == 1:
+            with pytest.raises(ValueError, match="alltoall needs"):
+                c.alltoall([1])  # wrong length on this rank only
+            return "raised"
+        with pytest.raises(CommError, match="rank 1 failed in alltoall"):
+            c.alltoall(list(range(c.size)))
+        return "told"
+
+    assert run_ranks(3, run, timeout=60) == ["told", "raised", "told"]
+
+
+def test_probe_tells_source_tag_and_size_before_the_receive():
+    def run(c):
+        if c.rank == 1:
+            c.Send(np.arange(7, dtype=np.int32), dest=0, tag=42)
+            c.barrier()
+            return None
+        st = Status()
+        c.probe(source=ANY_SOURCE, tag=ANY_TAG, status=st)
+        buf = np.empty(st.Get_count(np.int32), np.int32)
+        c.Recv(buf, source=st.Get_source(), tag=st.Get_tag())
+        none_left = c.iprobe()
+        c.barrier()
+        return st.Get_source(), st.Get_tag(), buf.tolist(), none_left
+
+    assert run_ranks(2, run)[0] == (1, 42, list(range(7)), False)

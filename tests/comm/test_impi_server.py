@@ -156,6 +156,7 @@ def test_no_common_method_closed() -> None:
         assert closed(s)
         server.rendezvous.deadline = 0  # end the job now
     assert result["code"] == 1
+    assert "rank(s) 0" in server.failure  # nobody joined: the reason still names them
 
 
 def test_unknown_command_discarded_and_garbage_drops_only_that_client() -> None:
@@ -224,3 +225,76 @@ def test_cli_server_and_conformance_tester() -> None:
             server.wait()
         server.stdout.close()
         server.stderr.close()
+
+
+def lam_client(server: ImpiServer, rank: int, nprocs: int, out: dict) -> None:
+    """What LAM/MPI 7.1.4's client.c writes, write() by write(): IMPI_Cmd, then the label,
+    then the data, for every label of do_cmd_coll in its order; then DONE and FINI."""
+    s = connect(server)
+    try:
+        s.sendall(w.encode_auth(0x2))  # only IMPI_AUTH_KEY in its mask
+        assert recv_exact(s, 8) == bytes.fromhex("0000000100000000")
+        s.sendall(impi_key_value(KEY))  # IMPI_Auth_key, swapped to network order
+        s.sendall(w.CMD_IMPI.to_bytes(4, "big") + (4).to_bytes(4, "big"))  # IMPI_Cmd alone
+        s.sendall(w.int4s(rank))  # then IMPI_Impi
+        assert recv_exact(s, 12) == w.encode_impi(2)
+        ip = bytes(12) + bytes([127, 0, 0, 1])  # IPv4 in the last 4 bytes of an IPv6 slot
+        labels = [
+            (w.IMPI_C_VERSION, w.int4s(0, 0)),
+            (w.IMPI_C_NHOSTS, w.int4s(1)),
+            (w.IMPI_C_NPROCS, w.int4s(nprocs)),
+            (w.IMPI_C_DATALEN, w.int4s(8192)),
+            (w.IMPI_C_TAGUB, w.int4s(32767)),
+            (w.IMPI_C_COLL_XSIZE, w.int4s(-1)),
+            (w.IMPI_C_COLL_MAXLINEAR, w.int4s(-1)),
+            (w.IMPI_H_IPV6, ip),
+            (w.IMPI_H_PORT, w.int4s(5000 + rank)),
+            (w.IMPI_H_NPROCS, w.int4s(nprocs)),
+            (w.IMPI_H_ACKMARK, w.int4s(10)),
+            (w.IMPI_H_HIWATER, w.int4s(20)),
+            (w.IMPI_P_IPV6, ip * nprocs),
+            (w.IMPI_P_PID, b"".join((1000 * rank + p).to_bytes(8, "big") for p in range(nprocs))),
+        ]
+        got = {}
+        for label, data in labels:
+            s.sendall(w.CMD_COLL.to_bytes(4, "big") + (4 + len(data)).to_bytes(4, "big"))
+            s.sendall(label.to_bytes(4, "big"))
+            s.sendall(data)
+            cmd, length = w._HDR.unpack(recv_exact(s, 8))
+            assert cmd & 0xFFFFFFFF == w.CMD_COLL
+            got[label] = w.decode_coll_reply(recv_exact(s, length))
+        s.sendall(w.encode_done())
+        assert recv_exact(s, 8) == w.encode_done()
+        s.sendall(w.encode_fini())
+        out[rank] = got
+    except BaseException as e:
+        out[rank] = e
+
+
+def test_two_lam_clients_through_every_label() -> None:
+    out: dict = {}
+    with serving(2, auth="key") as (server, result):
+        threads = [
+            threading.Thread(target=lam_client, args=(server, r, n, out), daemon=True)
+            for r, n in ((0, 2), (1, 3))
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(TIMEOUT)
+    assert result["code"] == 0
+    assert not isinstance(out[0], BaseException), out[0]
+    assert out[0] == out[1]
+    got = out[0]
+    assert got[w.IMPI_C_NPROCS] == (w.IMPI_C_NPROCS, 0x3, w.int4s(2, 3))
+    assert got[w.IMPI_H_PORT] == (w.IMPI_H_PORT, 0x3, w.int4s(5000, 5001))
+    # per-proc labels: 2 + 3 procs, client 0's first
+    label, mask, pids = got[w.IMPI_P_PID]
+    assert (label, mask, len(pids)) == (w.IMPI_P_PID, 0x3, 8 * 5)
+    assert [int.from_bytes(pids[i : i + 8], "big") for i in range(0, 40, 8)] == [
+        0,
+        1,
+        1000,
+        1001,
+        1002,
+    ]

@@ -117,6 +117,8 @@ def test_tick_fails_a_late_rendezvous_naming_the_missing() -> None:
         {"comm_id": "x" * 201},
         {"comm_id": "c", "auth_mask": "all"},
         {"comm_id": "c", "auth_mask": 4, "timeout": -1},
+        {"comm_id": "c", "auth_mask": 4, "timeout": True},
+        {"comm_id": "c", "auth_mask": 4, "timeout": "60"},
     ],
 )
 def test_bad_requests_get_errors_not_exceptions(content: dict) -> None:
