@@ -347,3 +347,13 @@ def test_communicator_reopened_when_the_engines_lost_it(rc):
     rc[da.targets].execute(f"{name}.Free(); del {name}", block=True)
     assert da.sum() == 64  # a new communicator, opened on the way
     assert communicator_key(rc, da.targets) != name
+
+
+def test_collectives_after_rc_clear(rc):
+    da = rc.darray.fromarray(np.arange(16.0).reshape(4, 4), dist=("b", "b"))
+    assert da.sum() == 120
+    saved = rc[da.targets].pull(da.key, block=True)
+    rc.clear(block=True)  # every namespace emptied: the sections and the communicator
+    for rank, eid in enumerate(da.targets):  # put the sections back, not the communicator
+        rc[eid].push({da.key: saved[rank]}, block=True)
+    assert da.sum() == 120 and da.max(axis=0).tolist() == [12, 13, 14, 15]
