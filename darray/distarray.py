@@ -142,10 +142,12 @@ class DistArray(NDArrayOperatorsMixin):
     # -- to the client ----------------------------------------------------------------------
 
     def toarray(self) -> np.ndarray:
-        """The whole array on the client: each engine sends its owned cells as frames."""
+        """The whole array on the client: each engine sends its owned cells as frames;
+        each section is copied into place while the next ones are still arriving."""
         out = np.empty(self.shape, dtype=self.dtype)
-        pieces = self._on_all(onengine.owned, self.key)
-        for rank, piece in enumerate(pieces):
+        ars = [self.client[eid].apply_async(onengine.owned, self.key) for eid in self.targets]
+        for rank, ar in enumerate(ars):
+            piece = ar.get()
             maps = self.distribution.local_maps[rank]
             if not maps:
                 out[()] = piece
