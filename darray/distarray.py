@@ -307,18 +307,30 @@ class DistArray(NDArrayOperatorsMixin):
             out[outer_key(global_keys(maps)) if maps else ()] = part
         return out
 
-    def sum(self, axis: int | None = None) -> Any:
+    @staticmethod
+    def _plain_reduction(name: str, dtype: Any, out: Any, extra: dict[str, Any]) -> None:
+        """numpy's ``np.sum(da)`` calls ``da.sum(axis=, dtype=, out=)``: the defaults work,
+        anything else is refused by name rather than ignored."""
+        given = [k for k, v in (("dtype", dtype), ("out", out)) if v is not None] + sorted(extra)
+        if given:
+            raise TypeError(f"DistArray.{name}() does not take {', '.join(given)}")
+
+    def sum(self, axis: int | None = None, dtype: Any = None, out: Any = None, **kw: Any) -> Any:
         """Sum over every cell (a scalar) or along one axis (a numpy array on the client);
         partial sums meet engine to engine."""
+        self._plain_reduction("sum", dtype, out, kw)
         return self._reduce("sum", axis)
 
-    def min(self, axis: int | None = None) -> Any:
+    def min(self, axis: int | None = None, out: Any = None, **kw: Any) -> Any:
+        self._plain_reduction("min", None, out, kw)
         return self._reduce("min", axis)
 
-    def max(self, axis: int | None = None) -> Any:
+    def max(self, axis: int | None = None, out: Any = None, **kw: Any) -> Any:
+        self._plain_reduction("max", None, out, kw)
         return self._reduce("max", axis)
 
-    def mean(self, axis: int | None = None) -> Any:
+    def mean(self, axis: int | None = None, dtype: Any = None, out: Any = None, **kw: Any) -> Any:
+        self._plain_reduction("mean", dtype, out, kw)
         n = self.size if axis is None else self.shape[axis]
         total = self._reduce("sum", axis)
         return total / n if n else total * np.nan

@@ -281,6 +281,12 @@ def test_reductions_with_empty_sections_and_errors(rc):
         empty.min()
     with pytest.raises(ValueError, match="axis 2 is out of bounds"):
         da.sum(axis=2)
+    assert (np.sum(da), np.min(da), np.max(da), np.mean(da)) == (11, -2, 9, 11 / 3)
+    np.testing.assert_array_equal(np.sum(rc.darray.ones((3, 4), dist="c"), axis=0), [3, 3, 3, 3])
+    with pytest.raises(TypeError, match="does not take dtype"):
+        np.sum(da, dtype=np.float32)
+    with pytest.raises(TypeError, match="does not take keepdims"):
+        da.max(keepdims=True)
 
 
 @pytest.mark.parametrize("periodic", [False, True])
