@@ -64,8 +64,8 @@ class LocalArray:
 
     @property
     def owned(self) -> np.ndarray:
-        """A view of the owned cells."""
-        return self.ndarray[self.owned_key]
+        """A view of the owned cells (the buffer itself for a 0-d array)."""
+        return self.ndarray[self.owned_key] if self.maps else self.ndarray
 
     @property
     def global_shape(self) -> tuple[int, ...]:

@@ -8,6 +8,7 @@ keys ``rc[targets].pull(da.key)`` reads back.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -75,28 +76,43 @@ def place(key: str, dim_data: Sequence[dict[str, Any]], dtype: str, piece: np.nd
     _store(key, la)
 
 
+#: from_function evaluates the user's function over this many cells at a time: its
+#: temporaries stay a few MB (reused by malloc, in cache) instead of section-sized fresh
+#: memory, which costs a page fault per 4 KiB on first touch
+FROMFUNCTION_CELLS = 1 << 19
+
+
 def from_function(
     key: str, dim_data: Sequence[dict[str, Any]], dtype: str, func: Callable[..., Any]
 ) -> None:
-    """As ``numpy.fromfunction``: ``func`` gets one array of global indices per dimension."""
+    """As ``numpy.fromfunction``: ``func`` gets one array of global indices per dimension
+    (broadcastable, as numpy's ``sparse`` grids), for blocks of rows of the owned cells in
+    turn, as dask.array.fromfunction calls it per chunk: it must work cell by cell."""
     from .maps import map_from_dim_dict
 
     maps = [map_from_dim_dict(dd) for dd in dim_data]
     shape = tuple(m.local_len for m in maps)
-    grids = np.meshgrid(*[m.global_indices() for m in maps], indexing="ij", sparse=True)
-    values = np.asarray(func(*grids))
-    if values.shape == shape and all(m.owned_slice == slice(0, m.local_len) for m in maps):
-        # unpadded: the function's result is the section (no second pass over the memory)
-        _store(key, LocalArray(np.require(values, dtype, ["C", "W", "O"]), dim_data))
+    padded = any(m.owned_slice != slice(0, m.local_len) for m in maps)
+    la = LocalArray(
+        bufferpool.zeros(shape, dtype) if padded else bufferpool.empty(shape, dtype), dim_data
+    )
+    owned = la.owned
+    if not shape:
+        owned[...] = func()
+        _store(key, la)
         return
-    la = LocalArray(np.zeros(shape, dtype=dtype), dim_data)
-    la.owned[...] = values
+    index = [m.global_indices() for m in la.maps]
+    rows = max(1, FROMFUNCTION_CELLS // max(1, math.prod(owned.shape[1:])))
+    for r0 in range(0, owned.shape[0], rows):
+        grids = np.meshgrid(index[0][r0 : r0 + rows], *index[1:], indexing="ij", sparse=True)
+        owned[r0 : r0 + rows] = func(*grids)
     _store(key, la)
 
 
 def owned(key: str) -> np.ndarray:
     """The owned cells, contiguous (the buffer itself when unpadded: sent without a copy)."""
-    return np.ascontiguousarray(local(key).owned)
+    cells = local(key).owned
+    return cells if cells.flags.c_contiguous else np.ascontiguousarray(cells)
 
 
 def take(key: str, local_keys: Sequence[slice | np.ndarray]) -> np.ndarray:

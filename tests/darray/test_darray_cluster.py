@@ -61,6 +61,11 @@ def test_constructors(rc):
         g.toarray(), np.fromfunction(lambda i, j: 10 * i + j, (5, 9), dtype=np.int64)
     )
     assert "dist=(('c', 2), 'b')" in repr(g) and g.key in repr(g)
+    long = rc.darray.fromfunction(lambda i: i * 0.5, (3_000_001,), dist="c")  # several row blocks
+    np.testing.assert_array_equal(long[::1_000_000], [0.0, 500_000.0, 1_000_000.0, 1_500_000.0])
+    assert long.sum() == np.arange(3_000_001).sum() * 0.5
+    scalar = rc.darray.fromfunction(lambda: 5.0, (), targets=rc.ids[:1])
+    assert scalar.shape == () and scalar.toarray() == 5.0 and scalar.sum() == 5.0
 
 
 def test_targets_subset_and_repr(rc):
