@@ -43,6 +43,7 @@ def test_result_status_edges(rc):
     st = rc.result_status([slow, fast])
     assert st["pending"] == slow.msg_ids and st["completed"] == fast.msg_ids
     slow.get(timeout=10)
+    _hub_knows_done(rc, slow)
     full = rc.result_status(slow, status_only=False)
     rec = full["results"][slow.msg_ids[0]]
     assert rec["status"] == "ok" and rec["result_size"] > 0 and rec["completed"] >= rec["started"]
