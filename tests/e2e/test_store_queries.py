@@ -100,6 +100,7 @@ def test_purge(rc):
     with pytest.raises(RuntimeError, match="unknown"):
         rc.result_status(done)
     slow.get(timeout=10)
+    _hub_knows_done(rc, slow)
     rc.purge_results("all")
     assert rc.hub_history() == [] or all(
         m in rc.outstanding for m in rc.hub_history()
