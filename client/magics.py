@@ -7,13 +7,19 @@ is shown under an ``[stdout:N]`` / ``[stderr:N]`` header, as in ipyparallel.
 from __future__ import annotations
 
 import argparse
+import logging
 import shlex
 import sys
+import threading
+import time
+import warnings
 from typing import Any
 
 from zpar.errors import CompositeError, RemoteError
 
 from .asyncresult import AsyncResult
+
+log = logging.getLogger(__name__)
 
 
 def _parser(name: str) -> argparse.ArgumentParser:
@@ -80,6 +86,8 @@ class ParallelMagics:
         block = self.block if args.block is None else args.block
         if args.local:
             self.shell.run_cell(code)
+        if args.stream:
+            ensure_iopub(view)
         ar = view.execute(code, block=False)
         self.last_result = ar
         if args.stream:
@@ -160,6 +168,50 @@ def _print_error(err: BaseException) -> None:
     info = getattr(err, "engine_info", None) or {}
     eid = info.get("engine_id", "?")
     print(f"[{eid}:execute] {type(err).__name__}: {err}", file=sys.stderr)
+
+
+def ensure_iopub(view: Any, timeout: float = 10.0) -> None:
+    """Make sure the client's IOPub subscription is live before output is streamed.
+
+    A zmq SUB socket receives nothing until its subscription has reached the publisher, so
+    the first lines an engine prints right after a fresh client subscribes were lost
+    (``ar.stdout`` had them: output also travels with the reply). Probe with an empty
+    execute until its IOPub messages arrive; done once per client."""
+    client = view.client
+    if getattr(client, "_iopub_live", False):
+        return
+    io = client._io
+    heard = threading.Event()
+    deadline = time.monotonic() + timeout
+    eid = client._resolve_targets(view.targets)[0]
+    while not heard.is_set() and time.monotonic() < deadline:
+        probe = client[eid].execute("", block=False)
+        io.watch_output(probe.msg_ids, lambda msg_id, msg: heard.set())
+        probe.wait(timeout)
+        heard.wait(min(0.2, max(0.0, deadline - time.monotonic())))
+        io.unwatch_output(probe.msg_ids)
+    if heard.is_set():
+        client._iopub_live = True
+    else:
+        log.warning("IOPub of %s silent for %g s: streamed output may miss lines", eid, timeout)
+
+
+def activate(view: Any, suffix: str = "") -> ParallelMagics | None:
+    """Register the magics over ``view`` in the running IPython; outside IPython, warn
+    (as ipyparallel does) and return None."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    if shell is None:
+        warnings.warn(
+            "The IPython parallel magics (%px, etc.) only work within IPython.",
+            UserWarning,
+            stacklevel=3,
+        )
+        return None
+    state = register_magics(shell, view, suffix)
+    if not suffix:
+        shell._zpar_magics = state
+    return state
 
 
 def register_magics(shell: Any, view: Any, suffix: str = "") -> ParallelMagics:
