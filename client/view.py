@@ -11,7 +11,7 @@ from typing import Any
 import zpar.serialize
 from zpar.dependency import to_wire
 from zpar.messages import MsgType
-from zpar.remote import map_chunk
+from zpar.mapchunk import map_chunk
 from zpar.serialize import pack_apply
 
 from .asyncresult import AsyncMapResult, AsyncResult
