@@ -363,7 +363,9 @@ class AsyncResult(OutputsMixin):
         values = [self._value_or_error(f) for f in self._futures]
         errors = [v for v in values if isinstance(v, Exception)]
         if errors:
-            if len(errors) == 1 or self._single:
+            # as ipyparallel: a single-call result raises its error, a multi-call one a
+            # CompositeError (even for one failure: ``except CompositeError`` holds)
+            if self._single or len(self._futures) == 1:
                 raise errors[0]
             raise CompositeError(
                 f"one or more exceptions raised in: {self._fname or 'unspecified'} "

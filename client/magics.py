@@ -90,8 +90,7 @@ class ParallelMagics:
             ensure_iopub(view)
         ar = view.execute(code, block=False)
         self.last_result = ar
-        if args.stream:
-            ar.stream_outputs()
+        stream = ar.stream_outputs() if args.stream else None
         if not block:
             return ar
         try:
@@ -99,6 +98,8 @@ class ParallelMagics:
         except KeyboardInterrupt:
             self._interrupt(view)
             raise
+        if stream is not None:
+            stream.finish()  # the engines' last lines, which can follow the reply
         self._show(ar, args.group_outputs, show_output=not args.stream)
         return None
 

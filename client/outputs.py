@@ -66,46 +66,29 @@ class OutputsMixin:
     @contextlib.contextmanager
     def stream_output(self) -> Iterator[None]:
         """``with ar.stream_output(): ar.wait()``: engines' output shown as it is printed."""
-        self.stream_outputs()
-        yield
+        stream = self.stream_outputs()
+        try:
+            yield
+        finally:
+            if self.ready():  # type: ignore[attr-defined]
+                stream.finish()
 
-    def stream_outputs(self, callback: Callable[[int | None, str, str], Any] | None = None) -> None:
+    def stream_outputs(
+        self, callback: Callable[[int | None, str, str], Any] | None = None
+    ) -> OutputStream:
         """Show engines' stdout/stderr for these calls as it is printed.
 
         callback(engine_id, stream_name, text) runs in the client's I/O thread; the default
-        prints ``[stdout:N] text``. Stops by itself when the calls are done.
+        prints ``[stdout:N] text``. Stops by itself when the calls are done. Returns an
+        OutputStream: its ``finish(timeout)`` waits for the engines' last output and shows
+        what the stream missed (the reply holds all of it).
         """
         client = self._client  # type: ignore[attr-defined]
         if client is None:
             raise RuntimeError("this AsyncResult has no client to stream through")
-        io = client._io
-
-        def default(eid: int | None, name: str, text: str) -> None:
-            out = sys.stderr if name == "stderr" else sys.stdout
-            label = "?" if eid is None else eid
-            print(f"[{name}:{label}] {text}", end="" if text.endswith("\n") else "\n", file=out)
-
-        show = callback or default
-
-        def on_output(msg_id: str, msg: Message) -> None:
-            if msg.msg_type == "status":
-                if msg.content.get("execution_state") == "idle":  # the last word of a call
-                    io.unwatch_output([msg_id])
-                return
-            if msg.msg_type == "stream":
-                eid = msg.metadata.get("engine_id")
-                show(eid, msg.content.get("name", "stdout"), msg.content.get("text", ""))
-
-        io.watch_output(self.msg_ids, on_output)  # type: ignore[attr-defined]
-
-        def stop_later(ar: Any) -> None:
-            # a reply can overtake its last output (two paths): stop watching a bit later,
-            # unless the engine's 'idle' status ended it already
-            timer = threading.Timer(1.0, io.unwatch_output, args=(ar.msg_ids,))
-            timer.daemon = True
-            timer.start()
-
-        self.add_done_callback(stop_later)  # type: ignore[attr-defined]
+        stream = OutputStream(self, client._io, callback)
+        stream.start()
+        return stream
 
     def wait_interactive(
         self,
@@ -154,3 +137,71 @@ class OutputsMixin:
             f"<code>{html.escape(type(self).__name__)}({html.escape(self._fname)})</code>: "  # type: ignore[attr-defined]
             f"<b>{state}</b> {self.progress}/{len(self)}{engines}"  # type: ignore[attr-defined,arg-type]
         )
+
+
+def _print_stream(eid: int | None, name: str, text: str) -> None:
+    out = sys.stderr if name == "stderr" else sys.stdout
+    label = "?" if eid is None else eid
+    print(f"[{name}:{label}] {text}", end="" if text.endswith("\n") else "\n", file=out)
+
+
+class OutputStream:
+    """The engines' output of one AsyncResult, shown as it arrives on IOPub."""
+
+    def __init__(
+        self, ar: Any, io: Any, callback: Callable[[int | None, str, str], Any] | None
+    ) -> None:
+        self.ar = ar
+        self.io = io
+        self.show = callback or _print_stream
+        self.shown: dict[tuple[str, str], str] = {}
+        self.idle: set[str] = set()
+        self.done = threading.Event()
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        self.io.watch_output(self.ar.msg_ids, self._on_output)
+
+        def stop_later(ar: Any) -> None:
+            # a reply can overtake its last output (two paths): stop watching a bit later,
+            # unless the engine's 'idle' status ended it already
+            timer = threading.Timer(1.0, self._stop)
+            timer.daemon = True
+            timer.start()
+
+        self.ar.add_done_callback(stop_later)
+
+    def _stop(self) -> None:
+        self.io.unwatch_output(self.ar.msg_ids)
+        self.done.set()
+
+    def _on_output(self, msg_id: str, msg: Message) -> None:
+        if msg.msg_type == "status":
+            if msg.content.get("execution_state") == "idle":  # the last word of a call
+                self.io.unwatch_output([msg_id])
+                with self._lock:
+                    self.idle.add(msg_id)
+                    if self.idle >= set(self.ar.msg_ids):
+                        self.done.set()
+            return
+        if msg.msg_type == "stream":
+            name = msg.content.get("name", "stdout")
+            text = msg.content.get("text", "")
+            with self._lock:
+                key = (msg_id, name)
+                self.shown[key] = self.shown.get(key, "") + text
+            self.show(msg.metadata.get("engine_id"), name, text)
+
+    def finish(self, timeout: float = 2.0) -> None:
+        """Wait (up to ``timeout``) for the engines' last output, then show whatever the
+        stream did not: the end of each call's output, complete in its reply."""
+        self.done.wait(timeout)
+        self._stop()
+        with self._lock:
+            for md in self.ar._metadatas():
+                for name in ("stdout", "stderr"):
+                    full = md.get(name) or ""
+                    seen = self.shown.get((md["msg_id"], name), "")
+                    if full.startswith(seen) and len(full) > len(seen):
+                        self.show(md.get("engine_id"), name, full[len(seen) :])
+                        self.shown[(md["msg_id"], name)] = full

@@ -10,8 +10,8 @@ from typing import Any
 
 import zpar.serialize
 from zpar.dependency import to_wire
-from zpar.messages import MsgType
 from zpar.mapchunk import map_chunk
+from zpar.messages import MsgType
 from zpar.serialize import pack_apply
 
 from .asyncresult import AsyncMapResult, AsyncResult

@@ -125,7 +125,8 @@ class RemoteError(ZparError):
     def _get_engine_str(engine_info: dict[str, Any] | None) -> str:
         if not engine_info:
             return "[Engine Exception]"
-        return f"[{engine_info.get('engine_id', '?')}:{engine_info.get('method', 'apply')}]"
+        method = str(engine_info.get("method", "apply")).partition("_")[0]  # apply_request
+        return f"[{engine_info.get('engine_id', '?')}:{method}]"
 
     def render_traceback(self) -> list[str]:
         """The remote traceback as a list of lines, headed by ``[engine_id:method]``; IPython
