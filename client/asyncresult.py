@@ -52,6 +52,16 @@ METADATA_DEFAULTS: dict[str, Any] = {
 _DATES = ("submitted", "started", "completed", "received")
 
 
+class Metadata(dict):
+    """One call's metadata: a dict whose keys are also attributes (``md.engine_id``)."""
+
+    def __getattr__(self, key: str) -> Any:
+        try:
+            return self[key]
+        except KeyError:
+            raise AttributeError(key) from None
+
+
 class NotReadyError(RuntimeError, ValueError):
     """A question only a finished result can answer (``successful()``) was asked early."""
 
@@ -476,7 +486,7 @@ class AsyncResult(OutputsMixin):
         """One metadata dict per message, as known now (never waits)."""
         out = []
         for m, f in zip(self.msg_ids, self._futures, strict=True):
-            md: dict[str, Any] = dict(METADATA_DEFAULTS)
+            md = Metadata(METADATA_DEFAULTS, outputs=[], data={})
             md.update(msg_id=m, submitted=getattr(f, "zpar_submitted", None) or self._submitted)
             if f.done():
                 if f.exception() is None:

@@ -8,6 +8,7 @@ import concurrent.futures
 import contextlib
 import logging
 import signal
+import threading
 import time
 import weakref
 from collections.abc import Iterator, Sequence
@@ -223,17 +224,58 @@ class Client(ClientCompatMixin):
         view.set_flags(**flags)
         return view
 
-    def wait_for_engines(self, n: int, timeout: float | None = None) -> None:
-        """Block until at least n engines are registered."""
+    def wait_for_engines(
+        self,
+        n: int | None = None,
+        timeout: float | None = -1,
+        *,
+        block: bool = True,
+        interactive: bool | None = None,
+        widget: bool | None = None,
+    ) -> Any:
+        """Block until at least n engines are registered (n=None: as many as the Cluster
+        this client came from starts); TimeoutError after ``timeout`` s (-1/None: never).
+        block=False returns a Future; ``interactive`` shows a progress bar."""
+        if n is None:
+            launcher = getattr(self.cluster, "launcher", None)
+            n = getattr(launcher, "n", None) or len(self._io.engines)
+        if timeout is not None and timeout < 0:
+            timeout = None
+        if not block:
+            fut: concurrent.futures.Future = concurrent.futures.Future()
+
+            def wait_in_thread() -> None:
+                try:
+                    self.wait_for_engines(n, timeout, interactive=interactive, widget=widget)
+                except BaseException as e:
+                    fut.set_exception(e)
+                else:
+                    fut.set_result(None)
+
+            threading.Thread(target=wait_in_thread, name="zpar-wait-engines", daemon=True).start()
+            return fut
+        bar = None
+        if interactive:
+            from zpar.util import progress
+
+            bar = progress(total=n, unit="engine", desc="engines", widget=widget)
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self._io.engines_changed:
-            while len(self._io.engines) < n:
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    raise TimeoutError(
-                        f"{len(self._io.engines)} of {n} engines registered within {timeout} s"
-                    )
-                self._io.engines_changed.wait(remaining)
+        try:
+            with self._io.engines_changed:
+                while len(self._io.engines) < n:
+                    if bar is not None:
+                        bar.update(min(n, len(self._io.engines)) - bar.n)
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        raise TimeoutError(
+                            f"{len(self._io.engines)} of {n} engines registered within {timeout} s"
+                        )
+                    self._io.engines_changed.wait(remaining)
+        finally:
+            if bar is not None:
+                bar.update(min(n, len(self._io.engines)) - bar.n)
+                bar.close()
+        return None
 
     def _engine_uuid(self, eid: int) -> str:
         engines = self._io.engines

@@ -54,6 +54,8 @@ def test_metadata_keys_and_attribute_access(rc):
     for key in ("msg_id", "engine_uuid", "received", "outputs", "execute_result", "error"):
         assert len(getattr(ar, key)) == 2
     assert "received" in dir(ar)
+    md = ar.metadata[0]
+    assert md.engine_id == md["engine_id"] == 0 and md.stdout == "hi\n"  # ipp's Metadata
     with pytest.raises(AttributeError):
         ar.not_a_metadata_key  # noqa: B018
     ex = rc[0].execute("1 + 1", block=False)

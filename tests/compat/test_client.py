@@ -61,6 +61,15 @@ def test_negative_indices_and_slices(rc):
     assert rc.direct_view([-1]).apply_sync(lambda: 1) == [1]
 
 
+def test_wait_for_engines_forms(rc):
+    assert rc.wait_for_engines(2, timeout=30) is None
+    assert rc.wait_for_engines() is None  # n=None: the Cluster's engines
+    fut = rc.wait_for_engines(2, block=False)
+    assert fut.result(timeout=30) is None
+    with pytest.raises(TimeoutError):
+        rc.wait_for_engines(3, timeout=0.1)
+
+
 def test_spin_and_spin_thread_are_harmless(rc):
     rc.spin()
     rc.spin_thread(interval=0.5)
