@@ -10,6 +10,7 @@ import logging
 import signal
 import threading
 import time
+import warnings
 import weakref
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -111,6 +112,13 @@ class Client(ClientCompatMixin):
         **extra_args: Any,
     ) -> None:
         self._closed = True  # until connected: close() and __del__ have nothing to do
+        if "url_or_file" in extra_args:  # ipyparallel's old name, deprecated there too
+            warnings.warn(
+                "url_or_file arg no longer supported, use positional connection_info argument",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            connection_info = extra_args.pop("url_or_file")
         check_unused_arguments(
             context,
             debug,

@@ -89,11 +89,11 @@ def check_unused_arguments(
         log.info("Client(ipython_dir=...): zpar profiles live in $ZPAR_DIR, not IPython's")
     if debug:
         logging.getLogger("zpar.client").setLevel(logging.DEBUG)
-    for name in ("url_or_file",):
-        if name in extra:
-            raise TypeError(f"Client: {name} is no longer supported, pass the file positionally")
     if extra:
-        raise TypeError(f"Client() got unexpected keyword arguments {sorted(extra)}")
+        raise TypeError(
+            f"Client() got unexpected keyword arguments {sorted(extra)} (ipyparallel passes "
+            "such arguments to its jupyter_client Session, which zpar does not have)"
+        )
 
 
 class ClientCompatMixin:

@@ -154,3 +154,10 @@ def make_cluster_compat(tmp_path, monkeypatch):
     yield make
     for c in started:
         c.stop()
+
+
+def test_url_or_file_is_the_deprecated_name_of_the_connection_file(cluster):
+    with pytest.warns(DeprecationWarning, match="url_or_file"):
+        rc = ipp.Client(url_or_file=str(cluster.url_file))
+    assert rc.ids == [0, 1]
+    rc.close()

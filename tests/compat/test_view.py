@@ -193,3 +193,14 @@ def test_lb_flags_through_set_flags(rc):
     assert lv.apply_sync(os.getpid) == rc[1].apply_sync(os.getpid)
     with pytest.raises(ValueError, match="retries"):
         lv.set_flags(retries=-1)
+
+
+def test_retries_beyond_the_engines_end_with_the_error_not_a_hang(rc):
+    # ipython/ipython#7368: with more retries than engines the task waited forever
+    def bad():
+        raise ValueError("always")
+
+    lv = rc.load_balanced_view(retries=5)
+    ar = lv.apply_async(bad)
+    with pytest.raises(ipp.RemoteError, match="always"):
+        ar.get(timeout=60)
