@@ -20,46 +20,13 @@ from typing import Any
 from zpar.errors import CompositeError, RemoteError, TaskAborted, TimeoutError
 from zpar.messages import Status
 from zpar.serialize import deserialize_object
-from zpar.util import as_datetime
 from zpar.wire import Message
 
 from .outputs import OutputsMixin
+from .resultmeta import MetadataMixin
 
 _UNSET = object()
 RETURN_WHEN = (ALL_COMPLETED, FIRST_COMPLETED, FIRST_EXCEPTION)
-
-#: Metadata keys every result has (ipyparallel's Metadata), with their value until known.
-METADATA_DEFAULTS: dict[str, Any] = {
-    "msg_id": None,
-    "submitted": None,
-    "started": None,
-    "completed": None,
-    "received": None,
-    "engine_uuid": None,
-    "engine_id": None,
-    "follow": None,
-    "after": None,
-    "status": None,
-    "execute_input": None,
-    "execute_result": None,
-    "error": None,
-    "stdout": "",
-    "stderr": "",
-    "outputs": [],
-    "data": {},
-    "label": None,
-}
-_DATES = ("submitted", "started", "completed", "received")
-
-
-class Metadata(dict):
-    """One call's metadata: a dict whose keys are also attributes (``md.engine_id``)."""
-
-    def __getattr__(self, key: str) -> Any:
-        try:
-            return self[key]
-        except KeyError:
-            raise AttributeError(key) from None
 
 
 class NotReadyError(RuntimeError, ValueError):
@@ -92,7 +59,7 @@ def _timeout(timeout: float | None) -> float | None:
     return None if timeout is None or timeout < 0 else timeout
 
 
-class AsyncResult(OutputsMixin):
+class AsyncResult(MetadataMixin, OutputsMixin):
     """Results of one call on one or several engines (one msg_id per engine or task)."""
 
     # slotted: a client holds one per task until the user drops it (~250 B less each)
@@ -424,15 +391,6 @@ class AsyncResult(OutputsMixin):
             return values[key]
         raise TypeError(f"Invalid key type {type(key)!r}, must be 'int','slice', or 'str'")
 
-    def __getattr__(self, key: str) -> Any:
-        """ar.received, ar.status, ar.execute_result…: metadata as attributes."""
-        if key in METADATA_DEFAULTS:
-            return self._meta(key)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {key!r}")
-
-    def __dir__(self) -> list[str]:
-        return sorted(set(super().__dir__()) | set(METADATA_DEFAULTS))
-
     # -- splitting and joining --------------------------------------------------------------
 
     def split(self) -> tuple[AsyncResult, ...]:
@@ -479,109 +437,6 @@ class AsyncResult(OutputsMixin):
         if not isinstance(other, AsyncResult):
             return NotImplemented
         return AsyncResult.join(self, other)
-
-    # -- metadata -------------------------------------------------------------------------
-
-    def _metadatas(self) -> list[dict[str, Any]]:
-        """One metadata dict per message, as known now (never waits)."""
-        out = []
-        for m, f in zip(self.msg_ids, self._futures, strict=True):
-            md = Metadata(METADATA_DEFAULTS, outputs=[], data={})
-            md.update(msg_id=m, submitted=getattr(f, "zpar_submitted", None) or self._submitted)
-            if f.done():
-                if f.exception() is None:
-                    reply = f.result()
-                    md.update(reply.metadata)
-                    md.setdefault("status", None)
-                    md["status"] = md["status"] or reply.content.get("status")
-                    if "execute_result" in reply.content:
-                        md["execute_result"] = reply.content["execute_result"]
-                else:
-                    md["status"] = "error"
-                    md["error"] = f.exception()
-                md["received"] = md.get("received") or md.get("completed")
-            for key in _DATES:
-                md[key] = as_datetime(md.get(key))
-            out.append(md)
-        return out
-
-    def _meta(self, key: str) -> Any:
-        values = [md.get(key, METADATA_DEFAULTS.get(key)) for md in self._metadatas()]
-        return values[0] if self._single else values
-
-    @property
-    def metadata(self) -> Any:
-        mds = self._metadatas()
-        return mds[0] if self._single else mds
-
-    @property
-    def engine_id(self) -> Any:
-        return self._meta("engine_id")
-
-    @property
-    def stdout(self) -> Any:
-        return self._meta("stdout")
-
-    @property
-    def stderr(self) -> Any:
-        return self._meta("stderr")
-
-    @property
-    def submitted(self) -> Any:
-        return self._meta("submitted")
-
-    @property
-    def started(self) -> Any:
-        return self._meta("started")
-
-    @property
-    def completed(self) -> Any:
-        return self._meta("completed")
-
-    @property
-    def received(self) -> Any:
-        return self._meta("received")
-
-    def _check_ready(self) -> None:
-        if not self.ready():
-            raise TimeoutError("Result not ready.")
-
-    @property
-    def elapsed(self) -> float:
-        """Seconds since submission: the wall time once done."""
-        if self.ready():
-            return self.wall_time
-        return time.time() - self._submitted
-
-    @property
-    def serial_time(self) -> float:
-        """Sum of the engines' compute times (completed - started): what a serial run
-        would have taken. TimeoutError before the result is ready."""
-        self._check_ready()
-        total = 0.0
-        for md in self._metadatas():
-            if md.get("started") is not None and md.get("completed") is not None:
-                total += (md["completed"] - md["started"]).total_seconds()
-        return total
-
-    @property
-    def wall_time(self) -> float:
-        """Seconds from the first submission to the last result (its engine's completion
-        time: zpar does not stamp receipt separately). TimeoutError before it is ready."""
-        self._check_ready()
-        return self.timedelta(self.submitted, self.received)
-
-    def timedelta(
-        self, start: Any, end: Any, start_key: Callable = min, end_key: Callable = max
-    ) -> float:
-        """Seconds between two times or lists of times (reduced by start_key / end_key);
-        times are datetimes or seconds since the epoch."""
-        if isinstance(start, list | tuple):
-            start = start_key([s for s in start if s is not None])
-        if isinstance(end, list | tuple):
-            end = end_key([e for e in end if e is not None])
-        start, end = as_datetime(start), as_datetime(end)
-        return (end - start).total_seconds()
 
     # -- asyncio --------------------------------------------------------------------------
 

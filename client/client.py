@@ -171,6 +171,7 @@ class Client(ClientCompatMixin):
         except BaseException:
             self.close()
             raise
+        _clients[:] = [r for r in _clients if r() is not None]  # bounded by live clients
         _clients.append(weakref.ref(self))
         from .magics import auto_register
 
