@@ -103,3 +103,14 @@ def test_require_a_missing_module_is_impossible(rc):
 
     with pytest.raises(ipp.ImpossibleDependency):
         rc.load_balanced_view().apply_sync(needs)
+
+
+def test_importable_from_ipyparallels_module_path():
+    from zpar.controller.dependency import Dependency, depend, dependent, require
+
+    assert (Dependency, depend, dependent, require) == (
+        ipp.Dependency,
+        ipp.depend,
+        ipp.dependent,
+        ipp.require,
+    )
