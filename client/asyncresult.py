@@ -22,6 +22,7 @@ from zpar.messages import Status
 from zpar.serialize import deserialize_object
 from zpar.wire import Message
 
+from .futurestate import FutureStateMixin
 from .outputs import OutputsMixin
 from .resultmeta import MetadataMixin
 
@@ -59,7 +60,7 @@ def _timeout(timeout: float | None) -> float | None:
     return None if timeout is None or timeout < 0 else timeout
 
 
-class AsyncResult(MetadataMixin, OutputsMixin):
+class AsyncResult(FutureStateMixin, MetadataMixin, OutputsMixin, concurrent.futures.Future):
     """Results of one call on one or several engines (one msg_id per engine or task)."""
 
     # slotted: a client holds one per task until the user drops it (~250 B less each)
@@ -77,7 +78,7 @@ class AsyncResult(MetadataMixin, OutputsMixin):
         "_result",
         "_return_exceptions",
         "owner",
-        "__weakref__",
+        "_futurestate",
     )
 
     def __init__(
@@ -112,6 +113,9 @@ class AsyncResult(MetadataMixin, OutputsMixin):
         self._result: Any = _UNSET
         self._return_exceptions = return_exceptions
         self.owner = True  # compatibility with ipyparallel: results belong to this handle
+        # a concurrent.futures.Future (as ipyparallel's): its lock and waiters are made only
+        # if concurrent.futures.wait / asyncio.wrap_future ask (client.futurestate)
+        self._futurestate = None
 
     # -- state ----------------------------------------------------------------------------
 

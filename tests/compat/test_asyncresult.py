@@ -188,3 +188,28 @@ def test_async_hub_result_for_another_clients_task(cluster, rc):
         assert isinstance(fetched, ipp.AsyncHubResult) and fetched.get(timeout=30) == 11
     finally:
         other.close()
+
+
+def test_async_results_are_concurrent_futures(rc, tmp_path):
+    import asyncio
+    import concurrent.futures
+
+    gate = tmp_path / "gate"
+    slow = rc[0].apply_async(_gate(str(gate)))
+    fast = rc[1].apply_async(os.getpid)
+    assert isinstance(slow, concurrent.futures.Future)
+    done, pending = concurrent.futures.wait(
+        [slow, fast], timeout=30, return_when=concurrent.futures.FIRST_COMPLETED
+    )
+    assert done == {fast} and pending == {slow}
+    gate.touch()
+    assert {f.result() for f in concurrent.futures.as_completed([slow, fast], timeout=30)} == {
+        slow.get(),
+        fast.get(),
+    }
+
+    async def main():
+        return await asyncio.wrap_future(rc[0].apply_async(lambda: 9))
+
+    assert asyncio.run(main()) == 9
+    assert not slow.cancel() and not slow.cancelled()
