@@ -407,7 +407,7 @@ class AsyncResult(FutureStateMixin, MetadataMixin, OutputsMixin, concurrent.futu
                 [m],
                 [f],
                 fname=self._fname,
-                single=True,
+                single=not isinstance(self, AsyncMapResult),  # a map's part: [chunk]
                 submitted=self._submitted,
                 return_exceptions=self._return_exceptions,
             )

@@ -17,7 +17,9 @@ from .executor import ViewExecutor
 
 
 def _check_callable(f: Any) -> None:
-    if not callable(f):
+    from zpar.canning import Reference
+
+    if not callable(f) and not isinstance(f, Reference):  # a Reference: a function there
         raise SerializationError(f"{f!r} ({type(f).__name__}) is not callable")
 
 

@@ -19,7 +19,7 @@ from typing import Any
 from zpar.connection import default_url_file, profile_dir, wait_for_connection_file
 from zpar.constants import DEFAULT_PROFILE, HUB_TIMEOUT
 from zpar.dependency import to_wire
-from zpar.errors import EngineError, HubRefused, NoEnginesRegistered, TimeoutError
+from zpar.errors import HubRefused, NoEnginesRegistered, NoSuchEngine, TimeoutError
 from zpar.messages import MsgType, Status
 from zpar.serialize import pack_apply
 from zpar.transport import choose, direct_dir
@@ -293,7 +293,7 @@ class Client(ClientCompatMixin):
         if eid not in engines:
             if not engines:
                 raise NoEnginesRegistered(f"engine {eid} is not registered: no engines are")
-            raise EngineError(f"engine {eid} is not registered; registered ids: {sorted(engines)}")
+            raise NoSuchEngine(f"engine {eid} is not registered; registered ids: {sorted(engines)}")
         return engines[eid]
 
     def _resolve_targets(self, targets: Any) -> list[int]:
@@ -680,8 +680,7 @@ class Client(ClientCompatMixin):
         out = {}
         for m, ar in list(self._results.items()):
             if ar.ready():
-                i = ar.msg_ids.index(m)
-                out[m] = ar.split()[i].get(return_exceptions=True)
+                out[m] = ar._value_or_error(ar._futures[ar.msg_ids.index(m)])
         return out
 
     @property
@@ -690,7 +689,7 @@ class Client(ClientCompatMixin):
         out = {}
         for m, ar in list(self._results.items()):
             if ar.ready():
-                out[m] = ar.split()[ar.msg_ids.index(m)].metadata
+                out[m] = ar._metadatas()[ar.msg_ids.index(m)]
         return out
 
     def wait(self, jobs: Any = None, timeout: float | None = -1) -> bool:

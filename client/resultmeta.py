@@ -75,8 +75,9 @@ class MetadataMixin:
                     md.update(reply.metadata)
                     md.setdefault("status", None)
                     md["status"] = md["status"] or reply.content.get("status")
-                    if "execute_result" in reply.content:
-                        md["execute_result"] = reply.content["execute_result"]
+                    if reply.content.get("execute_result") is not None:  # ipyparallel's shape
+                        text = reply.content["execute_result"]
+                        md["execute_result"] = {"data": {"text/plain": text}, "metadata": {}}
                 else:
                     md["status"] = "error"
                     md["error"] = f.exception()
@@ -87,7 +88,10 @@ class MetadataMixin:
         return out
 
     def _meta(self, key: str) -> Any:
-        values = [md.get(key, METADATA_DEFAULTS.get(key)) for md in self._metadatas()]
+        mds = self._metadatas()
+        if any(key not in md for md in mds):
+            raise KeyError(key)  # not a metadata key, as ipyparallel
+        values = [md[key] for md in mds]
         return values[0] if self._single else values
 
     @property

@@ -145,15 +145,18 @@ class DirectView(View):
         block: bool | None = None,
         label: str | None = None,
     ) -> Any:
-        """Run a code string in each engine's namespace. ``silent`` is accepted: the value
-        of a final expression is always returned (``ar.execute_result``)."""
+        """Run a code string in each engine's namespace. Returns the AsyncResult, waited for
+        when ``block`` (as ipyparallel); its values are the reprs of the code's last
+        expression (``ar.execute_result``). ``silent`` is accepted."""
         if not isinstance(code, str):
             raise TypeError(f"execute takes a code string, got {type(code).__name__}")
         msg_ids, futs = self._send_each(
             MsgType.EXECUTE_REQUEST, {"code": code, "silent": False}, [], self._ids(targets), label
         )
-        block = self.block if block is None else block
-        return self._result(msg_ids, futs, "execute", block, targets=targets)
+        ar = self._result(msg_ids, futs, "execute", False, targets=targets)
+        if self.block if block is None else block:
+            ar.get()
+        return ar
 
     def run(
         self, filename: str, targets: Any = None, block: bool | None = None, label: Any = None

@@ -59,6 +59,11 @@ class EngineError(ZparError):
     """An engine died or became unreachable while it held the work."""
 
 
+class NoSuchEngine(EngineError, IndexError):
+    """A target names an engine id that is not registered (an IndexError, as ipyparallel's
+    ``rc[id]``)."""
+
+
 class TaskAborted(ZparError):
     """A task was aborted before it ran."""
 
@@ -155,7 +160,10 @@ class RemoteError(ZparError):
             err = special(evalue)
             err.engine_info = content.get("engine_info", {})  # type: ignore[attr-defined]
             return err
-        return cls(ename, evalue, content.get("traceback", ""), content.get("engine_info"))
+        info = dict(content.get("engine_info") or {})
+        if isinstance(info.get("method"), str):  # ipyparallel's: "apply", "execute"
+            info["method"] = info["method"].partition("_")[0]
+        return cls(ename, evalue, content.get("traceback", ""), info)
 
 
 class CompositeError(RemoteError):

@@ -269,7 +269,7 @@ def load_function(data: bytes) -> Any:
 def pack_apply(f: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None) -> list[Any]:
     """Frames of an apply_request: one pickle of (f, args, kwargs) and its buffers."""
     kwargs = kwargs or {}
-    if not callable(f):
+    if not callable(f) and not isinstance(f, Reference):  # a Reference names one there
         raise SerializationError(f"cannot apply {_describe(f)}: it is not callable")
     try:
         return serialize_object((_function_pickle(f), tuple(args), kwargs))

@@ -213,3 +213,35 @@ def test_async_results_are_concurrent_futures(rc, tmp_path):
 
     assert asyncio.run(main()) == 9
     assert not slow.cancel() and not slow.cancelled()
+
+
+def test_unknown_metadata_keys_and_split_of_a_map(rc):
+    ar = rc[:].apply_async(lambda: 1)
+    with pytest.raises(KeyError):
+        ar["foo"]  # noqa: B018
+    assert not hasattr(ar, "foo") and not hasattr(ar, "__length_hint__")
+    ar.get(timeout=30)
+    with pytest.raises(KeyError):
+        ar["foo"]  # noqa: B018
+    amr = rc.load_balanced_view().map_async(lambda x: x, range(5), chunksize=1)
+    parts = amr.split()
+    amr.get(timeout=30)
+    assert [type(p) for p in parts] == [ipp.AsyncResult] * 5  # not map results
+    assert [p.get() for p in parts] == [[[i]] for i in range(5)]  # each part: [its chunk]
+
+
+def test_error_engine_info_names_the_method(rc):
+    for call, method in (
+        (lambda: rc[:].apply_async(lambda: 1 / 0), "apply"),
+        (lambda: rc[:].execute("1 / 0", block=False), "execute"),
+    ):
+        with pytest.raises(ipp.CompositeError) as info:
+            call().get(timeout=30)
+        infos = [e[-1] for e in info.value.elist]
+        assert [(i["engine_id"], i["method"]) for i in infos] == [(0, method), (1, method)]
+        assert all(i["engine_uuid"] for i in infos)
+
+
+def test_execute_result_metadata(rc):
+    ar = rc[:].execute("5", silent=False, block=True)
+    assert [out["data"] for out in ar.execute_result] == [{"text/plain": "5"}] * 2

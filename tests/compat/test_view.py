@@ -204,3 +204,22 @@ def test_retries_beyond_the_engines_end_with_the_error_not_a_hang(rc):
     ar = lv.apply_async(bad)
     with pytest.raises(ipp.RemoteError, match="always"):
         ar.get(timeout=60)
+
+
+def test_references_as_functions_and_nested_attributes(rc):
+    dv = rc[:]
+    dv.scatter("n", rc.ids, flatten=True, block=True)
+    dv.execute("f = lambda x, y: x * y", block=True)
+    f = ipp.Reference("f")
+    assert dv.map_sync(f, [1, 2, 3, 4], [4, 3, 2, 1]) == [4, 6, 6, 4]
+    dv.execute("g = lambda x: n * x", block=True)
+    assert dv.apply_sync(ipp.Reference("g"), 10) == [0, 10]
+    rc[-1].execute("class A: pass\na = A()\na.b = 128", block=True)
+    assert rc[-1].apply_sync(lambda x: x.b, ipp.Reference("a")) == 128
+
+
+def test_an_engine_that_is_gone_is_an_index_error(rc):
+    with pytest.raises(IndexError):
+        rc[7]
+    with pytest.raises(ipp.EngineError):  # zpar's own error, too
+        rc[7]
