@@ -19,7 +19,13 @@ from typing import Any
 from zpar.connection import default_url_file, profile_dir, wait_for_connection_file
 from zpar.constants import DEFAULT_PROFILE, HUB_TIMEOUT
 from zpar.dependency import to_wire
-from zpar.errors import HubRefused, NoEnginesRegistered, NoSuchEngine, TimeoutError
+from zpar.errors import (
+    HubRefused,
+    InvalidDependency,
+    NoEnginesRegistered,
+    NoSuchEngine,
+    TimeoutError,
+)
 from zpar.messages import MsgType, Status
 from zpar.serialize import pack_apply
 from zpar.transport import choose, direct_dir
@@ -444,6 +450,7 @@ class Client(ClientCompatMixin):
         have direct calls among them reported to the scheduler when they finish."""
         outcomes: dict[str, list[Any]] = {}
         watch = {}
+        strangers: list[str] = []
         for key, deps in (("after", after), ("follow", follow)):
             wire = to_wire(deps)
             if wire is None:
@@ -452,6 +459,8 @@ class Client(ClientCompatMixin):
             for m in wire["ids"]:
                 fut = self._future_of(m)
                 if fut is None:
+                    if m not in self.history:
+                        strangers.append(m)
                     continue  # not ours, or forgotten: the scheduler may still know it
                 if fut.done():
                     outcomes[m] = outcome_of(fut)
@@ -461,6 +470,22 @@ class Client(ClientCompatMixin):
             md["outcomes"] = outcomes
         if watch:
             self._io.watch_outcomes(watch)
+        if strangers:
+            self._check_known(strangers)
+
+    def _check_known(self, msg_ids: list[str]) -> None:
+        """InvalidDependency, before sending, for dependencies on msg_ids that neither this
+        client nor the hub ever saw (a task would wait for them forever)."""
+        try:
+            self._query(MsgType.RESULT_REQUEST, {"msg_ids": msg_ids, "statusonly": True})
+        except HubRefused as e:
+            unknown = e.content.get("unknown")
+            if unknown:
+                raise InvalidDependency(
+                    f"dependency on unknown msg_ids {unknown}: no task of this or any client "
+                    "has them (nothing was sent)"
+                ) from None
+            raise
 
     def _future_of(self, msg_id: str) -> Any:
         fut = self._io._pending.get(msg_id)

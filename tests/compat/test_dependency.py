@@ -114,3 +114,14 @@ def test_importable_from_ipyparallels_module_path():
         ipp.dependent,
         ipp.require,
     )
+
+
+def test_a_dependency_on_an_unknown_msg_id_is_invalid(rc):
+    lv = rc.load_balanced_view()
+    with lv.temp_flags(after="12345"):
+        with pytest.raises(ipp.InvalidDependency, match="12345"):
+            lv.apply_sync(lambda: 1)  # ipyparallel raises it from the task; zpar at once
+    other = rc[0].apply_async(lambda: 2)
+    other.get(timeout=30)
+    with lv.temp_flags(after=[other.msg_ids[0]]):
+        assert lv.apply_sync(lambda: 3) == 3
