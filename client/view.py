@@ -215,6 +215,11 @@ class DirectView(View):
 
         activate(self, suffix)
 
+    @property
+    def importer(self) -> Any:
+        """``with dv.importer: import numpy``: sync_imports(local=True)."""
+        return self.sync_imports(True)
+
     @contextlib.contextmanager
     def sync_imports(self, local: bool = True, quiet: bool = False) -> Iterator[None]:
         """``with dv.sync_imports(): import numpy`` imports here and on the engines."""

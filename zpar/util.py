@@ -84,7 +84,8 @@ def interactive(f: Any) -> Any:
     globals are the engine's namespace (names pushed there are visible to it)."""
     if isinstance(f, types.FunctionType):
         main = sys.modules["__main__"]
-        g = types.FunctionType(f.__code__, main.__dict__, f.__name__, f.__defaults__)
+        # a closure is kept (ipyparallel's interactive fails on one)
+        g = types.FunctionType(f.__code__, main.__dict__, f.__name__, f.__defaults__, f.__closure__)
         g.__kwdefaults__ = f.__kwdefaults__
         g.__doc__ = f.__doc__
         g.__qualname__ = f.__qualname__

@@ -223,3 +223,30 @@ def test_an_engine_that_is_gone_is_an_index_error(rc):
         rc[7]
     with pytest.raises(ipp.EngineError):  # zpar's own error, too
         rc[7]
+
+
+def test_pushed_interactive_functions_see_the_engine_namespace(rc):
+    @ipp.interactive
+    def geta():
+        return a  # noqa: F821 - defined on the engine later
+
+    v = rc[-1]
+    v.block = True
+    v["f"] = geta
+    with pytest.raises(ipp.RemoteError, match="NameError"):
+        v.execute("b = f()")
+    v.execute("a = 5")
+    v.execute("b = f()")
+    assert v["b"] == 5
+
+
+def test_importer_and_sync_imports(rc):
+    v = rc[-1]
+    with v.importer:
+        import json  # noqa: F401
+
+    @ipp.interactive
+    def dumps(x):
+        return globals()["json"].dumps(x)  # the engine's json, imported by the importer
+
+    assert v.apply_sync(dumps, [1]) == "[1]"
