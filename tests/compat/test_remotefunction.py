@@ -96,3 +96,31 @@ def test_remote_function_flags(rc):
 
     assert pid() == [rc[1].apply_sync(os.getpid)]
     assert dv.targets == "all" or dv.targets == [0, 1]
+
+
+def test_remote_function_keeps_name_doc_and_keywords(rc):
+    @ipp.remote(rc[-1], block=True)
+    def foo(x, y=5):
+        """multiply x * y"""
+        return x * y
+
+    assert foo.__name__ == "foo"
+    assert "RemoteFunction" in foo.__doc__ and "multiply x" in foo.__doc__
+    assert (foo(5), foo(2, 3), foo(x=5, y=2)) == (25, 6, 10)
+
+
+def test_parallel_function_joins_list_results_and_maps_with_defaults(rc):
+    @ipp.parallel(rc[:2], block=True)
+    def twice(x):
+        """repeat x"""
+        return x * 2
+
+    assert "ParallelFunction" in twice.__doc__
+    assert twice([1, 2, 3, 4]) == [1, 2, 1, 2, 3, 4, 3, 4]
+
+    @ipp.parallel(rc.load_balanced_view(), block=True)
+    def mul(x, y=5):
+        return x * y
+
+    assert mul.map([1, 2, 3]) == [5, 10, 15]
+    assert mul.map([1, 2, 3], [1, 2, 3]) == [1, 4, 9]
