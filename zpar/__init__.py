@@ -7,7 +7,6 @@ imported lazily: engines and the hub import zpar without paying for it.
 
 from __future__ import annotations
 
-from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, FIRST_EXCEPTION
 from typing import Any
 
 from .dependency import Dependency, depend, dependent, require
@@ -28,7 +27,11 @@ from .errors import (
     UnmetDependency,
     ZparError,
 )
-from .util import interactive
+
+#: concurrent.futures' return_when values (not imported from it: every process imports zpar)
+ALL_COMPLETED = "ALL_COMPLETED"
+FIRST_COMPLETED = "FIRST_COMPLETED"
+FIRST_EXCEPTION = "FIRST_EXCEPTION"
 
 __version__ = "0.1.0"
 version_info = (0, 1, 0)
@@ -40,6 +43,7 @@ KernelError = ZparError
 #: lazily imported names -> their module
 _LAZY = {
     "Client": "zpar.client.client",
+    "interactive": "zpar.util",
     "Cluster": "zpar.client.cluster",
     "AsyncResult": "zpar.client.asyncresult",
     "AsyncMapResult": "zpar.client.asyncresult",
@@ -94,7 +98,6 @@ __all__ = [
     "bind_kernel",
     "depend",
     "dependent",
-    "interactive",
     "register_joblib_backend",
     "require",
     "version_info",

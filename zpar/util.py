@@ -8,7 +8,6 @@ docs/api.md.
 
 from __future__ import annotations
 
-import ipaddress
 import re
 import sys
 import types
@@ -174,6 +173,8 @@ def split_url(url: str) -> tuple[str, str, str]:
 
 def is_ip(location: str) -> bool:
     """True if ``location`` is an IP address (v4 or v6), not a host name."""
+    import ipaddress  # here: every zpar process imports this module
+
     try:
         ipaddress.ip_address(location)
     except ValueError:
