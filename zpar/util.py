@@ -8,6 +8,7 @@ docs/api.md.
 
 from __future__ import annotations
 
+import logging
 import re
 import sys
 import types
@@ -182,6 +183,18 @@ def is_ip(location: str) -> bool:
     return True
 
 
+_said_no_widgets = False
+
+
+def _say_no_widgets() -> None:
+    global _said_no_widgets
+    _said_no_widgets = True
+    logging.getLogger("zpar.client").info(
+        "ipywidgets is not installed: progress is shown as a text bar "
+        "(pip install ipywidgets for a widget)"
+    )
+
+
 def _ipywidgets_available() -> bool:
     try:
         import ipywidgets  # noqa: F401
@@ -197,7 +210,10 @@ def progress(*args: Any, widget: bool | None = None, **kwargs: Any) -> Any:
         shell = None
         if "IPython" in sys.modules:
             shell = sys.modules["IPython"].get_ipython()
-        widget = getattr(shell, "kernel", None) is not None and _ipywidgets_available()
+        in_kernel = getattr(shell, "kernel", None) is not None
+        widget = in_kernel and _ipywidgets_available()
+        if in_kernel and not widget and not _said_no_widgets:
+            _say_no_widgets()
     if widget:
         from tqdm.notebook import tqdm as bar
     else:

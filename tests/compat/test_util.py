@@ -75,7 +75,7 @@ def test_progress_without_widgets_is_a_text_bar():
     assert "work" in out.getvalue() and "3/3" in out.getvalue()
 
 
-def test_progress_in_a_kernel_without_ipywidgets_falls_back_to_text(monkeypatch):
+def test_progress_in_a_kernel_without_ipywidgets_falls_back_to_text(monkeypatch, caplog):
     class FakeKernelShell:
         kernel = object()
 
@@ -87,7 +87,10 @@ def test_progress_in_a_kernel_without_ipywidgets_falls_back_to_text(monkeypatch)
     monkeypatch.setitem(sys.modules, "IPython", FakeIPython)
     monkeypatch.setitem(sys.modules, "ipywidgets", None)  # not importable
     out = io.StringIO()
-    bar = util.progress(total=2, file=out)  # tqdm.auto would warn (an error here)
+    monkeypatch.setattr(util, "_said_no_widgets", False)
+    with caplog.at_level("INFO", logger="zpar.client"):
+        bar = util.progress(total=2, file=out)  # tqdm.auto would warn (an error here)
     bar.update(2)
     bar.close()
     assert "2/2" in out.getvalue()
+    assert "ipywidgets is not installed" in caplog.text  # says so, once
