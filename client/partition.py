@@ -43,7 +43,12 @@ def _sequence(s: Any) -> Any:
         return s
     if hasattr(s, "__len__") and hasattr(s, "__getitem__"):
         return s
-    return list(s)  # a generator, a set, a dict view...
+    try:
+        return list(s)  # a generator, a set, a dict view...
+    except TypeError:
+        raise TypeError(
+            f"expected a sequence or an iterable to split, got {type(s).__name__} {s!r:.60}"
+        ) from None
 
 
 def as_sequences(seqs: Sequence[Any]) -> tuple[list[Any], int]:

@@ -250,3 +250,12 @@ def test_importer_and_sync_imports(rc):
         return globals()["json"].dumps(x)  # the engine's json, imported by the importer
 
     assert v.apply_sync(dumps, [1]) == "[1]"
+
+
+def test_bad_sequences_are_refused_with_a_clear_error(rc):
+    with pytest.raises(TypeError, match="sequence or an iterable"):
+        rc[:].scatter("x", 5)
+    with pytest.raises(TypeError, match="sequence or an iterable"):
+        rc[:].map_sync(abs, 5)
+    with pytest.raises(TypeError, match="sequence or an iterable"):
+        rc.load_balanced_view().map_async(abs, None)
