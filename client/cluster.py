@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -65,8 +66,10 @@ class Cluster:
         auto_register(self.client)
         return self.client
 
-    def connect_client(self) -> Client:
-        return Client(url_file=self._launcher.client_file, timeout=self.timeout)
+    def connect_client(self, **client_kwargs: Any) -> Client:
+        """Another Client of this cluster. Synchronous, unlike ipyparallel's coroutine of
+        the same name (connect_client_sync is the name both share)."""
+        return self.connect_client_sync(**client_kwargs)
 
     def add_engines(self, n: int = 1) -> None:
         self._launcher.start_engines(n)
@@ -83,3 +86,44 @@ class Cluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    # -- ipyparallel's names (Cluster.start_and_connect_sync & co): thin over the above ----
+
+    def start_cluster_sync(self, n: int | None = None) -> Cluster:
+        """Start the controller and the engines, wait until they are registered; self."""
+        if n is not None:
+            self._launcher.n = n
+        self.start()
+        return self
+
+    def start_and_connect_sync(self, n: int | None = None, activate: bool = False) -> Client:
+        """Start, and return the connected Client; ``activate``: a blocking DirectView on
+        all engines gets the %px magics."""
+        self.start_cluster_sync(n)
+        assert self.client is not None
+        if activate:
+            self.client.activate()
+        return self.client
+
+    def connect_client_sync(self, **client_kwargs: Any) -> Client:
+        """Another Client of this running cluster (Client's keyword arguments)."""
+        client_kwargs.setdefault("timeout", self.timeout)
+        return Client(url_file=self._launcher.client_file, cluster=self, **client_kwargs)
+
+    def stop_cluster_sync(self) -> None:
+        self.stop()
+
+    async def start_cluster(self, n: int | None = None) -> Cluster:
+        return await asyncio.to_thread(self.start_cluster_sync, n)
+
+    async def start_and_connect(self, n: int | None = None, activate: bool = False) -> Client:
+        return await asyncio.to_thread(self.start_and_connect_sync, n, activate)
+
+    async def stop_cluster(self) -> None:
+        await asyncio.to_thread(self.stop)
+
+    async def __aenter__(self) -> Client:
+        return await self.start_and_connect()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop_cluster()
