@@ -26,7 +26,10 @@ class Cluster:
         engine_args: Sequence[str] = (),
         timeout: float = 60.0,
         log_level: str = "WARNING",
+        keep_files: bool = False,
     ) -> None:
+        """Without a ``cluster_id`` the cluster is a throwaway: its task store, logs and
+        connection files are removed when it stops, unless ``keep_files``."""
         self._launcher = LocalCluster(
             n,
             profile=profile,
@@ -35,6 +38,7 @@ class Cluster:
             controller_args=controller_args,
             engine_args=engine_args,
             log_level=log_level,
+            keep_files=keep_files,
         )
         self.timeout = timeout
         self.client: Client | None = None

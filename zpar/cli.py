@@ -8,7 +8,10 @@ import sys
 import threading
 import time
 
+from . import names
+from .argparsing import Parser, checked
 from .constants import DEFAULT_PROFILE
+from .errors import ZparError
 
 #: exit codes
 RET_OK = 0
@@ -98,24 +101,32 @@ def cluster_list(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="zpar", description="zpar parallel computing controller")
-    sub = p.add_subparsers(dest="command", required=True)
+    p = Parser(prog="zpar", description="zpar parallel computing controller")
+    p.add_argument("--version", action="version", version=f"zpar {_version()}")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
 
     cluster = sub.add_parser("cluster", help="start, stop and list local clusters")
-    csub = cluster.add_subparsers(dest="action", required=True)
+    csub = cluster.add_subparsers(dest="action", required=True, parser_class=Parser)
     start = csub.add_parser("start", help="start a controller and N engines on this machine")
-    start.add_argument("-n", type=int, default=2, help="number of engines (default 2)")
+    start.add_argument(
+        "-n", type=checked(names.engine_count), default=2, help="number of engines (default 2)"
+    )
     start.add_argument("--daemon", action="store_true", help="return once the cluster is up")
     stop = csub.add_parser("stop", help="stop a cluster started with --daemon")
     stop.add_argument("--all", action="store_true", help="stop every recorded cluster")
     lst = csub.add_parser("list", help="list recorded clusters")
     for sp in (start, stop, lst):
-        sp.add_argument("--profile", default=DEFAULT_PROFILE)
+        sp.add_argument("--profile", default=DEFAULT_PROFILE, type=checked(names.profile_name))
     for sp in (start, stop):
-        sp.add_argument("--cluster-id", default="", help="name of the cluster (default 'default')")
+        sp.add_argument(
+            "--cluster-id",
+            default="",
+            type=checked(names.cluster_id),
+            help="name of the cluster (default 'default')",
+        )
     start.add_argument("--ip", default="127.0.0.1", help="interface the controller binds")
     start.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for engines")
-    start.add_argument("--log-level", default="WARNING")
+    start.add_argument("--log-level", default="WARNING", type=checked(names.log_level))
     start.set_defaults(func=cluster_start)
     stop.set_defaults(func=cluster_stop)
     lst.set_defaults(func=cluster_list)
@@ -140,7 +151,20 @@ def main(argv: list[str] | None = None) -> int:
         )
         return int(mod.main(argv[1:]) or 0)
     args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except (ValueError, ZparError, OSError) as e:  # one line, never a traceback
+        print(f"zpar {args.command}: {e}", file=sys.stderr)
+        return RET_ERROR
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("zpar")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 if __name__ == "__main__":

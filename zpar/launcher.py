@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 import time
@@ -22,9 +23,11 @@ from pathlib import Path
 
 import psutil
 
+from . import names
 from .connection import profile_dir
 from .constants import DEFAULT_PROFILE
 from .errors import TimeoutError, ZparError
+from .ownership import controller_running, sweep_stale_rundirs
 
 log = logging.getLogger(__name__)
 
@@ -102,22 +105,30 @@ class LocalCluster:
         engine_args: Sequence[str] = (),
         daemon: bool = False,
         log_level: str = "WARNING",
+        keep_files: bool = False,
     ) -> None:
-        if not isinstance(n, int) or n < 0:
+        """``keep_files``: keep a throwaway cluster's task store, logs and connection files."""
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
             raise ValueError(f"number of engines must be an int >= 0, got {n!r}")
+        names.profile_name(profile)
+        names.cluster_id(cluster_id or "")
         self.n = n
         self.profile = profile
+        #: a cluster without a given id is a throwaway: its files go when it stops
+        self.throwaway = not cluster_id
+        self.keep_files = keep_files
         self.cluster_id = cluster_id or secrets.token_hex(4)
         self.ip = ip
         self.controller_args = list(controller_args)
         self.engine_args = list(engine_args)
         self.daemon = daemon
-        self.log_level = log_level
+        self.log_level = names.log_level(log_level)
         self.url_dir = url_dir(profile, self.cluster_id)
         self.log_dir = profile_dir(profile) / "log"
         self.controller: subprocess.Popen | None = None
         self.engines: list[subprocess.Popen] = []
         self._logs: dict[int, Path] = {}
+        self._recorded = False  # this launcher wrote the cluster's record (and may remove it)
 
     @property
     def client_file(self) -> Path:
@@ -158,14 +169,27 @@ class LocalCluster:
             "the controller to write its connection files",
         )
 
-    def start_controller(self, timeout: float = 30.0, wait: bool = True) -> None:
+    def check_not_running(self) -> None:
+        """Refuse, touching nothing, if this profile and cluster id has a live cluster."""
+        sweep_stale_rundirs()
         existing = state_file(self.profile, self.cluster_id)
-        if existing.exists() and ClusterState.load(existing).processes():
+        running = controller_running(self.profile, self.cluster_id)
+        if not running and existing.exists():
+            try:
+                running = bool(ClusterState.load(existing).processes())
+            except (OSError, ValueError, TypeError):
+                running = False
+        if running:
             raise LaunchError(
                 f"cluster {self.cluster_id!r} of profile {self.profile!r} is already running; "
                 f"stop it first: zpar cluster stop --profile {self.profile} "
                 f"--cluster-id {self.cluster_id}"
             )
+
+    def start_controller(self, timeout: float = 30.0, wait: bool = True) -> None:
+        self.check_not_running()
+        # what is left is a dead cluster's: its record and connection files would mislead
+        state_file(self.profile, self.cluster_id).unlink(missing_ok=True)
         for f in (self.client_file, self.engine_file):
             f.unlink(missing_ok=True)
         cmd = [
@@ -274,6 +298,7 @@ class LocalCluster:
             return [p.pid, psutil.Process(p.pid).create_time()]
 
         assert self.controller is not None
+        self._recorded = True
         return ClusterState(
             cluster_id=self.cluster_id,
             profile=self.profile,
@@ -292,9 +317,24 @@ class LocalCluster:
                 p.wait(timeout)
             except subprocess.TimeoutExpired:
                 pass
-        state_file(self.profile, self.cluster_id).unlink(missing_ok=True)
+        if self._recorded:
+            state_file(self.profile, self.cluster_id).unlink(missing_ok=True)
+            self._recorded = False
+        if procs and self.throwaway and not self.keep_files:
+            self.remove_files()
         self.engines = []
         self.controller = None
+
+    def remove_files(self) -> None:
+        """Remove this cluster's task store, logs and connection files."""
+        pdir = profile_dir(self.profile)
+        paths = [*self._logs.values(), self.client_file, self.engine_file]
+        paths += pdir.glob(f"tasks-{self.cluster_id}.db*")  # with SQLite's -wal / -shm
+        for path in paths:
+            path.unlink(missing_ok=True)
+        if self.url_dir != url_dir(self.profile, DEFAULT_CLUSTER_ID):
+            shutil.rmtree(self.url_dir, ignore_errors=True)
+        self._logs.clear()
 
 
 def stop_processes(procs: list[psutil.Process], timeout: float = 5.0) -> None:
@@ -315,9 +355,14 @@ def stop_processes(procs: list[psutil.Process], timeout: float = 5.0) -> None:
 
 
 def list_clusters(profile: str | None = None) -> list[tuple[ClusterState, int]]:
-    """(state, live process count) of every recorded cluster (of one profile or all)."""
+    """(state, live process count) of every live recorded cluster (of one profile or all).
+
+    Records of clusters whose processes are all gone (killed, machine rebooted) are removed
+    here, with their connection files, as are run directories of dead controllers.
+    """
     from .connection import zpar_dir
 
+    sweep_stale_rundirs()
     root = zpar_dir()
     pattern = f"profile_{profile}/clusters/*.json" if profile else "profile_*/clusters/*.json"
     out = []
@@ -327,17 +372,42 @@ def list_clusters(profile: str | None = None) -> list[tuple[ClusterState, int]]:
         except (OSError, ValueError, TypeError):
             log.warning("unreadable cluster file %s ignored", path)
             continue
-        out.append((st, len(st.processes())))
+        alive = len(st.processes())
+        if alive == 0:
+            _forget_dead_cluster(path, st)
+            continue
+        out.append((st, alive))
     return out
+
+
+def _forget_dead_cluster(path: Path, st: ClusterState) -> None:
+    log.info("cluster %r of profile %r is gone: record removed", st.cluster_id, st.profile)
+    path.unlink(missing_ok=True)
+    remove_dead_connection_files(Path(st.url_file).parent)
+
+
+def remove_dead_connection_files(directory: Path) -> None:
+    """Remove connection files there whose controller is no longer running."""
+    from .connection import CLIENT_FILE, ENGINE_FILE, read_connection_file
+
+    for name in (ENGINE_FILE, CLIENT_FILE):
+        path = directory / name
+        try:
+            pid = read_connection_file(path).controller_pid
+        except ZparError:
+            continue
+        if pid and not psutil.pid_exists(pid):
+            path.unlink(missing_ok=True)
 
 
 def stop_cluster(profile: str, cluster_id: str, timeout: float = 5.0) -> int:
     """Stop a recorded cluster; return how many processes were stopped."""
+    sweep_stale_rundirs()
     path = state_file(profile, cluster_id)
     if not path.exists():
         raise LaunchError(f"no cluster {cluster_id!r} recorded for profile {profile!r} ({path})")
     st = ClusterState.load(path)
     procs = st.processes()
     stop_processes(procs, timeout)
-    path.unlink(missing_ok=True)
+    _forget_dead_cluster(path, st)
     return len(procs)
