@@ -20,6 +20,8 @@ from zpar.errors import ZparError
 from zpar.logs import setup_logging
 from zpar.names import cluster_id, log_level, profile_name
 from zpar.ownership import ClusterBusy, ControllerLock
+from zpar.settings import explicit
+from zpar.settings import load as load_settings
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,8 +58,22 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+#: Settings (zpar.settings) the controller takes from its profile and ZPAR_* variables
+#: when no flag gives them.
+CONTROLLER_SETTINGS = (
+    "ip", "location", "hb_period", "hb_misses", "scheme", "hwm", "insecure", "db", "log_level",
+)  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     p = build_parser()
+    # flag > ZPAR_<NAME> > the profile's config.toml > default: settings become the defaults
+    known, _ = p.parse_known_args(argv)
+    try:
+        settings = load_settings(known.profile)
+    except ValueError as e:
+        p.error(str(e))
+    p.set_defaults(**{k: v for k, v in explicit(settings).items() if k in CONTROLLER_SETTINGS})
     args = p.parse_args(argv)
     if args.hb_period <= 0:
         p.error(f"--hb-period must be > 0, got {args.hb_period}")

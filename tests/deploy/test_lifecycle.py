@@ -168,7 +168,9 @@ def test_sigkilled_controller_leaves_nothing_behind(zpar_dir, noticer):
     psutil.wait_procs([controller, *scheduler], timeout=30)  # the scheduler follows its parent
     assert rundir.exists()
     r = run(noticer)
-    assert r.returncode == 0, r.stderr
+    # its launcher may have noticed first and stopped the cluster: then stop finds none
+    assert r.returncode in ((0, 3) if noticer[1] == "stop" else (0,)), r.stderr
+    assert "Traceback" not in r.stderr
     assert not rundir.exists()
     assert not client_file.exists()
     assert not list((zpar_dir / "profile_default" / "clusters").iterdir())
