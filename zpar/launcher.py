@@ -241,8 +241,8 @@ class LocalCluster:
     def controller_command(self) -> list[str]:
         s = self.settings
         cmd = [
-            s.python or sys.executable,
-            "-m",
+            sys.executable,  # the controller runs here, with this python ([engines] python
+            "-m",  # is for engines)
             "zpar.hub",
             "--profile",
             self.profile,
