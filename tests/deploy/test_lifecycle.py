@@ -178,3 +178,59 @@ def test_sigkilled_controller_leaves_nothing_behind(zpar_dir, noticer):
     again = run(["cluster", "start", "-n", "0", "--daemon"])
     assert again.returncode == 0, again.stderr
     assert run(["cluster", "stop"]).returncode == 0
+
+
+def test_cluster_engines_adds_engines_that_stop_with_the_cluster(zpar_dir, daemon_cluster):
+    added = run(["cluster", "engines", "-n", "2", "--daemon"])
+    assert added.returncode == 0, added.stderr
+    with zpar.Client(timeout=30) as rc:
+        rc.wait_for_engines(3, timeout=60)
+    listed = run(["cluster", "list"])
+    assert " 3/3 " in listed.stdout, listed.stdout
+    engines = [p for p in cluster_processes(zpar_dir) if "zpar.engine" in " ".join(p.cmdline())]
+    assert len(engines) == 3
+    stopped = run(["cluster", "stop"])
+    assert stopped.returncode == 0, stopped.stderr
+    assert not psutil.wait_procs(engines, timeout=20)[1]
+    assert not list((zpar_dir / "profile_default" / "clusters").iterdir())
+
+
+def test_cluster_engines_without_a_cluster_says_so(zpar_dir):
+    r = run(["cluster", "engines", "-n", "1"])
+    assert r.returncode == 1
+    assert "no running cluster 'default'" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_daemon_with_keep_replaces_engines(zpar_dir):
+    started = run(["cluster", "start", "-n", "1", "--daemon", "--keep"])
+    try:
+        assert started.returncode == 0, started.stderr
+        with zpar.Client(timeout=30) as rc:
+            rc.wait_for_engines(1, timeout=30)
+            victim = rc[0].apply_sync(os.getpid)
+            os.kill(victim, signal.SIGKILL)
+            wait_until(lambda: rc.ids and rc.ids != [0], "a replacement engine", 60)
+            assert rc[rc.ids[0]].apply_sync(os.getpid) != victim
+        log = (zpar_dir / "profile_default" / "log" / "default-launcher.log").read_text()
+        assert f"(pid {victim}) exited with code -9" in log and "restarting it" in log
+    finally:
+        run(["cluster", "stop"])
+    assert not cluster_processes(zpar_dir)
+
+
+def test_sigkilled_standalone_controller_rundir_is_swept(zpar_dir):
+    ctl = subprocess.Popen([*ZPAR, "controller", "--profile", "solo"], stderr=subprocess.DEVNULL)
+    try:
+        f = zpar_dir / "profile_solo" / "security" / "zpar-client.json"
+        wait_until(f.exists, "the controller's connection file")
+        rundir = _rundir_of(ctl.pid)
+        children = psutil.Process(ctl.pid).children()
+        ctl.kill()
+        ctl.wait()
+        psutil.wait_procs(children, timeout=30)
+        assert run(["cluster", "list"]).returncode == 0
+        assert not rundir.exists()
+    finally:
+        if ctl.poll() is None:
+            ctl.kill()
+            ctl.wait()
