@@ -69,6 +69,15 @@ def build_parser() -> argparse.ArgumentParser:
     _profile(show)
     show.set_defaults(func=cc.config_show)
 
+    smoke = sub.add_parser("smoke", help="check that a cluster runs jobs (exit 0 if so)")
+    _profile(smoke)
+    smoke.add_argument("--file", "-f", help="client connection file (default: the profile's)")
+    smoke.add_argument(
+        "--engines", type=checked(names.engine_count), default=1, help="engines to wait for"
+    )
+    smoke.add_argument("--timeout", type=float, default=60.0, help="seconds to wait")
+    smoke.set_defaults(func=cc.smoke)
+
     ctl = sub.add_parser(
         "controller", help="run a controller (hub and schedulers) here", add_help=False
     )

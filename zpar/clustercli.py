@@ -272,6 +272,17 @@ def config_show(args: argparse.Namespace, argv: list[str]) -> int:
     return RET_OK
 
 
+def smoke(args: argparse.Namespace, argv: list[str]) -> int:
+    from .smoke import smoke_test
+
+    try:
+        say(f"smoke: {smoke_test(args.file, args.profile, args.engines, args.timeout)}")
+    except AssertionError as e:
+        say(f"smoke: FAILED: {e}")
+        return RET_ERROR
+    return RET_OK
+
+
 def add_cluster_options(p: argparse.ArgumentParser, checked: Any, names: Any) -> None:
     """Options shared by `cluster start` and `cluster engines` (None: from the settings)."""
     from .settings import LAUNCHERS
