@@ -92,3 +92,35 @@ def test_engines_on_two_hosts_and_one_unplugged(network, tmp_path, zpar_dir):
         )  # fmt: skip
         for s in servers:
             s.stop()
+
+
+@pytest.mark.timeout(300)
+def test_ssh_tunnel_reaches_a_controller_on_loopback(network, tmp_path, zpar_dir):
+    """The controller listens on ctl's 127.0.0.1 only: e1 cannot reach it, except through
+    the ssh -R tunnels the launcher opens."""
+    ensure_openssh()
+    keys = tmp_path / "keys"
+    make_keys(keys)
+    server = start_sshd(keys, network.hosts["e1"], 2222, netns=network.ns("e1"))
+    env = dict(os.environ, ZPAR_DIR=str(zpar_dir))
+    script = (
+        "import os, sys, zpar\n"
+        f"c = zpar.Cluster(n=2, cluster_id='tun', engines='ssh', ssh_tunnel=True, ip='127.0.0.1',"
+        f" ssh_hosts={{'{network.hosts['e1']}:2222': 2}}, ssh_args={server.client_args!r},"
+        f" ssh_python={sys.executable!r}, ssh_remote_dir={str(tmp_path / 'remote')!r},"
+        " timeout=120)\n"
+        "with c as rc:\n"
+        "    pids = rc[:].apply_sync(os.getpid)\n"
+        "    reg = zpar.connection.read_connection_file(c.url_file).registration\n"
+        "    where = [os.popen(f'ip netns identify {p}').read().strip() for p in pids]\n"
+        "    print(reg, *where)\n"
+    )
+    try:
+        r = subprocess.run(network.exec("ctl", [sys.executable, "-c", script]), env=env,
+                           capture_output=True, text=True, timeout=240)  # fmt: skip
+        assert r.returncode == 0, r.stderr[-3000:]
+        reg, *where = r.stdout.split()
+        assert reg.startswith("tcp://127.0.0.1:")  # not reachable from e1 but by the tunnel
+        assert where == [network.ns("e1")] * 2
+    finally:
+        server.stop()
