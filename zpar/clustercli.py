@@ -9,6 +9,7 @@ started it returns once that launcher has recorded the cluster as up, or fails w
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import subprocess
 import sys
@@ -180,8 +181,6 @@ def cluster_engines(args: argparse.Namespace, argv: list[str]) -> int:
             lc.stop()
             return RET_ERROR
     lc.n = s.n
-    import os
-
     lc.save_state(main.parent / f"{cid}.engines-{os.getpid()}.json")
     say(f"{s.n} {s.engines} engines added to cluster {cid!r}")
     _wait_until_stopped(lc, owns_controller=False)

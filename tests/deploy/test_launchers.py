@@ -268,3 +268,41 @@ def test_missing_batch_command_is_one_clear_line(zpar_dir, tmp_path):
     )  # fmt: skip
     assert r.returncode == 1
     assert "sbatch not found on PATH" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.fixture
+def real_slurm(tmp_path, monkeypatch):
+    """A single-node Slurm of our own (scripts/slurm_single_node.sh), or a skip saying why."""
+    if os.geteuid() != 0:
+        pytest.skip("a throwaway slurmctld/slurmd needs root")
+    if shutil.which("slurmctld") is None:
+        r = subprocess.run([str(REPO / "scripts" / "ensure_system_packages.sh"), "slurm"],
+                           capture_output=True, text=True, timeout=900)  # fmt: skip
+        if r.returncode != 0 or shutil.which("slurmctld") is None:
+            pytest.skip(f"Slurm not installable here: {r.stderr.strip()[-300:]}")
+    d = tmp_path / "slurm"
+    script = str(REPO / "scripts" / "slurm_single_node.sh")
+    r = subprocess.run([script, "start", str(d)], capture_output=True, text=True, timeout=120)
+    try:
+        if r.returncode != 0:
+            pytest.skip(f"single-node Slurm did not start here: {r.stderr.strip()[-500:]}")
+        monkeypatch.setenv("SLURM_CONF", str(d / "slurm.conf"))
+        yield d
+    finally:
+        subprocess.run([script, "stop", str(d)], capture_output=True, timeout=60)
+
+
+def test_real_slurm_job_runs_engines_and_is_cancelled(zpar_dir, real_slurm):
+    def squeue() -> str:
+        return subprocess.run(["squeue", "-h", "-o", "%i %j %T"], capture_output=True,
+                              text=True, timeout=30).stdout  # fmt: skip
+
+    c = zpar.Cluster(n=2, engines="slurm", cluster_id="slurm", timeout=90)
+    with c as rc:
+        job = c.launcher.engine_sets[0].record()["job_id"]
+        assert f"{job} zpar-engines-slurm RUNNING" in squeue()
+        pids = rc[:].apply_sync(os.getpid)
+        assert len(set(pids)) == 2
+        assert all(psutil.Process(p).ppid() != os.getpid() for p in pids)  # slurmstepd's
+    wait_until(lambda: job not in squeue(), "the job cancelled", 60)
+    wait_until(lambda: not any(psutil.pid_exists(p) for p in pids), "engines gone", 60)
