@@ -3,7 +3,6 @@ listening only where the test says (127.0.0.1 or a test namespace's address)."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import subprocess
@@ -122,4 +121,4 @@ def ssh_ok(server: SSHServer) -> bool:
     return r.returncode == 0
 
 
-__all__ = ["SSHServer", "ensure_openssh", "make_keys", "ssh_ok", "start_sshd", "os"]
+__all__ = ["SSHServer", "ensure_openssh", "free_port", "make_keys", "ssh_ok", "start_sshd"]

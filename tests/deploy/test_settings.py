@@ -144,3 +144,24 @@ def test_logs_rotate(tmp_path):
         "run 3\n", "run 2\n", "run 1\n",
     ]  # fmt: skip
     assert not (tmp_path / "c-engine-0.log.4").exists()
+
+
+def test_cluster_flags_and_set_are_flag_sources(zpar_dir):
+    from zpar.cli import build_parser
+    from zpar.clustercli import settings_from
+
+    write_config(zpar_dir, "f", "[engines]\nn = 8\nengines = 'mpi'\n")
+    args = build_parser().parse_args(
+        ["cluster", "start", "--profile", "f", "-n", "3", "--set", "batch_queue=short",
+         "--set", "hb-period=0.25"]
+    )  # fmt: skip
+    s = settings_from(args)
+    assert (s.n, s.source("n")) == (3, "flag")
+    assert (s.engines, s.source("engines")) == ("mpi", f"profile {zpar_dir}/profile_f/config.toml")
+    assert (s.batch_queue, s.hb_period) == ("short", 0.25)
+    bad = build_parser().parse_args(["cluster", "start", "--set", "hwm"])
+    with pytest.raises(ValueError, match="--set 'hwm': use NAME=VALUE"):
+        settings_from(bad)
+    bad = build_parser().parse_args(["cluster", "start", "--set", "colour=red"])
+    with pytest.raises(ValueError, match="unknown setting 'colour'"):
+        settings_from(bad)
