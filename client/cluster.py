@@ -22,20 +22,31 @@ class Cluster:
         *,
         profile: str = DEFAULT_PROFILE,
         cluster_id: str | None = None,
-        ip: str = "127.0.0.1",
+        ip: str | None = None,
         controller_args: Sequence[str] = (),
         engine_args: Sequence[str] = (),
         timeout: float = 60.0,
-        log_level: str = "WARNING",
+        log_level: str | None = None,
+        keep_files: bool = False,
+        engines: str | None = None,
+        keep: bool | None = None,
+        **settings: Any,
     ) -> None:
+        """Without a ``cluster_id`` the cluster is a throwaway: its task store, logs and
+        connection files are removed when it stops, unless ``keep_files``. ``engines``: the
+        launcher (local, mpi, ssh, slurm, pbs); ``keep``: replace engines that die; any
+        other zpar.settings name (``hwm=4``, ``ssh_hosts={...}``) overrides the profile."""
+        from zpar.settings import load
+
+        flags = {"ip": ip, "log_level": log_level, "engines": engines, "keep": keep, **settings}
         self._launcher = LocalCluster(
             n,
             profile=profile,
             cluster_id=cluster_id,
-            ip=ip,
             controller_args=controller_args,
             engine_args=engine_args,
-            log_level=log_level,
+            keep_files=keep_files,
+            settings=load(profile, flags),
         )
         self.timeout = timeout
         self.client: Client | None = None
@@ -72,8 +83,10 @@ class Cluster:
         return self.connect_client_sync(**client_kwargs)
 
     def add_engines(self, n: int = 1) -> None:
-        self._launcher.start_engines(n)
-        self._launcher.n += n
+        """Start n more engines (with the cluster's launcher); they are stopped with it."""
+        self._launcher.add_engines(n)
+
+    start_engines = add_engines
 
     def stop(self) -> None:
         if self.client is not None:
