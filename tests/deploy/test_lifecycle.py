@@ -166,7 +166,8 @@ def test_sigkilled_controller_leaves_nothing_behind(zpar_dir, noticer):
     scheduler = controller.children()
     os.kill(pid, signal.SIGKILL)
     psutil.wait_procs([controller, *scheduler], timeout=30)  # the scheduler follows its parent
-    assert rundir.exists()
+    # the daemon launcher may notice and clean up before the noticer runs: either way, after
+    # the noticer nothing may be left
     r = run(noticer)
     # its launcher may have noticed first and stopped the cluster: then stop finds none
     assert r.returncode in ((0, 3) if noticer[1] == "stop" else (0,)), r.stderr
