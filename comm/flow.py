@@ -53,9 +53,17 @@ class RecvCounter:
     unacked: int = 0
 
     def received(self) -> int:
-        """Count one packet; return how many to acknowledge now (0 or ackmark)."""
+        """Count one packet; return how many to acknowledge now in an ACK of their own
+        (0, or ackmark once that many wait)."""
         self.unacked += 1
         if self.unacked >= self.ackmark:
-            self.unacked -= self.ackmark
-            return self.ackmark
+            n, self.unacked = self.unacked, 0
+            return n
         return 0
+
+    def take(self, limit: int = 255) -> int:
+        """Credits to ride on a packet going back to the source anyway (a piggybacked ACK:
+        a reply then costs the source no separate ACK to read)."""
+        n = min(self.unacked, limit)
+        self.unacked -= n
+        return n

@@ -345,6 +345,7 @@ class P2P:
         big = len(chunk) >= ZERO_COPY_MIN
         enc = ENC_PICKLE if kind == Kind.SHMDATA else op.enc  # sign the slot descriptor
         pkt = Packet(kind, op.ctx, enc, self.rank, op.tag, 0, op.msgid, arg, chunk)
+        pkt.acks = self.counters[op.dest].take()
         try:
             tracker = self.links.send(op.dest, pkt, copy=not big, track=big and op.track)
         except LinkError as e:
@@ -397,8 +398,11 @@ class P2P:
 
     def _control(self, peer: int, kind: Kind, msgid: int = 0, arg: int = 0) -> None:
         """ACK / SYNCACK: outside the credit window (seed: ACKs do not count)."""
+        pkt = Packet(kind, 0, 0, self.rank, 0, 0, msgid, arg)
+        if kind != Kind.ACK:
+            pkt.acks = self.counters[peer].take()
         try:
-            self.links.send(peer, Packet(kind, 0, 0, self.rank, 0, 0, msgid, arg))
+            self.links.send(peer, pkt)
         except LinkError as e:
             self._break(str(e), e.ranks)
 
@@ -406,6 +410,8 @@ class P2P:
 
     def _on_packet(self, peer: int, pkt: Packet) -> None:
         kind = pkt.kind
+        if pkt.acks:
+            self.windows[peer].acked(pkt.acks)
         if kind == Kind.DATA or kind == Kind.DATASYNC or kind == Kind.SHMDATA:
             if kind == Kind.SHMDATA:
                 self._on_shmdata(peer, pkt)

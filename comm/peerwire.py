@@ -7,7 +7,7 @@ Frames of one packet (a ROUTER prepends the peer's identity)::
 
 header is ``HEADER`` (big-endian, 36 bytes)::
 
-    kind u8 | ctx u8 | enc u8 | pad u8 | src i32 | tag i32 | seq u64 | msgid u64 | arg u64
+    kind u8 | ctx u8 | enc u8 | acks u8 | src i32 | tag i32 | seq u64 | msgid u64 | arg u64
 
 - kind: one of ``Kind``; ctx: 0 point-to-point, 1 collectives (so they never match each
   other); enc: 0 raw buffer, 1 pickle.
@@ -31,7 +31,7 @@ from typing import Any
 
 from zpar.errors import RemoteProtocolError
 
-HEADER = struct.Struct(">BBBxiiQQQ")
+HEADER = struct.Struct(">BBBBiiQQQ")
 
 #: payloads up to this many bytes travel in the header's frame
 INLINE = 2048
@@ -66,6 +66,7 @@ class Packet:
     msgid: int
     arg: int
     payload: Any = None  # bytes-like (a zmq.Frame's buffer on receipt) or None
+    acks: int = 0  #: credits returned to the receiver of this packet (piggybacked ACK)
 
 
 class Signer:
@@ -88,7 +89,7 @@ class Signer:
     def pack(self, p: Packet) -> list[Any]:
         """[header+signature+payload] for a payload up to INLINE bytes (one zmq frame: a
         small message costs one send), else [header+signature, payload]."""
-        header = HEADER.pack(p.kind, p.ctx, p.enc, p.src, p.tag, p.seq, p.msgid, p.arg)
+        header = HEADER.pack(p.kind, p.ctx, p.enc, p.acks, p.src, p.tag, p.seq, p.msgid, p.arg)
         signed = p.payload if p.enc == ENC_PICKLE else None
         head = header + self.sign(header, signed)
         if p.payload is None:
@@ -106,7 +107,7 @@ class Signer:
         if len(first) < HEADER.size + siglen:
             raise RemoteProtocolError("bad-packet", f"head of {len(first)} bytes")
         header = bytes(first[: HEADER.size])
-        fields = HEADER.unpack(header)
+        kind, ctx, enc, acks, src, tag, seq, msgid, arg = HEADER.unpack(header)
         if len(frames) == 2:
             payload = frames[1]
         elif len(first) > HEADER.size + siglen:
@@ -114,8 +115,8 @@ class Signer:
         else:
             payload = None
         if self._base is not None:
-            signed = payload if fields[2] == ENC_PICKLE else None
+            signed = payload if enc == ENC_PICKLE else None
             sig = bytes(first[HEADER.size : HEADER.size + siglen])
             if not hmac.compare_digest(self.sign(header, signed), sig):
-                raise RemoteProtocolError("bad-signature", f"packet from rank {fields[3]}")
-        return Packet(*fields, payload=payload)
+                raise RemoteProtocolError("bad-signature", f"packet from rank {src}")
+        return Packet(kind, ctx, enc, src, tag, seq, msgid, arg, payload, acks)
