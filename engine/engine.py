@@ -30,7 +30,7 @@ from typing import Any
 import zmq
 
 from zpar.connection import ConnectionInfo
-from zpar.constants import HUB_TIMEOUT, STORE_RESULT_LIMIT
+from zpar.constants import HUB_TIMEOUT
 from zpar.errors import LocalProtocolError, RemoteProtocolError, TimeoutError
 from zpar.logs import setup_logging
 from zpar.messages import MON_MUX_IN, MON_MUX_OUT, MsgType, RegistrationReply, Status
@@ -39,9 +39,7 @@ from zpar.transport import choose, direct_address, direct_dir
 from zpar.wire import (
     Message,
     Session,
-    buffers_size,
-    head_frames,
-    message_buffers,
+    checkable_copy,
     recv_message,
     send_frames,
 )
@@ -297,7 +295,8 @@ class Engine:
             return
         if sock is self.direct and self.monitor is not None and msg.idents:
             # what the relay's monitor would have told the hub (headers, no buffers)
-            self.monitor.put([MON_MUX_IN, self.ident, msg.idents[0], *head_frames(msg.frames)])
+            copy = checkable_copy(msg.frames, detach=True)
+            self.monitor.put([MON_MUX_IN, self.ident, msg.idents[0], *copy])
         assert self.kernel is not None
         self._busy = True
         try:
@@ -351,9 +350,7 @@ class Engine:
             if direct and self.monitor is not None and msg.idents:
                 # for the hub's store: the result too, unless it is too big to keep there
                 # (copied: the thread sends them later, the result's memory may change by then)
-                copy = head_frames(frames)
-                if buffers_size(frames) <= STORE_RESULT_LIMIT:
-                    copy += [b if type(b) is bytes else bytes(b) for b in message_buffers(frames)]
+                copy = checkable_copy(frames, large=True, detach=True)
                 self.monitor.put([MON_MUX_OUT, msg.idents[0], self.ident, *copy])
         except LocalProtocolError as e:  # e.g. output that msgpack cannot encode
             log.error("cannot send the %s to %s: %s", reply.msg_type, msg.msg_id, e)
