@@ -148,6 +148,10 @@ class Message:
 def split_idents(frames: Sequence[Any]) -> tuple[list[bytes], list[Any]]:
     """Split routing identities from the message proper, at the delimiter frame."""
     for i, f in enumerate(frames):
+        if type(f) is bytes:  # the head as recv_message returns it: no view needed
+            if f == DELIM:
+                return list(frames[:i]), list(frames[i:])
+            continue
         raw = _raw(f)
         if len(raw) == len(DELIM) and bytes(raw) == DELIM:
             return [bytes(_raw(x)) for x in frames[:i]], list(frames[i:])
@@ -202,6 +206,20 @@ def _is_int(v: Any) -> bool:
 
 def _check_header(h: Any, what: str, *, version: bool = True) -> None:
     """Refuse a header whose fields are missing or of the wrong type."""
+    if type(h) is dict:  # the common, sound header in one expression; else say what is wrong
+        msg_id, msg_type, date = h.get("msg_id"), h.get("msg_type"), h.get("date", 0.0)
+        dest = h.get("dest")
+        if (
+            type(msg_id) is str
+            and 0 < len(msg_id) <= MAX_MSG_ID
+            and type(msg_type) is str
+            and msg_type in KNOWN_TYPES
+            and type(h.get("session", "")) is str
+            and (type(date) is float or type(date) is int)
+            and (dest is None or type(dest) is str)
+            and (not version or h.get("version") == PROTOCOL_VERSION)
+        ):
+            return
     if not isinstance(h, dict):
         raise RemoteProtocolError("malformed", f"{what} must be a map, got {type(h).__name__}")
     msg_id = h.get("msg_id")
@@ -255,7 +273,14 @@ def _small(b: Any) -> bool:
 
 
 def _signed_parts(envelope: Any, buffers: Sequence[Any]) -> list[Any]:
-    return [envelope, *(_raw(b) for b in buffers if _small(b))]
+    parts = [envelope]
+    for b in buffers:
+        if type(b) is bytes:
+            if len(b) < INLINE_SIGNED_MAX:
+                parts.append(b)
+        elif _small(b):
+            parts.append(_raw(b))
+    return parts
 
 
 def _check_envelope(env: Any, n_buffers: int | None) -> tuple[dict, dict, dict, dict, list]:
