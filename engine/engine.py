@@ -45,7 +45,7 @@ from zpar.wire import (
 )
 
 from .heart import Heart
-from .kernel import BOUND_TYPES, Kernel, Reply
+from .kernel import Kernel, Reply
 from .monitorcopies import MonitorCopies
 from .registration import register
 from .signals import SignalListener
@@ -279,7 +279,7 @@ class Engine:
         msg = self.session.feed(frames, where, private=sock is self.direct)
         if msg is None:
             return None
-        if msg.dest != self.uuid and msg.msg_type in BOUND_TYPES:
+        if msg.dest != self.uuid:  # every request to an engine names the engine it is for
             self.session._refuse(
                 RemoteProtocolError(
                     "misrouted", f"{msg.msg_type} {msg.msg_id} is bound to {msg.dest!r}"
