@@ -340,14 +340,15 @@ class Client(ClientCompatMixin):
     ) -> tuple[str, Any]:
         if self._closed:
             raise RuntimeError("this Client is closed")
-        header, frames = self.session.serialize(msg_type, content, metadata=metadata)
+        uuid = self._engine_uuid(engine_id) if engine_id is not None else None
+        # bound to where it may run: that engine, or the task scheduler's choice
+        dest = uuid if uuid is not None else "task" if channel == "task" else None
+        header, frames = self.session.serialize(
+            msg_type, content, metadata=metadata, buffers=buffers, dest=dest
+        )
         msg_id = header["msg_id"]
-        uuid = None
-        if engine_id is not None:
-            uuid = self._engine_uuid(engine_id)
+        if uuid is not None:
             frames = [uuid.encode(), *frames]
-        if buffers:
-            frames.extend(buffers)
         uuids = [self._engine_uuid(i) for i in broadcast] if broadcast is not None else None
         fut = self._io.submit(channel, frames, msg_id, uuid, track=track, broadcast=uuids)
         fut.zpar_submitted = header["date"]  # type: ignore[attr-defined]
@@ -406,8 +407,14 @@ class Client(ClientCompatMixin):
         uuid = self._engine_uuid(engine_id)
         if not self._direct_caller.reachable(uuid):
             return None
-        header, frames = self.session.serialize(MsgType.APPLY_REQUEST, {}, metadata=metadata)
-        frames.extend(buffers)
+        header, frames = self.session.serialize(
+            MsgType.APPLY_REQUEST,
+            {},
+            metadata=metadata,
+            buffers=buffers,
+            dest=uuid,
+            private=True,  # the engine's own ipc socket in the controller's 0700 directory
+        )
         msg_id = header["msg_id"]
         self.history.append(msg_id)
         fut = self._direct_caller.call(uuid, frames, msg_id)

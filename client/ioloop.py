@@ -215,7 +215,7 @@ class ClientIO:
         _, frames = self.session.serialize(
             MsgType.TASK_OUTCOMES, {"outcomes": outcomes}, packb=self._packb
         )
-        sock.send_multipart(frames)
+        send_frames(sock, frames)
 
     def call_soon(self, fn: Callable[[], None]) -> None:
         """Run fn in the I/O thread (for work that touches sockets)."""
@@ -325,6 +325,8 @@ class ClientIO:
             return self._on_notification
         if sock is self._sockets.get("iopub"):
             return self._on_iopub
+        if sock in self._direct.values():
+            return self._on_direct_reply
         return self._on_reply
 
     def _drain(self, sock: zmq.Socket, handler: Callable[[zmq.Socket], None]) -> None:
@@ -376,9 +378,13 @@ class ClientIO:
             self._sockets.pop(f"direct:{uuid}", None)
             sock.close(linger=0)
 
-    def _on_reply(self, sock: zmq.Socket) -> None:
+    def _on_direct_reply(self, sock: zmq.Socket) -> None:
+        """A reply on an engine's own ipc socket (private: see wire.Session.serialize)."""
+        self._on_reply(sock, private=True)
+
+    def _on_reply(self, sock: zmq.Socket, private: bool = False) -> None:
         frames = recv_message(sock, zmq.NOBLOCK)
-        msg = self.session.feed_lazy(frames, where="client")
+        msg = self.session.feed_lazy(frames, where="client", private=private)
         if msg is None:
             return
         msg_id = msg.parent_msg_id
