@@ -32,6 +32,7 @@ from zpar.messages import (
     TASK_DEST,
     TASK_IN,
     TASK_OUT,
+    TASK_REQUESTS,
     TASK_RETRY,
     MsgType,
     Status,
@@ -227,7 +228,7 @@ class TaskScheduler:
         sig = msg.frames  # [DELIM, sig, header, parent, metadata, content, buffers…]
         self.hub.event([TASK_IN, client, header, frame_bytes(sig[4])])
         task = Task(msg_id, client, msg.frames, None)  # recv_message copied the small frames
-        if msg_type not in (MsgType.APPLY_REQUEST, MsgType.EXECUTE_REQUEST):
+        if msg_type not in TASK_REQUESTS:
             self._fail(task, "ProtocolError", f"{msg_type!r} is not a task request")
             return
         md = msg.metadata

@@ -40,6 +40,7 @@ __all__ = [
     "__version__",
     "depend",
     "require",
+    "typed_function",
 ]
 
 
@@ -53,4 +54,8 @@ def __getattr__(name: str):
         from zpar.client.cluster import Cluster
 
         return Cluster
+    if name == "typed_function":  # zpar.typed: the decorator modules use on engines
+        from zpar.typed.registry import typed_function
+
+        return typed_function
     raise AttributeError(f"module 'zpar' has no attribute {name!r}")

@@ -126,6 +126,12 @@ def build_parser() -> argparse.ArgumentParser:
     ctl.set_defaults(func=None, delegate="zpar.hub.__main__")
     eng = sub.add_parser("engine", help="run one engine here", add_help=False)
     eng.set_defaults(func=None, delegate="zpar.engine.__main__")
+    amuse = sub.add_parser(
+        "amuse-worker",
+        help="serve typed functions to an AMUSE script (its sockets channel's worker)",
+        add_help=False,
+    )
+    amuse.set_defaults(func=None, delegate="zpar.typed.amuse")
     return p
 
 
@@ -139,6 +145,10 @@ def main(argv: list[str] | None = None) -> int:
             f"zpar.{'hub' if argv[0] == 'controller' else 'engine'}.__main__"
         )
         return int(mod.main(argv[1:]) or 0)
+    if argv and argv[0] == "amuse-worker":
+        from zpar.typed.amuse import worker_main
+
+        return worker_main(argv[1:])
     args = build_parser().parse_args(argv)
     return int(args.func(args) or 0)
 
