@@ -15,7 +15,7 @@ from zpar.messages import REPLY_TYPE, TASK_REQUESTS, MsgType, Status
 from zpar.typed.client import columns_of, request_arrays
 from zpar.typed.codec import type_arrays, type_frames
 from zpar.typed.engine import serve
-from zpar.typed.registry import REGISTRY, Registry, RegistrationError, typed_function
+from zpar.typed.registry import REGISTRY, RegistrationError, Registry, typed_function
 from zpar.typed.result import RemoteCallError, decode_typed_reply, join_chunks
 from zpar.typed.signature import TypedSignature, function_id_for, signature_of
 from zpar.wire import Message, Session
