@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Build AMUSE's framework (amuse-framework, whose sockets channel needs no MPI) into a
-# throwaway virtualenv for the typed-call interop tests, installing gfortran from the system
-# packages if it is absent. AMUSE 2024.6.0 builds from source only, with an old toolchain.
+# throwaway virtualenv for the typed-call interop tests, installing gfortran and g++ from the
+# system packages if they are absent (AMUSE's build wants a Fortran compiler; the tests
+# compile a C++ community-code worker with AMUSE's own code generator, amusifier).
+# AMUSE 2024.6.0 builds from source only, with an old toolchain.
 #   scripts/amuse_env.sh DIR   -> prints the venv's python (reused if DIR already holds one)
 # Exit codes: 2 usage, 3 no compiler and none can be installed, 4 venv, 5 toolchain, 6 AMUSE.
 set -euo pipefail
@@ -17,12 +19,12 @@ if [ -f "$venv/.amuse-$AMUSE_VERSION" ]; then
     exit 0
 fi
 
-if ! command -v gfortran >/dev/null; then
+if ! command -v gfortran >/dev/null || ! command -v g++ >/dev/null; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-        (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gfortran) \
+        (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gfortran g++) \
             >"$dir/apt.log" 2>&1 || { tail -20 "$dir/apt.log" >&2; exit 3; }
     else
-        echo "gfortran is not installed and cannot be installed here (needs root and apt-get)" >&2
+        echo "gfortran/g++ are not installed and cannot be installed here (needs root and apt-get)" >&2
         exit 3
     fi
 fi
