@@ -15,7 +15,8 @@ int32 counts and one content array per primitive type, argument n of a type in c
   n_string] (counts PER CALL), doubles first.
 
 Strings are UTF-8 and their lengths count bytes: AMUSE counts characters, so it cannot send
-a non-ASCII string and cuts one it receives (pinned in tests/typed/test_codec.py).
+a non-ASCII string (pinned against AMUSE in tests/typed/test_typed_amuse.py); it receives
+one correctly, as it slices by the lengths it is given.
 """
 
 from __future__ import annotations
