@@ -274,10 +274,14 @@ class TypedCalls:
             return join_chunks(
                 sig, [[[] if p.type == "string" else np.empty(0, p.type) for p in sig.outputs]]
             )
-        ar = self._send(sig, cols, ncalls, limit)
+        ar = self._send(sig, cols, ncalls, limit, bool(block))
         return ar.get() if block else ar
 
-    def _send(self, sig: TypedSignature, cols: list[Any], ncalls: int, limit: int) -> TypedResult:
+    def _send(
+        self, sig: TypedSignature, cols: list[Any], ncalls: int, limit: int, block: bool = False
+    ) -> TypedResult:
+        """One typed_request per chunk. A blocking call that is one message to one engine
+        of this host is sent and awaited by this thread (client.directcall), as apply is."""
         from zpar.client.view import DirectView, partition
 
         view = self._view
@@ -305,9 +309,19 @@ class TypedCalls:
                 "call_count": b - a,
                 "counts": counts,
             }
-            m, fut = client._send(
-                channel, MsgType.TYPED_REQUEST, content, buffers=frames, metadata=md, engine_id=eid
-            )
+            here = None
+            if block and eid is not None and len(plan) == 1 and not view.track:
+                here = client._call_here(eid, frames, md, MsgType.TYPED_REQUEST, content)
+            if here is None:
+                here = client._send(
+                    channel,
+                    MsgType.TYPED_REQUEST,
+                    content,
+                    buffers=frames,
+                    metadata=md,
+                    engine_id=eid,
+                )
+            m, fut = here
             msg_ids.append(m)
             futs.append(fut)
             chunks.append((call_id, a, b - a))

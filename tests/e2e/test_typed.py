@@ -181,3 +181,21 @@ def test_id_clash_at_registration(rc):
     dv.typed.register(fxyz, args=XYZ, returns="float64", name="first", function_id=777)
     with pytest.raises(ValueError, match="already 'first'"):
         dv.typed.register(fails_at_7, args=XYZ, returns="float64", name="second", function_id=777)
+
+
+def test_blocking_call_to_one_engine_goes_by_the_calling_thread(rc, monkeypatch):
+    sent = []
+    real_call = rc._direct_caller.call
+    monkeypatch.setattr(
+        rc._direct_caller, "call", lambda *a, **k: sent.append(a[0]) or real_call(*a, **k)
+    )
+    e0 = rc[0]
+    e0.typed.register(fails_at_7, args=XYZ, returns="float64")
+    del sent[:]  # the registration (an apply) went this way too
+    assert e0.typed.fails_at_7([1.0, 2.0], 0.0, 0.0).tolist() == [1.0, 2.0]
+    with pytest.raises(RemoteCallError) as info:
+        e0.typed.fails_at_7([6.0, 7.0], 0.0, 0.0)
+    assert info.value.call_index == 1
+    assert len(sent) == 2
+    assert e0.typed.fails_at_7([1.0, 2.0], 0.0, 0.0, max_calls_per_message=1).tolist() == [1.0, 2.0]
+    assert len(sent) == 2  # two messages: through the I/O thread
