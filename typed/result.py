@@ -58,8 +58,12 @@ def decode_typed_reply(msg: Any, sig: TypedSignature, chunk: Chunk) -> list[Any]
     status = c.get("status")
     if status == Status.ABORTED:
         raise TaskAborted(c.get("evalue") or "typed call aborted")
-    if msg.msg_type != "typed_reply":  # a scheduler's or engine's generic failure
+    if status != Status.OK and (c.get("zpar_error") or "call_id" not in c):
+        # not the handler's answer: the scheduler's (EngineError, TaskTimeout...) or the
+        # kernel's own (a handler that failed to load, a reply it could not encode)
         raise RemoteError.from_content(c)
+    if msg.msg_type != "typed_reply":
+        raise RemoteProtocolError("not a typed_reply", f"a {msg.msg_type} answered a typed call")
     if c.get("call_id") != call_id or c.get("function_id") != sig.function_id:
         raise RemoteProtocolError(
             "typed_reply mismatch",

@@ -199,3 +199,21 @@ def test_blocking_call_to_one_engine_goes_by_the_calling_thread(rc, monkeypatch)
     assert len(sent) == 2
     assert e0.typed.fails_at_7([1.0, 2.0], 0.0, 0.0, max_calls_per_message=1).tolist() == [1.0, 2.0]
     assert len(sent) == 2  # two messages: through the I/O thread
+
+
+def dies_at_3(x, y, z):
+    if x == 3:
+        import os
+
+        os._exit(1)
+    return x
+
+
+def test_an_engine_dying_in_a_typed_call_is_an_engine_error(make_cluster):
+    rc = make_cluster(n=2).client
+    rc.wait_for_engines(2, timeout=30)
+    rc[:].typed.register(dies_at_3, args=XYZ, returns="float64")
+    lv = rc.load_balanced_view()
+    with pytest.raises(zpar.EngineError):
+        lv.typed.dies_at_3([3.0], 0.0, 0.0)
+    assert lv.typed.dies_at_3([1.0], 0.0, 0.0).tolist() == [1.0]  # the other engine serves

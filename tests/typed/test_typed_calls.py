@@ -314,6 +314,31 @@ def test_reply_of_another_call_or_function_is_a_remote_protocol_error():
         decode_typed_reply(msg, sig, (11, 0, 1))
 
 
+def test_failures_not_from_the_handler_raise_their_own_errors():
+    sig = sig_xyz()
+    died = {
+        "status": "error",
+        "ename": "EngineError",
+        "evalue": "engine 1 died",
+        "zpar_error": True,
+    }
+    msg = Message([], {"msg_type": "typed_reply"}, {}, {}, died, [])
+    with pytest.raises(zpar.EngineError, match="engine 1 died"):
+        decode_typed_reply(msg, sig, (11, 0, 1))
+    broken = {"status": "error", "ename": "RuntimeError", "evalue": "cannot load the handler"}
+    msg = Message([], {"msg_type": "typed_reply"}, {}, {}, broken, [])
+    with pytest.raises(zpar.RemoteError, match="cannot load"):
+        decode_typed_reply(msg, sig, (11, 0, 1))
+    aborted = {"status": "aborted", "evalue": "aborted before it ran"}
+    msg = Message([], {"msg_type": "typed_reply"}, {}, {}, aborted, [])
+    with pytest.raises(zpar.TaskAborted):
+        decode_typed_reply(msg, sig, (11, 0, 1))
+    ok = {"status": "ok", "call_id": 11, "function_id": sig.function_id, "call_count": 1}
+    msg = Message([], {"msg_type": "apply_reply"}, {}, {}, ok, [])
+    with pytest.raises(RemoteProtocolError, match="apply_reply answered"):
+        decode_typed_reply(msg, sig, (11, 0, 1))
+
+
 def test_no_pickle_on_the_call_path(registry, monkeypatch):
     def refuse(*a, **k):
         raise AssertionError("pickle used on the typed call path")
