@@ -89,14 +89,20 @@ def decode_strings(lengths: np.ndarray, data: Any) -> list[str]:
 
 
 def pack_columns(columns: Sequence[Any], dtype: str, ncalls: int) -> Any:
-    """One type array from that type's argument columns (each of ncalls values), argument
-    n of call m at [n * ncalls + m]. Strings give a list."""
+    """One type array from that type's argument columns (each of ncalls values, or a scalar),
+    argument n of call m at [n * ncalls + m]. Strings give a list. A lone column of the
+    right dtype is returned as it is (no copy)."""
     if dtype == "string":
         out: list[str] = []
         for c in columns:
             out.extend(c)
         return out
-    arr = np.empty(len(columns) * ncalls, dtype=DTYPES[dtype])
+    dt = DTYPES[dtype]
+    if len(columns) == 1:  # one argument of this type: its column is the array, if it fits
+        c = columns[0]
+        if isinstance(c, np.ndarray) and c.dtype == dt and c.ndim == 1 and len(c) == ncalls:
+            return np.ascontiguousarray(c)
+    arr = np.empty(len(columns) * ncalls, dtype=dt)
     for n, c in enumerate(columns):
         arr[n * ncalls : (n + 1) * ncalls] = c
     return arr

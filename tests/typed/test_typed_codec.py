@@ -175,6 +175,9 @@ def test_layout_of_a_three_argument_function_over_1000_calls():
     back = unpack_columns(arr, 3, ncalls)
     assert all(np.shares_memory(x, arr) for x in back)
     np.testing.assert_array_equal(back[2], c)
+    # a lone column of the right dtype is the array itself (no copy); otherwise converted
+    assert np.shares_memory(pack_columns([a], "float64", ncalls), a)
+    assert pack_columns([a], "float32", ncalls).dtype == np.float32
     # one call degrades to array[n]
     assert pack_columns([1.0, 2.0, 3.0], "float64", 1).tolist() == [1.0, 2.0, 3.0]
 
