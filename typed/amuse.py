@@ -32,7 +32,7 @@ import numpy as np
 
 from zpar.errors import RemoteProtocolError
 
-from .client import MAX_CALLS_PER_MESSAGE, _next_call_id, chunks_of, columns_of, request_arrays
+from .client import MAX_CALLS_PER_MESSAGE, chunks_of, columns_of, next_call_id, request_arrays
 from .codec import (
     AMUSE_HEADER_SIZE,
     TYPES,
@@ -48,7 +48,7 @@ from .codec import (
 )
 from .invoke import BadRequest, CallFailed, run_calls
 from .registry import REGISTRY, Registry
-from .result import RemoteCallError, join_chunks
+from .result import RemoteCallError, empty_outputs, join_chunks
 from .signature import STOP_FUNCTION_ID, TypedSignature
 
 log = logging.getLogger(__name__)
@@ -246,18 +246,14 @@ class AmuseWorker:
         limit = kwargs.pop("max_calls_per_message", None) or self.max_calls_per_message
         ncalls, cols = columns_of(sig, args, kwargs)
         chunks = [self._exchange(sig, cols, a, b) for a, b in chunks_of(0, ncalls, limit)]
-        return (
-            join_chunks(sig, chunks)
-            if chunks
-            else join_chunks(sig, [[np.empty(0)] * len(sig.outputs)])
-        )
+        return join_chunks(sig, chunks) if chunks else empty_outputs(sig)
 
     def _exchange(self, sig: TypedSignature, cols: list[Any], a: int, b: int) -> list[Any]:
         if self.sock is None:
             raise RuntimeError("this AmuseWorker is stopped")
         n = b - a
         arrays = request_arrays(sig, cols, a, b)
-        call_id = _next_call_id() % 1000  # AMUSE's call ids stay small
+        call_id = next_call_id() % 1000  # AMUSE's call ids stay small
         send_amuse(
             self.sock, AmuseHeader(call_id, sig.function_id, n, amuse_counts(arrays)), arrays
         )
@@ -285,7 +281,7 @@ class AmuseWorker:
         """Function id 0, then wait for the process (killed if it lingers). Its exit code."""
         if self.sock is not None:
             try:
-                call_id = _next_call_id() % 1000
+                call_id = next_call_id() % 1000
                 send_amuse(self.sock, AmuseHeader(call_id, STOP_FUNCTION_ID, 1), {})
                 recv_amuse(self.sock)
             except (OSError, ConnectionError) as e:

@@ -21,9 +21,9 @@ import numpy as np
 
 from zpar.messages import MsgType
 
-from .codec import TYPES, pack_columns, type_frames
+from .codec import pack_columns, type_frames
 from .registry import register_here, signatures_here
-from .result import Chunk, TypedResult, join_chunks
+from .result import TypedResult, empty_outputs
 from .signature import TypedSignature, signature_of
 
 #: AMUSE's max_message_length: calls in one message unless told otherwise.
@@ -41,7 +41,7 @@ _NO_VALUE = object()
 _call_ids = itertools.count(random.randrange(1, 2**20))
 
 
-def _next_call_id() -> int:
+def next_call_id() -> int:
     return next(_call_ids) % (2**31 - 1) + 1
 
 
@@ -271,9 +271,7 @@ class TypedCalls:
             raise ValueError(f"max_calls_per_message must be an int >= 1, got {limit!r}")
         ncalls, cols = columns_of(sig, args, kwargs)
         if ncalls == 0:
-            return join_chunks(
-                sig, [[[] if p.type == "string" else np.empty(0, p.type) for p in sig.outputs]]
-            )
+            return empty_outputs(sig)
         ar = self._send(sig, cols, ncalls, limit, bool(block))
         return ar.get() if block else ar
 
@@ -301,7 +299,7 @@ class TypedCalls:
             channel, md = "task", view._metadata()
         msg_ids, futs, chunks = [], [], []
         for eid, a, b in plan:
-            call_id = _next_call_id()
+            call_id = next_call_id()
             counts, frames = type_frames(request_arrays(sig, cols, a, b))
             content = {
                 "call_id": call_id,
@@ -331,4 +329,4 @@ class TypedCalls:
         return f"<typed calls of {self._view!r}: {', '.join(sorted(self._signatures.by_name)) or 'none known yet'}>"
 
 
-__all__ = ["MAX_CALLS_PER_MESSAGE", "Chunk", "TypedCalls", "TypedFunction", "TYPES"]
+__all__ = ["MAX_CALLS_PER_MESSAGE", "TypedCalls", "TypedFunction", "columns_of", "request_arrays"]

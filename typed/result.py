@@ -120,6 +120,13 @@ def join_chunks(sig: TypedSignature, chunks: list[list[Any]]) -> Any:
     return cols[0] if len(cols) == 1 else tuple(cols)
 
 
+def empty_outputs(sig: TypedSignature) -> Any:
+    """The value of a call with no calls in it (every column empty)."""
+    return join_chunks(
+        sig, [[[] if p.type == "string" else np.empty(0, p.type) for p in sig.outputs]]
+    )
+
+
 class TypedResult(AsyncResult):
     """Results of one typed call over one or several messages (chunks)."""
 

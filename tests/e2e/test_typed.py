@@ -171,6 +171,7 @@ def test_bad_columns_fail_before_anything_is_sent(rc, monkeypatch):
         dv.typed.fxyz([1.0], ["a"], 1.0)
     with pytest.raises(ValueError, match="argument 'x' has 2 values but 'z' has 3"):
         dv.typed.fxyz([1.0, 2.0], 1.0, [1.0, 2.0, 3.0])
+    assert dv.typed.fxyz([], 1.0, 1.0).dtype == np.float64  # no calls: nothing to send
     assert sent == []
     with pytest.raises(AttributeError, match="no typed function 'nope'"):
         dv.typed.nope(1.0)
