@@ -13,8 +13,10 @@ appends one JSON line to bench/results.jsonl unless ``--json-out ''``.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
+import platform
 import statistics
 import subprocess
 import sys
@@ -184,9 +186,13 @@ def main(argv: list[str] | None = None) -> int:
             n = args.applies if key == "apply" else args.calls
             print(f"  {key:<26} {v['best']:>14,.0f} / {v['median']:>14,.0f}   ({n:,} calls)")
     if args.json_out:
+        from .__main__ import git_commit
+
         row = {
             "bench": "typed",
-            "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "commit": git_commit(),
+            "machine": f"{platform.machine()} {os.cpu_count()} cpus, Python {platform.python_version()}",
             "calls": args.calls,
             **figures,
         }
