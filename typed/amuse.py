@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from zpar.errors import RemoteProtocolError
+from zpar.errors import EngineError, RemoteProtocolError
 
 from .client import MAX_CALLS_PER_MESSAGE, chunks_of, columns_of, next_call_id, request_arrays
 from .codec import (
@@ -254,10 +254,22 @@ class AmuseWorker:
         n = b - a
         arrays = request_arrays(sig, cols, a, b)
         call_id = next_call_id() % 1000  # AMUSE's call ids stay small
-        send_amuse(
-            self.sock, AmuseHeader(call_id, sig.function_id, n, amuse_counts(arrays)), arrays
-        )
-        h, out, _units = recv_amuse(self.sock)
+        try:
+            send_amuse(
+                self.sock, AmuseHeader(call_id, sig.function_id, n, amuse_counts(arrays)), arrays
+            )
+            h, out, _units = recv_amuse(self.sock)
+        except (ConnectionError, OSError) as e:
+            self.sock.close()
+            self.sock = None
+            try:
+                code = self.process.wait(5)
+            except subprocess.TimeoutExpired:
+                code = None
+            raise EngineError(
+                f"the AMUSE worker {self.process.args[0]} was lost during {sig.name} ({e}); "
+                f"its exit code: {code}"
+            ) from None
         if h.call_id != call_id or h.function_id != sig.function_id:
             raise RemoteProtocolError(
                 "AMUSE reply mismatch",

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from zpar.errors import EngineError
 from zpar.typed import AmuseWorker
 from zpar.typed.amuse import MODULES_ENV, handle_amuse
 from zpar.typed.codec import AmuseHeader, amuse_counts
@@ -58,6 +59,16 @@ def test_zpar_drives_a_zpar_amuse_worker():
             w.missing(1.0)
         assert w.add(1.0, 2.0)[1].tolist() == [3.0]  # still serving
     assert w.process.returncode == 0  # function id 0 stopped it
+
+
+def test_a_worker_lost_during_a_call_is_an_engine_error():
+    with AmuseWorker([str(WORKER)], env=worker_env()) as w:
+        w.declare("exit_now", args=[("code", "int32")], returns="int32")
+        with pytest.raises(EngineError, match="lost during exit_now .* exit code: 3"):
+            w.exit_now(3)
+        with pytest.raises(RuntimeError, match="stopped"):
+            w.exit_now(3)
+    assert w.process.returncode == 3
 
 
 def test_zpar_cli_runs_the_same_worker():

@@ -26,3 +26,10 @@ def twice(n, s):
 @zpar.typed_function(args=[("s", "string"), ("b", "bool")], returns="string")
 def shout(s, b):
     return s.upper() + ("!" if b else "")
+
+
+@zpar.typed_function(args=[("code", "int32")], returns="int32")
+def exit_now(code):
+    import os
+
+    os._exit(code)
