@@ -184,6 +184,15 @@ def test_id_clash_at_registration(rc):
         dv.typed.register(fails_at_7, args=XYZ, returns="float64", name="second", function_id=777)
 
 
+def test_a_typed_result_read_back_from_the_hub_is_its_type_arrays(rc):
+    e0 = rc[0]
+    e0.typed.register(fxyz, args=XYZ, returns="float64", vectorized=True)
+    ar = e0.typed.fxyz([1.0, 2.0], 1.0, 1.0, block=False)
+    ar.get()
+    stored = rc.get_result(ar.msg_ids[0]).get(timeout=30)
+    assert set(stored) == {"float64"} and stored["float64"].tolist() == [2.0, 3.0]
+
+
 def test_blocking_call_to_one_engine_goes_by_the_calling_thread(rc, monkeypatch):
     sent = []
     real_call = rc._direct_caller.call
