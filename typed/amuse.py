@@ -37,6 +37,7 @@ from .codec import (
     AMUSE_HEADER_SIZE,
     TYPES,
     AmuseHeader,
+    CodecError,
     amuse_array,
     amuse_body,
     amuse_body_sizes,
@@ -76,8 +77,20 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return bytes(buf)
 
 
+class BadBody(Exception):
+    """A message read whole whose content does not decode: it can be answered."""
+
+    def __init__(self, header: AmuseHeader, reason: str) -> None:
+        super().__init__(reason)
+        self.header = header
+
+
 def recv_amuse(sock: socket.socket) -> tuple[AmuseHeader, dict[str, Any], np.ndarray]:
-    """One message: its header, its arrays by type, its units (float64, maybe empty)."""
+    """One message: its header, its arrays by type, its units (float64, maybe empty).
+
+    CodecError: the stream cannot be followed any further (a bad header or lengths);
+    BadBody: the message was read whole but a string is not UTF-8.
+    """
     h = unpack_amuse_header(_recv_exact(sock, AMUSE_HEADER_SIZE))
     arrays: dict[str, Any] = {}
     units = np.empty(0)
@@ -85,10 +98,18 @@ def recv_amuse(sock: socket.socket) -> tuple[AmuseHeader, dict[str, Any], np.nda
     for what, size in amuse_body_sizes(h):
         if what == "string_lengths":
             lengths = np.frombuffer(_recv_exact(sock, size), dtype=np.int32)
+            if (lengths < 0).any():
+                raise CodecError(f"negative string length in {lengths.tolist()[:10]}")
         elif what == "string_chars":
             assert lengths is not None
             total = int(lengths.astype(np.int64).sum()) + len(lengths)
-            arrays["string"] = decode_strings(lengths, _recv_exact(sock, total))
+            data = _recv_exact(sock, total)
+            try:
+                arrays["string"] = decode_strings(lengths, data)
+            except CodecError as e:
+                if h.units:  # the units come after the strings: read them, to keep in step
+                    _recv_exact(sock, 8 * h.units)
+                raise BadBody(h, str(e)) from None
         elif what == "units":
             units = amuse_array(what, _recv_exact(sock, size))
         else:
@@ -141,6 +162,22 @@ def serve_amuse(port: int, host: str = "127.0.0.1", registry: Registry = REGISTR
             except ConnectionError as e:
                 log.warning("amuse worker: %s; exiting", e)
                 return 1
+            except CodecError as e:
+                log.error(
+                    "amuse worker: unreadable message (%s): cannot follow the stream; exiting", e
+                )
+                return 1
+            except BadBody as e:
+                h = e.header
+                err = {"string": [f"bad request: {e}"]}
+                send_amuse(
+                    sock,
+                    AmuseHeader(
+                        h.call_id, h.function_id, h.call_count, amuse_counts(err), error=True
+                    ),
+                    err,
+                )
+                continue
             if h.function_id == STOP_FUNCTION_ID:
                 send_amuse(sock, AmuseHeader(h.call_id, h.function_id, h.call_count), {})
                 log.info("amuse worker: stop requested")

@@ -74,14 +74,17 @@ def decode_strings(lengths: np.ndarray, data: Any) -> list[str]:
     total = int(np.asarray(lengths, dtype=np.int64).sum()) + n
     if len(data) != total or (lengths < 0).any():
         raise CodecError(f"{n} strings of {total} bytes in all expected, got {len(data)} bytes")
-    if data.count(b"\0") == n:  # no NUL inside a string: one split does it
-        parts = data.split(b"\0")[:n]
-        if all(len(p) == k for p, k in zip(parts, lengths.tolist(), strict=True)):
-            return [p.decode("utf-8") for p in parts]
-    out, begin = [], 0
-    for k in lengths.tolist():
-        out.append(data[begin : begin + k].decode("utf-8"))
-        begin += k + 1
+    try:
+        if data.count(b"\0") == n:  # no NUL inside a string: one split does it
+            parts = data.split(b"\0")[:n]
+            if all(len(p) == k for p, k in zip(parts, lengths.tolist(), strict=True)):
+                return [p.decode("utf-8") for p in parts]
+        out, begin = [], 0
+        for k in lengths.tolist():
+            out.append(data[begin : begin + k].decode("utf-8"))
+            begin += k + 1
+    except UnicodeDecodeError as e:
+        raise CodecError(f"a string is not UTF-8: {e}") from None
     return out
 
 

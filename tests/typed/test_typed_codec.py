@@ -127,9 +127,11 @@ def test_strings_with_an_embedded_nul_still_decode_by_length():
     assert decode_strings(lengths, data) == ["a\0b", "c"]
 
 
-def test_strings_of_the_wrong_size_are_refused():
+def test_strings_of_the_wrong_size_or_not_utf8_are_refused():
     with pytest.raises(CodecError):
         decode_strings(np.array([3], dtype=np.int32), b"ab\x00")
+    with pytest.raises(CodecError, match="not UTF-8"):
+        decode_strings(np.array([2], dtype=np.int32), b"\xff\xfe\x00")
 
 
 def test_v02_header_golden_bytes():

@@ -5,6 +5,7 @@ AMUSE's own client and a worker AMUSE generates in test_typed_amuse.py."""
 from __future__ import annotations
 
 import os
+import struct
 import sys
 from pathlib import Path
 
@@ -12,9 +13,9 @@ import numpy as np
 import pytest
 
 from zpar.errors import EngineError
-from zpar.typed import AmuseWorker
-from zpar.typed.amuse import MODULES_ENV, handle_amuse
-from zpar.typed.codec import AmuseHeader, amuse_counts
+from zpar.typed import AmuseWorker, function_id_for
+from zpar.typed.amuse import MODULES_ENV, handle_amuse, recv_amuse
+from zpar.typed.codec import AmuseHeader, amuse_counts, pack_amuse_header
 from zpar.typed.registry import Registry
 from zpar.typed.result import RemoteCallError
 from zpar.typed.signature import TypedSignature
@@ -69,6 +70,27 @@ def test_a_worker_lost_during_a_call_is_an_engine_error():
         with pytest.raises(RuntimeError, match="stopped"):
             w.exit_now(3)
     assert w.process.returncode == 3
+
+
+def test_bad_input_is_answered_or_ends_the_worker_cleanly():
+    with AmuseWorker([str(WORKER)], env=worker_env()) as w:
+        declare(w)
+        fid = function_id_for("shout")
+        # a string that is not UTF-8: read whole, answered with the error flag
+        w.sock.sendall(
+            pack_amuse_header(AmuseHeader(5, fid, 1, (0, 0, 0, 0, 1, 1)))
+            + b"\x01"
+            + struct.pack("<i", 2)
+            + b"\xff\xfe\x00"
+        )
+        h, out, _ = recv_amuse(w.sock)
+        assert h.error and h.call_id == 5 and "not UTF-8" in out["string"][0]
+        assert w.shout("a", True).tolist() == ["A!"]  # still in step, still serving
+        # a header in the other byte order: the stream cannot be followed, the worker ends
+        w.sock.sendall(b"\x01" + pack_amuse_header(AmuseHeader(6, fid, 1))[1:])
+        assert w.process.wait(30) == 1
+        w.sock.close()
+        w.sock = None
 
 
 def test_zpar_cli_runs_the_same_worker():
