@@ -151,6 +151,15 @@ class TypedResult(AsyncResult):
             return values
         return join_chunks(self._sig, values)
 
+    def _collect(self) -> list[Any]:
+        """Every chunk's columns; a failed chunk raises its own error, the earliest one (a
+        typed call is one call to its user, not a CompositeError of messages)."""
+        values = [self._value_or_error(f) for f in self._futures]
+        for v in values:
+            if isinstance(v, Exception):
+                raise v
+        return values
+
     def _value_or_error(self, f: concurrent.futures.Future) -> Any:  # type: ignore[override]
         try:
             exc = f.exception()
