@@ -6,7 +6,9 @@ throwaway virtualenv, as scripts/pg_test_server.sh provides PostgreSQL):
 - (a) AMUSE's PythonCodeInterface(channel_type="sockets") starts `zpar-amuse-worker` as its
   worker and calls zpar-registered functions unchanged;
 - (b) zpar's AmuseWorker drives a community-code worker AMUSE generates (amusifier --type=c)
-  and g++ compiles without MPI.
+  and g++ compiles without MPI, and AMUSE's own Python worker (PythonImplementation's
+  sockets loop, with a stand-in for the mpi4py it imports but does not use there), which
+  dies on an unknown function id.
 
 Skipped only when the AMUSE install itself fails, with its error as the reason.
 Set ZPAR_AMUSE_ENV_DIR to keep the build between runs.
@@ -24,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from zpar.errors import EngineError
 from zpar.typed import AmuseWorker, function_id_for
 from zpar.typed.amuse import MODULES_ENV
 from zpar.typed.codec import AmuseHeader, amuse_body, amuse_counts, pack_amuse_header
@@ -297,3 +300,87 @@ def test_zpar_drives_an_amuse_generated_c_worker(c_worker):
         with pytest.raises(RemoteCallError):
             w.not_in_the_worker(1)
     assert w.process.returncode == 0  # function id 0 stopped it
+
+
+MPI_STUB = '''
+"""Stand-in for mpi4py: amuse.rfi.python_code imports it at import time; its sockets path
+(PythonImplementation.start_socket) never uses it, and the --no-deps install lacks it."""
+
+
+class _NoMPI:
+    def __getattr__(self, name):
+        raise RuntimeError(f"MPI.{name}: MPI is not available in this test")
+
+
+MPI = _NoMPI()
+'''
+
+AMUSE_PYTHON_WORKER = """
+import sys
+from amuse.rfi.core import PythonCodeInterface, legacy_function, LegacyFunctionSpecification
+from amuse.rfi.python_code import PythonImplementation
+
+class Impl:
+    def add(self, x, y, z):
+        z.value = x + y
+        return 0
+
+    def twice(self, n, s, k):
+        n.value = 2 * n.value
+        k.value = len(s)
+        return 7
+
+class Iface(PythonCodeInterface):
+    @legacy_function
+    def add():
+        f = LegacyFunctionSpecification()
+        f.addParameter("x", dtype="float64", direction=f.IN)
+        f.addParameter("y", dtype="float64", direction=f.IN)
+        f.addParameter("z", dtype="float64", direction=f.OUT)
+        f.result_type = "int32"
+        f.can_handle_array = True
+        return f
+
+    @legacy_function
+    def twice():
+        f = LegacyFunctionSpecification()
+        f.addParameter("n", dtype="int64", direction=f.INOUT)
+        f.addParameter("s", dtype="string", direction=f.IN)
+        f.addParameter("k", dtype="int32", direction=f.OUT)
+        f.result_type = "int32"
+        f.can_handle_array = True
+        return f
+
+if __name__ == "__main__":
+    # what AMUSE's python_code_script.template runs for sockets without MPI
+    PythonImplementation(Impl(), Iface).start_socket(int(sys.argv[1]), sys.argv[2])
+"""
+
+
+def test_zpar_drives_amuses_own_python_worker_which_dies_on_an_unknown_id(amuse_python, tmp_path):
+    (tmp_path / "mpi4py").mkdir()
+    (tmp_path / "mpi4py" / "__init__.py").write_text(MPI_STUB)
+    (tmp_path / "pyworker.py").write_text(textwrap.dedent(AMUSE_PYTHON_WORKER))
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    with AmuseWorker([amuse_python, str(tmp_path / "pyworker.py")], env=env) as w:
+        w.declare(
+            "add",
+            args=[("x", "float64"), ("y", "float64"), ("z", "float64", "out")],
+            returns="int32",
+        )
+        w.declare(
+            "twice",
+            args=[("n", "int64", "inout"), ("s", "string"), ("k", "int32", "out")],
+            returns="int32",
+        )
+        rc, z = w.add(np.arange(3.0), 1.0)
+        assert rc.tolist() == [0, 0, 0] and z.tolist() == [1.0, 2.0, 3.0]
+        rc, n, k = w.twice([1, 2**40], ["ab", "é"])
+        assert n.tolist() == [2, 2**41] and rc.tolist() == [7, 7]
+        assert k.tolist() == [2, 1]  # AMUSE decodes zpar's byte lengths right: len("é") == 1
+        w.declare("not_in_the_worker", args=[("x", "int32")], returns="int32")
+        # AMUSE's worker builds its error text as "unknown function id " + numpy.int32: a
+        # TypeError that kills it (zpar's worker answers and keeps serving)
+        with pytest.raises(EngineError, match="exit code: 1"):
+            w.not_in_the_worker(1)
+    assert w.process.returncode == 1
