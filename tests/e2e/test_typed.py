@@ -177,6 +177,17 @@ def test_bad_columns_fail_before_anything_is_sent(rc, monkeypatch):
         dv.typed.nope(1.0)
 
 
+def test_register_as_a_decorator(rc):
+    dv = rc[:]
+
+    @dv.typed.register(args=[("s", "string"), ("n", "int32")], returns="string")
+    def repeat(s, n):
+        return s * n
+
+    assert repeat(["ab", "é"], 2).tolist() == ["abab", "éé"]
+    assert repeat.signature.function_id == function_id_for("repeat")
+
+
 def test_id_clash_at_registration(rc):
     dv = rc[:]
     dv.typed.register(fxyz, args=XYZ, returns="float64", name="first", function_id=777)
