@@ -104,7 +104,9 @@ class DirectCaller:
             while not fut.done():
                 if not sock.poll(POLL_MS):
                     continue
-                msg = checker.feed_lazy(recv_message(sock, zmq.NOBLOCK), where="direct call")
+                msg = checker.feed_lazy(
+                    recv_message(sock, zmq.NOBLOCK), where="direct call", private=True
+                )
                 if msg is None:
                     continue
                 if msg.parent_msg_id != msg_id:  # the reply to a call interrupted earlier

@@ -174,7 +174,9 @@ class ClientIO:
                 f.engine_uuid = u  # type: ignore[attr-defined]
                 self._by_engine.setdefault(u, set()).add(msg_id)
             self._pending[msg_id] = futs  # type: ignore[assignment]
-            fut.zpar_broadcast = futs  # type: ignore[attr-defined]
+            # a copy: the I/O thread pops from futs as replies come, maybe before the
+            # caller has read it
+            fut.zpar_broadcast = dict(futs)  # type: ignore[attr-defined]
             self._outbox.append((channel, frames, fut))
             self._wake()
             return fut
@@ -207,7 +209,7 @@ class ClientIO:
         _, frames = self.session.serialize(
             MsgType.TASK_OUTCOMES, {"outcomes": outcomes}, packb=self._packb
         )
-        sock.send_multipart(frames)
+        send_frames(sock, frames)
 
     def call_soon(self, fn: Callable[[], None]) -> None:
         """Run fn in the I/O thread (for work that touches sockets)."""
@@ -317,6 +319,8 @@ class ClientIO:
             return self._on_notification
         if sock is self._sockets.get("iopub"):
             return self._on_iopub
+        if sock in self._direct.values():
+            return self._on_direct_reply
         return self._on_reply
 
     def _drain(self, sock: zmq.Socket, handler: Callable[[zmq.Socket], None]) -> None:
@@ -368,9 +372,13 @@ class ClientIO:
             self._sockets.pop(f"direct:{uuid}", None)
             sock.close(linger=0)
 
-    def _on_reply(self, sock: zmq.Socket) -> None:
+    def _on_direct_reply(self, sock: zmq.Socket) -> None:
+        """A reply on an engine's own ipc socket (private: see wire.Session.serialize)."""
+        self._on_reply(sock, private=True)
+
+    def _on_reply(self, sock: zmq.Socket, private: bool = False) -> None:
         frames = recv_message(sock, zmq.NOBLOCK)
-        msg = self.session.feed_lazy(frames, where="client")
+        msg = self.session.feed_lazy(frames, where="client", private=private)
         if msg is None:
             return
         msg_id = msg.parent_msg_id

@@ -30,13 +30,19 @@ from typing import Any
 import zmq
 
 from zpar.connection import ConnectionInfo
-from zpar.constants import HUB_TIMEOUT, STORE_RESULT_LIMIT
-from zpar.errors import LocalProtocolError, TimeoutError
+from zpar.constants import HUB_TIMEOUT
+from zpar.errors import LocalProtocolError, RemoteProtocolError, TimeoutError
 from zpar.logs import setup_logging
 from zpar.messages import MON_MUX_IN, MON_MUX_OUT, MsgType, RegistrationReply, Status
 from zpar.sockets import configure, recv_monitor_event
 from zpar.transport import choose, direct_address, direct_dir
-from zpar.wire import Message, Session, recv_message, send_frames
+from zpar.wire import (
+    Message,
+    Session,
+    checkable_copy,
+    recv_message,
+    send_frames,
+)
 
 from .heart import Heart
 from .kernel import Kernel, Reply
@@ -57,10 +63,6 @@ MIN_CONTROLLER_SILENCE = 5.0
 
 class Stop(BaseException):
     """Raised by the SIGTERM handler inside user code; never caught as a task error."""
-
-
-def _nbytes(b: Any) -> int:
-    return b.nbytes if isinstance(b, memoryview) else len(b)
 
 
 def connect_and_wait(pairs: Sequence[tuple[zmq.Socket, str]], timeout: float) -> None:
@@ -271,13 +273,30 @@ class Engine:
         where = "mux" if sock is self.mux else "task" if sock is self.task else "direct"
         self._handle(sock, recv_message(sock), where)
 
+    def _receive(self, sock: zmq.Socket, frames: list[Any], where: str) -> Message | None:
+        """Check a request: signed, every field sound, and bound to this engine (a request
+        captured on its way to another engine, or placed by no scheduler, is refused)."""
+        msg = self.session.feed(frames, where, private=sock is self.direct)
+        if msg is None:
+            return None
+        if msg.dest != self.uuid:  # every request to an engine names the engine it is for
+            self.session._refuse(
+                RemoteProtocolError(
+                    "misrouted", f"{msg.msg_type} {msg.msg_id} is bound to {msg.dest!r}"
+                ),
+                where,
+            )
+            return None
+        return msg
+
     def _handle(self, sock: zmq.Socket, frames: list[Any], where: str) -> None:
-        msg = self.session.feed(frames, where)
+        msg = self._receive(sock, frames, where)
         if msg is None:
             return
         if sock is self.direct and self.monitor is not None and msg.idents:
             # what the relay's monitor would have told the hub (headers, no buffers)
-            self.monitor.put([MON_MUX_IN, self.ident, msg.idents[0], *msg.frames[:6]])
+            copy = checkable_copy(msg.frames, detach=True)
+            self.monitor.put([MON_MUX_IN, self.ident, msg.idents[0], *copy])
         assert self.kernel is not None
         self._busy = True
         try:
@@ -309,7 +328,7 @@ class Engine:
             if sock is None:
                 continue
             while sock.get(zmq.EVENTS) & zmq.POLLIN:
-                msg = self.session.feed(recv_message(sock), where)
+                msg = self._receive(sock, recv_message(sock), where)
                 reply = None if msg is None else self.kernel.aborted_reply(msg)
                 if msg is not None and reply is not None:
                     self._send(sock, msg, reply)
@@ -318,18 +337,21 @@ class Engine:
 
     def _send(self, sock: zmq.Socket, msg: Message, reply: Reply) -> None:
         try:
+            direct = sock is self.direct
             _, frames = self.session.serialize(
-                reply.msg_type, reply.content, parent=msg.header, metadata=reply.metadata
+                reply.msg_type,
+                reply.content,
+                parent=msg.header,
+                metadata=reply.metadata,
+                buffers=reply.buffers,
+                private=direct,
             )
-            send_frames(sock, [*msg.idents, *frames, *reply.buffers])
-            if sock is self.direct and self.monitor is not None and msg.idents:
+            send_frames(sock, [*msg.idents, *frames])
+            if direct and self.monitor is not None and msg.idents:
                 # for the hub's store: the result too, unless it is too big to keep there
                 # (copied: the thread sends them later, the result's memory may change by then)
-                bufs = reply.buffers
-                if sum(map(_nbytes, bufs)) > STORE_RESULT_LIMIT:
-                    bufs = []
-                bufs = [b if type(b) is bytes else bytes(b) for b in bufs]
-                self.monitor.put([MON_MUX_OUT, msg.idents[0], self.ident, *frames, *bufs])
+                copy = checkable_copy(frames, large=True, detach=True)
+                self.monitor.put([MON_MUX_OUT, msg.idents[0], self.ident, *copy])
         except LocalProtocolError as e:  # e.g. output that msgpack cannot encode
             log.error("cannot send the %s to %s: %s", reply.msg_type, msg.msg_id, e)
             content = {

@@ -12,6 +12,7 @@ import zmq
 
 from zpar.constants import HUB_TIMEOUT
 from zpar.errors import TimeoutError, ZparError
+from zpar.launchers.mpirank import mpi_rank
 from zpar.messages import MsgType, RegistrationReply, Status
 from zpar.sockets import configure
 from zpar.wire import Session
@@ -43,6 +44,7 @@ def register(
             "hostname": socket.gethostname(),
             "pid": os.getpid(),
             "id": requested_id,
+            "rank": mpi_rank(),
         }
         header = session.send(sock, MsgType.REGISTRATION_REQUEST, request)
         deadline = time.monotonic() + timeout

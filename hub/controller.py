@@ -34,6 +34,8 @@ from zpar.constants import (
 )
 from zpar.errors import ZparError
 from zpar.memory import Trimmer
+from zpar.messages import MON_SCHEDULER, MsgType
+from zpar.monitor import split_monitor
 from zpar.sockets import bind_random, configure
 from zpar.wire import Session
 
@@ -194,11 +196,11 @@ class Controller:
                 )
             if not monitor.poll(100):
                 continue
-            frames = monitor.recv_multipart()
-            if frames[0] != b"sched":
+            kind, frames = split_monitor(monitor.recv_multipart())
+            if kind != MON_SCHEDULER:
                 continue
-            msg = session.feed(frames[1:], "monitor (scheduler start-up)")
-            if msg is not None and msg.msg_type == "scheduler_ready":
+            msg = session.feed(frames, "monitor (scheduler start-up)")
+            if msg is not None and msg.msg_type == MsgType.SCHEDULER_READY:
                 log.info("task scheduler ready: %s", msg.content)
                 key_file.unlink(missing_ok=True)
                 return msg.content

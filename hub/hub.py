@@ -16,6 +16,7 @@ from typing import Any
 import zmq
 
 from zpar.constants import REGISTRATION_TIMEOUT, SIGNAL_SUFFIX, STORE_RESULT_LIMIT, WELCOME
+from zpar.errors import RemoteProtocolError
 from zpar.messages import (
     MON_CONTROL_IN,
     MON_CONTROL_OUT,
@@ -24,22 +25,23 @@ from zpar.messages import (
     MON_SCHEDULER,
     MON_TASK_BATCH,
     MON_TASK_RESULT,
-    TASK_DEST,
-    TASK_IN,
-    TASK_OUT,
-    TASK_RETRY,
     MsgType,
     Status,
 )
-from zpar.wire import Message, Session, split_idents, unpack
+from zpar.monitor import TaskDest, TaskIn, TaskOut, TaskRetry, split_monitor, unpack_batch
+from zpar.wire import Message, Session, routing
 
-from . import queries
+from . import launcherqueries, queries
 from .heartmonitor import HeartMonitor
 from .recorder import StoreWriter
 from .records import TaskTable
 from .store import LOST_IN_RESTART, MemoryStore, TaskStore
 
 log = logging.getLogger(__name__)
+
+#: Large results (over STORE_INLINE_LIMIT) held until their TaskOut event arrives; a batch
+#: interval's worth at most, so the oldest beyond this are surely orphans.
+LARGE_RESULTS_HELD = 256
 
 
 @dataclass(slots=True)
@@ -50,6 +52,7 @@ class EngineRecord:
     pid: int = 0
     registered: float = 0.0
     deadline: float = 0.0  # for a pending registration: when it is dropped
+    rank: int = -1  # MPI rank, when its launcher was mpiexec
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +104,10 @@ class Hub:
                 LOST_IN_RESTART,
             )
         self.stopping = False
+        # relay and engine copies are checked like any message, against a replay guard of
+        # their own (a request's copy and the request itself are one message)
+        self.copies = session.for_thread()
+        self._large_results: dict[str, list[Any]] = {}  # msg_id -> buffers, until its TaskOut
         #: called with the scheduler_ready content (the controller's start-up waits on it)
         self.on_scheduler_ready: Callable[[dict[str, Any]], None] | None = None
         self._queries: dict[str, Callable[[Message], Any]] = {
@@ -113,6 +120,9 @@ class Hub:
             MsgType.HUB_HISTORY_REQUEST: lambda m: queries.hub_history(self, m),
             MsgType.SHUTDOWN_HUB_REQUEST: self._shutdown_hub_request,
             MsgType.SIGNAL_REQUEST: self._signal_request,
+            # issue 18: launchers
+            MsgType.ENGINE_EXITED_REQUEST: lambda m: launcherqueries.engine_exited(self, m),
+            MsgType.ENGINE_INFO_REQUEST: lambda m: launcherqueries.engine_info(self, m),
         }
         self._monitor_handlers: dict[bytes, Callable[[list[Any]], None]] = {
             MON_MUX_IN: self._mux_in,
@@ -134,6 +144,7 @@ class Hub:
                 return
             msg = self.session.feed(frames, "hub query socket")
             if msg is None:
+                self._answer_refusal(frames)
                 continue
             handler = self._queries.get(msg.msg_type)
             reply_type = _reply_type(msg.msg_type)
@@ -177,14 +188,30 @@ class Hub:
                 frames = self.monitor.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 return
-            handler = self._monitor_handlers.get(frames[0].bytes)
+            kind, rest = split_monitor(frames)
+            handler = self._monitor_handlers.get(kind)
             if handler is None:
-                log.warning("unknown monitor message %r ignored", frames[0].bytes[:32])
+                log.warning("unknown monitor message %r ignored", kind[:32])
                 continue
             try:
-                handler(frames)
+                handler(rest)
             except Exception as e:  # garbage on the monitor must not kill the hub
-                log.warning("malformed %r monitor message ignored: %s", frames[0].bytes, e)
+                log.warning("malformed %r monitor message ignored: %s", kind, e)
+
+    def _answer_refusal(self, frames: list[Any]) -> None:
+        """A peer of another protocol version is told so, naming both versions; anything
+        else refused is never answered."""
+        refusal = self.session.last_refusal
+        framed = routing(frames)
+        if refusal is None or refusal.reason != "version" or framed is None:
+            return
+        self.session.last_refusal = None
+        self.session.send(
+            self.query,
+            MsgType.CONNECTION_REPLY,
+            {"status": Status.ERROR, "evalue": str(refusal)},
+            idents=framed[0],
+        )
 
     # -- queries ------------------------------------------------------------------------------
 
@@ -206,6 +233,7 @@ class Hub:
         rec = EngineRecord(
             eid, uuid, hostname, pid, deadline=time.monotonic() + self.registration_timeout
         )
+        rec.rank = c.get("rank", -1) if isinstance(c.get("rank"), int) else -1
         self.pending[key] = rec
         log.info("engine %d (uuid %s, %s pid %d) registering", eid, uuid, rec.hostname, rec.pid)
         return {"status": Status.OK, "id": eid, **self.addresses.engine}
@@ -346,52 +374,78 @@ class Hub:
 
     # -- monitor ------------------------------------------------------------------------------
 
+    def _copy(self, frames: list[Any], where: str) -> Message | None:
+        """A relay's or an engine's copy of a message, checked as its receiver checks it
+        (the small result buffers the store keeps included); None if refused."""
+        framed = routing(frames)
+        if framed is None or len(framed[0]) != 2:
+            log.warning("%s copy without two identities dropped", where)
+            return None
+        # the signature covers the small buffers; large ones are checked below when stored
+        return self.copies.feed(frames, where, buffers=False, private=True)
+
     def _mux_in(self, frames: list[Any]) -> None:
-        # [mux_in, engine_uuid, client_ident, DELIM, sig, header, parent, metadata, content…]
-        idents, msg = split_idents(frames[1:])
-        header = unpack(msg[2])
-        engine = idents[0].decode("ascii", "replace") if idents else None
-        client = idents[1] if len(idents) > 1 else b""
-        self.tasks.submitted(header, "mux", client, engine)
+        # [engine_uuid, client_ident, <ZPAR|MSG>, signature, envelope] (no buffers)
+        msg = self._copy(frames, "monitor (mux in)")
+        if msg is None:
+            return
+        engine, client = msg.idents
+        engine_uuid = engine.decode("ascii", "replace")
+        if msg.dest != engine_uuid:
+            return  # not for this engine: refused there, so not recorded here
+        self.tasks.submitted(msg.header, "mux", client, engine_uuid)
 
     def _mux_out(self, frames: list[Any]) -> None:
-        # [mux_out, client_ident, engine_uuid, DELIM, sig, header, parent, metadata, content…]
-        idents, msg = split_idents(frames[1:])
-        parent = unpack(msg[3])
-        metadata = unpack(msg[4])
-        engine = idents[1].decode("ascii", "replace") if len(idents) > 1 else None
-        msg_id = parent.get("msg_id")
-        if msg_id is not None:
-            content = unpack(msg[5]) if len(msg) > 5 else None
-            self.tasks.finished(msg_id, engine, metadata, str(metadata.get("status", "")), content)
-            self._result_buffers(msg_id, msg[6:])
+        # [client_ident, engine_uuid, <ZPAR|MSG>, signature, envelope, buffers…]
+        msg = self._copy(frames, "monitor (mux out)")
+        if msg is None:
+            return
+        engine = msg.idents[1].decode("ascii", "replace")
+        msg_id = msg.parent_header.get("msg_id")
+        if msg_id is None or msg.parent_header.get("dest") != engine:
+            return  # an answer to nothing, or from an engine the request was not bound to
+        metadata = dict(msg.metadata)
+        status = str(metadata.get("status", ""))
+        buffers = msg.buffers if len(msg.buffers) == len(msg.tags) else []  # large left out
+        if buffers:
+            try:
+                self.copies.check_buffers(msg.tags, buffers, private=True)
+            except RemoteProtocolError as e:
+                self.copies._refuse(e, "monitor (mux out)")
+                return
+        if self.tasks.finished(msg_id, engine, metadata, status, msg.content):
+            self._result_buffers(msg_id, buffers)
 
     def _task_batch(self, frames: list[Any]) -> None:
-        # [task_batch, msgpack list of events] (zpar.messages: TASK_IN / TASK_DEST / TASK_OUT)
+        # [msgpack list of events] (zpar.monitor: TaskIn / TaskDest / TaskOut / TaskRetry)
         tasks = self.tasks
-        for event in unpack(frames[1]):
-            kind = event[0]
-            if kind == TASK_DEST:
-                tasks.assigned(event[1], _text(event[2]))
-            elif kind == TASK_IN:
-                tasks.submitted(event[2], "task", event[1], None, unpack(event[3]))
-            elif kind == TASK_OUT:
-                metadata = unpack(event[4])
-                engine = _text(event[1]) or None
-                content = unpack(event[5]) if len(event) > 5 else None
+        for event in unpack_batch(frames[0]):
+            if isinstance(event, TaskDest):
+                tasks.assigned(event.msg_id, event.engine)
+            elif isinstance(event, TaskIn):
+                tasks.submitted(event.header, "task", event.client, None, event.metadata)
+            elif isinstance(event, TaskOut):
+                metadata = dict(event.metadata)
                 status = str(metadata.get("status", ""))
-                tasks.finished(event[3], engine, metadata, status, content)
-                if len(event) > 6 and event[6]:
-                    self._result_buffers(event[3], event[6])
-            elif kind == TASK_RETRY:
-                log.info("task %s retried after %s", event[1], event[3])
-                tasks.retried(event[1])
+                engine = event.engine or None
+                large = self._large_results.pop(event.msg_id, None)
+                if tasks.finished(event.msg_id, engine, metadata, status, event.content):
+                    buffers = event.buffers if event.buffers is not None else large
+                    if buffers:
+                        self._result_buffers(event.msg_id, buffers)
+            elif isinstance(event, TaskRetry):
+                log.info("task %s retried after %s", event.msg_id, event.why)
+                tasks.retried(event.msg_id)
             else:
-                log.warning("unknown task event %r ignored", kind)
+                log.warning("task event ignored: %s", event)
 
     def _task_result(self, frames: list[Any]) -> None:
-        # [task_result, msg_id, buffers…]: a large load-balanced result, for the store
-        self._result_buffers(_text(frames[1]), frames[2:])
+        # [msg_id, buffers…]: a large load-balanced result (the scheduler checked its tags),
+        # sent ahead of its TaskOut event; stored only if that reply finishes the record
+        held = self._large_results
+        held[_text(frames[0])] = frames[1:]
+        while len(held) > LARGE_RESULTS_HELD:
+            del held[next(iter(held))]
 
     def _result_buffers(self, msg_id: Any, buffers: list[Any]) -> None:
         if not buffers or not isinstance(msg_id, str):
@@ -411,7 +465,7 @@ class Hub:
             self.writer.flush()
 
     def _scheduler_message(self, frames: list[Any]) -> None:
-        msg = self.session.feed(frames[1:], "monitor (scheduler)")
+        msg = self.session.feed(frames, "monitor (scheduler)")
         if msg is None:
             return
         if msg.msg_type == MsgType.SCHEDULER_READY and self.on_scheduler_ready is not None:

@@ -102,6 +102,9 @@ class TaskTable:
         if rec is None:
             rec = TaskRecord(msg_id, str(header.get("msg_type", "")), queue)
             self.records[msg_id] = rec
+        elif rec.header:  # submitted already: a second copy (a replay) changes nothing
+            log.warning("second submission of %s ignored", msg_id)
+            return rec
         rec.client = client
         rec.header = header
         rec.msg_type = str(header.get("msg_type", rec.msg_type))
@@ -153,16 +156,28 @@ class TaskTable:
         status: str,
         content: dict[str, Any] | None = None,
     ) -> TaskRecord | None:
+        """Record how a task ended: once, from the engine it was placed on (or the
+        scheduler in its stead). Returns the record if this reply finished it; None for a
+        late, duplicate or misplaced reply, which changes nothing."""
         rec = self.records.get(msg_id)
         if rec is None:
             log.debug("reply to a task the hub never saw submitted: %s", msg_id)
             return None
+        broadcast = rec.metadata.get("broadcast") is not None
         if engine_uuid and engine_uuid != rec.engine_uuid:
+            if not broadcast and rec.engine_uuid is not None:
+                log.warning(
+                    "reply to %s from engine %s ignored: it ran on %s",
+                    msg_id,
+                    engine_uuid,
+                    rec.engine_uuid,
+                )
+                return None
             # a broadcast: each engine's reply clears that engine's pending index
             for index in (self.queued, self.tasks):
                 index.get(engine_uuid, set()).discard(msg_id)
         if not rec.pending:
-            return rec
+            return None
         if engine_uuid and rec.engine_uuid is None:
             self._assign(rec, engine_uuid)
         self._unindex(rec)

@@ -1,30 +1,37 @@
-"""MUX, control and IOPub relays: C device threads that never need the GIL.
+"""MUX, control and IOPub relays, each a thread of the controller.
 
 ::
 
-    client DEALER ──► ROUTER ══ monitored_queue ══ ROUTER ◄── engine DEALER (identity uuid)
-                                     │ PUSH inproc: [mux_in|ctl_in, engine, client, msg…]
-                                     ▼                [mux_out|ctl_out, client, engine, msg…]
+    client DEALER ──► ROUTER ══ RouterRelay ══ ROUTER ◄── engine DEALER (identity uuid)
+                                     │ PUSH inproc: [mux_in|ctl_in, engine, client, head]
+                                     ▼            [mux_out|ctl_out, client, engine, msg…]
                                hub monitor PULL
     engine PUB ──► XSUB ══ zmq.proxy ══ XPUB ──► client SUB
 
-A ROUTER-ROUTER monitored_queue swaps the first two identities, so a client's
-``[engine_uuid, msg…]`` reaches the engine as ``[client_ident, msg…]`` and the reply comes
-back as ``[engine_uuid, msg…]``. The monitor copies are refcounted by zmq over inproc, not
-copied. The threads end when the context is terminated.
+A ROUTER-ROUTER relay swaps the first two identities, so a client's ``[engine_uuid,
+msg…]`` reaches the engine as ``[client_ident, msg…]`` and the reply comes back as
+``[engine_uuid, msg…]``. pyzmq's monitored_queue did that in C, but read two frames and
+then "the rest" without checking the framing: a one-frame message left it mid-message,
+and the next message (another peer's) was glued on and routed where the first sender
+chose. This relay takes each message whole (recv_multipart), forwards it only if it is
+``[sender, destination, <ZPAR|MSG>, signature, envelope, buffers…]``, and drops anything
+else whole, so a peer can only ever address its own message. Frames are passed on as zmq
+Frames (refcounted, not copied). The threads end when the context is terminated.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 import zmq
-from zmq.devices import monitored_queue
 
 from zpar.messages import MON_CONTROL_IN, MON_CONTROL_OUT, MON_MUX_IN, MON_MUX_OUT
 from zpar.sockets import bind_random, configure
+from zpar.wire import checkable_copy, routing
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +47,65 @@ class Relay:
     #: the same sockets on ipc, for peers on this host (see zpar.transport)
     local_client: str = ""
     local_engine: str = ""
+    #: messages dropped whole for their framing, by side ("client", "engine")
+    dropped: Counter[str] = field(default_factory=Counter)
+
+
+#: Messages a relay moves from one side before looking at the other: bounded, so a flood
+#: from one side cannot starve the other.
+RELAY_BATCH = 256
+
+
+def relay_one(
+    frames: list[Any], out: zmq.Socket, mon: zmq.Socket, prefix: bytes, with_buffers: bool
+) -> bool:
+    """Forward one message received on a ROUTER, identities swapped, and copy it to the
+    hub's monitor (with its buffers only for replies small enough to store); False when
+    its framing is wrong, and it was dropped whole."""
+    framed = routing(frames)
+    if framed is None or len(framed[0]) != 2:
+        return False
+    (sender, dest), msg = framed
+    out.send_multipart([dest, sender, *msg], copy=False)
+    copy = checkable_copy(msg, large=with_buffers)  # Frames: refcounted, not copied
+    mon.send_multipart([prefix, dest, sender, *copy], copy=False)
+    return True
+
+
+def _relay(
+    relay: Relay,
+    front: zmq.Socket,
+    back: zmq.Socket,
+    mon: zmq.Socket,
+    prefixes: tuple[bytes, bytes],
+) -> None:
+    """The relay's loop: client side to engine side and back, until the context ends."""
+    poller = zmq.Poller()
+    poller.register(front, zmq.POLLIN)
+    poller.register(back, zmq.POLLIN)
+    sides = {
+        front: (back, prefixes[0], False, "client"),
+        back: (front, prefixes[1], True, "engine"),
+    }
+    while True:
+        for sock, _ in poller.poll():
+            out, prefix, with_buffers, side = sides[sock]
+            for _ in range(RELAY_BATCH):
+                try:
+                    frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                except zmq.Again:
+                    break
+                if not relay_one(frames, out, mon, prefix, with_buffers):
+                    relay.dropped[side] += 1
+                    log.warning(
+                        "%s relay: a message of %d frame(s) from the %s side is not "
+                        "[sender, destination, delimiter, signature, envelope, buffers…]: "
+                        "dropped whole (%d so far)",
+                        relay.name,
+                        len(frames),
+                        side,
+                        relay.dropped[side],
+                    )
 
 
 def _bind_local(sock: zmq.Socket, ipc_dir: str | None, name: str) -> str:
@@ -73,9 +139,8 @@ def start_queue(
     """A ROUTER-ROUTER relay whose traffic is copied (headers and all) to ``monitor``."""
     front = configure(ctx.socket(zmq.ROUTER))
     back = configure(ctx.socket(zmq.ROUTER))
-    # A message for an engine that is not connected raises inside the device instead of
-    # vanishing... but monitored_queue would stop on the error; so keep ROUTER's default
-    # (drop) and let the client fail the request when the engine's death is announced.
+    # A message for an engine that is not connected is dropped (ROUTER's default); the
+    # client fails the request when the engine's death is announced.
     mon = configure(ctx.socket(zmq.PUSH))
     mon.connect(monitor)
     relay = Relay(name, bind_random(front, ip), bind_random(back, ip))
@@ -83,7 +148,7 @@ def start_queue(
     relay.local_engine = _bind_local(back, ipc_dir, f"{name}-engine")
 
     def run() -> None:
-        monitored_queue(front, back, mon, prefixes[0], prefixes[1])
+        _relay(relay, front, back, mon, prefixes)
 
     relay.thread = threading.Thread(
         target=_run_device, args=(name, run, [front, back, mon]), name=f"zpar-{name}", daemon=True

@@ -28,6 +28,7 @@ from zpar.constants import (
     TASK_SCHEME,
     WILDCARDS,
 )
+from zpar.ownership import RUNDIR_PREFIX, write_rundir_owner
 
 
 @dataclass
@@ -64,7 +65,8 @@ class SchedulerLaunch:
 
 def launch_scheduler(config: ControllerConfig) -> SchedulerLaunch:
     ip, insecure = config.ip, config.insecure
-    rundir = Path(tempfile.mkdtemp(prefix="zpar-"))  # mode 0700
+    rundir = Path(tempfile.mkdtemp(prefix=RUNDIR_PREFIX))  # mode 0700
+    write_rundir_owner(rundir)  # so a sweep can remove it if this controller is SIGKILLed
     key = "" if insecure else secrets.token_hex(32)
     key_file = rundir / "key"
     fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

@@ -17,14 +17,13 @@ import zmq
 from zpar.constants import STORE_INLINE_LIMIT, STORE_RESULT_LIMIT
 from zpar.messages import (
     MON_SCHEDULER,
-    MON_TASK_BATCH,
     MON_TASK_RESULT,
     TASK_BATCH_INTERVAL,
     TASK_BATCH_MAX,
-    TASK_OUT,
 )
+from zpar.monitor import TaskEvent, TaskOut, pack_batch
 from zpar.sockets import configure
-from zpar.wire import frame_bytes, frame_view, pack, send_frames
+from zpar.wire import Message, frame_bytes, send_frames
 
 
 class HubReport:
@@ -36,38 +35,46 @@ class HubReport:
         # start together): retry every 10 ms, not libzmq's default 100
         self.socket.setsockopt(zmq.RECONNECT_IVL, 10)
         self.socket.connect(address)
-        self.events: list[list[Any]] = []
+        self.events: list[TaskEvent] = []
         self.due = 0.0  # when the unsent events must go (monotonic)
         self._sent = 0.0  # when the last batch went
 
     def scheduler_ready(self, frames: list[Any]) -> None:
         self.socket.send_multipart([MON_SCHEDULER, *frames])
 
-    def event(self, event: list[Any]) -> None:
+    def event(self, event: TaskEvent) -> None:
         if not self.events:
             self.due = self._sent + TASK_BATCH_INTERVAL
         self.events.append(event)
         if len(self.events) >= TASK_BATCH_MAX:
             self.flush()
 
-    def task_out(self, uuid: bytes, client: bytes, msg_id: Any, msg: list[Any]) -> None:
-        """A reply passed, with what the hub's store keeps: small result buffers inline,
-        larger ones (up to STORE_RESULT_LIMIT) in a message of their own."""
-        bufs = msg[6:]
-        size = sum(len(frame_view(b)) for b in bufs)
+    def task_out(self, uuid: bytes, client: bytes, reply: Message) -> None:
+        """A checked reply passed, with what the hub's store keeps: small result buffers
+        inline, larger ones (up to STORE_RESULT_LIMIT) in a message of their own."""
+        bufs = reply.buffers
+        msg_id = reply.parent_header.get("msg_id", "")
+        size = sum(len(b) if type(b) is bytes else len(b.buffer) for b in bufs)
         inline = None
         if bufs and size <= STORE_INLINE_LIMIT:
             inline = [frame_bytes(b) for b in bufs]
-        elif bufs and size <= STORE_RESULT_LIMIT and isinstance(msg_id, str):
+        elif bufs and size <= STORE_RESULT_LIMIT:
             send_frames(self.socket, [MON_TASK_RESULT, msg_id.encode(), *bufs])
         self.event(
-            [TASK_OUT, uuid, client, msg_id, frame_bytes(msg[4]), frame_bytes(msg[5]), inline]
+            TaskOut(
+                uuid.decode("ascii", "replace"),
+                client,
+                msg_id,
+                reply.metadata,
+                reply.content,
+                inline,
+            )
         )
 
     def flush(self) -> None:
         """Send the events held, in one message."""
         if self.events:
-            self.socket.send_multipart([MON_TASK_BATCH, pack(self.events)])
+            self.socket.send_multipart(pack_batch(self.events))
             self.events = []
             self._sent = time.monotonic()
 

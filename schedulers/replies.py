@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 from zpar.messages import REPLY_TYPE, MsgType, Status
-from zpar.wire import Session
+from zpar.wire import Message, Session
 
 from .schemes import EngineSlot
 
@@ -18,8 +18,9 @@ def error_reply(
     ename: str,
     evalue: str,
     status: str = Status.ERROR,
-) -> list[bytes]:
-    """The signed frames of a zpar error reply (EngineError, TaskAborted, …) to ``header``."""
+) -> Message:
+    """A signed zpar error reply (EngineError, TaskAborted, …) to ``header``: its frames
+    to send, its metadata and content for the hub."""
     engine_id = engine.id if engine is not None else -1
     uuid = engine.uuid.decode() if engine is not None else ""
     msg_type = header.get("msg_type")
@@ -39,5 +40,5 @@ def error_reply(
         "completed": time.time(),
         "status": status,
     }
-    _, frames = session.serialize(reply_type, content, parent=header, metadata=metadata)
-    return frames
+    reply_header, frames = session.serialize(reply_type, content, parent=header, metadata=metadata)
+    return Message([], reply_header, header, metadata, content, frames=frames)

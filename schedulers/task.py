@@ -26,28 +26,13 @@ from typing import Any
 
 import zmq
 
-from zpar.constants import TASK_HWM, TASK_SCHEME
+from zpar.constants import STORE_RESULT_LIMIT, TASK_HWM, TASK_SCHEME
+from zpar.errors import RemoteProtocolError
 from zpar.memory import Trimmer
-from zpar.messages import (
-    TASK_DEST,
-    TASK_IN,
-    TASK_OUT,
-    TASK_REQUESTS,
-    TASK_RETRY,
-    MsgType,
-    Status,
-)
+from zpar.messages import TASK_REQUESTS, MsgType, Status
+from zpar.monitor import TaskDest, TaskIn, TaskOut, TaskRetry
 from zpar.sockets import bind_random, configure
-from zpar.wire import (
-    Session,
-    frame_bytes,
-    frame_view,
-    pack,
-    recv_message,
-    send_frames,
-    split_idents,
-    unpack,
-)
+from zpar.wire import Message, Session, buffers_size, recv_message, routing, send_frames
 
 from .flags import parse_gates, parse_outcomes, parse_retries, parse_timeout
 from .graph import DependencyGraph, Gate
@@ -61,12 +46,16 @@ log = logging.getLogger(__name__)
 #: Task states: waiting for dependencies, waiting for room on an engine, on an engine, answered.
 WAITING, QUEUED, RUNNING, DONE = "waiting", "queued", "running", "done"
 
+#: The ``dest`` a client binds a load-balanced request to (the scheduler then binds each
+#: placement to its engine: see TaskScheduler._dispatch).
+TASK_DEST_NAME = "task"
+
 
 @dataclass(slots=True, eq=False)
 class Task:
     msg_id: str
     client: bytes
-    frames: list[Any]  # the signed message and its buffers, from the delimiter on
+    msg: Message | None  # the checked request (None once answered)
     targets: frozenset[bytes] | None  # engine uuids allowed, None for any
     engine: EngineSlot | None = None
     state: str = QUEUED
@@ -78,8 +67,7 @@ class Task:
 
     @property
     def header(self) -> dict[str, Any]:
-        """Decoded again when needed (rarely: to fail the task); not kept per queued task."""
-        return unpack(self.frames[2])
+        return self.msg.header if self.msg is not None else {"msg_id": self.msg_id}
 
     @property
     def restricted(self) -> bool:
@@ -225,9 +213,20 @@ class TaskScheduler:
             self._on_abort(client, msg.header, msg.content)
             return
         msg_id = header["msg_id"]
-        sig = msg.frames  # [DELIM, sig, header, parent, metadata, content, buffers…]
-        self.hub.event([TASK_IN, client, header, frame_bytes(sig[4])])
-        task = Task(msg_id, client, msg.frames, None)  # recv_message copied the small frames
+        if msg.dest != TASK_DEST_NAME:  # captured on its way to an engine, replayed here
+            self.session._refuse(
+                RemoteProtocolError("misrouted", f"{msg_id} is bound to {msg.dest!r}"),
+                "task scheduler (client)",
+            )
+            return
+        if msg_id in self.live:  # a second request under a live task's id: never placed
+            self.session._refuse(
+                RemoteProtocolError("duplicate", f"{msg_id} is already a live task"),
+                "task scheduler (client)",
+            )
+            return
+        self.hub.event(TaskIn(client, header, msg.metadata))
+        task = Task(msg_id, client, msg, None)  # recv_message copied the small frames
         if msg_type not in TASK_REQUESTS:
             self._fail(task, "ProtocolError", f"{msg_type!r} is not a task request")
             return
@@ -307,9 +306,9 @@ class TaskScheduler:
             return
         for uuid in sorted(uuids, key=lambda u: self.engines[u].id):
             engine = self.engines[uuid]
-            copy = Task(task.msg_id, task.client, task.frames, None, engine, RUNNING)
+            copy = Task(task.msg_id, task.client, task.msg, None, engine, RUNNING)
             try:
-                send_frames(self.engine, [uuid, task.client, *task.frames])
+                self._dispatch(task, uuid)
             except zmq.ZMQError as e:
                 if e.errno != zmq.EHOSTUNREACH:
                     raise
@@ -318,7 +317,7 @@ class TaskScheduler:
             engine.load += 1
             engine.tasks.add(task.msg_id)
             self.broadcasts[(task.msg_id, uuid)] = copy
-            self.hub.event([TASK_DEST, task.msg_id, uuid])
+            self.hub.event(TaskDest(task.msg_id, uuid.decode()))
 
     def _target_uuids(self, targets: Any) -> frozenset[bytes] | str:
         """The uuids of ``targets``, or a message saying why they cannot be met."""
@@ -379,7 +378,7 @@ class TaskScheduler:
                 return False
             engine = self.choose(candidates)
             try:
-                send_frames(self.engine, [engine.uuid, task.client, *task.frames])
+                self._dispatch(task, engine.uuid)
             except zmq.ZMQError as e:
                 if e.errno != zmq.EHOSTUNREACH:
                     raise
@@ -397,8 +396,21 @@ class TaskScheduler:
         engine.tasks.add(task.msg_id)
         task.engine = engine
         task.state = RUNNING
-        self.hub.event([TASK_DEST, task.msg_id, engine.uuid])
+        self.hub.event(TaskDest(task.msg_id, engine.uuid.decode()))
         return True
+
+    def _dispatch(self, task: Task, uuid: bytes) -> None:
+        """Send ``task`` to engine ``uuid``, signed anew for that engine alone (its header's
+        dest) and this attempt: a copy replayed to another engine, or to this one a second
+        time, is refused there, so an engine never refuses what the scheduler counts on."""
+        msg = task.msg
+        assert msg is not None
+        header = {**msg.header, "dest": uuid.decode()}
+        metadata = msg.metadata
+        if task.attempt:
+            metadata = {**metadata, "attempt": task.attempt}
+        frames = self.session.resign(msg, header=header, metadata=metadata)
+        send_frames(self.engine, [uuid, task.client, *frames])
 
     def _drain_queue(self) -> None:
         """Place waiting tasks while engines have room: restricted ones first (each may fit
@@ -499,37 +511,40 @@ class TaskScheduler:
     # -- replies ----------------------------------------------------------------------------
 
     def _on_reply(self, frames: list[Any]) -> None:
-        # [engine_uuid, client_ident, DELIM, sig, header, parent, metadata, content, buffers…]
-        idents, msg = split_idents(frames)
-        if len(idents) != 2 or len(msg) < 6:
+        # [engine_uuid, client_ident, <ZPAR|MSG>, signature, envelope, buffers…]
+        framed = routing(frames)
+        if framed is None or len(framed[0]) != 2:
             log.warning("malformed reply from an engine (%d frames) dropped", len(frames))
             return
-        uuid, client = idents
-        parent = unpack(msg[3])
-        msg_id = parent.get("msg_id") if isinstance(parent, dict) else None
+        # result buffers the hub may store are checked here; larger ones by the client
+        small = buffers_size(framed[1]) <= STORE_RESULT_LIMIT
+        reply = self.session.feed(frames, "task scheduler (engine)", buffers=small)
+        if reply is None:
+            return
+        uuid, client = reply.idents
+        msg_id = reply.parent_header.get("msg_id")
         self._trimmer.count()
         task = self.live.get(msg_id) if isinstance(msg_id, str) else None
         if task is None:
             copy = self.broadcasts.pop((msg_id, uuid), None) if self.broadcasts else None
-            if copy is None:
-                log.warning("reply from %s to unknown task %r relayed anyway", uuid, msg_id)
-            else:
-                copy.engine.load -= 1  # type: ignore[union-attr]
-                copy.engine.tasks.discard(msg_id)  # type: ignore[union-attr]
-            send_frames(self.client, [client, uuid, *msg])
-            self.hub.task_out(uuid, client, msg_id, msg)
-            if copy is not None:
-                self._drain_queue()
+            if copy is None:  # not ours to relay: its task was answered, or never existed
+                log.warning("reply from %s to unknown task %r dropped", uuid, msg_id)
+                return
+            copy.engine.load -= 1  # type: ignore[union-attr]
+            copy.engine.tasks.discard(msg_id)  # type: ignore[union-attr]
+            send_frames(self.client, [client, uuid, *reply.frames])
+            self.hub.task_out(uuid, client, reply)
+            self._drain_queue()
             return
         engine = task.engine
-        if engine is None or engine.uuid != uuid:
+        if engine is None or engine.uuid != uuid or client != task.client:
             # the engine was given up for dead and the task went elsewhere: one answer only
             log.warning("late reply to %s from engine %s dropped", msg_id, uuid.decode())
             return
         engine.load -= 1
         engine.tasks.discard(msg_id)
-        content = unpack(msg[5])
-        status = content.get("status") if isinstance(content, dict) else None
+        content = reply.content
+        status = content.get("status")
         if status == Status.ERROR and not content.get("zpar_error"):
             if content.get("ename") == "UnmetDependency":
                 task.unmet = (task.unmet or set()) | {uuid}
@@ -544,28 +559,19 @@ class TaskScheduler:
                 return
         del self.live[msg_id]
         task.state = DONE
-        task.frames = []
-        send_frames(self.client, [client, uuid, *msg])
-        self.hub.task_out(uuid, client, msg_id, msg)
+        task.msg = None
+        send_frames(self.client, [client, uuid, *reply.frames])
+        self.hub.task_out(uuid, client, reply)
         self._finished(msg_id, status == Status.OK, uuid)
         self._drain_queue()
 
     def _retry(self, task: Task, why: str) -> None:
         log.info("task %s sent to another engine: %s", task.msg_id, why)
-        self.hub.event([TASK_RETRY, task.msg_id, task.engine.uuid if task.engine else b"", why])
+        left = task.engine.uuid.decode() if task.engine else ""
+        self.hub.event(TaskRetry(task.msg_id, left, why))
         task.engine = None
-        task.attempt += 1
-        self._resign(task)
+        task.attempt += 1  # signed into the next placement (see _dispatch)
         self._submit(task)  # no queue drain here: callers drain when it is safe
-
-    def _resign(self, task: Task) -> None:
-        """Sign the request anew, with its attempt number in the metadata: an engine that
-        saw the first attempt would refuse the same signature as a replay."""
-        frames = task.frames
-        md = unpack(frames[4])
-        md["attempt"] = task.attempt
-        frames[4] = pack(md)
-        frames[1] = self.session.sign([bytes(frame_view(f)) for f in frames[2:6]])
 
     # -- engines ----------------------------------------------------------------------------
 
@@ -617,11 +623,13 @@ class TaskScheduler:
     def _fail(self, task: Task, ename: str, evalue: str, status: str = Status.ERROR) -> None:
         """Answer a task in the engine's stead with a zpar error."""
         uuid = task.engine.uuid if task.engine is not None else b""
-        frames = error_reply(self.session, task.header, task.engine, ename, evalue, status)
+        reply = error_reply(self.session, task.header, task.engine, ename, evalue, status)
         log.info("task %s failed in the scheduler: %s: %s", task.msg_id, ename, evalue)
-        send_frames(self.client, [task.client, uuid, *frames])
-        self.hub.event([TASK_OUT, uuid, task.client, task.msg_id, frames[4], frames[5], None])
+        send_frames(self.client, [task.client, uuid, *reply.frames])
+        self.hub.event(
+            TaskOut(uuid.decode(), task.client, task.msg_id, reply.metadata, reply.content)
+        )
         if self.live.pop(task.msg_id, None) is task:
             task.state = DONE
-            task.frames = []
+            task.msg = None
             self._finished(task.msg_id, False, uuid)

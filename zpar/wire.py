@@ -1,13 +1,19 @@
 """The signed multipart wire format: building, signing, checking and splitting messages.
 
-Frame layout (protocol version 1.0)::
+Frame layout (protocol version 2.0)::
 
-    [ident, ..., b"<ZPAR|MSG>", signature, header, parent_header, metadata, content, buffer, ...]
+    [ident, ..., b"<ZPAR|MSG>", signature, envelope, buffer, ...]
 
-header, parent_header, metadata and content are msgpack maps; signature is the hex
-HMAC-SHA256 of those four frames, keyed by the cluster key. Buffers are not signed: they
-are opaque payload whose meaning is fixed by the signed content (the same choice as
-jupyter_client), and signing gigabytes would cost more than the transfer.
+envelope is one msgpack array ``[header, parent_header, metadata, content, buffer_tags]``;
+signature is the raw 32-byte HMAC-SHA256, keyed by the cluster key, of the envelope followed
+by every buffer under INLINE_SIGNED_MAX (64 KiB). buffer_tags has one entry per buffer: b""
+for those small ones, a 16-byte keyed BLAKE3 tag for each larger one. So the signature
+covers every buffer: a swapped buffer fails the signature or its tag. This module alone
+knows where a part of a message sits; every other module goes through Session, Message and
+the helpers below.
+
+Every field is checked before a handler sees a message (``_check_envelope``); a message
+that fails is refused with a reason token (``Session.refused``), never handed on.
 """
 
 from __future__ import annotations
@@ -25,16 +31,35 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import blake3
 import msgpack
 import zmq
 
-from .constants import COPY_THRESHOLD, DELIM, PROTOCOL_VERSION, REPLAY_HISTORY
+from .constants import (
+    BUFFER_TAG_SIZE,
+    COPY_THRESHOLD,
+    DELIM,
+    INLINE_SIGNED_MAX,
+    MAX_MSG_ID,
+    PARALLEL_TAG_MIN,
+    PROTOCOL_VERSION,
+    REPLAY_HISTORY,
+    STORE_RESULT_LIMIT,
+)
 from .errors import LocalProtocolError, RemoteProtocolError
+from .messages import MsgType
 from .recent import RecentKeys
 
 log = logging.getLogger(__name__)
 
 _packb = msgpack.Packer(use_bin_type=True).pack
+
+#: Frames of a message after its identities: delimiter, signature, envelope (then buffers).
+HEAD_FRAMES = 3
+#: Bytes of an HMAC-SHA256 signature.
+SIGNATURE_SIZE = 32
+#: msg_type names a receiver accepts: every MsgType (new ones join by being added there).
+KNOWN_TYPES = frozenset(m.value for m in MsgType)
 
 
 def _unpackb(data: Any) -> Any:
@@ -64,12 +89,29 @@ def frame_bytes(frame: Any) -> bytes:
     return frame.bytes if isinstance(frame, zmq.Frame) else bytes(frame)
 
 
+def _nbytes(b: Any) -> int:
+    if type(b) is bytes:
+        return len(b)
+    if isinstance(b, zmq.Frame):
+        return len(b.buffer)
+    return memoryview(b).nbytes
+
+
+def _octets(b: Any) -> Any:
+    """A buffer as contiguous unsigned bytes (what BLAKE3 reads), without a copy."""
+    if type(b) is bytes:
+        return b
+    view = memoryview(frame_view(b))
+    return view if view.format == "B" and view.ndim == 1 else view.cast("B")
+
+
 _raw = frame_view
 
 
 @dataclass(slots=True)
 class Message:
-    """A received message. ``frames`` are the signed frames, for forwarding unchanged."""
+    """A received (checked) message. ``frames`` are the signed frames from the delimiter
+    on, buffers included, for forwarding unchanged."""
 
     idents: list[bytes]
     header: dict[str, Any]
@@ -78,6 +120,8 @@ class Message:
     content: dict[str, Any]
     buffers: list[Any] = field(default_factory=list)
     frames: list[Any] = field(default_factory=list)
+    #: one tag per buffer (None: untagged, on a private channel or without a key)
+    tags: list[bytes | None] = field(default_factory=list)
 
     @property
     def msg_type(self) -> str:
@@ -87,14 +131,183 @@ class Message:
     def msg_id(self) -> str:
         return self.header["msg_id"]
 
+    @property
+    def signature(self) -> bytes:
+        return bytes(_raw(self.frames[1])) if len(self.frames) > 1 else b""
+
+    @property
+    def envelope(self) -> bytes:
+        return bytes(_raw(self.frames[2])) if len(self.frames) > 2 else b""
+
+    @property
+    def dest(self) -> str | None:
+        """Where the sender bound this request to run (an engine uuid, or ``task``)."""
+        return self.header.get("dest")
+
 
 def split_idents(frames: Sequence[Any]) -> tuple[list[bytes], list[Any]]:
     """Split routing identities from the message proper, at the delimiter frame."""
     for i, f in enumerate(frames):
+        if type(f) is bytes:  # the head as recv_message returns it: no view needed
+            if f == DELIM:
+                return list(frames[:i]), list(frames[i:])
+            continue
         raw = _raw(f)
         if len(raw) == len(DELIM) and bytes(raw) == DELIM:
             return [bytes(_raw(x)) for x in frames[:i]], list(frames[i:])
     raise RemoteProtocolError("no-delimiter", f"no {DELIM!r} frame among {len(frames)} frames")
+
+
+def routing(frames: Sequence[Any]) -> tuple[list[bytes], list[Any]] | None:
+    """(identities, message from the delimiter on) of a well-framed multipart, else None:
+    what a relay checks before it forwards anything (see hub.relays)."""
+    try:
+        idents, msg = split_idents(frames)
+    except RemoteProtocolError:
+        return None
+    if len(msg) < HEAD_FRAMES:
+        return None
+    return idents, msg
+
+
+def message_buffers(msg_frames: Sequence[Any]) -> list[Any]:
+    """The buffers of a message given from its delimiter on."""
+    return list(msg_frames[HEAD_FRAMES:])
+
+
+def buffers_size(msg_frames: Sequence[Any]) -> int:
+    """Total bytes of a message's buffers (message given from its delimiter on)."""
+    return sum(_nbytes(b) for b in msg_frames[HEAD_FRAMES:])
+
+
+def head_frames(msg_frames: Sequence[Any]) -> list[Any]:
+    """The delimiter, signature and envelope of a message, without its buffers."""
+    return list(msg_frames[:HEAD_FRAMES])
+
+
+def checkable_copy(
+    msg_frames: Sequence[Any], *, large: bool = False, detach: bool = False
+) -> list[Any]:
+    """A copy of a message (from its delimiter on) that its receiver can still check: the
+    head and the small buffers the signature covers; the large ones too with ``large``,
+    and only if all of them together fit STORE_RESULT_LIMIT (what the hub stores). detach:
+    copy the buffers out (the sender's memory may change before the copy is read)."""
+    bufs = msg_frames[HEAD_FRAMES:]
+    keep_large = large and sum(_nbytes(b) for b in bufs) <= STORE_RESULT_LIMIT
+    kept = [b for b in bufs if keep_large or _small(b)]
+    if detach:
+        kept = [b if type(b) is bytes else bytes(frame_view(b)) for b in kept]
+    return [*msg_frames[:HEAD_FRAMES], *kept]
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _check_header(h: Any, what: str, *, version: bool = True) -> None:
+    """Refuse a header whose fields are missing or of the wrong type."""
+    if type(h) is dict:  # the common, sound header in one expression; else say what is wrong
+        msg_id, msg_type, date = h.get("msg_id"), h.get("msg_type"), h.get("date", 0.0)
+        dest = h.get("dest")
+        if (
+            type(msg_id) is str
+            and 0 < len(msg_id) <= MAX_MSG_ID
+            and type(msg_type) is str
+            and msg_type in KNOWN_TYPES
+            and type(h.get("session", "")) is str
+            and (type(date) is float or type(date) is int)
+            and (dest is None or type(dest) is str)
+            and (not version or h.get("version") == PROTOCOL_VERSION)
+        ):
+            return
+    if not isinstance(h, dict):
+        raise RemoteProtocolError("malformed", f"{what} must be a map, got {type(h).__name__}")
+    msg_id = h.get("msg_id")
+    if not isinstance(msg_id, str) or not msg_id or len(msg_id) > MAX_MSG_ID:
+        raise RemoteProtocolError(
+            "malformed", f"{what} msg_id must be a non-empty str (<= {MAX_MSG_ID}), got {msg_id!r}"
+        )
+    msg_type = h.get("msg_type")
+    if not isinstance(msg_type, str):
+        raise RemoteProtocolError(
+            "malformed", f"{what} msg_type must be a str, got {type(msg_type).__name__}"
+        )
+    if msg_type not in KNOWN_TYPES:
+        raise RemoteProtocolError("unknown-type", f"{what} msg_type {msg_type[:64]!r} is unknown")
+    if not isinstance(h.get("session", ""), str):
+        raise RemoteProtocolError("malformed", f"{what} session must be a str")
+    date = h.get("date", 0.0)
+    if not (isinstance(date, float) or _is_int(date)):
+        raise RemoteProtocolError("malformed", f"{what} date must be a number")
+    dest = h.get("dest")
+    if dest is not None and not isinstance(dest, str):
+        raise RemoteProtocolError("malformed", f"{what} dest must be a str")
+    if version and h.get("version") != PROTOCOL_VERSION:
+        raise version_error(h.get("version"))
+
+
+def version_error(theirs: Any) -> RemoteProtocolError:
+    return RemoteProtocolError(
+        "version",
+        f"the peer speaks zpar protocol {str(theirs)[:16]!r}, this process speaks "
+        f"{PROTOCOL_VERSION!r}: run the same zpar version on every host",
+    )
+
+
+def _sniff_version(msg_frames: Sequence[Any]) -> Any:
+    """The version a peer of another protocol (1.x: four map frames) claims, or None."""
+    if len(msg_frames) < 6:
+        return None
+    try:
+        header = _unpackb(_raw(msg_frames[2]))
+    except Exception:
+        return None
+    if isinstance(header, dict) and "version" in header:
+        return header["version"]
+    return None
+
+
+def _small(b: Any) -> bool:
+    """Whether a buffer is signed inline (by the HMAC) rather than by a tag of its own."""
+    return _nbytes(b) < INLINE_SIGNED_MAX
+
+
+def _signed_parts(envelope: Any, buffers: Sequence[Any]) -> list[Any]:
+    parts = [envelope]
+    for b in buffers:
+        if type(b) is bytes:
+            if len(b) < INLINE_SIGNED_MAX:
+                parts.append(b)
+        elif _small(b):
+            parts.append(_raw(b))
+    return parts
+
+
+def _check_envelope(env: Any, n_buffers: int | None) -> tuple[dict, dict, dict, dict, list]:
+    """The envelope's parts, each checked; n_buffers None: the buffers are not here (a
+    copy without them, or a relay that leaves them to the receiver)."""
+    if not isinstance(env, list) or len(env) != 5:
+        raise RemoteProtocolError("malformed", "envelope must be a list of 5 parts")
+    header, parent, metadata, content, tags = env
+    _check_header(header, "header")
+    if not isinstance(parent, dict):
+        raise RemoteProtocolError("malformed", "parent_header must be a map")
+    if parent:
+        _check_header(parent, "parent_header", version=False)
+    if not isinstance(metadata, dict):
+        raise RemoteProtocolError("malformed", "metadata must be a map")
+    if not isinstance(content, dict):
+        raise RemoteProtocolError("malformed", "content must be a map")
+    if not isinstance(tags, list) or (n_buffers is not None and len(tags) != n_buffers):
+        raise RemoteProtocolError(
+            "buffer-count",
+            f"the signed envelope lists {len(tags) if isinstance(tags, list) else 'no'} "
+            f"buffer(s), the message has {n_buffers}",
+        )
+    for t in tags:
+        if t is not None and not (isinstance(t, bytes) and len(t) in (0, BUFFER_TAG_SIZE)):
+            raise RemoteProtocolError("malformed", "buffer tags must be b'' or 16 bytes")
+    return header, parent, metadata, content, tags
 
 
 class Session:
@@ -127,6 +340,8 @@ class Session:
             )
         self.key: bytes = key or b""
         self._hmac = hmac.new(self.key, digestmod=hashlib.sha256) if self.key else None
+        # buffers are tagged with a key of their own, derived from the cluster key
+        self._tag_key = hmac.digest(self.key, b"zpar buffer tags", "sha256") if key else b""
         self.session = session_id or uuid.uuid4().hex
         self.username = username or os.environ.get("USER", "zpar")
         self._counter = itertools.count()
@@ -135,6 +350,8 @@ class Session:
         self._seen = RecentKeys(replay_history)
         #: refused messages by reason, e.g. {'bad-signature': 3}
         self.refused: Counter[str] = Counter()
+        #: the last refusal, for a caller that answers it (a version mismatch at the hub)
+        self.last_refusal: RemoteProtocolError | None = None
 
     def for_thread(self, replay_history: int = REPLAY_HISTORY) -> Session:
         """This Session's key, id and msg_id counter, with a replay guard and refusal counts
@@ -142,6 +359,7 @@ class Session:
         other = copy.copy(self)
         other._seen = RecentKeys(replay_history)
         other.refused = Counter()
+        other.last_refusal = None
         return other
 
     # -- building -------------------------------------------------------------------------
@@ -149,8 +367,10 @@ class Session:
     def new_msg_id(self) -> str:
         return f"{self.session[:12]}_{_PID}_{next(self._counter)}"
 
-    def make_header(self, msg_type: str, msg_id: str | None = None) -> dict[str, Any]:
-        return {
+    def make_header(
+        self, msg_type: str, msg_id: str | None = None, dest: str | None = None
+    ) -> dict[str, Any]:
+        header = {
             "msg_id": msg_id or self.new_msg_id(),
             "msg_type": str(msg_type),
             "session": self.session,
@@ -158,14 +378,41 @@ class Session:
             "date": time.time(),
             "version": PROTOCOL_VERSION,
         }
+        if dest is not None:
+            header["dest"] = dest
+        return header
 
     def sign(self, parts: Iterable[Any]) -> bytes:
+        """HMAC-SHA256 of the parts (in practice: the envelope); b"" without a key."""
         if self._hmac is None:
             return b""
         h = self._hmac.copy()
         for p in parts:
             h.update(p)
-        return h.hexdigest().encode("ascii")
+        return h.digest()
+
+    def tag(self, buffer: Any) -> bytes | None:
+        """The keyed BLAKE3 tag of one buffer; None without a key."""
+        if not self._tag_key:
+            return None
+        data = _octets(buffer)
+        if len(data) >= PARALLEL_TAG_MIN:
+            hasher = blake3.blake3(data, key=self._tag_key, max_threads=blake3.blake3.AUTO)
+        else:  # passing max_threads at all costs ~3 us: a small buffer's whole tag
+            hasher = blake3.blake3(data, key=self._tag_key)
+        return hasher.digest(BUFFER_TAG_SIZE)
+
+    def _tags(self, buffers: Sequence[Any], private: bool) -> list[bytes | None]:
+        tags: list[bytes | None] = []
+        for b in buffers:
+            n = _nbytes(b)
+            if n < INLINE_SIGNED_MAX:
+                tags.append(b"")  # signed inline
+            elif private and n > STORE_RESULT_LIMIT:
+                tags.append(None)  # see serialize: untagged on a private channel
+            else:
+                tags.append(self.tag(b))
+        return tags
 
     def serialize(
         self,
@@ -176,19 +423,52 @@ class Session:
         metadata: dict[str, Any] | None = None,
         header: dict[str, Any] | None = None,
         packb: Callable[[Any], bytes] | None = None,
-    ) -> tuple[dict[str, Any], list[bytes]]:
-        """Return (header, [DELIM, signature, header, parent_header, metadata, content]).
+        buffers: Sequence[Any] = (),
+        dest: str | None = None,
+        private: bool = False,
+    ) -> tuple[dict[str, Any], list[Any]]:
+        """Return (header, [DELIM, signature, envelope, *buffers]).
 
-        packb: a packer of the calling thread's own, for a second thread sharing this
-        Session (the module's packer is reused for speed and is not thread-safe)."""
+        The buffers must be given here, not appended afterwards: the signed envelope lists
+        a tag of each. dest: where the request may run (an engine uuid, or ``task`` for the
+        task scheduler); receivers refuse a request bound elsewhere. private: the channel
+        is an ipc socket in the controller's 0700 run directory, reachable only by this user,
+        who can read the key anyway: buffers over STORE_RESULT_LIMIT go untagged there (a
+        100 MB array is not hashed twice per round trip); receivers accept that only on such
+        sockets. packb: a packer of the calling thread's own, for a second thread sharing
+        this Session (the module's packer is reused for speed and is not thread-safe)."""
         if header is None:
-            header = self.make_header(msg_type)
+            header = self.make_header(msg_type, dest=dest)
+        elif dest is not None:
+            header["dest"] = dest
         p = packb or _packb
+        tags = self._tags(buffers, private)
         try:
-            parts = [p(header), p(parent or {}), p(metadata or {}), p(content or {})]
+            envelope = p([header, parent or {}, metadata or {}, content or {}, tags])
         except (TypeError, ValueError, OverflowError) as e:
             raise LocalProtocolError(f"cannot encode {msg_type} message with msgpack: {e}") from e
-        return header, [DELIM, self.sign(parts), *parts]
+        return header, [DELIM, self.sign(_signed_parts(envelope, buffers)), envelope, *buffers]
+
+    def resign(
+        self,
+        msg: Message,
+        *,
+        header: dict[str, Any] | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> list[Any]:
+        """The frames of ``msg`` signed anew with another header or metadata (the task
+        scheduler binds a request to the engine it places it on); the buffers and their
+        tags are reused, not hashed again."""
+        envelope = _packb(
+            [
+                msg.header if header is None else header,
+                msg.parent_header,
+                msg.metadata if metadata is None else metadata,
+                msg.content,
+                msg.tags,
+            ]
+        )
+        return [DELIM, self.sign(_signed_parts(envelope, msg.buffers)), envelope, *msg.buffers]
 
     def send(
         self,
@@ -201,87 +481,144 @@ class Session:
         buffers: Sequence[Any] = (),
         idents: Sequence[bytes] = (),
         header: dict[str, Any] | None = None,
+        dest: str | None = None,
+        private: bool = False,
     ) -> dict[str, Any]:
         """Sign and send one message; returns its header."""
         header, frames = self.serialize(
-            msg_type, content, parent=parent, metadata=metadata, header=header
+            msg_type,
+            content,
+            parent=parent,
+            metadata=metadata,
+            header=header,
+            buffers=buffers,
+            dest=dest,
+            private=private,
         )
-        send_frames(socket, [*idents, *frames, *buffers])
+        send_frames(socket, [*idents, *frames])
         return header
 
     # -- checking -------------------------------------------------------------------------
 
-    def verify(self, msg_frames: Sequence[Any]) -> list[Any]:
-        """Check [DELIM, sig, header, parent, metadata, content, ...]: framing, signature and
-        replay; return the four signed parts, undecoded.
-
-        Raises RemoteProtocolError (with a reason token) for anything refused.
-        """
-        if len(msg_frames) < 6:
+    def verify(self, msg_frames: Sequence[Any], *, replay: bool = True) -> bytes:
+        """Check framing, signature and (with ``replay``) that the signature is new; return
+        the envelope, undecoded. The signature is remembered only once the whole message is
+        accepted (see accept): a forged copy of a real message must not shut the real one
+        out. Raises RemoteProtocolError (with a reason token) for anything refused."""
+        if len(msg_frames) < HEAD_FRAMES:
             raise RemoteProtocolError(
-                "truncated", f"{len(msg_frames)} frames, need at least 6 after identities"
+                "truncated",
+                f"{len(msg_frames)} frames, need at least {HEAD_FRAMES} after identities",
             )
         if bytes(_raw(msg_frames[0])) != DELIM:
             raise RemoteProtocolError("no-delimiter", "first frame is not the delimiter")
         signature = bytes(_raw(msg_frames[1]))
-        parts = [_raw(f) for f in msg_frames[2:6]]
+        envelope = bytes(_raw(msg_frames[2]))
         if self._hmac is not None:
-            expected = self.sign(parts)
             if not signature:
                 raise RemoteProtocolError("unsigned", "message has no signature")
-            if not hmac.compare_digest(signature, expected):
+            if len(signature) != SIGNATURE_SIZE or not hmac.compare_digest(
+                signature, self.sign(_signed_parts(envelope, msg_frames[HEAD_FRAMES:]))
+            ):
+                theirs = _sniff_version(msg_frames)
+                if theirs is not None and theirs != PROTOCOL_VERSION:
+                    raise version_error(theirs)
                 raise RemoteProtocolError("bad-signature", "signature does not match the key")
-            key = int(signature[:16], 16)
-            if key in self._seen:
+            if replay and self._replay_key(signature) in self._seen:
                 raise RemoteProtocolError("replayed", "signature already seen")
-            self._seen.add(key)
-        return parts
+        return envelope
 
-    def unpack(self, msg_frames: Sequence[Any], idents: list[bytes] | None = None) -> Message:
-        """Check and decode a message (see verify). Raises RemoteProtocolError."""
-        parts = self.verify(msg_frames)
+    @staticmethod
+    def _replay_key(signature: bytes) -> int:
+        return int.from_bytes(signature[:8], "little")
+
+    def accept(self, signature: bytes) -> None:
+        """Remember an accepted message's signature (the replay guard)."""
+        if self._hmac is not None:
+            self._seen.add(self._replay_key(signature))
+
+    def check_buffers(
+        self, tags: list[bytes | None], buffers: Sequence[Any], private: bool
+    ) -> None:
+        """Refuse buffers that do not match their signed tags (the small ones, signed inline,
+        were checked with the signature)."""
+        if self._hmac is None:
+            return
+        for i, (t, b) in enumerate(zip(tags, buffers, strict=True)):
+            if _small(b):
+                if t != b"":  # the signer tagged a large buffer here
+                    raise RemoteProtocolError("bad-buffer", f"buffer {i} is not the one signed")
+                continue
+            if t == b"":  # the signer signed a small buffer inline here
+                raise RemoteProtocolError("bad-buffer", f"buffer {i} is not the one signed")
+            if t is None:
+                if private and _nbytes(b) > STORE_RESULT_LIMIT:
+                    continue
+                raise RemoteProtocolError("untagged-buffer", f"buffer {i} has no signed tag")
+            if not hmac.compare_digest(t, self.tag(b) or b""):
+                raise RemoteProtocolError("bad-buffer", f"buffer {i} does not match its tag")
+
+    def unpack(
+        self,
+        msg_frames: Sequence[Any],
+        idents: list[bytes] | None = None,
+        *,
+        private: bool = False,
+        buffers: bool = True,
+        replay: bool = True,
+    ) -> Message:
+        """Check and decode a message given from its delimiter on. buffers=False skips the
+        tags of large buffers and the buffer count (a relay that hands the buffers on to a
+        receiver that checks them, or a copy without its large buffers); small buffers are
+        always checked, by the signature. Raises RemoteProtocolError."""
+        envelope = self.verify(msg_frames, replay=replay)
         try:
-            header, parent, metadata, content = (_unpackb(p) for p in parts)
+            env = _unpackb(envelope)
         except Exception as e:  # msgpack raises several unrelated types
             raise RemoteProtocolError("undecodable", f"msgpack: {e}") from e
-        if not isinstance(header, dict) or not isinstance(content, dict):
-            raise RemoteProtocolError("malformed", "header and content must be maps")
-        if "msg_id" not in header or "msg_type" not in header:
-            raise RemoteProtocolError("malformed", "header lacks msg_id or msg_type")
-        if not isinstance(parent, dict) or not isinstance(metadata, dict):
-            raise RemoteProtocolError("malformed", "parent_header and metadata must be maps")
+        bufs = list(msg_frames[HEAD_FRAMES:])
+        header, parent, metadata, content, tags = _check_envelope(
+            env, len(bufs) if buffers else None
+        )
+        if buffers:
+            self.check_buffers(tags, bufs, private)
+        if replay:
+            self.accept(bytes(_raw(msg_frames[1])))
         return Message(
-            idents or [], header, parent, metadata, content, list(msg_frames[6:]), list(msg_frames)
+            idents or [], header, parent, metadata, content, bufs, list(msg_frames), tags
         )
 
-    def feed(self, frames: Sequence[Any], where: str = "") -> Message | None:
+    def feed(
+        self,
+        frames: Sequence[Any],
+        where: str = "",
+        *,
+        private: bool = False,
+        buffers: bool = True,
+        replay: bool = True,
+    ) -> Message | None:
         """Split, check and decode a received multipart; refuse (log + count) bad ones."""
         try:
             idents, msg_frames = split_idents(frames)
-            return self.unpack(msg_frames, idents)
+            return self.unpack(msg_frames, idents, private=private, buffers=buffers, replay=replay)
         except RemoteProtocolError as e:
             self._refuse(e, where)
             return None
 
-    def feed_lazy(self, frames: Sequence[Any], where: str = "") -> LazyMessage | None:
-        """As feed, but decode only the parent header, for the msg_id a reply is routed by;
-        every part is decoded again when first read (see LazyMessage)."""
-        try:
-            idents, msg_frames = split_idents(frames)
-            parts = self.verify(msg_frames)
-            try:
-                parent = _unpackb(parts[1])
-            except Exception as e:
-                raise RemoteProtocolError("undecodable", f"msgpack: {e}") from e
-            if not isinstance(parent, dict):
-                raise RemoteProtocolError("malformed", "parent_header must be a map")
-        except RemoteProtocolError as e:
-            self._refuse(e, where)
+    def feed_lazy(
+        self, frames: Sequence[Any], where: str = "", *, private: bool = False
+    ) -> LazyMessage | None:
+        """As feed (every field checked), but the message keeps only its envelope's bytes
+        and its parent's msg_id (what a reply is routed by); the four maps are decoded
+        again when first read (see LazyMessage)."""
+        msg = self.feed(frames, where, private=private)
+        if msg is None:
             return None
-        return LazyMessage(idents, parent.get("msg_id"), *(bytes(p) for p in parts), msg_frames[6:])
+        return LazyMessage(msg.idents, msg.parent_header.get("msg_id"), msg.envelope, msg.buffers)
 
     def _refuse(self, e: RemoteProtocolError, where: str) -> None:
         self.refused[e.reason] += 1
+        self.last_refusal = e
         log.warning(
             "refused message%s: %s (%d refused so far)",
             f" on {where}" if where else "",
@@ -290,80 +627,49 @@ class Session:
         )
 
 
-class _Decoded:
-    """A LazyMessage part: msgpack bytes until first read, then the decoded map."""
-
-    def __init__(self, check: Callable[[dict[str, Any]], None] | None = None) -> None:
-        self.check = check
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name, self.slot = name, f"_{name}"
-
-    def __get__(self, msg: Any, owner: type | None = None) -> Any:
-        if msg is None:
-            return self
-        value = getattr(msg, self.slot)
-        if type(value) is bytes:
-            try:
-                value = _unpackb(value)
-            except Exception as e:
-                raise RemoteProtocolError("undecodable", f"{self.name}: msgpack: {e}") from e
-            if not isinstance(value, dict):
-                raise RemoteProtocolError("malformed", f"{self.name} must be a map")
-            if self.check is not None:
-                self.check(value)
-            setattr(msg, self.slot, value)
-        return value
-
-
-def _check_header(header: dict[str, Any]) -> None:
-    if "msg_id" not in header or "msg_type" not in header:
-        raise RemoteProtocolError("malformed", "header lacks msg_id or msg_type")
-
-
 class LazyMessage:
-    """A checked message whose header, metadata and content stay msgpack bytes until read.
+    """A checked message whose four maps stay msgpack bytes (its envelope) until read.
 
     The client holds every reply until the user reads it: 10,000 decoded replies are
     ~17 MB of small dicts and strings, the raw bytes a third of that, and most readers
-    only want the content. A part that turns out not to decode raises
-    RemoteProtocolError where it is read (the caller's get()), not silently nowhere.
+    only want the content. The envelope was fully checked on receipt.
     """
 
-    __slots__ = (
-        "idents",
-        "parent_msg_id",
-        "buffers",
-        "_header",
-        "_parent_header",
-        "_metadata",
-        "_content",
-    )
+    __slots__ = ("idents", "parent_msg_id", "buffers", "_envelope", "_parts")
 
     frames: tuple[Any, ...] = ()
 
     def __init__(
-        self,
-        idents: list[bytes],
-        parent_msg_id: Any,
-        header: bytes,
-        parent_header: bytes,
-        metadata: bytes,
-        content: bytes,
-        buffers: Sequence[Any],
+        self, idents: list[bytes], parent_msg_id: Any, envelope: bytes, buffers: Sequence[Any]
     ) -> None:
         self.idents = idents
         self.parent_msg_id = parent_msg_id
-        self._parent_header: Any = parent_header
-        self._header: Any = header
-        self._metadata: Any = metadata
-        self._content: Any = content
+        self._envelope = envelope
+        self._parts: list[Any] | None = None
         self.buffers = list(buffers)
 
-    header = _Decoded(_check_header)
-    parent_header = _Decoded()
-    metadata = _Decoded()
-    content = _Decoded()
+    def _decoded(self, i: int) -> Any:
+        parts = self._parts
+        if parts is None:
+            parts = self._parts = _unpackb(self._envelope)
+            self._envelope = b""
+        return parts[i]
+
+    @property
+    def header(self) -> dict[str, Any]:
+        return self._decoded(0)
+
+    @property
+    def parent_header(self) -> dict[str, Any]:
+        return self._decoded(1)
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return self._decoded(2)
+
+    @property
+    def content(self) -> dict[str, Any]:
+        return self._decoded(3)
 
     @property
     def msg_type(self) -> str:
@@ -375,15 +681,13 @@ class LazyMessage:
 
 
 def recv_message(sock: zmq.Socket, flags: int = 0) -> list[Any]:
-    """Receive one multipart: routing identities, the delimiter, the signature and the four
-    maps as bytes; buffers as zero-copy Frames, small ones copied out.
+    """Receive one multipart: routing identities, the delimiter, the signature and the
+    envelope as bytes; buffers as zero-copy Frames, small ones copied out.
 
     libzmq decodes small messages into one shared, refcounted receive buffer: a kept
     zmq.Frame of 200 bytes pins all of it, so anything held beyond the moment (a reply
-    waiting for its reader, a queued task) must be copied out. recv_multipart(copy=False)
-    made a Frame per frame (~2 us each) only to copy it out again; the head of a message
-    is always small and always wanted as bytes (the scheduler, the engines and the client
-    each read 8-9 frames a message).
+    waiting for its reader, a queued task) must be copied out. The head of a message is
+    always small and always wanted as bytes.
     """
     recv, rcvmore = sock.recv, zmq.RCVMORE
     getsockopt = sock.getsockopt
@@ -396,7 +700,7 @@ def recv_message(sock: zmq.Socket, flags: int = 0) -> list[Any]:
             if head > 0:
                 head -= 1
             elif part == DELIM:
-                head = 5
+                head = HEAD_FRAMES - 1
             if not getsockopt(rcvmore):
                 return parts
         else:

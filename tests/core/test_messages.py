@@ -47,9 +47,9 @@ def test_round_trip(msg_type):
     content = _example(CONTENT[msg_type])
     parent = sender.make_header("apply_request")
     header, frames = sender.serialize(
-        msg_type, content.as_dict(), parent=parent, metadata={"targets": [0]}
+        msg_type, content.as_dict(), parent=parent, metadata={"targets": [0]}, buffers=[b"buffer"]
     )
-    msg = receiver.feed([b"ident", *frames, b"buffer"])
+    msg = receiver.feed([b"ident", *frames])
     assert msg is not None
     assert msg.idents == [b"ident"]
     assert msg.msg_type == msg_type and msg.msg_id == header["msg_id"]

@@ -23,3 +23,23 @@ def test_every_content_field_is_documented(msg_type):
     text = DOC.read_text()
     for f in dataclasses.fields(CONTENT[msg_type]):
         assert f"`{f.name}`" in text, f"field {f.name} of {msg_type} missing from {DOC}"
+
+
+FRAME_LIST = '[ident, ..., b"<ZPAR|MSG>", signature, envelope, buffer, ...]'
+
+
+def test_the_literal_frame_list_is_the_codes():
+    """docs/protocol.md and zpar/wire.py show the same frame list, and it is what
+    Session.serialize builds: delimiter, signature, envelope, buffers."""
+    import msgpack
+
+    import zpar.wire as wire
+    from zpar.constants import DELIM, PROTOCOL_VERSION
+
+    assert FRAME_LIST in DOC.read_text() and FRAME_LIST in (wire.__doc__ or "")
+    assert f"# zpar wire protocol (version {PROTOCOL_VERSION})" in DOC.read_text()
+    _, frames = wire.Session(b"k").serialize("apply_request", {}, buffers=[b"b"])
+    assert frames[0] == DELIM and frames[3:] == [b"b"] and len(frames) == wire.HEAD_FRAMES + 1
+    envelope = msgpack.unpackb(frames[2])
+    assert len(envelope) == 5  # header, parent_header, metadata, content, buffer_tags
+    assert "`[header, parent_header, metadata, content, buffer_tags]`" in DOC.read_text()
