@@ -271,6 +271,7 @@ class Controller:
                 heart.beat()
                 next_beat = max(next_beat + period, now)
                 hub.expire_registrations()
+                hub.tick_services(now)
                 if self.scheduler.poll() is not None:
                     log.error(
                         "the task scheduler died (exit code %d); the controller cannot "
