@@ -9,6 +9,7 @@ COPY hub hub
 COPY engine engine
 COPY client client
 COPY schedulers schedulers
+COPY typed typed
 COPY comm comm
 COPY darray darray
 RUN pip install --no-cache-dir .

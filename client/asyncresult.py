@@ -40,6 +40,10 @@ def decode_reply(msg: Message) -> Any:
     status = c.get("status")
     if status == Status.OK:
         if msg.buffers:
+            if "function_id" in c:  # a typed_reply read back from the hub: raw type arrays
+                from zpar.typed.codec import type_arrays
+
+                return type_arrays(c.get("counts") or [], msg.buffers)
             return deserialize_object(msg.buffers)
         return c.get("execute_result") if "execute_result" in c else None
     if status == Status.ABORTED:

@@ -78,6 +78,17 @@ class View:
             self._executor = ViewExecutor(self)
         return self._executor
 
+    @property
+    def typed(self) -> Any:
+        """Typed batched calls through this view (zpar.typed): ``view.typed.NAME(columns)``,
+        ``view.typed.register(f, args=[...])``; imported the first time it is used."""
+        calls = self.__dict__.get("_typed_calls")
+        if calls is None:
+            from zpar.typed.client import TypedCalls
+
+            calls = self._typed_calls = TypedCalls(self)
+        return calls
+
     def set_flags(self, **flags: Any) -> View:
         for k, v in flags.items():
             if k not in self.FLAGS:

@@ -398,26 +398,33 @@ class Client(ClientCompatMixin):
         )
 
     def _call_here(
-        self, engine_id: int, buffers: list[Any], metadata: dict[str, Any] | None
+        self,
+        engine_id: int,
+        buffers: list[Any],
+        metadata: dict[str, Any] | None,
+        msg_type: str = MsgType.APPLY_REQUEST,
+        content: dict[str, Any] | None = None,
     ) -> tuple[str, Any] | None:
-        """A blocking apply on one engine, sent and awaited by the calling thread
-        (client.directcall): (msg_id, its finished future), or None when the engine has no
-        endpoint on this host and the call must go through the I/O thread."""
+        """A blocking request (apply, or a capability's, e.g. typed_request) on one engine,
+        sent and awaited by the calling thread (client.directcall): (msg_id, its finished
+        future), or None when the engine has no endpoint on this host and the call must go
+        through the I/O thread."""
         if self._closed:
             raise RuntimeError("this Client is closed")
         uuid = self._engine_uuid(engine_id)
         if not self._direct_caller.reachable(uuid):
             return None
         header, frames = self.session.serialize(
-            MsgType.APPLY_REQUEST,
-            {},
+            msg_type,
+            content or {},
             metadata=metadata,
             buffers=buffers,
             dest=uuid,
             private=True,  # the engine's own ipc socket in the controller's 0700 directory
         )
         msg_id = header["msg_id"]
-        self.history.append(msg_id)
+        if msg_type in _HISTORY_TYPES:
+            self.history.append(msg_id)
         fut = self._direct_caller.call(uuid, frames, msg_id)
         fut.zpar_submitted = header["date"]
         return msg_id, fut

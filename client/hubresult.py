@@ -88,8 +88,9 @@ def as_reply(record: dict[str, Any], buffers: list[Any]) -> Message:
         "controller stopped while it ran",
         "zpar_error": status == "engine_died",
     }
-    is_apply = (record.get("header") or {}).get("msg_type") == "apply_request"
-    if is_apply and record.get("result_size") is None and content.get("status") == "ok":
+    msg_type = (record.get("header") or {}).get("msg_type")
+    has_result = msg_type in (MsgType.APPLY_REQUEST, MsgType.TYPED_REQUEST)
+    if has_result and record.get("result_size") is None and content.get("status") == "ok":
         content = {
             "status": "error",
             "ename": "ResultNotStored",

@@ -20,6 +20,7 @@ from zpar.wire import Message
 
 from . import namespace
 from .capture import Capture, Publish
+from .handlers import find_handler
 
 #: Requests that run user code: they can be aborted, are captured and flagged busy/idle.
 EXECUTION = frozenset({MsgType.APPLY_REQUEST, MsgType.EXECUTE_REQUEST})
@@ -89,6 +90,8 @@ class Kernel:
             MsgType.APPLY_REQUEST: self._apply,
             MsgType.EXECUTE_REQUEST: self._execute,
         }
+        #: message types already looked up among the installed handlers (engine.handlers)
+        self._looked_up: set[str] = set()
         self._control: dict[str, Callable[[Message], Reply]] = {
             MsgType.CLEAR_REQUEST: self._clear,
             MsgType.ABORT_REQUEST: self._abort,
@@ -101,6 +104,8 @@ class Kernel:
         """The reply to ``msg``; None for a message type an engine does not handle."""
         msg_type = msg.header["msg_type"]
         run = self._handlers.get(msg_type)
+        if run is None and msg_type not in self._looked_up and msg_type not in self._control:
+            run = self._add_handler(msg_type)
         if run is not None:
             if self.aborted and msg.header["msg_id"] in self.aborted:
                 self.aborted.discard(msg.header["msg_id"])
@@ -108,6 +113,14 @@ class Kernel:
             return self._run(msg, msg_type, run)
         control = self._control.get(msg_type)
         return control(msg) if control is not None else None
+
+    def _add_handler(self, msg_type: str) -> Any:
+        """An installed capability's handler for msg_type (engine.handlers), kept for next time."""
+        self._looked_up.add(msg_type)
+        run = find_handler(msg_type, self)
+        if run is not None:
+            self._handlers[msg_type] = run
+        return run
 
     def aborted_reply(self, msg: Message) -> Reply | None:
         """The reply telling a client its request was aborted before it ran."""

@@ -29,7 +29,7 @@ import zmq
 from zpar.constants import STORE_RESULT_LIMIT, TASK_HWM, TASK_SCHEME
 from zpar.errors import RemoteProtocolError
 from zpar.memory import Trimmer
-from zpar.messages import MsgType, Status
+from zpar.messages import TASK_REQUESTS, MsgType, Status
 from zpar.monitor import TaskDest, TaskIn, TaskOut, TaskRetry
 from zpar.sockets import bind_random, configure
 from zpar.wire import Message, Session, buffers_size, recv_message, routing, send_frames
@@ -227,7 +227,7 @@ class TaskScheduler:
             return
         self.hub.event(TaskIn(client, header, msg.metadata))
         task = Task(msg_id, client, msg, None)  # recv_message copied the small frames
-        if msg_type not in (MsgType.APPLY_REQUEST, MsgType.EXECUTE_REQUEST):
+        if msg_type not in TASK_REQUESTS:
             self._fail(task, "ProtocolError", f"{msg_type!r} is not a task request")
             return
         md = msg.metadata

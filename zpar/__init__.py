@@ -43,6 +43,7 @@ KernelError = ZparError
 #: lazily imported names -> their module
 _LAZY = {
     "Client": "zpar.client.client",
+    "typed_function": "zpar.typed.registry",  # zpar.typed: the decorator engines' modules use
     "interactive": "zpar.util",
     "Cluster": "zpar.client.cluster",
     "AsyncResult": "zpar.client.asyncresult",

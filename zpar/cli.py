@@ -84,6 +84,12 @@ def build_parser() -> argparse.ArgumentParser:
     ctl.set_defaults(func=None, delegate="zpar.hub.__main__")
     eng = sub.add_parser("engine", help="run one engine here", add_help=False)
     eng.set_defaults(func=None, delegate="zpar.engine.__main__")
+    amuse = sub.add_parser(
+        "amuse-worker",
+        help="serve typed functions to an AMUSE script (its sockets channel's worker)",
+        add_help=False,
+    )
+    amuse.set_defaults(func=None, delegate="zpar.typed.amuse")
     imp = sub.add_parser("impi-server", help="run an IMPI rendezvous server", add_help=False)
     imp.set_defaults(func=None, delegate="zpar.comm.impi_server")
     conf = sub.add_parser("conformance", help="check a server's protocol", add_help=False)
@@ -108,6 +114,10 @@ def main(argv: list[str] | None = None) -> int:
 
         mod = importlib.import_module(_DELEGATES[argv[0]])
         return int(mod.main(argv[1:]) or 0)
+    if argv and argv[0] == "amuse-worker":
+        from zpar.typed.amuse import worker_main
+
+        return worker_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args, argv) or 0)

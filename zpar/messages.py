@@ -59,6 +59,10 @@ class MsgType(StrEnum):
     # iopub
     STREAM = "stream"
     STATUS = "status"
+    # typed batched calls (zpar.typed, seed 000): n calls of one registered function in one
+    # message, arguments as one raw frame per type array, no pickle
+    TYPED_REQUEST = "typed_request"
+    TYPED_REPLY = "typed_reply"
     # rendezvous (issue 16): a communicator's members <-> the hub's rendezvous service,
     # on the registration ROUTER; the IMPI commands of seed 003 one for one (comm.hubservice)
     RENDEZVOUS_AUTH_REQUEST = "rendezvous_auth_request"
@@ -447,6 +451,42 @@ class StatusMessage(Content):
     execution_state: str  # 'busy' or 'idle'
 
 
+# -- typed batched calls (zpar.typed) -------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TypedRequest(Content):
+    """n calls of one registered function; buffers: one frame per type whose count is not 0,
+    in the order of ``counts`` (int32, int64, float32, float64, bool, string: AMUSE's).
+
+    counts: values of each type in the whole message (per-call count x call_count).
+    """
+
+    msg_type = MsgType.TYPED_REQUEST
+    call_id: int
+    function_id: int
+    call_count: int
+    counts: list = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class TypedReply(Content):
+    """ok: buffers hold the out values as a request holds its in values; error: the
+    error fields and ``call_index``, the call that raised (-1 when not known)."""
+
+    msg_type = MsgType.TYPED_REPLY
+    status: str
+    call_id: int = 0
+    function_id: int = 0
+    call_count: int = 0
+    counts: list = field(default_factory=list)
+    ename: str = ""
+    evalue: str = ""
+    traceback: list = field(default_factory=list)
+    engine_info: dict = field(default_factory=dict)
+    call_index: int = -1
+
+
 # -- rendezvous (issue 16) ---------------------------------------------------------------------
 # A member (zpar.comm.member) -> the hub (zpar.comm.hubservice); every one names its
 # communicator. Answers come when the rendezvous can give them (IMPI: once every rank is in;
@@ -613,7 +653,11 @@ REPLY_TYPE: dict[MsgType, MsgType] = {
     MsgType.REGISTRATION_REQUEST: MsgType.REGISTRATION_REPLY,
     MsgType.CONNECTION_REQUEST: MsgType.CONNECTION_REPLY,
     MsgType.SHUTDOWN_HUB_REQUEST: MsgType.SHUTDOWN_HUB_REPLY,
+    MsgType.TYPED_REQUEST: MsgType.TYPED_REPLY,
 }
+
+#: Requests the task scheduler accepts as tasks (anything else it fails as not a task).
+TASK_REQUESTS = frozenset({MsgType.APPLY_REQUEST, MsgType.EXECUTE_REQUEST, MsgType.TYPED_REQUEST})
 
 #: Monitor frames' first element: what the hub is being told about a relayed message.
 MON_MUX_IN = b"mux_in"
