@@ -15,6 +15,7 @@ from typing import Any
 
 from zpar.connection import default_url_file, profile_dir, wait_for_connection_file
 from zpar.constants import DEFAULT_PROFILE, HUB_TIMEOUT
+from zpar.curve import keys_of
 from zpar.dependency import to_wire
 from zpar.errors import EngineError, HubRefused, NoEnginesRegistered, TimeoutError
 from zpar.messages import MsgType, Status
@@ -75,6 +76,7 @@ class Client:
         info = wait_for_connection_file(path, timeout)
         self.session = Session(info.key or None, allow_insecure=not info.key)
         self._io = ClientIO(self.session)
+        self._io.curve = keys_of(info)
         self._direct_caller = DirectCaller(self._io, self.session)
         self._io.connect("query", info.registration)
         self._io.start()

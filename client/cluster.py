@@ -26,13 +26,15 @@ class Cluster:
         engine_args: Sequence[str] = (),
         timeout: float = 60.0,
         log_level: str = "WARNING",
+        curve: bool = False,
     ) -> None:
+        """``curve``: CurveZMQ on every connection (the controller's ``--curve``)."""
         self._launcher = LocalCluster(
             n,
             profile=profile,
             cluster_id=cluster_id,
             ip=ip,
-            controller_args=controller_args,
+            controller_args=[*controller_args, *(["--curve"] if curve else [])],
             engine_args=engine_args,
             log_level=log_level,
         )

@@ -29,6 +29,7 @@ import msgpack
 import zmq
 
 from zpar.constants import WELCOME
+from zpar.curve import secure
 from zpar.errors import EngineError, RemoteProtocolError
 from zpar.messages import MsgType, Status
 from zpar.sockets import configure
@@ -82,17 +83,19 @@ class ClientIO:
         self._direct_watch: dict[str, set[Future]] = {}
         self._direct_lock = threading.Lock()
         self._packb = msgpack.Packer(use_bin_type=True).pack  # this thread's own
+        #: zpar.curve.CurveKeys of a --curve cluster: every socket to the controller uses them
+        self.curve: Any = None
 
     # -- set-up -------------------------------------------------------------------------
 
     def connect(self, channel: str, addr: str) -> None:
         """Create and connect a DEALER before the thread starts (or from the thread)."""
-        sock = configure(self.context.socket(zmq.DEALER))
+        sock = secure(configure(self.context.socket(zmq.DEALER)), self.curve)
         sock.connect(addr)
         self._sockets[channel] = sock
 
     def subscribe_notifications(self, addr: str) -> None:
-        sock = configure(self.context.socket(zmq.SUB))
+        sock = secure(configure(self.context.socket(zmq.SUB)), self.curve)
         sock.setsockopt(zmq.SUBSCRIBE, b"")
         sock.connect(addr)
         self._sockets["notification"] = sock
@@ -128,7 +131,7 @@ class ClientIO:
 
         def _watch() -> None:
             if "iopub" not in self._sockets:
-                sock = configure(self.context.socket(zmq.SUB))
+                sock = secure(configure(self.context.socket(zmq.SUB)), self.curve)
                 sock.setsockopt(zmq.SUBSCRIBE, b"")
                 sock.connect(self.iopub_addr)
                 self._sockets["iopub"] = sock

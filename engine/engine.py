@@ -31,6 +31,7 @@ import zmq
 
 from zpar.connection import ConnectionInfo
 from zpar.constants import HUB_TIMEOUT, STORE_RESULT_LIMIT
+from zpar.curve import secure
 from zpar.errors import LocalProtocolError, RemoteProtocolError, TimeoutError
 from zpar.logs import setup_logging
 from zpar.messages import MON_MUX_IN, MON_MUX_OUT, MsgType, RegistrationReply, Status
@@ -137,6 +138,7 @@ class Engine:
             self.uuid,
             HUB_TIMEOUT,
             requested_id=self.requested_id,
+            curve=self.info,
         )
         self.id = reply.id
         setup_logging(f"engine.{self.id}", self.log_level)
@@ -148,8 +150,13 @@ class Engine:
         )
         return reply
 
-    def _socket(self, kind: int, identity: bytes | None = None) -> zmq.Socket:
+    def _socket(
+        self, kind: int, identity: bytes | None = None, *, controller: bool = True
+    ) -> zmq.Socket:
+        """``controller``: connects to the controller (Curve on a --curve cluster)."""
         s = configure(self.ctx.socket(kind), identity)
+        if controller:
+            secure(s, self.info)
         self._sockets.append(s)
         return s
 
@@ -174,6 +181,7 @@ class Engine:
         self.ping.connect(ping)
         self.silence_limit = max(MIN_CONTROLLER_SILENCE, 10 * float(reply.hb_period or 0))
         self.signals = SignalListener(self.ctx, self.info.key, self.info.registration, self.ident)
+        secure(self.signals.socket, self.info)
         connect_and_wait(
             [
                 (self.mux, addrs["mux"]),
@@ -188,7 +196,7 @@ class Engine:
             self.id, self.uuid, publish=self._publish, restartable=self.restartable
         )
         self.signals.start(self.id)
-        self.heart = Heart(self.ctx, ping, pong, self.ident)
+        self.heart = Heart(self.ctx, ping, pong, self.ident, self.info)
         self.heart.start()
 
     def _bind_direct(self, addrs: dict[str, str]) -> None:
@@ -201,7 +209,7 @@ class Engine:
         rundir = direct_dir(addrs["mux"])
         if rundir is None:
             return
-        self.direct = self._socket(zmq.ROUTER)
+        self.direct = self._socket(zmq.ROUTER, controller=False)
         self.direct.bind(direct_address(rundir, self.uuid))
         self.monitor = MonitorCopies(self.ctx, f"ipc://{rundir}/monitor", self.id)
         self.monitor.start()

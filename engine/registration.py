@@ -11,6 +11,7 @@ from typing import Any
 import zmq
 
 from zpar.constants import HUB_TIMEOUT
+from zpar.curve import secure
 from zpar.errors import TimeoutError, ZparError
 from zpar.messages import MsgType, RegistrationReply, Status
 from zpar.sockets import configure
@@ -30,12 +31,13 @@ def register(
     uuid: str,
     timeout: float = HUB_TIMEOUT,
     requested_id: int = -1,
+    curve: Any = None,
 ) -> RegistrationReply:
     """Ask the hub at ``address`` to register ``uuid``; return its (ok) reply.
 
     Raises RegistrationRefused if the hub says no, zpar.errors.TimeoutError if it is silent.
     """
-    sock = configure(context.socket(zmq.DEALER))
+    sock = secure(configure(context.socket(zmq.DEALER)), curve)
     try:
         sock.connect(address)
         request = {

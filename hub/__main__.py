@@ -44,6 +44,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--insecure", action="store_true", help="no key, no signatures (trusted networks only)"
     )
     p.add_argument(
+        "--curve",
+        action="store_true",
+        help="encrypt and authenticate every connection with CurveZMQ (per-cluster keys in "
+        "the connection files); use it whenever a network you do not control carries the "
+        "cluster's traffic",
+    )
+    p.add_argument(
         "--db",
         default="",
         help="task store: an SQLAlchemy URL (sqlite:///…, postgresql://…), 'memory', or "
@@ -76,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         scheme=args.scheme,
         hwm=args.hwm,
         insecure=args.insecure,
+        curve=args.curve,
         log_level=args.log_level,
         db=args.db,
     )

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from zpar.connection import (
 from zpar.constants import (
     WILDCARDS,
 )
+from zpar.curve import ZapAuthenticator, secure
 from zpar.errors import ZparError
 from zpar.memory import Trimmer
 from zpar.messages import MON_SCHEDULER, MsgType
@@ -76,6 +78,9 @@ class Controller:
         self.rundir = launch.rundir
         self.key = launch.key
         self._key_file = launch.key_file
+        #: zpar.curve.CurveKeys of a --curve cluster; its ZAP handler, once started
+        self.curve = launch.curve
+        self.zap: ZapAuthenticator | None = None
         self.session = Session(self.key or None, allow_insecure=config.insecure)
         self.scheduler: subprocess.Popen | None = launch.process
         log.info("task scheduler started (pid %d)", self.scheduler.pid)
@@ -87,8 +92,11 @@ class Controller:
 
     # -- start-up -------------------------------------------------------------------------
 
-    def _socket(self, kind: int) -> zmq.Socket:
+    def _socket(self, kind: int, *, peers: bool = True) -> zmq.Socket:
+        """``peers``: engines or clients connect to it (a Curve server on a --curve cluster)."""
         s = configure(self.ctx.socket(kind))
+        if peers:
+            secure(s, self.curve, server=True)
         self._sockets.append(s)
         return s
 
@@ -111,6 +119,8 @@ class Controller:
         opener.start()
         ip = "*" if cfg.ip in WILDCARDS else cfg.ip
         host = cfg.advertised_host
+        if self.curve is not None:  # judging handshakes before the first socket binds
+            self.zap = ZapAuthenticator(self.ctx, {self.curve.client_public})
         query = self._socket(zmq.ROUTER)
         query_addr = bind_random(query, ip)
         notification = self._socket(zmq.XPUB)
@@ -120,12 +130,12 @@ class Controller:
         ping_addr = bind_random(ping, ip)
         pong = self._socket(zmq.ROUTER)
         pong_addr = bind_random(pong, ip)
-        monitor = self._socket(zmq.PULL)
+        monitor = self._socket(zmq.PULL, peers=False)
         inproc_monitor = f"inproc://zpar-monitor-{os.getpid()}"
         monitor.bind(inproc_monitor)
         monitor.bind(f"ipc://{self.rundir}/monitor")
-        events = self._socket(zmq.PUSH)
-        relays = start_relays(self.ctx, ip, inproc_monitor, str(self.rundir))
+        events = self._socket(zmq.PUSH, peers=False)
+        relays = start_relays(self.ctx, ip, inproc_monitor, str(self.rundir), self.curve)
         ready = self._wait_for_scheduler(monitor)
         events.connect(ready["events"])
 
@@ -215,6 +225,13 @@ class Controller:
             cluster_id=cfg.cluster_id,
             controller_pid=os.getpid(),
         )
+        if self.curve is not None:
+            info = replace(
+                info,
+                curve_server_key=self.curve.server_public,
+                curve_public_key=self.curve.client_public,
+                curve_secret_key=self.curve.client_secret,
+            )
         # engine file first: a launcher that sees the client file may start engines at once
         for name in (ENGINE_FILE, CLIENT_FILE):
             self.url_files.append(write_connection_file(d / name, info))
@@ -309,6 +326,8 @@ class Controller:
                 pass
         for s in self._sockets:
             s.close(linger=0)
+        if self.zap is not None:
+            self.zap.stop()
         # the relay threads close their sockets when term() interrupts them
         term = threading.Thread(target=self.ctx.term, daemon=True)
         term.start()

@@ -30,6 +30,7 @@ from typing import Any
 import zmq
 
 from zpar.constants import STORE_RESULT_LIMIT
+from zpar.curve import secure
 from zpar.messages import MON_CONTROL_IN, MON_CONTROL_OUT, MON_MUX_IN, MON_MUX_OUT
 from zpar.sockets import bind_random, configure
 from zpar.wire import buffers_size, head_frames, routing
@@ -136,10 +137,12 @@ def start_queue(
     monitor: str,
     prefixes: tuple[bytes, bytes],
     ipc_dir: str | None = None,
+    curve: Any = None,
 ) -> Relay:
-    """A ROUTER-ROUTER relay whose traffic is copied (headers and all) to ``monitor``."""
-    front = configure(ctx.socket(zmq.ROUTER))
-    back = configure(ctx.socket(zmq.ROUTER))
+    """A ROUTER-ROUTER relay whose traffic is copied (headers and all) to ``monitor``.
+    ``curve``: the cluster's zpar.curve.CurveKeys, making both sides Curve servers."""
+    front = secure(configure(ctx.socket(zmq.ROUTER)), curve, server=True)
+    back = secure(configure(ctx.socket(zmq.ROUTER)), curve, server=True)
     # A message for an engine that is not connected is dropped (ROUTER's default); the
     # client fails the request when the engine's death is announced.
     mon = configure(ctx.socket(zmq.PUSH))
@@ -158,9 +161,9 @@ def start_queue(
     return relay
 
 
-def start_iopub(ctx: zmq.Context, ip: str, ipc_dir: str | None = None) -> Relay:
-    xsub = configure(ctx.socket(zmq.XSUB))
-    xpub = configure(ctx.socket(zmq.XPUB))
+def start_iopub(ctx: zmq.Context, ip: str, ipc_dir: str | None = None, curve: Any = None) -> Relay:
+    xsub = secure(configure(ctx.socket(zmq.XSUB)), curve, server=True)
+    xpub = secure(configure(ctx.socket(zmq.XPUB)), curve, server=True)
     relay = Relay("iopub", bind_random(xpub, ip), bind_random(xsub, ip))
     relay.local_client = _bind_local(xpub, ipc_dir, "iopub-client")
     relay.local_engine = _bind_local(xsub, ipc_dir, "iopub-engine")
@@ -176,12 +179,12 @@ def start_iopub(ctx: zmq.Context, ip: str, ipc_dir: str | None = None) -> Relay:
 
 
 def start_relays(
-    ctx: zmq.Context, ip: str, monitor: str, ipc_dir: str | None = None
+    ctx: zmq.Context, ip: str, monitor: str, ipc_dir: str | None = None, curve: Any = None
 ) -> dict[str, Relay]:
     return {
-        "mux": start_queue(ctx, "mux", ip, monitor, (MON_MUX_IN, MON_MUX_OUT), ipc_dir),
+        "mux": start_queue(ctx, "mux", ip, monitor, (MON_MUX_IN, MON_MUX_OUT), ipc_dir, curve),
         "control": start_queue(
-            ctx, "control", ip, monitor, (MON_CONTROL_IN, MON_CONTROL_OUT), ipc_dir
+            ctx, "control", ip, monitor, (MON_CONTROL_IN, MON_CONTROL_OUT), ipc_dir, curve
         ),
-        "iopub": start_iopub(ctx, ip, ipc_dir),
+        "iopub": start_iopub(ctx, ip, ipc_dir, curve),
     }

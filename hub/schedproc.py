@@ -18,8 +18,10 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from zpar.constants import (
+    CURVE_FILE_ENV,
     DEFAULT_PROFILE,
     HEARTBEAT_MAX_MISSES,
     HEARTBEAT_PERIOD,
@@ -42,6 +44,7 @@ class ControllerConfig:
     scheme: str = TASK_SCHEME
     hwm: int = TASK_HWM
     insecure: bool = False
+    curve: bool = False  # CurveZMQ on every socket peers connect to (zpar.curve)
     log_level: str = "INFO"
     db: str = ""  # task store: "" SQLite file in the profile dir, "memory", or an SQLAlchemy URL
 
@@ -60,6 +63,7 @@ class SchedulerLaunch:
     key: str  # the cluster key ("" when insecure)
     key_file: Path  # read by the scheduler at start; removed once it is ready
     process: subprocess.Popen
+    curve: Any = None  # zpar.curve.CurveKeys of a --curve cluster (server secret included)
 
 
 def launch_scheduler(config: ControllerConfig) -> SchedulerLaunch:
@@ -92,5 +96,11 @@ def launch_scheduler(config: ControllerConfig) -> SchedulerLaunch:
     if insecure:
         cmd.append("--insecure")
     env = {**os.environ, KEY_FILE_ENV: str(key_file)}
+    curve = None
+    if config.curve:
+        from zpar.curve import CurveKeys  # imports zmq: only for a Curve cluster
+
+        curve = CurveKeys.generate()
+        env[CURVE_FILE_ENV] = str(curve.write(rundir / "curve"))
     process = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL)
-    return SchedulerLaunch(rundir, key, key_file, process)
+    return SchedulerLaunch(rundir, key, key_file, process, curve)

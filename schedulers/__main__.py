@@ -14,7 +14,7 @@ from pathlib import Path
 
 import zmq
 
-from zpar.constants import KEY_FILE_ENV, TASK_HWM, TASK_SCHEME, TASK_SCHEMES
+from zpar.constants import CURVE_FILE_ENV, KEY_FILE_ENV, TASK_HWM, TASK_SCHEME, TASK_SCHEMES
 from zpar.logs import setup_logging
 from zpar.wire import Session
 
@@ -51,6 +51,16 @@ def main(argv: list[str] | None = None) -> int:
     from .task import TaskScheduler
 
     parent = os.getppid()
+    curve = zap = None
+    if os.environ.get(CURVE_FILE_ENV):
+        from zpar.curve import CurveKeys, ZapAuthenticator
+
+        try:
+            curve = CurveKeys.read(os.environ[CURVE_FILE_ENV])
+        except (OSError, ValueError, TypeError, KeyError) as e:
+            sys.stderr.write(f"zpar scheduler: cannot read the Curve key file: {e}\n")
+            return 2
+        zap = ZapAuthenticator(zmq.Context.instance(), {curve.client_public})
     try:
         scheduler = TaskScheduler(
             Session(key, allow_insecure=args.insecure),
@@ -60,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
             scheme=args.scheme,
             hwm=args.hwm,
             ipc_dir=args.ipc_dir,
+            curve=curve,
         )
     except (ValueError, zmq.ZMQError) as e:
         sys.stderr.write(f"zpar scheduler: {e}\n")
@@ -75,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         scheduler.run(parent_pid=parent)
     finally:
         scheduler.close()
+        if zap is not None:
+            zap.stop()
     return 0
 
 

@@ -27,6 +27,7 @@ from typing import Any
 import zmq
 
 from zpar.constants import STORE_RESULT_LIMIT, TASK_HWM, TASK_SCHEME
+from zpar.curve import secure
 from zpar.errors import RemoteProtocolError
 from zpar.memory import Trimmer
 from zpar.messages import MsgType, Status
@@ -86,7 +87,9 @@ class TaskScheduler:
         hwm: int = TASK_HWM,
         context: zmq.Context | None = None,
         ipc_dir: str | None = None,
+        curve: Any = None,
     ) -> None:
+        """``curve``: zpar.curve.CurveKeys (with the server secret) on a --curve cluster."""
         self.session = session
         self.scheme_name = scheme
         self.choose = get_scheme(scheme)
@@ -94,8 +97,8 @@ class TaskScheduler:
             raise ValueError(f"hwm must be >= 0 (0: unlimited), got {hwm}")
         self.hwm = hwm
         self.ctx = context or zmq.Context.instance()
-        self.client = configure(self.ctx.socket(zmq.ROUTER))
-        self.engine = configure(self.ctx.socket(zmq.ROUTER))
+        self.client = secure(configure(self.ctx.socket(zmq.ROUTER)), curve, server=True)
+        self.engine = secure(configure(self.ctx.socket(zmq.ROUTER)), curve, server=True)
         # a task sent to an engine that is not connected must fail loudly, not vanish
         self.engine.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self.events = configure(self.ctx.socket(zmq.PULL))

@@ -34,7 +34,8 @@ def cluster_start(args: argparse.Namespace) -> int:
         ip=args.ip,
         daemon=args.daemon,
         log_level=args.log_level,
-        controller_args=(["--db", args.db] if getattr(args, "db", None) else []),
+        controller_args=(["--db", args.db] if getattr(args, "db", None) else [])
+        + (["--curve"] if getattr(args, "curve", False) else []),
     )
     try:
         lc.start(args.timeout)
@@ -116,6 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument("--ip", default="127.0.0.1", help="interface the controller binds")
     start.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for engines")
     start.add_argument("--log-level", default="WARNING")
+    start.add_argument(
+        "--curve", action="store_true", help="CurveZMQ on every connection (docs/security.md)"
+    )
     start.set_defaults(func=cluster_start)
     stop.set_defaults(func=cluster_stop)
     lst.set_defaults(func=cluster_list)

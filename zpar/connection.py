@@ -56,6 +56,11 @@ class ConnectionInfo:
     location: str = ""  # controller host, for humans and ssh tunnels
     cluster_id: str = ""
     controller_pid: int = 0
+    # CurveZMQ (a cluster started with --curve; zpar.curve): the controller's public key
+    # and the cluster's client key pair, Z85. Empty: no Curve.
+    curve_server_key: str = ""
+    curve_public_key: str = ""
+    curve_secret_key: str = ""
 
     @property
     def key_bytes(self) -> bytes:

@@ -79,6 +79,10 @@ ZPAR_DIR_ENV = "ZPAR_DIR"
 #: Environment variable through which a controller hands its scheduler the key file.
 KEY_FILE_ENV = "ZPAR_KEY_FILE"
 
+#: Environment variable through which a controller started with --curve hands its scheduler
+#: the cluster's Curve keys (a 0600 file in its run directory).
+CURVE_FILE_ENV = "ZPAR_CURVE_FILE"
+
 #: First frame an XPUB notification socket sends each new subscriber: seeing it proves the
 #: subscription is live, so no registration notification after it can be missed.
 WELCOME = b"<ZPAR|WELCOME>"
