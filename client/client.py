@@ -77,6 +77,7 @@ class Client:
         self.session = Session(info.key or None, allow_insecure=not info.key)
         self._io = ClientIO(self.session)
         self._io.curve = keys_of(info)
+        self._io.where = str(path)
         self._direct_caller = DirectCaller(self._io, self.session)
         self._io.connect("query", info.registration)
         self._io.start()
@@ -104,6 +105,7 @@ class Client:
             # Engines registered before our subscription was live: ask again, now race-free.
             reply = self._query(MsgType.CONNECTION_REQUEST, {}, timeout)
             self._io.apply_snapshot({int(k): v for k, v in reply.content["engines"].items()})
+            self._io.end_handshake_watch()
             self.task_scheme = reply.content.get("task_scheme", "")
         except BaseException:
             self.close()

@@ -28,11 +28,12 @@ from typing import Any
 import msgpack
 import zmq
 
-from zpar.constants import WELCOME
+from zpar.constants import BAD_KEY, WELCOME
 from zpar.curve import secure
-from zpar.errors import EngineError, RemoteProtocolError
+from zpar.errors import EngineError, RemoteProtocolError, WrongKey
 from zpar.messages import MsgType, Status
-from zpar.sockets import configure
+from zpar.privacy import iopub_topic
+from zpar.sockets import configure, recv_monitor_event
 from zpar.transport import direct_address, usable_ipc
 from zpar.wire import Message, Session, recv_message, send_frames
 
@@ -41,6 +42,13 @@ from .futures import ReplyFuture, resolve
 log = logging.getLogger(__name__)
 
 CHANNELS = ("query", "mux", "control", "task")
+
+#: Socket-monitor events of a refused ZMTP handshake (mechanism or keys).
+_HANDSHAKE_FAILED = (
+    zmq.EVENT_HANDSHAKE_FAILED_AUTH
+    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+    | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+)
 
 
 class ClientIO:
@@ -85,12 +93,22 @@ class ClientIO:
         self._packb = msgpack.Packer(use_bin_type=True).pack  # this thread's own
         #: zpar.curve.CurveKeys of a --curve cluster: every socket to the controller uses them
         self.curve: Any = None
+        #: the connection file, named in errors
+        self.where = ""
+        #: handshake failures of the query socket while connecting (wrong Curve keys)
+        self._handshake_monitor: zmq.Socket | None = None
+        #: set once the controller refused our key: every later request fails with it
+        self.wrong_key: WrongKey | None = None
 
     # -- set-up -------------------------------------------------------------------------
 
     def connect(self, channel: str, addr: str) -> None:
         """Create and connect a DEALER before the thread starts (or from the thread)."""
         sock = secure(configure(self.context.socket(zmq.DEALER)), self.curve)
+        if channel == "query" and self._thread is None:
+            # a handshake refused (wrong or missing Curve keys) fails the connection at
+            # once as a wrong key, not as a controller that does not answer
+            self._handshake_monitor = sock.get_monitor_socket(_HANDSHAKE_FAILED)
         sock.connect(addr)
         self._sockets[channel] = sock
 
@@ -132,7 +150,8 @@ class ClientIO:
         def _watch() -> None:
             if "iopub" not in self._sockets:
                 sock = secure(configure(self.context.socket(zmq.SUB)), self.curve)
-                sock.setsockopt(zmq.SUBSCRIBE, b"")
+                # the relay admits only the cluster's topic (hub.iopubgate)
+                sock.setsockopt(zmq.SUBSCRIBE, iopub_topic(self.session.key))
                 sock.connect(self.iopub_addr)
                 self._sockets["iopub"] = sock
                 self._poller.register(sock, zmq.POLLIN)
@@ -168,6 +187,9 @@ class ClientIO:
         broadcast: engine uuids that will each reply; the returned future only tracks the
         send, ``fut.zpar_broadcast`` maps each uuid to the future of its reply."""
         fut: Future = ReplyFuture()
+        if self.wrong_key is not None:
+            fut.set_exception(self.wrong_key)
+            return fut
         if track:
             fut.zpar_trackers = []  # type: ignore[attr-defined]
         if broadcast:
@@ -288,6 +310,9 @@ class ClientIO:
         self._poller = poller = zmq.Poller()
         poller.register(self._wake_r, zmq.POLLIN)
         handlers: dict[Any, Callable[[zmq.Socket], None]] = {}
+        if self._handshake_monitor is not None:
+            poller.register(self._handshake_monitor, zmq.POLLIN)
+            handlers[self._handshake_monitor] = self._on_handshake_failed
         for sock in self._sockets.values():
             poller.register(sock, zmq.POLLIN)
         try:
@@ -312,8 +337,46 @@ class ClientIO:
                 if not fut.done():
                     fut.set_exception(EngineError("client I/O thread crashed: see the log"))
         finally:
+            self._end_handshake_watch()
             for sock in self._sockets.values():
                 sock.close(linger=0)
+
+    def _on_handshake_failed(self, mon: zmq.Socket) -> None:
+        event = recv_monitor_event(mon, zmq.NOBLOCK)
+        where = self.where or "the connection file"
+        self._fail_all(
+            WrongKey(
+                f"the controller refused this client's handshake (event {event['event']:#x} "
+                f"on {event['endpoint']!r}): the Curve keys in {where} are not the running "
+                "cluster's, or one side uses Curve and the other not"
+            )
+        )
+
+    def end_handshake_watch(self) -> None:
+        """Connected: handshake failures from now on are the network's, not the keys'."""
+        self.call_soon(self._end_handshake_watch)
+
+    def _end_handshake_watch(self) -> None:
+        mon = self._handshake_monitor
+        if mon is None:
+            return
+        self._handshake_monitor = None
+        try:
+            self._poller.unregister(mon)
+        except (KeyError, AttributeError):
+            pass
+        query = self._sockets.get("query")
+        if query is not None and not query.closed:
+            query.disable_monitor()
+        mon.close(linger=0)
+
+    def _fail_all(self, error: WrongKey) -> None:
+        """Fail every pending request with ``error`` (nothing can work: wrong key)."""
+        self.wrong_key = error
+        for fut in self.pending_futures():
+            resolve(fut, error=error)
+        self._pending.clear()
+        self._by_engine.clear()
 
     def _handler_for(self, sock: zmq.Socket) -> Callable[[zmq.Socket], None]:
         if sock is self._sockets.get("notification"):
@@ -379,6 +442,15 @@ class ClientIO:
 
     def _on_reply(self, sock: zmq.Socket, private: bool = False) -> None:
         frames = recv_message(sock, zmq.NOBLOCK)
+        if frames == [BAD_KEY] and sock is self._sockets.get("query"):
+            self._fail_all(
+                WrongKey(
+                    "the controller refused this client's signature: the key in "
+                    f"{self.where or 'the connection file'} is not the running cluster's "
+                    "(a file of another or an earlier cluster?)"
+                )
+            )
+            return
         msg = self.session.feed_lazy(frames, where="client", private=private)
         if msg is None:
             return

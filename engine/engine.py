@@ -35,6 +35,7 @@ from zpar.curve import secure
 from zpar.errors import LocalProtocolError, RemoteProtocolError, TimeoutError
 from zpar.logs import setup_logging
 from zpar.messages import MON_MUX_IN, MON_MUX_OUT, MsgType, RegistrationReply, Status
+from zpar.privacy import iopub_topic
 from zpar.sockets import configure, recv_monitor_event
 from zpar.transport import choose, direct_address, direct_dir
 from zpar.wire import (
@@ -172,6 +173,7 @@ class Engine:
             reply.local,
         )
         self.iopub = self._socket(zmq.XPUB)
+        self._iopub_topic = iopub_topic(self.info.key)  # its subscribers hold the key
         self.iopub.connect(addrs["iopub"])
         self._listeners = 0
         ping, pong = reply.heartbeat
@@ -388,7 +390,12 @@ class Engine:
                 self._listeners = max(0, self._listeners - 1)
         if self._listeners:
             self.session.send(
-                iopub, msg_type, content, parent=parent, metadata={"engine_id": self.id}
+                iopub,
+                msg_type,
+                content,
+                parent=parent,
+                metadata={"engine_id": self.id},
+                idents=(self._iopub_topic,) if self._iopub_topic else (),
             )
 
     # -- stopping ---------------------------------------------------------------------------

@@ -38,6 +38,7 @@ from zpar.errors import ZparError
 from zpar.memory import Trimmer
 from zpar.messages import MON_SCHEDULER, MsgType
 from zpar.monitor import split_monitor
+from zpar.privacy import iopub_topic
 from zpar.sockets import bind_random, configure
 from zpar.wire import Session
 
@@ -135,7 +136,9 @@ class Controller:
         monitor.bind(inproc_monitor)
         monitor.bind(f"ipc://{self.rundir}/monitor")
         events = self._socket(zmq.PUSH, peers=False)
-        relays = start_relays(self.ctx, ip, inproc_monitor, str(self.rundir), self.curve)
+        relays = start_relays(
+            self.ctx, ip, inproc_monitor, str(self.rundir), self.curve, iopub_topic(self.key)
+        )
         ready = self._wait_for_scheduler(monitor)
         events.connect(ready["events"])
 

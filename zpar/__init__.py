@@ -17,6 +17,7 @@ from .errors import (
     TaskTimeout,
     TimeoutError,
     UnmetDependency,
+    WrongKey,
     ZparError,
 )
 
@@ -36,6 +37,7 @@ __all__ = [
     "TaskTimeout",
     "TimeoutError",
     "UnmetDependency",
+    "WrongKey",
     "ZparError",
     "__version__",
     "depend",

@@ -25,7 +25,11 @@ def _progress(have: int, want: int) -> None:
 def cluster_start(args: argparse.Namespace) -> int:
     from .client.client import Client
     from .launcher import DEFAULT_CLUSTER_ID, LocalCluster
+    from .privacy import check_exposure
 
+    exposure = check_exposure(args.ip, curve=args.curve, insecure=False, force=False)
+    if exposure:
+        print(f"zpar: warning: {exposure}", file=sys.stderr)
     t0 = time.monotonic()
     lc = LocalCluster(
         args.n,

@@ -87,6 +87,11 @@ CURVE_FILE_ENV = "ZPAR_CURVE_FILE"
 #: subscription is live, so no registration notification after it can be missed.
 WELCOME = b"<ZPAR|WELCOME>"
 
+#: The single unsigned frame the hub answers a request with a bad or missing signature on its
+#: registration socket: the peer's key is not the cluster's. It carries nothing a peer could
+#: act on but "wrong key", so it needs no signature (the sender has the wrong key anyway).
+BAD_KEY = b"<ZPAR|BAD-KEY>"
+
 #: Ping payload prefix on the heartbeat PUB; the rest is the ping counter in ASCII.
 PING = b"ping"
 

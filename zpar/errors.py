@@ -38,6 +38,11 @@ class ConnectionFileError(ZparError):
     """A connection file is missing, unreadable or incomplete."""
 
 
+class WrongKey(ConnectionFileError):
+    """The controller refused our signature, or the Curve handshake: the keys of the
+    connection file we hold are not the running cluster's (an old file, another cluster's)."""
+
+
 class TimeoutError(ZparError, builtins.TimeoutError):  # noqa: A001 - the name users expect
     """Waiting for a result, an engine or the hub took longer than allowed."""
 

@@ -60,7 +60,9 @@ class ClusterState:
     def save(self) -> Path:
         path = state_file(self.profile, self.cluster_id)
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=2))
+        # 0600 like every file under the profile (docs/security.md)
+        with open(tmp, "w", opener=lambda p, f: os.open(p, f, 0o600)) as out:
+            out.write(json.dumps(asdict(self), indent=2))
         os.replace(tmp, path)
         return path
 
@@ -129,7 +131,8 @@ class LocalCluster:
 
     def _spawn(self, cmd: list[str], name: str) -> subprocess.Popen:
         log_path = self.log_dir / f"{self.cluster_id}-{name}.log"
-        with open(log_path, "ab") as out:
+        # 0600: a log holds task output and tracebacks (docs/security.md)
+        with open(log_path, "ab", opener=lambda p, f: os.open(p, f, 0o600)) as out:
             proc = subprocess.Popen(
                 cmd,
                 stdin=subprocess.DEVNULL,
