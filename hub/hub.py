@@ -444,7 +444,9 @@ class Hub:
         # [msg_id, buffers…]: a large load-balanced result (the scheduler checked its tags),
         # sent ahead of its TaskOut event; stored only if that reply finishes the record
         held = self._large_results
-        held[_text(frames[0])] = frames[1:]
+        # the monitor's frames are zmq.Frames (recv copy=False): a Frame has no decode()
+        msg_id = frames[0].bytes if isinstance(frames[0], zmq.Frame) else frames[0]
+        held[_text(msg_id)] = frames[1:]
         while len(held) > LARGE_RESULTS_HELD:
             del held[next(iter(held))]
 
