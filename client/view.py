@@ -17,6 +17,7 @@ from zpar.errors import SerializationError
 from zpar.messages import MsgType
 from zpar.remote import map_chunk
 from zpar.serialize import pack_apply
+from zpar.tasklimits import parse_time_limit
 
 from .asyncresult import AsyncMapResult, AsyncResult
 
@@ -52,7 +53,7 @@ class View:
     """Flags shared by every view; subclasses say where a message goes."""
 
     #: names set_flags / temp_flags accept (subclasses add theirs)
-    FLAGS: tuple[str, ...] = ("block", "targets", "track", "label")
+    FLAGS: tuple[str, ...] = ("block", "targets", "track", "label", "time_limit")
 
     def __init__(self, client: Any, targets: Any, block: bool = False) -> None:
         self.client = client
@@ -62,8 +63,14 @@ class View:
         self.track = False
         #: a name for the calls of this view, kept in their request metadata
         self.label: str | None = None
+        #: seconds a call may run on its engine before it is interrupted and fails with
+        #: zpar.TaskTimeout (engine.timelimit); None: no limit
+        self.time_limit: float | None = None
 
     def set_flags(self, **flags: Any) -> None:
+        limit = flags.get("time_limit")
+        if limit is not None:
+            parse_time_limit({"time_limit": limit})  # ValueError now, not on the engine
         for k, v in flags.items():
             if k not in self.FLAGS:
                 raise KeyError(
@@ -144,7 +151,10 @@ class View:
         return self.client.queue_status(targets, verbose)
 
     def _metadata_flags(self) -> dict[str, Any]:
-        return {"label": self.label} if self.label else {}
+        md: dict[str, Any] = {"label": self.label} if self.label else {}
+        if self.time_limit is not None:
+            md["time_limit"] = float(self.time_limit)
+        return md
 
     def _finish(self, ar: AsyncResult, block: bool) -> Any:
         if self.track:

@@ -69,7 +69,7 @@ class TaskAborted(ZparError):
 
 
 class TaskTimeout(TimeoutError):
-    """A task's dependencies were not met within its timeout."""
+    """A task's dependencies were not met within its timeout, or it ran past its time_limit."""
 
 
 class ImpossibleDependency(ZparError):
