@@ -78,6 +78,7 @@ class Client:
         self._io = ClientIO(self.session)
         self._io.curve = keys_of(info)
         self._io.where = str(path)
+        self._io.controller = f"at {info.registration} (pid {info.controller_pid})"
         self._direct_caller = DirectCaller(self._io, self.session)
         self._io.connect("query", info.registration)
         self._io.start()
@@ -105,7 +106,6 @@ class Client:
             # Engines registered before our subscription was live: ask again, now race-free.
             reply = self._query(MsgType.CONNECTION_REQUEST, {}, timeout)
             self._io.apply_snapshot({int(k): v for k, v in reply.content["engines"].items()})
-            self._io.end_handshake_watch()
             self.task_scheme = reply.content.get("task_scheme", "")
         except BaseException:
             self.close()
@@ -210,7 +210,10 @@ class Client:
         if uuid is not None:
             frames = [uuid.encode(), *frames]
         uuids = [self._engine_uuid(i) for i in broadcast] if broadcast is not None else None
-        fut = self._io.submit(channel, frames, msg_id, uuid, track=track, broadcast=uuids)
+        resubmit = channel == "task" and bool(metadata and metadata.get("retries"))
+        fut = self._io.submit(
+            channel, frames, msg_id, uuid, track=track, broadcast=uuids, resubmit=resubmit
+        )
         fut.zpar_submitted = header["date"]  # type: ignore[attr-defined]
         if msg_type in _HISTORY_TYPES:  # work, not queries and control (as ipyparallel)
             self.history.append(msg_id)

@@ -30,7 +30,14 @@ import zmq
 
 from zpar.constants import BAD_KEY, WELCOME
 from zpar.curve import secure
-from zpar.errors import EngineError, RemoteProtocolError, WrongKey
+from zpar.errors import (
+    ControllerLost,
+    EngineError,
+    RemoteProtocolError,
+    SchedulerLost,
+    WrongKey,
+    ZparError,
+)
 from zpar.messages import MsgType, Status
 from zpar.privacy import iopub_topic
 from zpar.sockets import configure, recv_monitor_event
@@ -95,10 +102,16 @@ class ClientIO:
         self.curve: Any = None
         #: the connection file, named in errors
         self.where = ""
-        #: handshake failures of the query socket while connecting (wrong Curve keys)
-        self._handshake_monitor: zmq.Socket | None = None
-        #: set once the controller refused our key: every later request fails with it
-        self.wrong_key: WrongKey | None = None
+        #: the query socket's refused handshakes (wrong Curve keys) and lost connection
+        #: (the controller gone), for the client's life
+        self._controller_monitor: zmq.Socket | None = None
+        #: set once the controller refused our key, or is gone: every later request fails
+        self.wrong_key: ZparError | None = None
+        #: load-balanced requests not answered yet: their frames when they carry retries
+        #: (resent if the task scheduler dies), else None (failed then)
+        self._task_path: dict[str, list[Any] | None] = {}
+        #: the controller's registration address and pid, named when it is lost
+        self.controller = ""
 
     # -- set-up -------------------------------------------------------------------------
 
@@ -107,8 +120,11 @@ class ClientIO:
         sock = secure(configure(self.context.socket(zmq.DEALER)), self.curve)
         if channel == "query" and self._thread is None:
             # a handshake refused (wrong or missing Curve keys) fails the connection at
-            # once as a wrong key, not as a controller that does not answer
-            self._handshake_monitor = sock.get_monitor_socket(_HANDSHAKE_FAILED)
+            # once as a wrong key, not as a controller that does not answer; a connection
+            # lost fails what is pending as a lost controller, not a silent hang
+            self._controller_monitor = sock.get_monitor_socket(
+                _HANDSHAKE_FAILED | zmq.EVENT_DISCONNECTED
+            )
         sock.connect(addr)
         self._sockets[channel] = sock
 
@@ -179,17 +195,22 @@ class ClientIO:
         engine_uuid: str | None = None,
         track: bool = False,
         broadcast: list[str] | None = None,
+        resubmit: bool = False,
     ) -> Future:
         """Queue signed frames for sending; the future resolves with the reply (a LazyMessage).
 
         track: keep zmq's MessageTrackers of the zero-copy frames on the future
         (``zpar_trackers``), to know when the caller may modify the arrays sent.
         broadcast: engine uuids that will each reply; the returned future only tracks the
-        send, ``fut.zpar_broadcast`` maps each uuid to the future of its reply."""
+        send, ``fut.zpar_broadcast`` maps each uuid to the future of its reply.
+        resubmit: a load-balanced request with retries, sent again (these frames) if the
+        task scheduler dies before it is answered; others on the task path fail then."""
         fut: Future = ReplyFuture()
         if self.wrong_key is not None:
             fut.set_exception(self.wrong_key)
             return fut
+        if channel == "task":
+            self._task_path[msg_id] = frames if resubmit else None
         if track:
             fut.zpar_trackers = []  # type: ignore[attr-defined]
         if broadcast:
@@ -310,9 +331,9 @@ class ClientIO:
         self._poller = poller = zmq.Poller()
         poller.register(self._wake_r, zmq.POLLIN)
         handlers: dict[Any, Callable[[zmq.Socket], None]] = {}
-        if self._handshake_monitor is not None:
-            poller.register(self._handshake_monitor, zmq.POLLIN)
-            handlers[self._handshake_monitor] = self._on_handshake_failed
+        if self._controller_monitor is not None:
+            poller.register(self._controller_monitor, zmq.POLLIN)
+            handlers[self._controller_monitor] = self._on_controller_event
         for sock in self._sockets.values():
             poller.register(sock, zmq.POLLIN)
         try:
@@ -337,12 +358,11 @@ class ClientIO:
                 if not fut.done():
                     fut.set_exception(EngineError("client I/O thread crashed: see the log"))
         finally:
-            self._end_handshake_watch()
+            self._end_controller_watch()
             for sock in self._sockets.values():
                 sock.close(linger=0)
 
-    def _on_handshake_failed(self, mon: zmq.Socket) -> None:
-        event = recv_monitor_event(mon, zmq.NOBLOCK)
+    def _on_handshake_failed_event(self, event: dict[str, Any]) -> None:
         where = self.where or "the connection file"
         self._fail_all(
             WrongKey(
@@ -352,31 +372,70 @@ class ClientIO:
             )
         )
 
-    def end_handshake_watch(self) -> None:
-        """Connected: handshake failures from now on are the network's, not the keys'."""
-        self.call_soon(self._end_handshake_watch)
-
-    def _end_handshake_watch(self) -> None:
-        mon = self._handshake_monitor
+    def _end_controller_watch(self) -> None:
+        mon = self._controller_monitor
         if mon is None:
             return
-        self._handshake_monitor = None
-        try:
-            self._poller.unregister(mon)
-        except (KeyError, AttributeError):
-            pass
+        self._controller_monitor = None
         query = self._sockets.get("query")
         if query is not None and not query.closed:
             query.disable_monitor()
         mon.close(linger=0)
 
-    def _fail_all(self, error: WrongKey) -> None:
+    def _fail_all(self, error: ZparError) -> None:
         """Fail every pending request with ``error`` (nothing can work: wrong key)."""
         self.wrong_key = error
         for fut in self.pending_futures():
             resolve(fut, error=error)
         self._pending.clear()
         self._by_engine.clear()
+        self._task_path.clear()
+        self._fail_direct(None, str(error))
+
+    def _on_scheduler_restarted(self, reason: str) -> None:
+        """The task scheduler died with our unanswered load-balanced requests: resend
+        those with retries to its successor (same address, reconnected on its own), fail
+        the others at once, naming what happened."""
+        sock = self._sockets.get("task")
+        resent = failed = 0
+        for msg_id, frames in list(self._task_path.items()):
+            entry = self._pending.get(msg_id)
+            if entry is None:
+                del self._task_path[msg_id]
+                continue
+            if frames is not None and sock is not None:
+                send_frames(sock, frames)
+                resent += 1
+                continue
+            del self._task_path[msg_id]
+            self._pending.pop(msg_id, None)
+            error = SchedulerLost(
+                f"{reason} while it held task {msg_id}, which had no retries; a new task "
+                "scheduler runs: resubmit it (or give tasks retries to have them resent)"
+            )
+            for fut in entry.values() if isinstance(entry, dict) else (entry,):
+                resolve(fut, error=error)
+            failed += 1
+        log.warning(
+            "%s: %d load-balanced task(s) resent (retries), %d failed", reason, resent, failed
+        )
+
+    def _on_controller_event(self, mon: zmq.Socket) -> None:
+        """The query socket's connection closed: the controller's process is gone (the
+        OS closes its sockets), or the network between us broke. Either way no reply of
+        what is pending can reach us (routing identities change on reconnection)."""
+        event = recv_monitor_event(mon, zmq.NOBLOCK)
+        if event["event"] & _HANDSHAKE_FAILED:
+            self._on_handshake_failed_event(event)
+            return
+        if event["event"] == zmq.EVENT_DISCONNECTED and self.wrong_key is None:
+            self._fail_all(
+                ControllerLost(
+                    f"lost the controller {self.controller or ''} ({self.where}): its "
+                    "connection closed; every pending request failed. Start a client "
+                    "again once a controller runs"
+                )
+            )
 
     def _handler_for(self, sock: zmq.Socket) -> Callable[[zmq.Socket], None]:
         if sock is self._sockets.get("notification"):
@@ -455,6 +514,8 @@ class ClientIO:
         if msg is None:
             return
         msg_id = msg.parent_msg_id
+        if self._task_path:
+            self._task_path.pop(msg_id, None)
         fut = self._pending.pop(msg_id, None)
         if isinstance(fut, dict):  # a broadcast: this engine's reply
             futs = fut
@@ -496,6 +557,9 @@ class ClientIO:
         if msg is None:
             return
         c = msg.content
+        if msg.msg_type == MsgType.SCHEDULER_RESTARTED:
+            self._on_scheduler_restarted(str(c.get("reason", "the task scheduler died")))
+            return
         eid = int(c["id"])
         registered = msg.msg_type == MsgType.REGISTRATION_NOTIFICATION
         with self.engines_changed:  # read-modify-write against apply_snapshot

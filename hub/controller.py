@@ -46,6 +46,7 @@ from .heartmonitor import HeartMonitor
 from .hub import Addresses, Hub
 from .relays import start_relays
 from .schedproc import ControllerConfig, SchedulerLaunch, launch_scheduler
+from .schedwatch import SchedulerWatch
 from .store import TaskStore, open_store
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,8 @@ class Controller:
         self.zap: ZapAuthenticator | None = None
         self.session = Session(self.key or None, allow_insecure=config.insecure)
         self.scheduler: subprocess.Popen | None = launch.process
+        self._launch = launch
+        self.watch: SchedulerWatch | None = None  # once the scheduler reported ready
         log.info("task scheduler started (pid %d)", self.scheduler.pid)
         self.store: TaskStore | None = None
         self.hub: Hub | None = None
@@ -140,6 +143,7 @@ class Controller:
             self.ctx, ip, inproc_monitor, str(self.rundir), self.curve, iopub_topic(self.key)
         )
         ready = self._wait_for_scheduler(monitor)
+        self.watch = SchedulerWatch(cfg, self._launch, ready)
         events.connect(ready["events"])
 
         heart = HeartMonitor(
@@ -259,6 +263,10 @@ class Controller:
         handlers[events] = heart.handle_events
         for s in handlers:
             poller.register(s, zmq.POLLIN)
+        watch = self.watch
+        assert watch is not None
+        hub.on_scheduler_ready = lambda content: watch.on_ready(hub, content)
+        watch.register(poller)
         period = heart.period
         next_beat = time.monotonic()
         log.info("controller running (heartbeat %.3g s x %d)", period, heart.max_misses)
@@ -273,7 +281,11 @@ class Controller:
                 timeout = min(timeout, flush_in)
             ready = poller.poll(int(timeout * 1000) + 1)
             for sock, _ in ready:
-                handlers[sock]()
+                handlers.get(sock, watch.on_sentinel)()  # not a socket: the scheduler's pidfd
+            if (watch.fired or time.monotonic() >= next_beat) and not watch.check():
+                self.exit_code = 1
+                break
+            self.scheduler = watch.process
             hub.flush_store()
             if ready:
                 trimmer.count(len(ready))
@@ -291,14 +303,7 @@ class Controller:
                 heart.beat()
                 next_beat = max(next_beat + period, now)
                 hub.expire_registrations()
-                if self.scheduler.poll() is not None:
-                    log.error(
-                        "the task scheduler died (exit code %d); the controller cannot "
-                        "balance tasks without it: stopping",
-                        self.scheduler.returncode,
-                    )
-                    self.exit_code = 1
-                    break
+        watch.close_sentinel()
         return self.exit_code
 
     def request_stop(self, *_: Any) -> None:

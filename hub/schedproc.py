@@ -66,11 +66,16 @@ class SchedulerLaunch:
     curve: Any = None  # zpar.curve.CurveKeys of a --curve cluster (server secret included)
 
 
-def launch_scheduler(config: ControllerConfig) -> SchedulerLaunch:
+def launch_scheduler(
+    config: ControllerConfig, again: SchedulerLaunch | None = None, ports: tuple[int, int] = (0, 0)
+) -> SchedulerLaunch:
+    """Start the task scheduler; ``again``: the launch of one that died, whose run
+    directory, keys and (``ports``) tcp ports the new one takes over."""
     ip, insecure = config.ip, config.insecure
-    rundir = Path(tempfile.mkdtemp(prefix="zpar-"))  # mode 0700
-    key = "" if insecure else secrets.token_hex(32)
+    rundir = again.rundir if again else Path(tempfile.mkdtemp(prefix="zpar-"))  # mode 0700
+    key = again.key if again else "" if insecure else secrets.token_hex(32)
     key_file = rundir / "key"
+    key_file.unlink(missing_ok=True)
     fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(key)
@@ -92,15 +97,20 @@ def launch_scheduler(config: ControllerConfig) -> SchedulerLaunch:
         config.log_level,
         "--ipc-dir",
         str(rundir),
+        "--client-port",
+        str(ports[0]),
+        "--engine-port",
+        str(ports[1]),
     ]
     if insecure:
         cmd.append("--insecure")
     env = {**os.environ, KEY_FILE_ENV: str(key_file)}
-    curve = None
+    curve = again.curve if again else None
     if config.curve:
         from zpar.curve import CurveKeys  # imports zmq: only for a Curve cluster
 
-        curve = CurveKeys.generate()
+        curve = curve or CurveKeys.generate()
+        (rundir / "curve").unlink(missing_ok=True)
         env[CURVE_FILE_ENV] = str(curve.write(rundir / "curve"))
     process = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL)
     return SchedulerLaunch(rundir, key, key_file, process, curve)

@@ -32,7 +32,7 @@ from zpar.errors import RemoteProtocolError
 from zpar.memory import Trimmer
 from zpar.messages import MsgType, Status
 from zpar.monitor import TaskDest, TaskIn, TaskOut, TaskRetry
-from zpar.sockets import bind_random, configure
+from zpar.sockets import bind_port, configure
 from zpar.wire import Message, Session, buffers_size, recv_message, routing, send_frames
 
 from .flags import parse_gates, parse_outcomes, parse_retries, parse_timeout
@@ -88,8 +88,11 @@ class TaskScheduler:
         context: zmq.Context | None = None,
         ipc_dir: str | None = None,
         curve: Any = None,
+        ports: tuple[int, int] = (0, 0),
     ) -> None:
-        """``curve``: zpar.curve.CurveKeys (with the server secret) on a --curve cluster."""
+        """``curve``: zpar.curve.CurveKeys (with the server secret) on a --curve cluster.
+        ``ports``: the client and engine tcp ports to bind (0: any free one); a scheduler
+        the controller restarts binds its predecessor's, so peers reconnect on their own."""
         self.session = session
         self.scheme_name = scheme
         self.choose = get_scheme(scheme)
@@ -102,8 +105,8 @@ class TaskScheduler:
         # a task sent to an engine that is not connected must fail loudly, not vanish
         self.engine.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self.events = configure(self.ctx.socket(zmq.PULL))
-        self.client_addr = bind_random(self.client, ip)
-        self.engine_addr = bind_random(self.engine, ip)
+        self.client_addr = bind_port(self.client, ip, ports[0])
+        self.engine_addr = bind_port(self.engine, ip, ports[1])
         self.local_client = self.local_engine = ""
         if ipc_dir:  # twins for peers on this host (zpar.transport)
             self.local_client = f"ipc://{ipc_dir}/task-client"
@@ -585,6 +588,8 @@ class TaskScheduler:
         c = msg.content
         uuid = str(c["uuid"]).encode()
         if c["event"] == "registered":
+            if uuid in self.engines:  # told again after a restart of ours: nothing new
+                return
             self.engines[uuid] = EngineSlot(int(c["id"]), uuid)
             self.ids[int(c["id"])] = uuid
             log.info("engine %s joined (%d engines)", c["id"], len(self.engines))

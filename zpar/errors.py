@@ -146,6 +146,19 @@ class CompositeError(RemoteError):
         raise self.errors[index]
 
 
+# -- faults (issue 13) ---------------------------------------------------------------------
+
+
+class SchedulerLost(EngineError):
+    """The task scheduler died holding this load-balanced task, which carried no retries
+    (the controller started a new scheduler: resubmit it, or give tasks ``retries``)."""
+
+
+class ControllerLost(ZparError):
+    """The controller this client was connected to is gone: every pending request fails
+    with this error naming it, and later ones at once."""
+
+
 _BY_NAME: dict[str, type[ZparError]] = {
     "EngineError": EngineError,
     "TaskAborted": TaskAborted,

@@ -59,6 +59,8 @@ class MsgType(StrEnum):
     # iopub
     STREAM = "stream"
     STATUS = "status"
+    # faults (issue 13): the controller restarted its task scheduler (hub notification PUB)
+    SCHEDULER_RESTARTED = "scheduler_restarted"
 
 
 class Status(StrEnum):
@@ -165,6 +167,18 @@ class UnregistrationNotification(Content):
     id: int
     uuid: str
     reason: str = ""
+
+
+# -- faults (issue 13) ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerRestarted(Content):
+    """The task scheduler died and a new one listens at the same addresses: each client
+    resubmits its load-balanced requests that carry retries and fails the others."""
+
+    msg_type = MsgType.SCHEDULER_RESTARTED
+    reason: str  # e.g. "the task scheduler died (exit code -9)"
 
 
 @dataclass(frozen=True, slots=True)
