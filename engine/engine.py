@@ -30,7 +30,7 @@ from typing import Any
 import zmq
 
 from zpar.connection import ConnectionInfo
-from zpar.constants import HUB_TIMEOUT, STORE_RESULT_LIMIT
+from zpar.constants import HUB_TIMEOUT
 from zpar.curve import secure
 from zpar.errors import LocalProtocolError, RemoteProtocolError, TimeoutError
 from zpar.logs import setup_logging
@@ -49,15 +49,13 @@ from zpar.transport import choose, direct_address, direct_dir
 from zpar.wire import (
     Message,
     Session,
-    buffers_size,
-    head_frames,
-    message_buffers,
+    checkable_copy,
     recv_message,
     send_frames,
 )
 
 from .heart import Heart
-from .kernel import BOUND_TYPES, Kernel, Reply
+from .kernel import Kernel, Reply
 from .monitorcopies import MonitorCopies
 from .registration import register
 from .signals import SignalListener
@@ -305,7 +303,7 @@ class Engine:
         msg = self.session.feed(frames, where, private=sock is self.direct)
         if msg is None:
             return None
-        if msg.dest != self.uuid and msg.msg_type in BOUND_TYPES:
+        if msg.dest != self.uuid:  # every request to an engine names the engine it is for
             self.session._refuse(
                 RemoteProtocolError(
                     "misrouted", f"{msg.msg_type} {msg.msg_id} is bound to {msg.dest!r}"
@@ -321,7 +319,8 @@ class Engine:
             return
         if sock is self.direct and self.monitor is not None and msg.idents:
             # what the relay's monitor would have told the hub (headers, no buffers)
-            self.monitor.put([MON_MUX_IN, self.ident, msg.idents[0], *head_frames(msg.frames)])
+            copy = checkable_copy(msg.frames, detach=True)
+            self.monitor.put([MON_MUX_IN, self.ident, msg.idents[0], *copy])
         assert self.kernel is not None
         limit = self._arm_time_limit(sock, msg)
         self._busy = True
@@ -431,9 +430,7 @@ class Engine:
             if direct and self.monitor is not None and msg.idents:
                 # for the hub's store: the result too, unless it is too big to keep there
                 # (copied: the thread sends them later, the result's memory may change by then)
-                copy = head_frames(frames)
-                if buffers_size(frames) <= STORE_RESULT_LIMIT:
-                    copy += [b if type(b) is bytes else bytes(b) for b in message_buffers(frames)]
+                copy = checkable_copy(frames, large=True, detach=True)
                 self.monitor.put([MON_MUX_OUT, msg.idents[0], self.ident, *copy])
         except LocalProtocolError as e:  # e.g. output that msgpack cannot encode
             log.error("cannot send the %s to %s: %s", reply.msg_type, msg.msg_id, e)

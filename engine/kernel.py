@@ -24,15 +24,6 @@ from .capture import Capture, Publish
 #: Requests that run user code: they can be aborted, are captured and flagged busy/idle.
 EXECUTION = frozenset({MsgType.APPLY_REQUEST, MsgType.EXECUTE_REQUEST})
 
-#: Requests bound to one engine by their signed header's ``dest`` (the engine's uuid, set
-#: by the client or by the task scheduler that placed it): a copy replayed to another
-#: engine is refused there.
-BOUND_TYPES = EXECUTION | {
-    MsgType.CLEAR_REQUEST,
-    MsgType.ABORT_REQUEST,
-    MsgType.SHUTDOWN_REQUEST,
-}
-
 #: Exceptions reported to the client as the task's error. Anything else (the engine's own
 #: stop signal) propagates and ends the engine.
 USER_ERRORS = (Exception, SystemExit, KeyboardInterrupt)

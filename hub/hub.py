@@ -22,6 +22,7 @@ from zpar.constants import (
     STORE_RESULT_LIMIT,
     WELCOME,
 )
+from zpar.errors import RemoteProtocolError
 from zpar.messages import (
     MON_CONTROL_IN,
     MON_CONTROL_OUT,
@@ -389,8 +390,8 @@ class Hub:
         if framed is None or len(framed[0]) != 2:
             log.warning("%s copy without two identities dropped", where)
             return None
-        with_buffers = bool(framed[1][3:])  # copies of requests come without buffers
-        return self.copies.feed(frames, where, buffers=with_buffers, private=True)
+        # the signature covers the small buffers; large ones are checked below when stored
+        return self.copies.feed(frames, where, buffers=False, private=True)
 
     def _mux_in(self, frames: list[Any]) -> None:
         # [engine_uuid, client_ident, <ZPAR|MSG>, signature, envelope] (no buffers)
@@ -414,8 +415,15 @@ class Hub:
             return  # an answer to nothing, or from an engine the request was not bound to
         metadata = dict(msg.metadata)
         status = str(metadata.get("status", ""))
+        buffers = msg.buffers if len(msg.buffers) == len(msg.tags) else []  # large left out
+        if buffers:
+            try:
+                self.copies.check_buffers(msg.tags, buffers, private=True)
+            except RemoteProtocolError as e:
+                self.copies._refuse(e, "monitor (mux out)")
+                return
         if self.tasks.finished(msg_id, engine, metadata, status, msg.content):
-            self._result_buffers(msg_id, msg.buffers)
+            self._result_buffers(msg_id, buffers)
 
     def _task_batch(self, frames: list[Any]) -> None:
         # [msgpack list of events] (zpar.monitor: TaskIn / TaskDest / TaskOut / TaskRetry)

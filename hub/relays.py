@@ -29,11 +29,10 @@ from typing import Any
 
 import zmq
 
-from zpar.constants import STORE_RESULT_LIMIT
 from zpar.curve import secure
 from zpar.messages import MON_CONTROL_IN, MON_CONTROL_OUT, MON_MUX_IN, MON_MUX_OUT
 from zpar.sockets import bind_random, configure
-from zpar.wire import buffers_size, head_frames, routing
+from zpar.wire import checkable_copy, routing
 
 from .iopubgate import IOPubGate
 
@@ -73,7 +72,7 @@ def relay_one(
         return False
     (sender, dest), msg = framed
     out.send_multipart([dest, sender, *msg], copy=False)
-    copy = msg if with_buffers and buffers_size(msg) <= STORE_RESULT_LIMIT else head_frames(msg)
+    copy = checkable_copy(msg, large=with_buffers)  # Frames: refcounted, not copied
     mon.send_multipart([prefix, dest, sender, *copy], copy=False)
     return True
 

@@ -5,10 +5,12 @@ Frame layout (protocol version 2.0)::
     [ident, ..., b"<ZPAR|MSG>", signature, envelope, buffer, ...]
 
 envelope is one msgpack array ``[header, parent_header, metadata, content, buffer_tags]``;
-signature is the raw 32-byte HMAC-SHA256 of the envelope, keyed by the cluster key.
-buffer_tags holds one 16-byte keyed BLAKE3 tag per buffer, so the signature covers the
-buffers too: a swapped buffer fails its tag. This module alone knows where a part of a
-message sits; every other module goes through Session, Message and the helpers below.
+signature is the raw 32-byte HMAC-SHA256, keyed by the cluster key, of the envelope followed
+by every buffer under INLINE_SIGNED_MAX (64 KiB). buffer_tags has one entry per buffer: b""
+for those small ones, a 16-byte keyed BLAKE3 tag for each larger one. So the signature
+covers every buffer: a swapped buffer fails the signature or its tag. This module alone
+knows where a part of a message sits; every other module goes through Session, Message and
+the helpers below.
 
 Every field is checked before a handler sees a message (``_check_envelope``); a message
 that fails is refused with a reason token (``Session.refused``), never handed on.
@@ -37,6 +39,7 @@ from .constants import (
     BUFFER_TAG_SIZE,
     COPY_THRESHOLD,
     DELIM,
+    INLINE_SIGNED_MAX,
     MAX_MSG_ID,
     PARALLEL_TAG_MIN,
     PROTOCOL_VERSION,
@@ -145,6 +148,10 @@ class Message:
 def split_idents(frames: Sequence[Any]) -> tuple[list[bytes], list[Any]]:
     """Split routing identities from the message proper, at the delimiter frame."""
     for i, f in enumerate(frames):
+        if type(f) is bytes:  # the head as recv_message returns it: no view needed
+            if f == DELIM:
+                return list(frames[:i]), list(frames[i:])
+            continue
         raw = _raw(f)
         if len(raw) == len(DELIM) and bytes(raw) == DELIM:
             return [bytes(_raw(x)) for x in frames[:i]], list(frames[i:])
@@ -174,8 +181,23 @@ def buffers_size(msg_frames: Sequence[Any]) -> int:
 
 
 def head_frames(msg_frames: Sequence[Any]) -> list[Any]:
-    """The delimiter, signature and envelope of a message: a copy without its buffers."""
+    """The delimiter, signature and envelope of a message, without its buffers."""
     return list(msg_frames[:HEAD_FRAMES])
+
+
+def checkable_copy(
+    msg_frames: Sequence[Any], *, large: bool = False, detach: bool = False
+) -> list[Any]:
+    """A copy of a message (from its delimiter on) that its receiver can still check: the
+    head and the small buffers the signature covers; the large ones too with ``large``,
+    and only if all of them together fit STORE_RESULT_LIMIT (what the hub stores). detach:
+    copy the buffers out (the sender's memory may change before the copy is read)."""
+    bufs = msg_frames[HEAD_FRAMES:]
+    keep_large = large and sum(_nbytes(b) for b in bufs) <= STORE_RESULT_LIMIT
+    kept = [b for b in bufs if keep_large or _small(b)]
+    if detach:
+        kept = [b if type(b) is bytes else bytes(frame_view(b)) for b in kept]
+    return [*msg_frames[:HEAD_FRAMES], *kept]
 
 
 def _is_int(v: Any) -> bool:
@@ -184,6 +206,20 @@ def _is_int(v: Any) -> bool:
 
 def _check_header(h: Any, what: str, *, version: bool = True) -> None:
     """Refuse a header whose fields are missing or of the wrong type."""
+    if type(h) is dict:  # the common, sound header in one expression; else say what is wrong
+        msg_id, msg_type, date = h.get("msg_id"), h.get("msg_type"), h.get("date", 0.0)
+        dest = h.get("dest")
+        if (
+            type(msg_id) is str
+            and 0 < len(msg_id) <= MAX_MSG_ID
+            and type(msg_type) is str
+            and msg_type in KNOWN_TYPES
+            and type(h.get("session", "")) is str
+            and (type(date) is float or type(date) is int)
+            and (dest is None or type(dest) is str)
+            and (not version or h.get("version") == PROTOCOL_VERSION)
+        ):
+            return
     if not isinstance(h, dict):
         raise RemoteProtocolError("malformed", f"{what} must be a map, got {type(h).__name__}")
     msg_id = h.get("msg_id")
@@ -231,6 +267,22 @@ def _sniff_version(msg_frames: Sequence[Any]) -> Any:
     return None
 
 
+def _small(b: Any) -> bool:
+    """Whether a buffer is signed inline (by the HMAC) rather than by a tag of its own."""
+    return _nbytes(b) < INLINE_SIGNED_MAX
+
+
+def _signed_parts(envelope: Any, buffers: Sequence[Any]) -> list[Any]:
+    parts = [envelope]
+    for b in buffers:
+        if type(b) is bytes:
+            if len(b) < INLINE_SIGNED_MAX:
+                parts.append(b)
+        elif _small(b):
+            parts.append(_raw(b))
+    return parts
+
+
 def _check_envelope(env: Any, n_buffers: int | None) -> tuple[dict, dict, dict, dict, list]:
     """The envelope's parts, each checked; n_buffers None: the buffers are not here (a
     copy without them, or a relay that leaves them to the receiver)."""
@@ -253,8 +305,8 @@ def _check_envelope(env: Any, n_buffers: int | None) -> tuple[dict, dict, dict, 
             f"buffer(s), the message has {n_buffers}",
         )
     for t in tags:
-        if t is not None and not (isinstance(t, bytes) and len(t) == BUFFER_TAG_SIZE):
-            raise RemoteProtocolError("malformed", "buffer tags must be 16-byte strings")
+        if t is not None and not (isinstance(t, bytes) and len(t) in (0, BUFFER_TAG_SIZE)):
+            raise RemoteProtocolError("malformed", "buffer tags must be b'' or 16 bytes")
     return header, parent, metadata, content, tags
 
 
@@ -344,13 +396,23 @@ class Session:
         if not self._tag_key:
             return None
         data = _octets(buffer)
-        threads = blake3.blake3.AUTO if len(data) >= PARALLEL_TAG_MIN else 1
-        return blake3.blake3(data, key=self._tag_key, max_threads=threads).digest(BUFFER_TAG_SIZE)
+        if len(data) >= PARALLEL_TAG_MIN:
+            hasher = blake3.blake3(data, key=self._tag_key, max_threads=blake3.blake3.AUTO)
+        else:  # passing max_threads at all costs ~3 us: a small buffer's whole tag
+            hasher = blake3.blake3(data, key=self._tag_key)
+        return hasher.digest(BUFFER_TAG_SIZE)
 
     def _tags(self, buffers: Sequence[Any], private: bool) -> list[bytes | None]:
-        if private:  # see serialize: large buffers on a private channel go untagged
-            return [None if _nbytes(b) > STORE_RESULT_LIMIT else self.tag(b) for b in buffers]
-        return [self.tag(b) for b in buffers]
+        tags: list[bytes | None] = []
+        for b in buffers:
+            n = _nbytes(b)
+            if n < INLINE_SIGNED_MAX:
+                tags.append(b"")  # signed inline
+            elif private and n > STORE_RESULT_LIMIT:
+                tags.append(None)  # see serialize: untagged on a private channel
+            else:
+                tags.append(self.tag(b))
+        return tags
 
     def serialize(
         self,
@@ -385,7 +447,7 @@ class Session:
             envelope = p([header, parent or {}, metadata or {}, content or {}, tags])
         except (TypeError, ValueError, OverflowError) as e:
             raise LocalProtocolError(f"cannot encode {msg_type} message with msgpack: {e}") from e
-        return header, [DELIM, self.sign((envelope,)), envelope, *buffers]
+        return header, [DELIM, self.sign(_signed_parts(envelope, buffers)), envelope, *buffers]
 
     def resign(
         self,
@@ -406,7 +468,7 @@ class Session:
                 msg.tags,
             ]
         )
-        return [DELIM, self.sign((envelope,)), envelope, *msg.buffers]
+        return [DELIM, self.sign(_signed_parts(envelope, msg.buffers)), envelope, *msg.buffers]
 
     def send(
         self,
@@ -456,7 +518,7 @@ class Session:
             if not signature:
                 raise RemoteProtocolError("unsigned", "message has no signature")
             if len(signature) != SIGNATURE_SIZE or not hmac.compare_digest(
-                signature, self.sign((envelope,))
+                signature, self.sign(_signed_parts(envelope, msg_frames[HEAD_FRAMES:]))
             ):
                 theirs = _sniff_version(msg_frames)
                 if theirs is not None and theirs != PROTOCOL_VERSION:
@@ -478,10 +540,17 @@ class Session:
     def check_buffers(
         self, tags: list[bytes | None], buffers: Sequence[Any], private: bool
     ) -> None:
-        """Refuse buffers that do not match their signed tags."""
+        """Refuse buffers that do not match their signed tags (the small ones, signed inline,
+        were checked with the signature)."""
         if self._hmac is None:
             return
         for i, (t, b) in enumerate(zip(tags, buffers, strict=True)):
+            if _small(b):
+                if t != b"":  # the signer tagged a large buffer here
+                    raise RemoteProtocolError("bad-buffer", f"buffer {i} is not the one signed")
+                continue
+            if t == b"":  # the signer signed a small buffer inline here
+                raise RemoteProtocolError("bad-buffer", f"buffer {i} is not the one signed")
             if t is None:
                 if private and _nbytes(b) > STORE_RESULT_LIMIT:
                     continue
@@ -499,8 +568,9 @@ class Session:
         replay: bool = True,
     ) -> Message:
         """Check and decode a message given from its delimiter on. buffers=False skips the
-        buffer tags (a relay that hands the buffers on to a receiver that checks them).
-        Raises RemoteProtocolError."""
+        tags of large buffers and the buffer count (a relay that hands the buffers on to a
+        receiver that checks them, or a copy without its large buffers); small buffers are
+        always checked, by the signature. Raises RemoteProtocolError."""
         envelope = self.verify(msg_frames, replay=replay)
         try:
             env = _unpackb(envelope)

@@ -11,7 +11,7 @@ import zmq
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zpar.constants import DELIM, PROTOCOL_VERSION, STORE_RESULT_LIMIT
+from zpar.constants import DELIM, INLINE_SIGNED_MAX, PROTOCOL_VERSION, STORE_RESULT_LIMIT
 from zpar.errors import LocalProtocolError, RemoteProtocolError
 from zpar.wire import KNOWN_TYPES, Session, recv_message, send_frames, split_idents
 
@@ -38,9 +38,13 @@ def test_framing_is_delimiter_signature_envelope_buffers():
     h, parent, md, content, tags = msgpack.unpackb(frames[2])
     assert h == header and h["version"] == "2.0" and h["dest"] == "task"
     assert (parent, md, content) == ({}, {"m": 2}, {"x": 1})
-    assert [len(t) for t in tags] == [16, 16]
+    assert tags == [b"", b""]  # small buffers: signed inline, by the HMAC
     msg = Session(KEY).feed([b"id", *frames])
     assert msg.buffers == [b"b0", b"b1"] and msg.dest == "task" and msg.frames == frames
+    big = np.arange(INLINE_SIGNED_MAX // 8, dtype=np.float64)
+    _, frames = Session(KEY).serialize("apply_request", {}, buffers=[b"s", big])
+    assert [len(t) for t in msgpack.unpackb(frames[2])[4]] == [0, 16]  # large: a tag
+    assert Session(KEY).feed(frames).buffers[1] is big
 
 
 @pytest.mark.parametrize("index", [1, 2, 3])
@@ -50,35 +54,53 @@ def test_tampered_frame_is_refused(index, caplog):
     receiver = Session(KEY)
     with caplog.at_level(logging.WARNING):
         assert receiver.feed(frames, "test") is None
-    reason = "bad-buffer" if index == 3 else "bad-signature"
-    assert receiver.refused == {reason: 1}
+    assert receiver.refused == {"bad-signature": 1}  # the small buffer is signed inline
     assert "refused message on test" in caplog.text
 
 
-def test_swapped_buffers_are_refused_and_the_real_message_still_passes():
-    """A captured signed request sent with other buffers fails its tags; refusing it does
-    not put its signature in the replay guard, so the real one is still accepted."""
-    real = _frames(buffers=[b"f", b"args"])
+@pytest.mark.parametrize("large", [False, True])
+def test_swapped_buffers_are_refused_and_the_real_message_still_passes(large):
+    """A captured signed request sent with other buffers fails the signature (small
+    buffers) or its tag (large ones); refusing it does not put its signature in the replay
+    guard, so the real one is still accepted."""
+    n = INLINE_SIGNED_MAX if large else 4
+    f, args, evil = b"f" * n, b"a" * n, b"e" * n
+    real = _frames(buffers=[f, args])
     receiver = Session(KEY)
-    assert receiver.feed([*real[:3], b"args", b"f"]) is None
-    assert receiver.feed([*real[:3], b"evil", b"args"]) is None
-    assert receiver.refused == {"bad-buffer": 2}
+    assert receiver.feed([*real[:3], args, f]) is None
+    assert receiver.feed([*real[:3], evil, args]) is None
+    assert receiver.feed([*real[:3], b"small", args]) is None  # a small one for a large
+    reason = "bad-buffer" if large else "bad-signature"
+    assert receiver.refused[reason] >= 2 and sum(receiver.refused.values()) == 3
     assert receiver.feed(real) is not None
 
 
-@pytest.mark.parametrize("buffers", [[], [b"a", b"b", b"extra"]])
-def test_buffer_count_must_match_the_signed_envelope(buffers):
-    frames = _frames(buffers=[b"a", b"b"])
+BIG = b"B" * INLINE_SIGNED_MAX
+
+
+@pytest.mark.parametrize(
+    "buffers, reason",
+    [
+        ([BIG], "bad-signature"),  # a small buffer dropped
+        ([b"a", BIG, b"c"], "bad-signature"),  # a small one added
+        ([b"a"], "buffer-count"),  # a large one dropped
+        ([b"a", BIG, BIG], "buffer-count"),  # a large one added
+    ],
+)
+def test_buffer_count_must_match_the_signed_envelope(buffers, reason):
+    frames = _frames(buffers=[b"a", BIG])
     receiver = Session(KEY)
     assert receiver.feed([*frames[:3], *buffers]) is None
-    assert receiver.refused == {"buffer-count": 1}
+    assert receiver.refused == {reason: 1}
 
 
-def test_buffers_appended_after_signing_are_refused():
+@pytest.mark.parametrize("late", [b"late", BIG])
+def test_buffers_appended_after_signing_are_refused(late):
     """serialize(buffers=...) is the only way: frames.extend(buffers) after signing fails."""
     frames = _frames()
     receiver = Session(KEY)
-    assert receiver.feed([*frames, b"late"]) is None and receiver.refused == {"buffer-count": 1}
+    assert receiver.feed([*frames, late]) is None
+    assert set(receiver.refused) <= {"bad-signature", "buffer-count"}
 
 
 def test_large_buffers_go_untagged_only_on_private_channels():
@@ -86,14 +108,15 @@ def test_large_buffers_go_untagged_only_on_private_channels():
     small = b"small"
     _, frames = Session(KEY).serialize("apply_reply", {}, buffers=[small, big], private=True)
     tags = msgpack.unpackb(frames[2])[4]
-    assert tags[0] is not None and tags[1] is None
+    assert tags[0] == b"" and tags[1] is None
     assert Session(KEY).feed(list(frames), private=True) is not None
     public = Session(KEY)
     assert public.feed(list(frames)) is None and public.refused == {"untagged-buffer": 1}
     # a small buffer's tag is checked on a private channel too
     forged = [*frames[:3], b"evil!", frames[4]]
     private = Session(KEY)
-    assert private.feed(forged, private=True) is None and private.refused == {"bad-buffer": 1}
+    assert private.feed(forged, private=True) is None
+    assert private.refused == {"bad-signature": 1}
 
 
 def test_resign_keeps_tags_and_binds_a_new_header():
@@ -215,7 +238,7 @@ def test_signed_but_malformed_envelopes_are_refused(envelope, reason):
 def test_bad_tag_type_is_refused():
     receiver = Session(KEY)
     env = msgpack.packb([_header(), {}, {}, {}, [b"short"]])
-    assert receiver.feed(_signed(env, buffers=[b"x"])) is None
+    assert receiver.feed([DELIM, receiver.sign([env, b"x"]), env, b"x"]) is None
     assert receiver.refused == {"malformed": 1}
 
 
