@@ -31,34 +31,26 @@ import zmq
 from zpar.constants import BAD_KEY, WELCOME
 from zpar.curve import secure
 from zpar.errors import (
-    ControllerLost,
     EngineError,
     RemoteProtocolError,
-    SchedulerLost,
     WrongKey,
     ZparError,
 )
 from zpar.messages import MsgType, Status
 from zpar.privacy import iopub_topic
-from zpar.sockets import configure, recv_monitor_event
+from zpar.sockets import configure
 from zpar.transport import direct_address, usable_ipc
 from zpar.wire import Message, Session, recv_message, send_frames
 
 from .futures import ReplyFuture, resolve
+from .iofaults import HANDSHAKE_FAILED, FaultHandling
 
 log = logging.getLogger(__name__)
 
 CHANNELS = ("query", "mux", "control", "task")
 
-#: Socket-monitor events of a refused ZMTP handshake (mechanism or keys).
-_HANDSHAKE_FAILED = (
-    zmq.EVENT_HANDSHAKE_FAILED_AUTH
-    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
-    | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
-)
 
-
-class ClientIO:
+class ClientIO(FaultHandling):
     """Owns the sockets; everything else talks to it through submit() and futures."""
 
     def __init__(self, session: Session, context: zmq.Context | None = None) -> None:
@@ -123,7 +115,7 @@ class ClientIO:
             # once as a wrong key, not as a controller that does not answer; a connection
             # lost fails what is pending as a lost controller, not a silent hang
             self._controller_monitor = sock.get_monitor_socket(
-                _HANDSHAKE_FAILED | zmq.EVENT_DISCONNECTED
+                HANDSHAKE_FAILED | zmq.EVENT_DISCONNECTED
             )
         sock.connect(addr)
         self._sockets[channel] = sock
@@ -361,81 +353,6 @@ class ClientIO:
             self._end_controller_watch()
             for sock in self._sockets.values():
                 sock.close(linger=0)
-
-    def _on_handshake_failed_event(self, event: dict[str, Any]) -> None:
-        where = self.where or "the connection file"
-        self._fail_all(
-            WrongKey(
-                f"the controller refused this client's handshake (event {event['event']:#x} "
-                f"on {event['endpoint']!r}): the Curve keys in {where} are not the running "
-                "cluster's, or one side uses Curve and the other not"
-            )
-        )
-
-    def _end_controller_watch(self) -> None:
-        mon = self._controller_monitor
-        if mon is None:
-            return
-        self._controller_monitor = None
-        query = self._sockets.get("query")
-        if query is not None and not query.closed:
-            query.disable_monitor()
-        mon.close(linger=0)
-
-    def _fail_all(self, error: ZparError) -> None:
-        """Fail every pending request with ``error`` (nothing can work: wrong key)."""
-        self.wrong_key = error
-        for fut in self.pending_futures():
-            resolve(fut, error=error)
-        self._pending.clear()
-        self._by_engine.clear()
-        self._task_path.clear()
-        self._fail_direct(None, str(error))
-
-    def _on_scheduler_restarted(self, reason: str) -> None:
-        """The task scheduler died with our unanswered load-balanced requests: resend
-        those with retries to its successor (same address, reconnected on its own), fail
-        the others at once, naming what happened."""
-        sock = self._sockets.get("task")
-        resent = failed = 0
-        for msg_id, frames in list(self._task_path.items()):
-            entry = self._pending.get(msg_id)
-            if entry is None:
-                del self._task_path[msg_id]
-                continue
-            if frames is not None and sock is not None:
-                send_frames(sock, frames)
-                resent += 1
-                continue
-            del self._task_path[msg_id]
-            self._pending.pop(msg_id, None)
-            error = SchedulerLost(
-                f"{reason} while it held task {msg_id}, which had no retries; a new task "
-                "scheduler runs: resubmit it (or give tasks retries to have them resent)"
-            )
-            for fut in entry.values() if isinstance(entry, dict) else (entry,):
-                resolve(fut, error=error)
-            failed += 1
-        log.warning(
-            "%s: %d load-balanced task(s) resent (retries), %d failed", reason, resent, failed
-        )
-
-    def _on_controller_event(self, mon: zmq.Socket) -> None:
-        """The query socket's connection closed: the controller's process is gone (the
-        OS closes its sockets), or the network between us broke. Either way no reply of
-        what is pending can reach us (routing identities change on reconnection)."""
-        event = recv_monitor_event(mon, zmq.NOBLOCK)
-        if event["event"] & _HANDSHAKE_FAILED:
-            self._on_handshake_failed_event(event)
-            return
-        if event["event"] == zmq.EVENT_DISCONNECTED and self.wrong_key is None:
-            self._fail_all(
-                ControllerLost(
-                    f"lost the controller {self.controller or ''} ({self.where}): its "
-                    "connection closed; every pending request failed. Start a client "
-                    "again once a controller runs"
-                )
-            )
 
     def _handler_for(self, sock: zmq.Socket) -> Callable[[zmq.Socket], None]:
         if sock is self._sockets.get("notification"):

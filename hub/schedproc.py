@@ -64,6 +64,7 @@ class SchedulerLaunch:
     key_file: Path  # read by the scheduler at start; removed once it is ready
     process: subprocess.Popen
     curve: Any = None  # zpar.curve.CurveKeys of a --curve cluster (server secret included)
+    generation: int = 0  # schedulers of this controller that died before this one
 
 
 def launch_scheduler(
@@ -76,6 +77,7 @@ def launch_scheduler(
     key = again.key if again else "" if insecure else secrets.token_hex(32)
     key_file = rundir / "key"
     key_file.unlink(missing_ok=True)
+    generation = again.generation + 1 if again else 0
     fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(key)
@@ -101,6 +103,8 @@ def launch_scheduler(
         str(ports[0]),
         "--engine-port",
         str(ports[1]),
+        "--generation",
+        str(generation),
     ]
     if insecure:
         cmd.append("--insecure")
@@ -113,4 +117,4 @@ def launch_scheduler(
         (rundir / "curve").unlink(missing_ok=True)
         env[CURVE_FILE_ENV] = str(curve.write(rundir / "curve"))
     process = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL)
-    return SchedulerLaunch(rundir, key, key_file, process, curve)
+    return SchedulerLaunch(rundir, key, key_file, process, curve, generation)

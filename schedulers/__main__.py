@@ -30,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ipc-dir", default=None, help="also bind ipc twins in this directory")
     p.add_argument("--client-port", type=int, default=0, help="tcp port for clients (0: any)")
     p.add_argument("--engine-port", type=int, default=0, help="tcp port for engines (0: any)")
+    p.add_argument("--generation", type=int, default=0, help="schedulers that died before")
     p.add_argument("--log-level", default="INFO")
     return p
 
@@ -74,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
             ipc_dir=args.ipc_dir,
             curve=curve,
             ports=(args.client_port, args.engine_port),
+            generation=args.generation,
         )
     except (ValueError, zmq.ZMQError) as e:
         sys.stderr.write(f"zpar scheduler: {e}\n")

@@ -89,10 +89,15 @@ class TaskScheduler:
         ipc_dir: str | None = None,
         curve: Any = None,
         ports: tuple[int, int] = (0, 0),
+        generation: int = 0,
     ) -> None:
         """``curve``: zpar.curve.CurveKeys (with the server secret) on a --curve cluster.
         ``ports``: the client and engine tcp ports to bind (0: any free one); a scheduler
-        the controller restarts binds its predecessor's, so peers reconnect on their own."""
+        the controller restarts binds its predecessor's, so peers reconnect on their own.
+        ``generation``: how many schedulers died before this one; signed into each placement
+        (metadata ``scheduler``), so ours never repeat a predecessor's byte for byte, which
+        an engine would refuse as a replay while we counted on it."""
+        self.generation = generation
         self.session = session
         self.scheme_name = scheme
         self.choose = get_scheme(scheme)
@@ -415,6 +420,8 @@ class TaskScheduler:
         metadata = msg.metadata
         if task.attempt:
             metadata = {**metadata, "attempt": task.attempt}
+        if self.generation:
+            metadata = {**metadata, "scheduler": self.generation}
         frames = self.session.resign(msg, header=header, metadata=metadata)
         send_frames(self.engine, [uuid, task.client, *frames])
 
@@ -543,10 +550,16 @@ class TaskScheduler:
             self._drain_queue()
             return
         engine = task.engine
-        if engine is None or engine.uuid != uuid or client != task.client:
+        if engine is None or engine.uuid != uuid:
             # the engine was given up for dead and the task went elsewhere: one answer only
             log.warning("late reply to %s from engine %s dropped", msg_id, uuid.decode())
             return
+        if client != task.client:
+            # a copy placed by a scheduler that died before us, resent by its client (whose
+            # connection, and so routing identity, is new): the engine refuses our copy as a
+            # duplicate and this signed reply is the task's answer, for the client as it is now
+            log.info("reply to %s placed by our predecessor: sent to its client", msg_id)
+            client = task.client
         engine.load -= 1
         engine.tasks.discard(msg_id)
         content = reply.content
