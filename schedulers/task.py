@@ -75,6 +75,13 @@ class Task:
         return self.targets is not None or bool(self.avoid) or bool(self.unmet)
 
 
+#: Seconds an engine the hub told us of may take to connect its task socket (a restarted
+#: scheduler's engines reconnect within libzmq's 100 ms reconnect interval), and how often
+#: sending to it is tried again meanwhile.
+CONNECT_GRACE = 10.0
+CONNECT_RETRY = 0.02
+
+
 class TaskScheduler:
     def __init__(
         self,
@@ -133,6 +140,9 @@ class TaskScheduler:
         self._settling = False
         self._seq = itertools.count()
         self.dispatched = 0
+        #: engines whose task connection was not up when we first sent them a task
+        self.paused: set[bytes] = set()
+        self._unpause_at = 0.0
         self.stopping = False
         self._trimmer = Trimmer()
 
@@ -173,7 +183,11 @@ class TaskScheduler:
             due = self.hub.wait_ms(time.monotonic())
             if due is not None:
                 wait = min(wait, due)
+            if self.paused:
+                wait = min(wait, int(CONNECT_RETRY * 1000))
             ready = dict(poller.poll(wait))
+            if self.paused:
+                self._unpause(time.monotonic())
             if self.deadlines:
                 self.expire(time.monotonic())
             if not ready:
@@ -384,7 +398,10 @@ class TaskScheduler:
                     return True
             else:
                 pool = self.engines.values()  # type: ignore[assignment]
-            candidates = [e for e in pool if e.load < hwm] if hwm else list(pool)
+            if hwm:
+                candidates = [e for e in pool if e.load < hwm and not e.paused]
+            else:
+                candidates = [e for e in pool if not e.paused]
             if not candidates:
                 return False
             engine = self.choose(candidates)
@@ -393,6 +410,8 @@ class TaskScheduler:
             except zmq.ZMQError as e:
                 if e.errno != zmq.EHOSTUNREACH:
                     raise
+                if self._not_connected_yet(engine):
+                    continue
                 log.warning(
                     "engine %d (%s) is not connected; no more tasks for it",
                     engine.id,
@@ -401,6 +420,7 @@ class TaskScheduler:
                 self._remove(engine.uuid, "not connected to the task scheduler", drain=False)
                 continue
             break
+        engine.reached = True
         engine.load += 1
         self.dispatched += 1
         engine.last_given = self.dispatched
@@ -424,6 +444,29 @@ class TaskScheduler:
             metadata = {**metadata, "scheduler": self.generation}
         frames = self.session.resign(msg, header=header, metadata=metadata)
         send_frames(self.engine, [uuid, task.client, *frames])
+
+    def _not_connected_yet(self, engine: EngineSlot) -> bool:
+        """An engine the hub told us of whose task connection is not up yet (a restarted
+        scheduler learns every engine at once, before their DEALERs have reconnected): no
+        tasks for it for a moment, not given up, for CONNECT_GRACE seconds."""
+        if engine.reached or time.monotonic() - engine.joined > CONNECT_GRACE:
+            return False
+        if not engine.paused:
+            log.info("engine %d not connected yet: its tasks wait a moment", engine.id)
+        engine.paused = True
+        self.paused.add(engine.uuid)
+        return True
+
+    def _unpause(self, now: float) -> None:
+        if now < self._unpause_at:
+            return
+        self._unpause_at = now + CONNECT_RETRY
+        for uuid in self.paused:
+            slot = self.engines.get(uuid)
+            if slot is not None:
+                slot.paused = False
+        self.paused.clear()
+        self._drain_queue()
 
     def _drain_queue(self) -> None:
         """Place waiting tasks while engines have room: restricted ones first (each may fit
@@ -603,7 +646,7 @@ class TaskScheduler:
         if c["event"] == "registered":
             if uuid in self.engines:  # told again after a restart of ours: nothing new
                 return
-            self.engines[uuid] = EngineSlot(int(c["id"]), uuid)
+            self.engines[uuid] = EngineSlot(int(c["id"]), uuid, joined=time.monotonic())
             self.ids[int(c["id"])] = uuid
             log.info("engine %s joined (%d engines)", c["id"], len(self.engines))
             self._drain_queue()
