@@ -1,4 +1,6 @@
-# One image for controller and engines: `docker compose up --scale engine=4`.
+# One image for controller, engines and client: see docker-compose.yml.
+# CI builds the same install (the COPY lines below, then `pip install .`) in a throwaway
+# venv: tests/deploy/test_containers.py.
 FROM python:3.11-slim
 WORKDIR /opt/zpar
 COPY pyproject.toml README.md ./

@@ -2,14 +2,14 @@
 
 Replies are decoded lazily, in the thread that asks for them, so the I/O thread stays fast.
 One AsyncResult covers one or several messages (one per engine, or one per map chunk); an
-AsyncMapResult flattens its chunks back into one sequence.
+AsyncMapResult flattens its chunks back into one sequence. The API is ipyparallel's
+(docs/api.md): timestamps are aware UTC datetimes, metadata reads never wait.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import html
 import sys
 import threading
 import time
@@ -22,8 +22,16 @@ from zpar.messages import Status
 from zpar.serialize import deserialize_object
 from zpar.wire import Message
 
+from .futurestate import FutureStateMixin
+from .outputs import OutputsMixin
+from .resultmeta import MetadataMixin
+
 _UNSET = object()
 RETURN_WHEN = (ALL_COMPLETED, FIRST_COMPLETED, FIRST_EXCEPTION)
+
+
+class NotReadyError(RuntimeError, ValueError):
+    """A question only a finished result can answer (``successful()``) was asked early."""
 
 
 def decode_reply(msg: Message) -> Any:
@@ -47,7 +55,12 @@ def _future_failed(f: concurrent.futures.Future) -> bool:
     return f.result().content.get("status") != Status.OK
 
 
-class AsyncResult:
+def _timeout(timeout: float | None) -> float | None:
+    """ipyparallel's convention: a negative timeout (the default -1) waits forever."""
+    return None if timeout is None or timeout < 0 else timeout
+
+
+class AsyncResult(FutureStateMixin, MetadataMixin, OutputsMixin, concurrent.futures.Future):
     """Results of one call on one or several engines (one msg_id per engine or task)."""
 
     # slotted: a client holds one per task until the user drops it (~250 B less each)
@@ -60,11 +73,12 @@ class AsyncResult:
         "_single",
         "_postprocess",
         "_trackers",
-        "submitted",
+        "_submitted",
         "_values",
         "_result",
+        "_return_exceptions",
         "owner",
-        "__weakref__",
+        "_futurestate",
     )
 
     def __init__(
@@ -79,6 +93,7 @@ class AsyncResult:
         submitted: float | None = None,
         postprocess: Callable[[list[Any]], Any] | None = None,
         trackers: Sequence[Any] = (),
+        return_exceptions: bool = False,
     ) -> None:
         if len(msg_ids) != len(futures):
             raise ValueError(f"{len(msg_ids)} msg_ids but {len(futures)} futures")
@@ -93,41 +108,47 @@ class AsyncResult:
         if submitted is None:  # when the first message was made (its header's date)
             dates = [getattr(f, "zpar_submitted", None) for f in self._futures]
             submitted = min((d for d in dates if d is not None), default=None) or time.time()
-        self.submitted = submitted
+        self._submitted = submitted
         self._values: list[Any] | None = None
         self._result: Any = _UNSET
+        self._return_exceptions = return_exceptions
         self.owner = True  # compatibility with ipyparallel: results belong to this handle
+        # a concurrent.futures.Future (as ipyparallel's): its lock and waiters are made only
+        # if concurrent.futures.wait / asyncio.wrap_future ask (client.futurestate)
+        self._futurestate = None
 
     # -- state ----------------------------------------------------------------------------
 
     def ready(self) -> bool:
         return all(f.done() for f in self._futures)
 
-    def wait(self, timeout: float | None = None, return_when: str = ALL_COMPLETED) -> bool:
-        """Wait until every reply is in (or the return_when condition, or timeout).
+    def wait(self, timeout: float | None = -1, return_when: str | None = None) -> Any:
+        """Wait until every reply is in, or ``timeout`` seconds (-1 or None: forever).
 
-        Returns True if the condition was met: all done, one done, or one failed.
+        Without return_when: True if all are done. With return_when (the
+        concurrent.futures constants), as concurrent.futures.wait: ``(done, pending)``,
+        sets of one-message AsyncResults (this result's ``split()``).
         """
+        timeout = _timeout(timeout)
+        if return_when is None:
+            return self._wait_all(timeout)
         if return_when not in RETURN_WHEN:
             raise ValueError(f"return_when must be one of {RETURN_WHEN}, got {return_when!r}")
-        if timeout is not None and timeout < 0:
-            timeout = None
+        parts = self.split()
+        by_future = {id(p._futures[0]): p for p in parts}
+        futs = [p._futures[0] for p in parts]
         if return_when == FIRST_EXCEPTION:
-            deadline = None if timeout is None else time.monotonic() + timeout
-            pending = [f for f in self._futures if not f.done()]
-            while pending and not any(_future_failed(f) for f in self._futures):
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return False
-                _, pending_set = concurrent.futures.wait(
-                    pending, timeout=remaining, return_when=FIRST_COMPLETED
-                )
-                pending = list(pending_set)
-            return True
-        if return_when == FIRST_COMPLETED:
-            done, _ = concurrent.futures.wait(self._futures, timeout, FIRST_COMPLETED)
-            return bool(done)
-        # ALL_COMPLETED: wait on each future's own condition (no waiter objects per call)
+            self._wait_first_exception(timeout)
+        elif return_when == FIRST_COMPLETED:
+            concurrent.futures.wait(futs, timeout, FIRST_COMPLETED)
+        else:
+            self._wait_all(timeout)
+        done = {by_future[id(f)] for f in futs if f.done()}
+        pending = {by_future[id(f)] for f in futs if not f.done()}
+        return done, pending
+
+    def _wait_all(self, timeout: float | None) -> bool:
+        # wait on each future's own condition (no waiter objects per call)
         deadline = None if timeout is None else time.monotonic() + timeout
         for f in self._futures:
             if f.done():
@@ -139,15 +160,35 @@ class AsyncResult:
                 return self.ready()
         return True
 
+    def _wait_first_exception(self, timeout: float | None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pending = [f for f in self._futures if not f.done()]
+        while pending and not any(_future_failed(f) for f in self._futures):
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return False
+            _, pending_set = concurrent.futures.wait(
+                pending, timeout=remaining, return_when=FIRST_COMPLETED
+            )
+            pending = list(pending_set)
+        return True
+
+    def _condition_met(self, return_when: str | None) -> bool:
+        if return_when in (None, ALL_COMPLETED):
+            return self.ready()
+        if return_when == FIRST_COMPLETED:
+            return any(f.done() for f in self._futures) or not self._futures
+        return self.ready() or any(_future_failed(f) for f in self._futures)
+
     def successful(self) -> bool:
-        """True if every call finished without raising; an error if not finished yet."""
+        """True if every call finished without raising; RuntimeError if not finished."""
         if not self.ready():
-            raise ValueError(f"{self!r} is not finished: call wait() first")
+            raise NotReadyError(f"{self!r} is not finished: cannot check successful()")
         return not any(_future_failed(f) for f in self._futures)
 
     @property
     def progress(self) -> int:
-        """How many of the messages have their reply."""
+        """How many of the tasks are done (elements, for a map)."""
         return sum(f.done() for f in self._futures)
 
     @property
@@ -155,26 +196,28 @@ class AsyncResult:
         """True once every message has left the client (handed to zmq by the I/O thread)."""
         return all(getattr(f, "zpar_sent", None) is not None for f in self._futures)
 
-    def wait_for_send(self, timeout: float | None = None) -> bool:
-        """Wait until zmq no longer reads the memory of the arguments (``track=True``).
+    def wait_for_send(self, timeout: float | None = -1) -> bool:
+        """Wait until zmq no longer reads the memory of the arguments (``track=True``);
+        TimeoutError after ``timeout`` seconds (-1: forever).
 
         Arguments sent without a copy (large arrays) must not be modified before this; an
         AsyncResult made without tracking waits until the messages have been sent.
         """
+        timeout = _timeout(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self.sent:
-            if deadline is not None and time.monotonic() > deadline:
-                return False
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError("Still waiting to be sent")
             time.sleep(0.0005)
         trackers = list(self._trackers)
         for f in self._futures:
             trackers.extend(getattr(f, "zpar_trackers", ()))
         for t in trackers:
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            remaining = -1 if deadline is None else max(0.0, deadline - time.monotonic())
             try:
-                t.wait(remaining)
+                t.wait(remaining)  # zmq's MessageTracker: -1 waits forever
             except Exception:  # zmq.NotDone on timeout
-                return False
+                raise TimeoutError("Still waiting to be sent") from None
         return True
 
     def __len__(self) -> int:
@@ -198,27 +241,44 @@ class AsyncResult:
             f.add_done_callback(one_done)
 
     def abort(self) -> None:
-        """Abort the calls of this result that have not started yet."""
+        """Abort the calls of this result that have not started yet; RuntimeError if all
+        of them are done already (as in ipyparallel)."""
         if self._client is None:
             raise RuntimeError("this AsyncResult has no client to send the abort through")
-        if not self.ready():
-            self._client.abort(self, targets=self._targets, block=False)
+        if self.ready():
+            raise RuntimeError("Can't abort, I am already done!")
+        self._client.abort(self, targets=self._targets, block=False)
 
     # -- values ---------------------------------------------------------------------------
 
-    def get(self, timeout: float | None = None, return_exceptions: bool = False) -> Any:
+    def get(
+        self,
+        timeout: float | None = None,
+        return_exceptions: bool | None = None,
+        return_when: str | None = None,
+    ) -> Any:
         """Block until done and return the result; raise the remote error if any.
 
-        With return_exceptions=True, errors are returned in place of values instead.
+        return_exceptions=True: errors are returned in place of values. return_when=
+        FIRST_EXCEPTION: raise as soon as one call failed, without waiting for the others.
         """
+        if return_exceptions is None:
+            return_exceptions = self._return_exceptions
         if self._result is not _UNSET and not return_exceptions:
             return self._result
-        if timeout is not None and timeout < 0:
-            timeout = None
-        if not self.wait(timeout):
+        timeout = _timeout(timeout)
+        if return_when == FIRST_EXCEPTION:
+            self._wait_first_exception(timeout)
+            failed = [f for f in self._futures if _future_failed(f)]
+            if failed and not return_exceptions:
+                v = self._value_or_error(failed[0])
+                raise v
+        elif return_when not in (None, ALL_COMPLETED, FIRST_COMPLETED):
+            raise ValueError(f"return_when must be one of {RETURN_WHEN}, got {return_when!r}")
+        if not self._wait_all(timeout):
             raise TimeoutError(
-                f"{self.progress}/{len(self)} replies of {self._fname or 'the call'} arrived "
-                f"within {timeout} s"
+                f"Result not ready: {self.progress}/{len(self)} of "
+                f"{self._fname or 'the call'} done within {timeout} s"
             )
         if return_exceptions:
             values = [self._value_or_error(f) for f in self._futures]
@@ -229,6 +289,15 @@ class AsyncResult:
             values = self._postprocess(values)
         self._result = values[0] if self._single else values
         return self._result
+
+    @property
+    def r(self) -> Any:
+        """``get()`` as a property."""
+        return self.get()
+
+    @property
+    def result_dict(self) -> dict[int, Any]:
+        return self.get_dict()
 
     def done(self) -> bool:
         """As concurrent.futures.Future.done: the same as ready()."""
@@ -250,7 +319,7 @@ class AsyncResult:
             return e
         return None
 
-    def get_dict(self, timeout: float | None = None) -> dict[int, Any]:
+    def get_dict(self, timeout: float | None = -1) -> dict[int, Any]:
         """{engine_id: result}; an error if one engine has several results here."""
         values = self.get(timeout)
         values = [values] if self._single else values
@@ -275,9 +344,15 @@ class AsyncResult:
         values = [self._value_or_error(f) for f in self._futures]
         errors = [v for v in values if isinstance(v, Exception)]
         if errors:
-            if len(errors) == 1 or self._single:
+            # as ipyparallel: a single-call result raises its error, a multi-call one a
+            # CompositeError (even for one failure: ``except CompositeError`` holds)
+            if self._single or len(self._futures) == 1:
                 raise errors[0]
-            raise CompositeError(f"{len(errors)} of {len(self)} calls raised", errors)
+            raise CompositeError(
+                f"one or more exceptions raised in: {self._fname or 'unspecified'} "
+                f"({len(errors)} of {len(self.msg_ids)} calls)",
+                errors,
+            )
         self._values = values
         return values
 
@@ -309,7 +384,8 @@ class AsyncResult:
             yield self._value_at(index[id(f)])
 
     def __getitem__(self, key: int | slice | str) -> Any:
-        """ar[i] / ar[a:b]: results (waiting for them); ar['engine_id']: metadata."""
+        """ar[i] / ar[a:b]: results (waiting for them); ar['engine_id']: metadata (never
+        waits: None, or '' for output, until known)."""
         if isinstance(key, str):
             return self._meta(key)
         if isinstance(key, int | slice):
@@ -317,24 +393,37 @@ class AsyncResult:
             if self._single:
                 raise TypeError("a single result cannot be indexed by position")
             return values[key]
-        raise TypeError(f"AsyncResult indices are int, slice or metadata key, not {key!r}")
+        raise TypeError(f"Invalid key type {type(key)!r}, must be 'int','slice', or 'str'")
 
     # -- splitting and joining --------------------------------------------------------------
 
-    def split(self) -> list[AsyncResult]:
-        """One AsyncResult per message."""
-        return [
+    def split(self) -> tuple[AsyncResult, ...]:
+        """One AsyncResult per message (a tuple, as in ipyparallel)."""
+        if len(self._futures) == 1 and type(self) is AsyncResult:
+            return (self,)
+        return tuple(
             AsyncResult(
-                self._client, [m], [f], fname=self._fname, single=True, submitted=self.submitted
+                self._client,
+                [m],
+                [f],
+                fname=self._fname,
+                single=not isinstance(self, AsyncMapResult),  # a map's part: [chunk]
+                submitted=self._submitted,
+                return_exceptions=self._return_exceptions,
             )
             for m, f in zip(self.msg_ids, self._futures, strict=True)
-        ]
+        )
 
     @classmethod
-    def join(cls, results: Sequence[AsyncResult]) -> AsyncResult:
-        """One AsyncResult over the messages of several (values in the order given)."""
+    def join(cls, *results: Any) -> AsyncResult:
+        """One AsyncResult over the messages of several (values in the order given):
+        ``AsyncResult.join(a, b)`` as in ipyparallel, or ``join([a, b])``."""
+        if len(results) == 1 and isinstance(results[0], list | tuple):
+            results = tuple(results[0])
         if not results:
-            raise ValueError("join needs at least one AsyncResult")
+            raise ValueError("Must specify at least one AsyncResult to join")
+        if len(results) == 1:
+            return results[0]
         msg_ids: list[str] = []
         futs: list[concurrent.futures.Future] = []
         for r in results:
@@ -345,169 +434,13 @@ class AsyncResult:
             msg_ids,
             futs,
             fname="+".join(sorted({r._fname for r in results if r._fname})),
-            submitted=min(r.submitted for r in results),
+            submitted=min(r._submitted for r in results),
         )
 
     def __add__(self, other: AsyncResult) -> AsyncResult:
         if not isinstance(other, AsyncResult):
             return NotImplemented
-        return AsyncResult.join([self, other])
-
-    # -- metadata -------------------------------------------------------------------------
-
-    def _metadatas(self) -> list[dict[str, Any]]:
-        self.wait()
-        out = []
-        for m, f in zip(self.msg_ids, self._futures, strict=True):
-            md: dict[str, Any] = {"msg_id": m, "submitted": self.submitted}
-            if f.exception() is None:
-                reply = f.result()
-                md.update(reply.metadata)
-                md.setdefault("status", reply.content.get("status"))
-            else:
-                md["status"] = "error"
-                md["error"] = f.exception()
-            out.append(md)
-        return out
-
-    def _meta(self, key: str) -> Any:
-        values = [md.get(key) for md in self._metadatas()]
-        return values[0] if self._single else values
-
-    @property
-    def metadata(self) -> Any:
-        mds = self._metadatas()
-        return mds[0] if self._single else mds
-
-    @property
-    def engine_id(self) -> Any:
-        return self._meta("engine_id")
-
-    @property
-    def stdout(self) -> Any:
-        return self._meta("stdout")
-
-    @property
-    def stderr(self) -> Any:
-        return self._meta("stderr")
-
-    @property
-    def started(self) -> Any:
-        return self._meta("started")
-
-    @property
-    def completed(self) -> Any:
-        return self._meta("completed")
-
-    @property
-    def elapsed(self) -> float:
-        """Seconds since submission, up to the last completion once all are done."""
-        if self.ready():
-            done = [c for c in _as_list(self.completed) if c is not None]
-            if done:
-                return max(done) - self.submitted
-        return time.time() - self.submitted
-
-    @property
-    def serial_time(self) -> float:
-        """Sum of the engines' compute times: what a serial run would have taken."""
-        total = 0.0
-        for md in self._metadatas():
-            if md.get("started") is not None and md.get("completed") is not None:
-                total += md["completed"] - md["started"]
-        return total
-
-    @property
-    def wall_time(self) -> float:
-        """Seconds from submission to the last completion."""
-        return self.timedelta(self.submitted, max(_known(self.completed), default=self.submitted))
-
-    def timedelta(
-        self, start: Any, end: Any, start_key: Callable = min, end_key: Callable = max
-    ) -> float:
-        """Seconds between two times or lists of times (reduced by start_key / end_key)."""
-        if isinstance(start, list | tuple):
-            start = start_key(_known(start))
-        if isinstance(end, list | tuple):
-            end = end_key(_known(end))
-        return float(end) - float(start)
-
-    # -- output ---------------------------------------------------------------------------
-
-    def display_outputs(self, groupby: str = "engine", file: Any = None) -> None:
-        """Print each call's captured stdout/stderr, headed by its engine."""
-        out = file or sys.stdout
-        mds = self._metadatas()
-        if groupby == "type":
-            for stream in ("stdout", "stderr"):
-                for md in mds:
-                    if md.get(stream):
-                        print(f"[{stream}:{md.get('engine_id')}] {md[stream]}", end="", file=out)
-            return
-        if groupby not in ("engine", "order"):
-            raise ValueError(f"groupby must be 'engine', 'order' or 'type', got {groupby!r}")
-        if groupby == "engine":
-            mds = sorted(mds, key=lambda md: (md.get("engine_id") is None, md.get("engine_id")))
-        for md in mds:
-            for stream in ("stdout", "stderr"):
-                if md.get(stream):
-                    print(f"[{stream}:{md.get('engine_id')}] {md[stream]}", end="", file=out)
-
-    def stream_outputs(self, callback: Callable[[int | None, str, str], Any] | None = None) -> None:
-        """Show engines' stdout/stderr for these calls as it is printed.
-
-        callback(engine_id, stream_name, text) runs in the client's I/O thread; the default
-        prints ``[stdout:N] text``. Stops by itself when the calls are done.
-        """
-        if self._client is None:
-            raise RuntimeError("this AsyncResult has no client to stream through")
-        io = self._client._io
-        targets = getattr(self, "_engine_of", {})
-
-        def default(eid: int | None, name: str, text: str) -> None:
-            out = sys.stderr if name == "stderr" else sys.stdout
-            label = "?" if eid is None else eid
-            print(f"[{name}:{label}] {text}", end="" if text.endswith("\n") else "\n", file=out)
-
-        show = callback or default
-
-        def on_output(msg_id: str, msg: Message) -> None:
-            if msg.msg_type == "status":
-                if msg.content.get("execution_state") == "idle":  # the last word of a call
-                    io.unwatch_output([msg_id])
-                return
-            if msg.msg_type == "stream":
-                eid = msg.metadata.get("engine_id", targets.get(msg_id))
-                show(eid, msg.content.get("name", "stdout"), msg.content.get("text", ""))
-
-        io.watch_output(self.msg_ids, on_output)
-
-        def stop_later(ar: AsyncResult) -> None:
-            # a reply can overtake its last output (two paths): stop watching a bit later,
-            # unless the engine's 'idle' status ended it already
-            timer = threading.Timer(1.0, io.unwatch_output, args=(ar.msg_ids,))
-            timer.daemon = True
-            timer.start()
-
-        self.add_done_callback(stop_later)
-
-    def wait_interactive(
-        self, interval: float = 0.1, timeout: float | None = None, file: Any = None
-    ) -> bool:
-        """Wait with a progress bar (tqdm: a terminal bar, or a widget in Jupyter)."""
-        from tqdm.auto import tqdm
-
-        deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
-        with tqdm(total=len(self), desc=self._fname or "tasks", unit="tasks", file=file) as bar:
-            while True:
-                bar.update(self.progress - bar.n)
-                if self.ready():
-                    return True
-                if deadline is not None and time.monotonic() > deadline:
-                    return False
-                self.wait(
-                    interval if deadline is None else min(interval, deadline - time.monotonic())
-                )
+        return AsyncResult.join(self, other)
 
     # -- asyncio --------------------------------------------------------------------------
 
@@ -518,30 +451,40 @@ class AsyncResult:
         return self.get()
 
     def __repr__(self) -> str:
-        state = "finished" if self.ready() else "pending"
-        return f"<{type(self).__name__}({self._fname}): {state} {self.progress}/{len(self)}>"
-
-    def _repr_html_(self) -> str:
         state = "pending"
         if self.ready():
             state = "finished" if self.successful() else "failed"
-        engines = ""
-        if self.ready():
-            ids = sorted({e for e in _as_list(self.engine_id) if e is not None})
-            engines = f", engines {ids}"
-        return (
-            f"<code>{html.escape(type(self).__name__)}({html.escape(self._fname)})</code>: "
-            f"<b>{state}</b> {self.progress}/{len(self)}{engines}"
-        )
+        return f"<{type(self).__name__}({self._fname}): {state}>"
 
 
 class AsyncMapResult(AsyncResult):
-    """A map's result: chunks of results flattened back in submission order."""
+    """A map's result: chunks of results flattened back in submission order. Its length
+    and progress count elements, as in ipyparallel."""
 
-    def __init__(self, *args: Any, ordered: bool = True, **kwargs: Any) -> None:
+    __slots__ = ("ordered", "_chunk_sizes")
+
+    def __init__(
+        self,
+        *args: Any,
+        ordered: bool = True,
+        chunk_sizes: Sequence[int] | None = None,
+        **kwargs: Any,
+    ) -> None:
         kwargs.setdefault("postprocess", _flatten)
         super().__init__(*args, **kwargs)
         self.ordered = ordered
+        self._chunk_sizes = list(chunk_sizes) if chunk_sizes is not None else None
+
+    def __len__(self) -> int:
+        if self._chunk_sizes is None:
+            return len(self.msg_ids)
+        return sum(self._chunk_sizes)
+
+    @property
+    def progress(self) -> int:
+        if self._chunk_sizes is None:
+            return super().progress
+        return sum(n for n, f in zip(self._chunk_sizes, self._futures, strict=True) if f.done())
 
     def __iter__(self) -> Iterator[Any]:
         """Elements in order (ordered=True) or chunk by chunk as they complete."""
@@ -558,6 +501,13 @@ class AsyncMapResult(AsyncResult):
         return self.get()[key]
 
 
+class AsyncHubResult(AsyncResult):
+    """Results of tasks fetched from the hub's task store (``get_result`` of tasks another
+    client submitted): the hub is polled while they are pending."""
+
+    __slots__ = ()
+
+
 def _flatten(chunks: list[Any]) -> list[Any]:
     out: list[Any] = []
     for chunk in chunks:
@@ -566,11 +516,3 @@ def _flatten(chunks: list[Any]) -> list[Any]:
         else:
             out.extend(chunk)
     return out
-
-
-def _as_list(v: Any) -> list[Any]:
-    return v if isinstance(v, list) else [v]
-
-
-def _known(values: Any) -> list[float]:
-    return [v for v in _as_list(values) if v is not None]

@@ -5,9 +5,12 @@ from __future__ import annotations
 import builtins
 import collections
 import concurrent.futures
+import contextlib
 import logging
 import signal
+import threading
 import time
+import warnings
 import weakref
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -17,13 +20,25 @@ from zpar.connection import default_url_file, profile_dir, wait_for_connection_f
 from zpar.constants import DEFAULT_PROFILE, HUB_TIMEOUT
 from zpar.curve import keys_of
 from zpar.dependency import to_wire
-from zpar.errors import EngineError, HubRefused, NoEnginesRegistered, TimeoutError
+from zpar.errors import (
+    HubRefused,
+    InvalidDependency,
+    NoEnginesRegistered,
+    NoSuchEngine,
+    TimeoutError,
+)
 from zpar.messages import MsgType, Status
 from zpar.serialize import pack_apply
 from zpar.transport import choose, direct_dir
 from zpar.wire import Message, Session
 
-from .asyncresult import AsyncResult
+from .asyncresult import AsyncHubResult, AsyncResult
+from .clientcompat import (
+    ClientCompatMixin,
+    History,
+    check_unused_arguments,
+    connection_file_of,
+)
 from .directcall import DirectCaller
 from .hubresult import HubResultFetcher
 from .ioloop import ClientIO, outcome_of
@@ -36,6 +51,20 @@ _HISTORY_TYPES = frozenset({MsgType.APPLY_REQUEST, MsgType.EXECUTE_REQUEST})
 
 #: msg_ids remembered in Client.history.
 HISTORY_LENGTH = 100_000
+
+#: Clients connected in this process, newest last (weakly): the default client of
+#: register_joblib_backend() and the magics.
+_clients: list[weakref.ref] = []
+
+
+def newest_client() -> Client | None:
+    """The most recently connected Client of this process that is still open."""
+    while _clients:
+        c = _clients[-1]()
+        if c is not None and not c._closed:
+            return c
+        _clients.pop()
+    return None
 
 
 def cluster_url_file(profile: str, cluster_id: str | None, who: str = "client") -> Path:
@@ -60,18 +89,60 @@ def signal_number(sig: int | str) -> int:
     raise TypeError(f"a signal is a number or a name like 'SIGINT', not {sig!r}")
 
 
-class Client:
-    """A connection to one controller. Thread-safe: calls hand work to one I/O thread."""
+class Client(ClientCompatMixin):
+    """A connection to one controller. Thread-safe: calls hand work to one I/O thread.
+
+    Takes ipyparallel's arguments: ``connection_info`` (a connection file, or the dict it
+    holds), ``url_file``, ``profile``, ``profile_dir``, ``cluster_id``, ``timeout``
+    (seconds to wait for the file and the hub), ``cluster``. ``context``, ``debug``,
+    ``ipython_dir`` and the ssh tunnel arguments are accepted and have no effect (ssh ones
+    warn): see docs/api.md.
+    """
 
     def __init__(
         self,
-        url_file: str | Path | None = None,
+        connection_info: Any = None,
         profile: str | None = None,
         cluster_id: str | None = None,
         timeout: float = HUB_TIMEOUT,
+        *,
+        url_file: str | Path | None = None,
+        profile_dir: str | Path | None = None,
+        ipython_dir: str | Path | None = None,
+        context: Any = None,
+        debug: bool = False,
+        sshserver: str | None = None,
+        sshkey: str | None = None,
+        password: str | None = None,
+        paramiko: bool | None = None,
+        cluster: Any = None,
+        **extra_args: Any,
     ) -> None:
+        self._closed = True  # until connected: close() and __del__ have nothing to do
+        if "url_or_file" in extra_args:  # ipyparallel's old name, deprecated there too
+            warnings.warn(
+                "url_or_file arg no longer supported, use positional connection_info argument",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            connection_info = extra_args.pop("url_or_file")
+        check_unused_arguments(
+            context,
+            debug,
+            ipython_dir,
+            extra_args,
+            sshserver=sshserver,
+            sshkey=sshkey,
+            password=password,
+            paramiko=paramiko,
+        )
         self.profile = profile or DEFAULT_PROFILE
-        path = Path(url_file) if url_file else cluster_url_file(self.profile, cluster_id)
+        self.cluster = cluster
+        self.debug = debug
+        #: default of the views' block flag (ipyparallel's Client.block)
+        self.block = False
+        path = connection_file_of(connection_info, url_file, profile_dir, cluster_id)
+        path = path or cluster_url_file(self.profile, cluster_id)
         self.url_file = path
         info = wait_for_connection_file(path, timeout)
         self.session = Session(info.key or None, allow_insecure=not info.key)
@@ -84,7 +155,7 @@ class Client:
         self._io.start()
         self._closed = False
         #: msg_ids sent, oldest first; the newest HISTORY_LENGTH are kept
-        self.history: collections.deque[str] = collections.deque(maxlen=HISTORY_LENGTH)
+        self.history: collections.deque[str] = History(maxlen=HISTORY_LENGTH)
         #: AsyncResults the user still holds, by msg_id: results are kept by their handles,
         #: never by the client (ipyparallel's client grows with every result it ever got)
         self._results: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
@@ -110,6 +181,11 @@ class Client:
         except BaseException:
             self.close()
             raise
+        _clients[:] = [r for r in _clients if r() is not None]  # bounded by live clients
+        _clients.append(weakref.ref(self))
+        from .magics import auto_register
+
+        auto_register(self)  # in IPython: %px for the first client (costs nothing elsewhere)
 
     # -- engines ----------------------------------------------------------------------------
 
@@ -124,7 +200,13 @@ class Client:
         return iter([self[i] for i in self.ids])
 
     def __getitem__(self, key: int | slice | Sequence[int]) -> DirectView:
-        if isinstance(key, int):
+        """rc[0], rc[-1] (negative: from the end of ids, as Python), rc[a:b], rc[[0, 2]]."""
+        if isinstance(key, int) and not isinstance(key, bool):
+            if key < 0:
+                ids = self.ids
+                if -key > len(ids):
+                    raise IndexError(f"engine index {key} out of range: ids are {ids}")
+                key = ids[key]
             self._engine_uuid(key)
             return DirectView(self, key)
         ids = self.ids
@@ -138,28 +220,81 @@ class Client:
             raise NoEnginesRegistered(f"no engines selected by {key!r} among ids {ids}")
         return DirectView(self, targets)
 
-    def direct_view(self, targets: Any = "all") -> DirectView:
-        return DirectView(self, targets)
+    def direct_view(self, targets: Any = "all", **flags: Any) -> DirectView:
+        """'all' follows the engines as they come and go; rc[:] is the engines of now."""
+        view = DirectView(self, targets, block=flags.pop("block", self.block))
+        view.set_flags(**flags)
+        return view
 
     def load_balanced_view(self, targets: Any = None, **flags: Any) -> LoadBalancedView:
         """flags: block, track, label, after, follow, timeout, retries (see set_flags)."""
+        if isinstance(targets, str) and targets == "all":
+            targets = None
+        flags.setdefault("block", self.block)
         return LoadBalancedView(self, targets, **flags)
 
-    def broadcast_view(self, targets: Any = "all") -> BroadcastView:
-        """Like a DirectView, but each call is one message that the controller fans out."""
-        return BroadcastView(self, targets)
+    def broadcast_view(
+        self, targets: Any = "all", is_coalescing: bool = False, **flags: Any
+    ) -> BroadcastView:
+        """Like a DirectView, but each call is one message that the controller fans out.
+        is_coalescing is accepted: replies come back one per engine either way."""
+        view = BroadcastView(self, targets, block=flags.pop("block", self.block))
+        view.is_coalescing = bool(is_coalescing)
+        view.set_flags(**flags)
+        return view
 
-    def wait_for_engines(self, n: int, timeout: float | None = None) -> None:
-        """Block until at least n engines are registered."""
+    def wait_for_engines(
+        self,
+        n: int | None = None,
+        timeout: float | None = -1,
+        *,
+        block: bool = True,
+        interactive: bool | None = None,
+        widget: bool | None = None,
+    ) -> Any:
+        """Block until at least n engines are registered (n=None: as many as the Cluster
+        this client came from starts); TimeoutError after ``timeout`` s (-1/None: never).
+        block=False returns a Future; ``interactive`` shows a progress bar."""
+        if n is None:
+            launcher = getattr(self.cluster, "launcher", None)
+            n = getattr(launcher, "n", None) or len(self._io.engines)
+        if timeout is not None and timeout < 0:
+            timeout = None
+        if not block:
+            fut: concurrent.futures.Future = concurrent.futures.Future()
+
+            def wait_in_thread() -> None:
+                try:
+                    self.wait_for_engines(n, timeout, interactive=interactive, widget=widget)
+                except BaseException as e:
+                    fut.set_exception(e)
+                else:
+                    fut.set_result(None)
+
+            threading.Thread(target=wait_in_thread, name="zpar-wait-engines", daemon=True).start()
+            return fut
+        bar = None
+        if interactive:
+            from zpar.util import progress
+
+            bar = progress(total=n, unit="engine", desc="engines", widget=widget)
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self._io.engines_changed:
-            while len(self._io.engines) < n:
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    raise TimeoutError(
-                        f"{len(self._io.engines)} of {n} engines registered within {timeout} s"
-                    )
-                self._io.engines_changed.wait(remaining)
+        try:
+            with self._io.engines_changed:
+                while len(self._io.engines) < n:
+                    if bar is not None:
+                        bar.update(min(n, len(self._io.engines)) - bar.n)
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        raise TimeoutError(
+                            f"{len(self._io.engines)} of {n} engines registered within {timeout} s"
+                        )
+                    self._io.engines_changed.wait(remaining)
+        finally:
+            if bar is not None:
+                bar.update(min(n, len(self._io.engines)) - bar.n)
+                bar.close()
+        return None
 
     def _engine_uuid(self, eid: int) -> str:
         engines = self._io.engines
@@ -168,7 +303,7 @@ class Client:
         if eid not in engines:
             if not engines:
                 raise NoEnginesRegistered(f"engine {eid} is not registered: no engines are")
-            raise EngineError(f"engine {eid} is not registered; registered ids: {sorted(engines)}")
+            raise NoSuchEngine(f"engine {eid} is not registered; registered ids: {sorted(engines)}")
         return engines[eid]
 
     def _resolve_targets(self, targets: Any) -> list[int]:
@@ -177,12 +312,21 @@ class Client:
             if not ids:
                 raise NoEnginesRegistered("no engines are registered")
             return ids
+        if isinstance(targets, slice):
+            return self.ids[targets]
         if isinstance(targets, int):
             targets = [targets]
-        targets = list(targets)
+        ids = None
+        out = []
         for t in targets:
+            if isinstance(t, int) and not isinstance(t, bool) and t < 0:
+                ids = ids or self.ids  # negative: from the end of ids, as rc[-1]
+                if -t > len(ids):
+                    raise IndexError(f"engine index {t} out of range: ids are {ids}")
+                t = ids[t]
             self._engine_uuid(t)
-        return targets
+            out.append(t)
+        return out
 
     # -- sending ----------------------------------------------------------------------------
 
@@ -320,6 +464,7 @@ class Client:
         have direct calls among them reported to the scheduler when they finish."""
         outcomes: dict[str, list[Any]] = {}
         watch = {}
+        strangers: list[str] = []
         for key, deps in (("after", after), ("follow", follow)):
             wire = to_wire(deps)
             if wire is None:
@@ -328,6 +473,8 @@ class Client:
             for m in wire["ids"]:
                 fut = self._future_of(m)
                 if fut is None:
+                    if m not in self.history:
+                        strangers.append(m)
                     continue  # not ours, or forgotten: the scheduler may still know it
                 if fut.done():
                     outcomes[m] = outcome_of(fut)
@@ -337,6 +484,22 @@ class Client:
             md["outcomes"] = outcomes
         if watch:
             self._io.watch_outcomes(watch)
+        if strangers:
+            self._check_known(strangers)
+
+    def _check_known(self, msg_ids: list[str]) -> None:
+        """InvalidDependency, before sending, for dependencies on msg_ids that neither this
+        client nor the hub ever saw (a task would wait for them forever)."""
+        try:
+            self._query(MsgType.RESULT_REQUEST, {"msg_ids": msg_ids, "statusonly": True})
+        except HubRefused as e:
+            unknown = e.content.get("unknown")
+            if unknown:
+                raise InvalidDependency(
+                    f"dependency on unknown msg_ids {unknown}: no task of this or any client "
+                    "has them (nothing was sent)"
+                ) from None
+            raise
 
     def _future_of(self, msg_id: str) -> Any:
         fut = self._io._pending.get(msg_id)
@@ -351,11 +514,16 @@ class Client:
         """Clear the engines' namespaces."""
         return self._control(MsgType.CLEAR_REQUEST, {}, targets, block)
 
-    def queue_status(self, targets: Any = None, verbose: bool = False) -> dict[Any, Any]:
-        ids = None if targets is None else self._resolve_targets(targets)
+    def queue_status(self, targets: Any = "all", verbose: bool = False) -> dict[Any, Any]:
+        """{engine_id: {'queue', 'completed', 'tasks'}, 'unassigned': n} (int and str keys,
+        as in ipyparallel); one engine's dict alone when ``targets`` is one int."""
+        all_ = targets is None or (isinstance(targets, str) and targets == "all")
+        ids = None if all_ else self._resolve_targets(targets)
         reply = self._query(MsgType.QUEUE_REQUEST, {"targets": ids, "verbose": verbose})
         out: dict[Any, Any] = {int(k): v for k, v in reply.content.get("queues", {}).items()}
         out["unassigned"] = reply.content.get("unassigned", 0)
+        if isinstance(targets, int) and not isinstance(targets, bool):
+            return out[targets]
         return out
 
     # -- the hub's task store ------------------------------------------------------------------
@@ -369,15 +537,25 @@ class Client:
             out["results"] = reply.content.get("results", {})
         return out
 
-    def get_result(self, indices_or_msg_ids: Any = None, block: bool | None = None) -> Any:
-        """An AsyncResult for tasks submitted by this or any other client (by msg_id, or by
-        index into this client's history; default: the last one). Tasks this client did
-        not submit are fetched from the hub's store, and polled while still pending."""
+    def get_result(
+        self, indices_or_msg_ids: Any = None, block: bool | None = None, owner: bool = True
+    ) -> Any:
+        """An AsyncResult for tasks submitted by this or any other client (by msg_id,
+        AsyncResult, or index into this client's history; default: the last one), waited
+        for when ``block``. Tasks this client did not submit are fetched from the hub's
+        store (an AsyncHubResult), and polled while still pending. ``owner`` is accepted:
+        results are never cached by the client."""
         if indices_or_msg_ids is None:
             indices_or_msg_ids = -1
         items = indices_or_msg_ids
-        single = not isinstance(items, list | tuple)
+        single = not isinstance(items, list | tuple | set)
         items = [items] if single else list(items)
+        if single and isinstance(items[0], AsyncResult):
+            single = items[0]._single
+        expanded: list[Any] = []
+        for i in items:
+            expanded.extend(i.msg_ids if isinstance(i, AsyncResult) else [i])
+        items = expanded
         history = list(self.history)
         for i in items:
             if isinstance(i, int) and not -len(history) <= i < len(history):
@@ -395,14 +573,25 @@ class Client:
                 fut = concurrent.futures.Future()
                 remote.append((m, fut))
             futs.append(fut)
+        cls = AsyncResult
         if remote:
             HubResultFetcher(self, remote).start()
-        ar = AsyncResult(self, msg_ids, futs, fname="get_result", single=single)
-        return ar.get() if block else ar
+            cls = AsyncHubResult
+        ar = cls(self, msg_ids, futs, fname="get_result", single=single)
+        if self.block if block is None else block:
+            ar.wait()
+        return ar
 
     def purge_results(self, jobs: Any = (), targets: Any = ()) -> int:
-        """Forget finished tasks in the hub's store: jobs (msg_ids / AsyncResults, or
-        'all') and every task of the engines ``targets``. Pending or unknown ids: error."""
+        """Forget finished tasks in the hub's store and here: jobs (msg_ids / AsyncResults,
+        or 'all') and every task of the engines ``targets``. Pending or unknown ids: error.
+        Returns how many records the hub purged."""
+        purged = self._purge_hub(jobs, targets)  # its errors name pending / unknown ids
+        with contextlib.suppress(RuntimeError):  # ours still running: their handles stay
+            self.purge_local_results(jobs, targets)
+        return purged
+
+    def _purge_hub(self, jobs: Any, targets: Any) -> int:
         content: dict[str, Any] = {"msg_ids": [], "engine_ids": []}
         if jobs == "all":
             content["msg_ids"] = "all"
@@ -446,14 +635,18 @@ class Client:
         targets: Any = "all",
         restart: bool = False,
         hub: bool = False,
-        block: bool = True,
+        block: bool | None = None,
         timeout: float = HUB_TIMEOUT,
     ) -> None:
-        """Stop engines (and the controller with hub=True).
+        """Stop engines (and the controller with hub=True, which implies all engines).
 
+        With block (the default), returns once the engines are gone from ``ids``.
         restart=True: each engine starts afresh in its own process (same pid, new namespace,
         same id); with block, returns once all are registered again. Unlike ipyparallel,
         where restart is not implemented."""
+        block = True if block is None else block
+        if hub:
+            targets = "all"
         if restart and hub:
             raise ValueError(
                 "restart applies to engines: a controller cannot restart itself "
@@ -467,6 +660,8 @@ class Client:
                 ar.get(timeout) if restart else ar.wait(timeout)
                 if restart:
                     self._wait_for_restart(old, timeout)
+                else:
+                    self._wait_for_unregistration(old, timeout)
         if hub:
             _, fut = self._send("query", MsgType.SHUTDOWN_HUB_REQUEST, {})
             if block:
@@ -482,6 +677,17 @@ class Client:
                         f"engines {waiting} did not register again within {timeout:g} s of "
                         "their restart: see their logs"
                     )
+                self._io.engines_changed.wait(remaining)
+
+    def _wait_for_unregistration(self, old: dict[int, str], timeout: float) -> None:
+        """Until the hub has told us the engines are gone (so ``ids`` no longer lists them)."""
+        deadline = time.monotonic() + timeout
+        with self._io.engines_changed:
+            while any(self._io.engines.get(i) == u for i, u in old.items()):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    log.warning("engines %s still registered %g s after shutdown", old, timeout)
+                    return
                 self._io.engines_changed.wait(remaining)
 
     def send_signal(self, sig: int | str, targets: Any = None, block: bool = True) -> Any:
@@ -513,8 +719,7 @@ class Client:
         out = {}
         for m, ar in list(self._results.items()):
             if ar.ready():
-                i = ar.msg_ids.index(m)
-                out[m] = ar.split()[i].get(return_exceptions=True)
+                out[m] = ar._value_or_error(ar._futures[ar.msg_ids.index(m)])
         return out
 
     @property
@@ -523,17 +728,20 @@ class Client:
         out = {}
         for m, ar in list(self._results.items()):
             if ar.ready():
-                out[m] = ar.split()[ar.msg_ids.index(m)].metadata
+                out[m] = ar._metadatas()[ar.msg_ids.index(m)]
         return out
 
-    def wait(self, jobs: Any = None, timeout: float | None = None) -> bool:
-        """Wait for jobs (AsyncResults, msg_ids, or None: all outstanding); True if done."""
+    def wait(self, jobs: Any = None, timeout: float | None = -1) -> bool:
+        """Wait for jobs (AsyncResults, msg_ids, history indices, or None: all
+        outstanding) up to ``timeout`` seconds (-1 or None: forever); True if done."""
         futures = self._futures_of(jobs)
+        if timeout is not None and timeout < 0:
+            timeout = None
         done, pending = concurrent.futures.wait(futures, timeout=timeout)
         return not pending
 
     def wait_interactive(
-        self, jobs: Any = None, interval: float = 0.1, timeout: float | None = None
+        self, jobs: Any = None, interval: float = 0.1, timeout: float | None = -1
     ) -> bool:
         """wait() with a progress bar."""
         futures = self._futures_of(jobs)
@@ -546,6 +754,8 @@ class Client:
         jobs = jobs if isinstance(jobs, list | tuple | set) else [jobs]
         futures = []
         for j in jobs:
+            if isinstance(j, int) and not isinstance(j, bool):
+                j = self.history[j]  # an index into the history, as in ipyparallel
             if isinstance(j, AsyncResult):
                 futures.extend(j._futures)
             elif isinstance(j, str):
@@ -562,11 +772,11 @@ class Client:
 
     def executor(self, targets: Any = None) -> Any:
         """A concurrent.futures.Executor that load-balances over ``targets``."""
-        from .executor import ViewExecutor
+        return self.load_balanced_view(targets).executor
 
-        return ViewExecutor(self.load_balanced_view(targets))
-
-    def close(self) -> None:
+    def close(self, linger: float | None = None) -> None:
+        """Stop the I/O thread and close the sockets (``linger`` is accepted: unsent
+        messages are dropped at close in zpar)."""
         if not self._closed:
             self._closed = True
             self._io.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,22 +22,31 @@ class Cluster:
         *,
         profile: str = DEFAULT_PROFILE,
         cluster_id: str | None = None,
-        ip: str = "127.0.0.1",
+        ip: str | None = None,
         controller_args: Sequence[str] = (),
         engine_args: Sequence[str] = (),
         timeout: float = 60.0,
-        log_level: str = "WARNING",
-        curve: bool = False,
+        log_level: str | None = None,
+        keep_files: bool = False,
+        engines: str | None = None,
+        keep: bool | None = None,
+        **settings: Any,
     ) -> None:
-        """``curve``: CurveZMQ on every connection (the controller's ``--curve``)."""
+        """Without a ``cluster_id`` the cluster is a throwaway: its task store, logs and
+        connection files are removed when it stops, unless ``keep_files``. ``engines``: the
+        launcher (local, mpi, ssh, slurm, pbs); ``keep``: replace engines that die; any
+        other zpar.settings name (``hwm=4``, ``ssh_hosts={...}``) overrides the profile."""
+        from zpar.settings import load
+
+        flags = {"ip": ip, "log_level": log_level, "engines": engines, "keep": keep, **settings}
         self._launcher = LocalCluster(
             n,
             profile=profile,
             cluster_id=cluster_id,
-            ip=ip,
-            controller_args=[*controller_args, *(["--curve"] if curve else [])],
+            controller_args=controller_args,
             engine_args=engine_args,
-            log_level=log_level,
+            keep_files=keep_files,
+            settings=load(profile, flags),
         )
         self.timeout = timeout
         self.client: Client | None = None
@@ -67,12 +77,16 @@ class Cluster:
         auto_register(self.client)
         return self.client
 
-    def connect_client(self) -> Client:
-        return Client(url_file=self._launcher.client_file, timeout=self.timeout)
+    def connect_client(self, **client_kwargs: Any) -> Client:
+        """Another Client of this cluster. Synchronous, unlike ipyparallel's coroutine of
+        the same name (connect_client_sync is the name both share)."""
+        return self.connect_client_sync(**client_kwargs)
 
     def add_engines(self, n: int = 1) -> None:
-        self._launcher.start_engines(n)
-        self._launcher.n += n
+        """Start n more engines (with the cluster's launcher); they are stopped with it."""
+        self._launcher.add_engines(n)
+
+    start_engines = add_engines
 
     def stop(self) -> None:
         if self.client is not None:
@@ -85,3 +99,44 @@ class Cluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    # -- ipyparallel's names (Cluster.start_and_connect_sync & co): thin over the above ----
+
+    def start_cluster_sync(self, n: int | None = None) -> Cluster:
+        """Start the controller and the engines, wait until they are registered; self."""
+        if n is not None:
+            self._launcher.n = n
+        self.start()
+        return self
+
+    def start_and_connect_sync(self, n: int | None = None, activate: bool = False) -> Client:
+        """Start, and return the connected Client; ``activate``: a blocking DirectView on
+        all engines gets the %px magics."""
+        self.start_cluster_sync(n)
+        assert self.client is not None
+        if activate:
+            self.client.activate()
+        return self.client
+
+    def connect_client_sync(self, **client_kwargs: Any) -> Client:
+        """Another Client of this running cluster (Client's keyword arguments)."""
+        client_kwargs.setdefault("timeout", self.timeout)
+        return Client(url_file=self._launcher.client_file, cluster=self, **client_kwargs)
+
+    def stop_cluster_sync(self) -> None:
+        self.stop()
+
+    async def start_cluster(self, n: int | None = None) -> Cluster:
+        return await asyncio.to_thread(self.start_cluster_sync, n)
+
+    async def start_and_connect(self, n: int | None = None, activate: bool = False) -> Client:
+        return await asyncio.to_thread(self.start_and_connect_sync, n, activate)
+
+    async def stop_cluster(self) -> None:
+        await asyncio.to_thread(self.stop)
+
+    async def __aenter__(self) -> Client:
+        return await self.start_and_connect()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop_cluster()

@@ -36,6 +36,10 @@ class ViewExecutor(concurrent.futures.Executor):
         self._outstanding: set[concurrent.futures.Future] = set()
         self._shutdown = False
 
+    def __call__(self) -> ViewExecutor:
+        """``view.executor()`` is ``view.executor`` (an attribute in ipyparallel)."""
+        return self
+
     def submit(
         self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any
     ) -> concurrent.futures.Future:

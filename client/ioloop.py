@@ -212,7 +212,9 @@ class ClientIO(FaultHandling):
                 f.engine_uuid = u  # type: ignore[attr-defined]
                 self._by_engine.setdefault(u, set()).add(msg_id)
             self._pending[msg_id] = futs  # type: ignore[assignment]
-            fut.zpar_broadcast = futs  # type: ignore[attr-defined]
+            # a copy: the I/O thread pops from futs as replies come, maybe before the
+            # caller has read it
+            fut.zpar_broadcast = dict(futs)  # type: ignore[attr-defined]
             self._outbox.append((channel, frames, fut))
             self._wake()
             return fut

@@ -24,10 +24,12 @@ class ZparBackend(AutoBatchingMixin, ParallelBackendBase):
         super().__init__(**kwargs)
         self._client = None
         if view is None:
-            from .client import Client
+            from .client import Client, newest_client
 
-            self._client = Client()
-            view = self._client.load_balanced_view()
+            client = newest_client()  # a zpar.Cluster's, or the last Client() made
+            if client is None:
+                client = self._client = Client()
+            view = client.load_balanced_view()
         self._view = view
 
     def effective_n_jobs(self, n_jobs: int | None) -> int:
@@ -61,5 +63,12 @@ class ZparBackend(AutoBatchingMixin, ParallelBackendBase):
 def register_joblib_backend(
     name: str = "zpar", make_default: bool = False, view: Any = None
 ) -> None:
-    """Make ``joblib.parallel_backend(name)`` run on a zpar cluster (``view`` or a new Client)."""
-    register_parallel_backend(name, lambda **kw: ZparBackend(view=view, **kw), make_default)
+    """Make ``joblib.parallel_backend(name)`` run on a zpar cluster: ``view``, or (when
+    the backend is used) a load-balanced view of the newest open Client of this process
+    (inside ``with zpar.Cluster() as rc:``, that cluster's), else a new ``Client()``.
+    ipyparallel code names the backend 'ipyparallel': both names are registered then."""
+    names = {name, "zpar"} if name == "ipyparallel" else {name}
+    for n in sorted(names):
+        register_parallel_backend(
+            n, lambda **kw: ZparBackend(view=view, **kw), make_default and n == name
+        )

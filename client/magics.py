@@ -7,25 +7,41 @@ is shown under an ``[stdout:N]`` / ``[stderr:N]`` header, as in ipyparallel.
 from __future__ import annotations
 
 import argparse
+import logging
 import shlex
 import sys
+import threading
+import time
+import warnings
 from typing import Any
 
-from zpar.errors import CompositeError, RemoteError
+from zpar.errors import AlreadyDisplayedError, CompositeError, RemoteError
 
 from .asyncresult import AsyncResult
 
+log = logging.getLogger(__name__)
+
 
 def _parser(name: str) -> argparse.ArgumentParser:
+    """ipyparallel's %px / %%px / %pxconfig / %pxresult options."""
     p = argparse.ArgumentParser(prog=name, add_help=False, exit_on_error=False)
     p.add_argument("--targets", "-t", default=None)
     group = p.add_mutually_exclusive_group()
-    group.add_argument("--block", dest="block", action="store_true", default=None)
-    group.add_argument("--noblock", dest="block", action="store_false")
-    p.add_argument("--stream", action="store_true", default=False)
+    group.add_argument("--block", "-b", dest="block", action="store_const", const=True)
+    group.add_argument("--noblock", "-a", dest="block", action="store_const", const=False)
+    stream = p.add_mutually_exclusive_group()
+    stream.add_argument("--stream", dest="stream", action="store_const", const=True)
+    stream.add_argument("--no-stream", dest="stream", action="store_const", const=False)
     p.add_argument("--local", action="store_true", default=False)
-    p.add_argument("--group-outputs", choices=["engine", "order", "type"], default="engine")
-    p.add_argument("--verbose", "-v", action="store_true", default=None)
+    p.add_argument("--group-outputs", choices=["engine", "order", "type"], default=None)
+    p.add_argument("-r", dest="group_outputs", action="store_const", const="order")
+    p.add_argument("-e", dest="group_outputs", action="store_const", const="engine")
+    p.add_argument("--out", "-o", dest="save_name", default=None)
+    verbose = p.add_mutually_exclusive_group()
+    verbose.add_argument("--verbose", "-v", dest="verbose", action="store_const", const=True)
+    verbose.add_argument("--no-verbose", dest="verbose", action="store_const", const=False)
+    p.add_argument("--progress-after", dest="progress_after", type=float, default=None)
+    p.add_argument("--signal-on-interrupt", dest="signal_on_interrupt", default=None)
     return p
 
 
@@ -51,6 +67,13 @@ class ParallelMagics:
         self.suffix = suffix
         self.block = True
         self.verbose = False
+        #: stream engines' output as it is printed (%pxconfig --stream); zpar's default
+        #: shows it grouped once the run is done
+        self.stream = False
+        #: seconds before a blocking run shows a progress bar (-1: never), as ipyparallel
+        self.progress_after = 2.0
+        #: what a Ctrl-C in a blocking run sends to the engines ("0": nothing)
+        self.signal_on_interrupt: str | None = "SIGINT"
         self.last_result: AsyncResult | None = None
         self._autopx = False
         self._transformer = None
@@ -65,39 +88,68 @@ class ParallelMagics:
             self.block = args.block
         if args.verbose is not None:
             self.verbose = args.verbose
+        if args.stream is not None:
+            self.stream = args.stream
+        if args.progress_after is not None:
+            self.progress_after = args.progress_after
+        if args.signal_on_interrupt is not None:
+            self.signal_on_interrupt = args.signal_on_interrupt
 
     def px(self, line: str, cell: str | None = None) -> Any:
-        if cell is None:
-            args, code = (
-                argparse.Namespace(
-                    targets=None, block=None, stream=False, local=False, group_outputs="engine"
-                ),
-                line,
-            )
+        if cell is None:  # %px: the whole line is code
+            args, code = _parser("px").parse_args([]), line
         else:
             args, code = self._parse("px", line), cell
         view = self._view_for(args.targets) if args.targets is not None else self.view
         block = self.block if args.block is None else args.block
+        stream_output = self.stream if args.stream is None else args.stream
+        groupby = args.group_outputs or "type"
         if args.local:
             self.shell.run_cell(code)
+        if self.verbose if args.verbose is None else args.verbose:
+            kind = "Parallel" if block else "Async parallel"
+            print(f"{kind} execution on engine(s): {view.targets}")
+        if stream_output and block:
+            ensure_iopub(view)
         ar = view.execute(code, block=False)
         self.last_result = ar
-        if args.stream:
-            ar.stream_outputs()
+        if args.save_name:
+            self.shell.user_ns[args.save_name] = ar
         if not block:
             return ar
+        stream = ar.stream_outputs() if stream_output else None
         try:
-            ar.wait()
+            self._wait(ar, args.progress_after)
         except KeyboardInterrupt:
-            self._interrupt(view)
+            self._interrupt(view, args.signal_on_interrupt)
             raise
-        self._show(ar, args.group_outputs, show_output=not args.stream)
+        if stream is not None:
+            stream.finish()  # the engines' last lines, which can follow the reply
+        try:
+            self._show(ar, groupby, show_output=stream is None)
+        except CompositeError as e:
+            if stream is not None:
+                raise AlreadyDisplayedError(e) from None  # shown as they happened
+            raise
         return None
 
+    def _wait(self, ar: AsyncResult, progress_after: float | None) -> None:
+        """Wait for a blocking run; a progress bar after ``progress_after`` seconds."""
+        after = self.progress_after if progress_after is None else progress_after
+        if after < 0 or ar.wait(after):
+            ar.wait()
+            return
+        ar.wait_interactive()
+
     def pxresult(self, line: str = "") -> None:
+        """Show the last %px run's outputs and results (-o NAME: store its AsyncResult)."""
         if self.last_result is None:
             raise RuntimeError("no %px result yet: run %px or %%px first")
-        self._show(self.last_result, "engine")
+        args = self._parse("pxresult", line)
+        if args.save_name:
+            self.shell.user_ns[args.save_name] = self.last_result
+            return
+        self._show(self.last_result, args.group_outputs or "type")
 
     def autopx(self, line: str = "") -> None:
         if self._autopx:
@@ -131,11 +183,15 @@ class ParallelMagics:
         client = self.view.client
         return client[targets] if not isinstance(targets, str) else client[:]
 
-    def _interrupt(self, view: Any) -> None:
-        """Ctrl-C in a blocking %%px: interrupt the engines' code too, not just the wait."""
-        import signal
-
-        view.client.send_signal(signal.SIGINT, targets=view.targets)
+    def _interrupt(self, view: Any, sig: str | None = None) -> None:
+        """Ctrl-C in a blocking %%px: interrupt the engines' code too, not just the wait
+        (with --signal-on-interrupt's signal; "0" or "" sends none)."""
+        sig = self.signal_on_interrupt if sig is None else sig
+        if not sig or str(sig) == "0":
+            return
+        signum = int(sig) if str(sig).isdigit() else sig
+        print(f"Received Keyboard Interrupt. Sending signal {sig} to engines...", file=sys.stderr)
+        view.client.send_signal(signum, targets=view.targets)
 
     def _show(self, ar: AsyncResult, group_outputs: str, show_output: bool = True) -> None:
         if show_output:
@@ -160,6 +216,50 @@ def _print_error(err: BaseException) -> None:
     info = getattr(err, "engine_info", None) or {}
     eid = info.get("engine_id", "?")
     print(f"[{eid}:execute] {type(err).__name__}: {err}", file=sys.stderr)
+
+
+def ensure_iopub(view: Any, timeout: float = 10.0) -> None:
+    """Make sure the client's IOPub subscription is live before output is streamed.
+
+    A zmq SUB socket receives nothing until its subscription has reached the publisher, so
+    the first lines an engine prints right after a fresh client subscribes were lost
+    (``ar.stdout`` had them: output also travels with the reply). Probe with an empty
+    execute until its IOPub messages arrive; done once per client."""
+    client = view.client
+    if getattr(client, "_iopub_live", False):
+        return
+    io = client._io
+    heard = threading.Event()
+    deadline = time.monotonic() + timeout
+    eid = client._resolve_targets(view.targets)[0]
+    while not heard.is_set() and time.monotonic() < deadline:
+        probe = client[eid].execute("", block=False)
+        io.watch_output(probe.msg_ids, lambda msg_id, msg: heard.set())
+        probe.wait(timeout)
+        heard.wait(min(0.2, max(0.0, deadline - time.monotonic())))
+        io.unwatch_output(probe.msg_ids)
+    if heard.is_set():
+        client._iopub_live = True
+    else:
+        log.warning("IOPub of %s silent for %g s: streamed output may miss lines", eid, timeout)
+
+
+def activate(view: Any, suffix: str = "") -> ParallelMagics | None:
+    """Register the magics over ``view`` in the running IPython; outside IPython, warn
+    (as ipyparallel does) and return None."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    if shell is None:
+        warnings.warn(
+            "The IPython parallel magics (%px, etc.) only work within IPython.",
+            UserWarning,
+            stacklevel=3,
+        )
+        return None
+    state = register_magics(shell, view, suffix)
+    if not suffix:
+        shell._zpar_magics = state
+    return state
 
 
 def register_magics(shell: Any, view: Any, suffix: str = "") -> ParallelMagics:

@@ -1,207 +1,60 @@
 """Views: where a call goes. DirectView names engines (MUX); LoadBalancedView lets the
-task scheduler choose (task)."""
+task scheduler choose (task). The API is ipyparallel's (docs/api.md)."""
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
-
-import numpy as np
 
 import zpar.serialize
 from zpar.dependency import to_wire
-from zpar.errors import SerializationError
+from zpar.mapchunk import map_chunk
 from zpar.messages import MsgType
-from zpar.remote import map_chunk
 from zpar.serialize import pack_apply
-from zpar.tasklimits import parse_time_limit
 
 from .asyncresult import AsyncMapResult, AsyncResult
+from .baseview import LazyMapIterator, View, _check_callable, _fname
+from .executor import ViewExecutor
+from .partition import _lengths, as_sequences, join_parts, partition, split_parts
 
 log = logging.getLogger(__name__)
 
-
-def _check_callable(f: Any) -> None:
-    if not callable(f):
-        raise SerializationError(f"{f!r} ({type(f).__name__}) is not callable")
-
-
-def _lengths(seqs: Sequence[Any]) -> int:
-    if not seqs:
-        raise ValueError("map needs at least one sequence")
-    lens = {len(s) for s in seqs}
-    if len(lens) > 1:
-        raise ValueError(f"map: sequences have unequal lengths {[len(s) for s in seqs]}")
-    return lens.pop()
-
-
-def partition(n: int, parts: int) -> list[slice]:
-    """Block partition of range(n) into `parts` slices as equal as possible (as array_split)."""
-    base, extra = divmod(n, parts)
-    out, start = [], 0
-    for i in range(parts):
-        stop = start + base + (1 if i < extra else 0)
-        out.append(slice(start, stop))
-        start = stop
-    return out
-
-
-class View:
-    """Flags shared by every view; subclasses say where a message goes."""
-
-    #: names set_flags / temp_flags accept (subclasses add theirs)
-    FLAGS: tuple[str, ...] = ("block", "targets", "track", "label", "time_limit")
-
-    def __init__(self, client: Any, targets: Any, block: bool = False) -> None:
-        self.client = client
-        self.targets = targets
-        self.block = block
-        #: wait, in each blocking call, until zmq no longer reads the arguments' memory
-        self.track = False
-        #: a name for the calls of this view, kept in their request metadata
-        self.label: str | None = None
-        #: seconds a call may run on its engine before it is interrupted and fails with
-        #: zpar.TaskTimeout (engine.timelimit); None: no limit
-        self.time_limit: float | None = None
-
-    def set_flags(self, **flags: Any) -> None:
-        limit = flags.get("time_limit")
-        if limit is not None:
-            parse_time_limit({"time_limit": limit})  # ValueError now, not on the engine
-        for k, v in flags.items():
-            if k not in self.FLAGS:
-                raise KeyError(
-                    f"{type(self).__name__} has no flag {k!r}; flags: {', '.join(self.FLAGS)}"
-                )
-            setattr(self, k, v)
-
-    @contextlib.contextmanager
-    def temp_flags(self, **flags: Any) -> Iterator[View]:
-        """Set flags for the ``with`` block only."""
-        saved = {k: getattr(self, k) for k in flags if k in self.FLAGS}
-        self.set_flags(**flags)
-        try:
-            yield self
-        finally:
-            for k, v in saved.items():
-                setattr(self, k, v)
-
-    def imap(
-        self, f: Callable[..., Any], *iterables: Any, max_outstanding: int | None = None
-    ) -> Iterator[Any]:
-        """Results of f over lazily consumed iterables, in order, with at most
-        max_outstanding calls in flight (default: 2 per engine)."""
-        _check_callable(f)
-        limit = max_outstanding or 2 * max(1, len(self.client.ids))
-        if limit < 1:
-            raise ValueError(f"max_outstanding must be >= 1, got {limit}")
-        inflight: collections.deque[AsyncResult] = collections.deque()
-        for args in zip(*iterables, strict=False):
-            inflight.append(self.apply_async(f, *args))
-            if len(inflight) >= limit:
-                yield inflight.popleft().get()
-        while inflight:
-            yield inflight.popleft().get()
-
-    def remote(self, f: Callable[..., Any] | None = None, *, block: bool | None = None) -> Any:
-        """Decorator: calling the function runs it through this view (``view.apply``)."""
-        from .decorators import RemoteFunction
-
-        if f is None:
-            return lambda g: RemoteFunction(self, g, block)
-        return RemoteFunction(self, f, block)
-
-    def parallel(
-        self,
-        f: Callable[..., Any] | None = None,
-        *,
-        dist: str = "b",
-        block: bool | None = None,
-        chunksize: int | None = None,
-    ) -> Any:
-        """Decorator: called with sequences, the function runs on blocks of them in parallel
-        (results joined); ``.map`` runs it on each element."""
-        from .decorators import ParallelFunction
-
-        if f is None:
-            return lambda g: ParallelFunction(self, g, dist, block, chunksize)
-        return ParallelFunction(self, f, dist, block, chunksize)
-
-    def wait(self, jobs: Any = None, timeout: float | None = None) -> bool:
-        """Wait for jobs (AsyncResults or msg_ids; default: everything outstanding)."""
-        return self.client.wait(jobs, timeout)
-
-    def abort(self, jobs: Any = None, block: bool | None = None) -> Any:
-        return self.client.abort(jobs, targets=self._abort_targets(), block=bool(block))
-
-    def _abort_targets(self) -> Any:
-        return self.targets
-
-    def get_result(self, indices_or_msg_ids: Any = None, block: bool | None = None) -> Any:
-        return self.client.get_result(indices_or_msg_ids, block=block)
-
-    def purge_results(self, jobs: Any = (), targets: Any = ()) -> int:
-        return self.client.purge_results(jobs, targets)
-
-    def queue_status(self, verbose: bool = False) -> dict[Any, Any]:
-        targets = None if self.targets in (None, "all") else self.targets
-        return self.client.queue_status(targets, verbose)
-
-    def _metadata_flags(self) -> dict[str, Any]:
-        md: dict[str, Any] = {"label": self.label} if self.label else {}
-        if self.time_limit is not None:
-            md["time_limit"] = float(self.time_limit)
-        return md
-
-    def _finish(self, ar: AsyncResult, block: bool) -> Any:
-        if self.track:
-            ar.wait_for_send()
-        return ar.get() if block else ar
-
-    def apply(self, f: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        return self._apply(f, args, kwargs, self.block)
-
-    def apply_async(self, f: Callable[..., Any], *args: Any, **kwargs: Any) -> AsyncResult:
-        return self._apply(f, args, kwargs, False)
-
-    def apply_sync(self, f: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        return self._apply(f, args, kwargs, True)
-
-    def map(self, f: Callable[..., Any], *seqs: Any, block: bool | None = None, **kw: Any) -> Any:
-        ar = self._map(f, seqs, **kw)
-        return ar.get() if (self.block if block is None else block) else ar
-
-    def map_async(self, f: Callable[..., Any], *seqs: Any, **kw: Any) -> AsyncMapResult:
-        return self._map(f, seqs, **kw)
-
-    def map_sync(self, f: Callable[..., Any], *seqs: Any, **kw: Any) -> list[Any]:
-        return self._map(f, seqs, **kw).get()
-
-    def _apply(self, f: Any, args: Any, kwargs: Any, block: bool) -> Any:
-        raise NotImplementedError
-
-    def _map(self, f: Any, seqs: Any, **kw: Any) -> AsyncMapResult:
-        raise NotImplementedError
+__all__ = [
+    "BroadcastView",
+    "DirectView",
+    "LazyMapIterator",
+    "LoadBalancedView",
+    "View",
+    "ViewExecutor",
+    "_lengths",
+    "partition",
+]
 
 
 class DirectView(View):
     """Calls on named engines, through the MUX relay."""
 
-    def _ids(self) -> list[int]:
-        return self.client._resolve_targets(self.targets)
+    def _ids(self, targets: Any = None) -> list[int]:
+        return self.client._resolve_targets(self.targets if targets is None else targets)
 
     def _send_each(
-        self, msg_type: str, content: dict[str, Any] | None, buffers: list[Any], ids: list[int]
+        self,
+        msg_type: str,
+        content: dict[str, Any] | None,
+        buffers: list[Any],
+        ids: list[int],
+        label: str | None = None,
+        track: bool | None = None,
     ) -> tuple[list[str], list[Any]]:
         msg_ids, futs = [], []
-        md = self._metadata_flags() or None
+        md = self._metadata_flags(label) or None
+        track = self.track if track is None else track
         for eid in ids:
             if msg_type == MsgType.APPLY_REQUEST:
                 m, fut = self.client.apply_to(
-                    "mux", eid, None, (), {}, metadata=md, buffers=buffers, track=self.track
+                    "mux", eid, None, (), {}, metadata=md, buffers=buffers, track=track
                 )
             else:
                 m, fut = self.client._send("mux", msg_type, content, engine_id=eid, metadata=md)
@@ -216,75 +69,162 @@ class DirectView(View):
         fname: str,
         block: bool,
         cls: type[AsyncResult] = AsyncResult,
+        targets: Any = None,
+        track: bool | None = None,
         **kw: Any,
     ) -> Any:
-        single = isinstance(self.targets, int)
-        ar = cls(self.client, msg_ids, futs, fname=fname, targets=self.targets, single=single, **kw)
-        return self._finish(self.client._track(ar), block)
+        targets = self.targets if targets is None else targets
+        single = isinstance(targets, int) and not isinstance(targets, bool)
+        ar = cls(self.client, msg_ids, futs, fname=fname, targets=targets, single=single, **kw)
+        return self._finish(self.client._track(ar), block, track)
 
-    def _apply(self, f: Any, args: Any, kwargs: Any, block: bool) -> Any:
+    def _apply(
+        self,
+        f: Any,
+        args: Any,
+        kwargs: Any,
+        block: bool,
+        targets: Any = None,
+        track: bool | None = None,
+    ) -> Any:
         _check_callable(f)
         buffers = pack_apply(f, args, kwargs)
-        ids = self._ids()
-        fname = getattr(f, "__name__", "apply")
-        if block and len(ids) == 1 and not self.track:
+        ids = self._ids(targets)
+        fname = _fname(f)
+        track = self.track if track is None else track
+        if block and len(ids) == 1 and not track:
             # one engine, waited for: this thread sends and waits itself when it can
             done = self.client._call_here(ids[0], buffers, self._metadata_flags() or None)
             if done is not None:
-                return self._result([done[0]], [done[1]], fname, block)
-        msg_ids, futs = self._send_each(MsgType.APPLY_REQUEST, None, buffers, ids)
-        return self._result(msg_ids, futs, fname, block)
+                return self._result([done[0]], [done[1]], fname, block, targets=targets)
+        msg_ids, futs = self._send_each(MsgType.APPLY_REQUEST, None, buffers, ids, track=track)
+        return self._result(msg_ids, futs, fname, block, targets=targets, track=track)
 
-    def _map(self, f: Any, seqs: Any, **kw: Any) -> AsyncMapResult:
+    def _map(
+        self,
+        f: Any,
+        seqs: Any,
+        return_exceptions: bool = False,
+        label: str | None = None,
+        track: bool = False,
+        **kw: Any,
+    ) -> AsyncMapResult:
         if kw:
             raise TypeError(f"DirectView.map got unexpected arguments {sorted(kw)}")
         _check_callable(f)
-        n = _lengths(seqs)
+        seqs, n = as_sequences(seqs)
         ids = self._ids()
-        msg_ids, futs = [], []
+        md = self._metadata_flags(label) or None
+        msg_ids, futs, sizes = [], [], []
         for eid, sl in zip(ids, partition(n, len(ids)), strict=True):
-            m, fut = self.client.apply_to("mux", eid, map_chunk, (f, *(s[sl] for s in seqs)), {})
+            if sl.stop == sl.start and n:
+                continue  # fewer items than engines: nothing for this one
+            m, fut = self.client.apply_to(
+                "mux", eid, map_chunk, (f, *(s[sl] for s in seqs)), {}, metadata=md, track=track
+            )
             msg_ids.append(m)
             futs.append(fut)
-        return self.client._track(
-            AsyncMapResult(self.client, msg_ids, futs, fname=getattr(f, "__name__", "map"))
+            sizes.append(sl.stop - sl.start)
+        ar = AsyncMapResult(
+            self.client,
+            msg_ids,
+            futs,
+            fname=_fname(f),
+            chunk_sizes=sizes,
+            return_exceptions=return_exceptions,
         )
+        if track:
+            ar.wait_for_send()
+        return self.client._track(ar)
 
-    def execute(self, code: str, block: bool | None = None) -> Any:
-        """Run a code string in each engine's namespace."""
+    def execute(
+        self,
+        code: str,
+        silent: bool = True,
+        targets: Any = None,
+        block: bool | None = None,
+        label: str | None = None,
+    ) -> Any:
+        """Run a code string in each engine's namespace. Returns the AsyncResult, waited for
+        when ``block`` (as ipyparallel); its values are the reprs of the code's last
+        expression (``ar.execute_result``). ``silent`` is accepted."""
         if not isinstance(code, str):
             raise TypeError(f"execute takes a code string, got {type(code).__name__}")
         msg_ids, futs = self._send_each(
-            MsgType.EXECUTE_REQUEST, {"code": code, "silent": False}, [], self._ids()
+            MsgType.EXECUTE_REQUEST, {"code": code, "silent": False}, [], self._ids(targets), label
         )
-        return self._result(msg_ids, futs, "execute", self.block if block is None else block)
+        ar = self._result(msg_ids, futs, "execute", False, targets=targets)
+        if self.block if block is None else block:
+            ar.get()
+        return ar
 
-    def push(self, ns: dict[str, Any], block: bool | None = None) -> Any:
+    def run(
+        self, filename: str, targets: Any = None, block: bool | None = None, label: Any = None
+    ) -> Any:
+        """Execute a Python file's code on the engines (read here, run there)."""
+        with open(filename) as f:
+            code = f.read()
+        return self.execute(code, targets=targets, block=block, label=label)
+
+    def update(self, ns: dict[str, Any]) -> Any:
+        """push(ns) with this view's flags."""
+        return self.push(ns)
+
+    def push(
+        self,
+        ns: dict[str, Any],
+        targets: Any = None,
+        block: bool | None = None,
+        track: bool | None = None,
+    ) -> Any:
         """Update each engine's namespace with ns."""
         from zpar.engine.namespace import push
 
         if not isinstance(ns, dict):
-            raise TypeError(f"push takes a dict of names to values, got {type(ns).__name__}")
-        ar = self.apply_async(push, ns)
-        return ar.get() if (self.block if block is None else block) else ar
+            raise TypeError(f"Must be a dict, not {type(ns)}")
+        block = self.block if block is None else block
+        return self._apply(push, (ns,), {}, block, targets=targets, track=track)
 
-    def pull(self, names: str | Sequence[str], block: bool | None = None) -> Any:
+    def get(self, key_s: str | Sequence[str]) -> Any:
+        """pull(key_s), waited for."""
+        return self.pull(key_s, block=True)
+
+    def pull(self, names: str | Sequence[str], targets: Any = None, block: bool | None = None):
         """Values of names in each engine's namespace."""
         from zpar.engine.namespace import pull
 
-        ar = self.apply_async(pull, names)
-        return ar.get() if (self.block if block is None else block) else ar
+        if isinstance(names, list | tuple | set):
+            for key in names:
+                if not isinstance(key, str):
+                    raise TypeError(f"keys must be str, not type {type(key)!r}")
+            names = list(names)
+        elif not isinstance(names, str):
+            raise TypeError(f"names must be strs, not {names!r}")
+        block = self.block if block is None else block
+        return self._apply(pull, (names,), {}, block, targets=targets)
 
-    def run(self, filename: str, block: bool | None = None) -> Any:
-        """Execute a Python file's code on the engines (read here, run there)."""
-        with open(filename) as f:
-            code = f.read()
-        return self.execute(code, block=block)
+    def clear(self, targets: Any = None, block: bool | None = None) -> Any:
+        """Clear the namespaces of this view's engines."""
+        targets = self.targets if targets is None else targets
+        return self.client.clear(targets=targets, block=True if block is None else block)
+
+    def activate(self, suffix: str = "") -> None:
+        """Register %px{suffix}, %%px{suffix}, %autopx{suffix}, %pxresult{suffix} and
+        %pxconfig{suffix} over this view in the running IPython (a warning elsewhere)."""
+        from .magics import activate
+
+        activate(self, suffix)
+
+    @property
+    def importer(self) -> Any:
+        """``with dv.importer: import numpy``: sync_imports(local=True)."""
+        return self.sync_imports(True)
 
     @contextlib.contextmanager
     def sync_imports(self, local: bool = True, quiet: bool = False) -> Iterator[None]:
         """``with dv.sync_imports(): import numpy`` imports here and on the engines."""
         import builtins
+        import inspect
 
         names: list[tuple[str, str | None]] = []
         real_import = builtins.__import__
@@ -295,8 +235,6 @@ class DirectView(View):
             if local:
                 return real_import(name, globals, locals, fromlist, level)
             return real_import(name.split(".")[0])
-
-        import inspect
 
         frame = inspect.currentframe()
         caller = frame.f_back.f_back.f_globals.get("__name__") if frame else None
@@ -313,47 +251,83 @@ class DirectView(View):
             self.execute("\n".join(lines), block=True)
 
     def use_pickle(self) -> None:
-        """Send functions by reference with the standard pickle (they must be importable on
-        the engines); ``use_cloudpickle`` goes back to sending them by value."""
-        zpar.serialize.set_pickler("pickle")
+        """Data through the standard pickle; functions that cannot be imported on the
+        engines (from ``__main__``, or defined inside other functions) still travel by
+        value, as in ipyparallel. ``use_cloudpickle`` goes back to the default."""
+        zpar.serialize.use_pickle()
 
     def use_cloudpickle(self) -> None:
-        zpar.serialize.set_pickler("cloudpickle")
+        zpar.serialize.use_cloudpickle()
+
+    def use_dill(self) -> None:
+        """Everything through dill (an optional package)."""
+        zpar.serialize.use_dill()
 
     def __getitem__(self, key: str) -> Any:
-        return self.pull(key, block=True)
+        return self.get(key)
 
     def __setitem__(self, key: str, value: Any) -> None:
         self.push({key: value}, block=True)
 
-    def scatter(self, key: str, seq: Any, block: bool | None = None) -> Any:
-        """Split seq into one block per engine (numpy arrays without copying) and push."""
+    def scatter(
+        self,
+        key: str,
+        seq: Any,
+        dist: str = "b",
+        flatten: bool = False,
+        targets: Any = None,
+        block: bool | None = None,
+        track: bool | None = None,
+    ) -> Any:
+        """Split seq into one part per engine (dist 'b': blocks, numpy arrays without
+        copying; 'r': round robin) and push each as ``key``; ``flatten``: a part of one
+        element is pushed as that element. Returns None when blocking, as ipyparallel."""
         from zpar.engine.namespace import push
 
-        ids = self._ids()
+        ids = self._ids(targets)
+        parts = split_parts(seq, len(ids), dist)
         msg_ids, futs = [], []
-        for eid, sl in zip(ids, partition(len(seq), len(ids)), strict=True):
-            m, fut = self.client.apply_to("mux", eid, push, ({key: seq[sl]},), {})
+        track = self.track if track is None else track
+        for eid, part in zip(ids, parts, strict=True):
+            value = part[0] if flatten and len(part) == 1 else part
+            m, fut = self.client.apply_to("mux", eid, push, ({key: value},), {}, track=track)
             msg_ids.append(m)
             futs.append(fut)
-        ar = AsyncResult(self.client, msg_ids, futs, fname="scatter")
-        return ar.get() if (self.block if block is None else block) else ar
+        ar = AsyncResult(self.client, msg_ids, futs, fname="scatter", targets=ids)
+        if track:
+            ar.wait_for_send()
+        if self.block if block is None else block:
+            ar.get()
+            return None
+        return ar
 
-    def gather(self, key: str, block: bool | None = None) -> Any:
-        """Concatenate key from every engine, in engine order (numpy-aware)."""
+    def gather(
+        self, key: str, dist: str = "b", targets: Any = None, block: bool | None = None
+    ) -> Any:
+        """Join ``key`` from every engine, in engine order (the inverse of scatter)."""
         from zpar.engine.namespace import pull
 
-        ids = self._ids()
+        from .partition import check_dist
+
+        check_dist(dist)
+        ids = self._ids(targets)
         msg_ids, futs = [], []
         for eid in ids:
             m, fut = self.client.apply_to("mux", eid, pull, (key,), {})
             msg_ids.append(m)
             futs.append(fut)
-        ar = AsyncResult(self.client, msg_ids, futs, fname="gather", postprocess=_concat)
+
+        def join(parts: list[Any]) -> Any:
+            return join_parts(parts, dist)
+
+        ar = AsyncMapResult(self.client, msg_ids, futs, fname="gather", postprocess=join)
         return ar.get() if (self.block if block is None else block) else ar
 
     def __repr__(self) -> str:
-        return f"<DirectView {self.targets}>"
+        text = str(self.targets)
+        if len(text) > 16:
+            text = text[:12] + "...]"
+        return f"<{type(self).__name__} {text}>"
 
 
 class BroadcastView(DirectView):
@@ -361,10 +335,21 @@ class BroadcastView(DirectView):
     to each engine (no copy), so the client sends a large argument once, not once per
     engine. Replies come back one per engine, as from a DirectView."""
 
+    def __init__(self, client: Any, targets: Any, block: bool = False) -> None:
+        super().__init__(client, targets, block)
+        #: ipyparallel's reply coalescing flag: accepted, replies come one per engine
+        self.is_coalescing = False
+
     def _send_each(
-        self, msg_type: str, content: dict[str, Any] | None, buffers: list[Any], ids: list[int]
+        self,
+        msg_type: str,
+        content: dict[str, Any] | None,
+        buffers: list[Any],
+        ids: list[int],
+        label: str | None = None,
+        track: bool | None = None,
     ) -> tuple[list[str], list[Any]]:
-        md = {**self._metadata_flags(), "broadcast": ids}
+        md = {**self._metadata_flags(label), "broadcast": ids}
         m, fut = self.client._send(
             "task",
             msg_type,
@@ -372,22 +357,10 @@ class BroadcastView(DirectView):
             buffers=buffers,
             metadata=md,
             broadcast=ids,
-            track=self.track,
+            track=self.track if track is None else track,
         )
         replies = fut.zpar_broadcast
         return [m] * len(ids), [replies[self.client._engine_uuid(i)] for i in ids]
-
-    def __repr__(self) -> str:
-        return f"<BroadcastView {self.targets}>"
-
-
-def _concat(parts: list[Any]) -> Any:
-    if parts and all(isinstance(p, np.ndarray) for p in parts):
-        return np.concatenate(parts)
-    out: list[Any] = []
-    for p in parts:
-        out.extend(p)
-    return out
 
 
 #: A load-balanced map without a chunksize sends about this many chunks per engine: few
@@ -414,11 +387,13 @@ class LoadBalancedView(View):
         self.retries = 0
         self.set_flags(**flags)
 
-    def set_flags(self, **flags: Any) -> None:
+    def set_flags(self, **flags: Any) -> LoadBalancedView:
         retries = flags.get("retries", 0)
         if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
             raise ValueError(f"retries must be an int >= 0, got {retries!r}")
         timeout = flags.get("timeout")
+        if timeout == 0:
+            flags["timeout"] = timeout = None  # ipyparallel: 0 means no timeout
         if timeout is not None and (
             not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout < 0
         ):
@@ -427,9 +402,10 @@ class LoadBalancedView(View):
             if flags.get(key) is not None:
                 to_wire(flags[key])  # TypeError now, not at the next call
         super().set_flags(**flags)
+        return self
 
-    def _metadata(self) -> dict[str, Any] | None:
-        md = self._metadata_flags()
+    def _metadata(self, label: str | None = None) -> dict[str, Any] | None:
+        md = self._metadata_flags(label)
         if self.targets is not None:
             md["targets"] = self.client._resolve_targets(self.targets)
         if self.retries:
@@ -445,26 +421,32 @@ class LoadBalancedView(View):
         m, fut = self.client.apply_to(
             "task", None, f, args, kwargs, metadata=self._metadata(), track=self.track
         )
-        ar = AsyncResult(
-            self.client, [m], [fut], fname=getattr(f, "__name__", "apply"), single=True
-        )
+        ar = AsyncResult(self.client, [m], [fut], fname=_fname(f), single=True)
         return self._finish(self.client._track(ar), block)
 
     def _map(
-        self, f: Any, seqs: Any, chunksize: int | None = None, ordered: bool = True, **kw: Any
+        self,
+        f: Any,
+        seqs: Any,
+        chunksize: int | None = None,
+        ordered: bool = True,
+        return_exceptions: bool = False,
+        label: str | None = None,
+        track: bool = False,
+        **kw: Any,
     ) -> AsyncMapResult:
         """chunksize=None: about AUTO_CHUNKS_PER_ENGINE chunks per engine (see docs/api.md)."""
         if kw:
             raise TypeError(f"LoadBalancedView.map got unexpected arguments {sorted(kw)}")
         _check_callable(f)
-        n = _lengths(seqs)
+        seqs, n = as_sequences(seqs)
         if chunksize is None:
             engines = max(1, len(self.client.ids))
             chunksize = max(1, -(-n // (engines * AUTO_CHUNKS_PER_ENGINE)))
         if not isinstance(chunksize, int) or chunksize < 1:
             raise ValueError(f"chunksize must be a positive int, got {chunksize!r}")
-        md = self._metadata()
-        msg_ids, futs = [], []
+        md = self._metadata(label)
+        msg_ids, futs, sizes = [], [], []
         for start in range(0, n, chunksize):
             sl = slice(start, start + chunksize)
             m, fut = self.client.apply_to(
@@ -472,11 +454,24 @@ class LoadBalancedView(View):
             )
             msg_ids.append(m)
             futs.append(fut)
+            sizes.append(min(n, start + chunksize) - start)
         return self.client._track(
             AsyncMapResult(
-                self.client, msg_ids, futs, fname=getattr(f, "__name__", "map"), ordered=ordered
+                self.client,
+                msg_ids,
+                futs,
+                fname=_fname(f),
+                ordered=ordered,
+                chunk_sizes=sizes,
+                return_exceptions=return_exceptions,
             )
         )
+
+    def register_joblib_backend(self, name: str = "ipyparallel", make_default: bool = False):
+        """Make ``joblib.parallel_backend(name)`` run on this view."""
+        from .joblib_backend import register_joblib_backend
+
+        register_joblib_backend(name, make_default, view=self)
 
     def __repr__(self) -> str:
         return f"<LoadBalancedView {self.targets or 'all'}>"

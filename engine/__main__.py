@@ -7,10 +7,12 @@ import logging
 import os
 import sys
 
+from zpar.argparsing import Parser, checked
 from zpar.connection import default_url_file, wait_for_connection_file
 from zpar.constants import DEFAULT_PROFILE
 from zpar.errors import ZparError
 from zpar.logs import setup_logging
+from zpar.names import log_level, profile_name
 
 #: Exit codes: a normal stop (shutdown, SIGTERM, controller gone) / could not start or serve.
 EXIT_OK = 0
@@ -18,7 +20,7 @@ EXIT_FAILED = 1
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="zpar engine", description="Run one zpar engine and register it with a controller."
     )
     p.add_argument(
@@ -26,7 +28,12 @@ def build_parser() -> argparse.ArgumentParser:
         "-f",
         help="engine connection file (default: the profile's security/zpar-engine.json)",
     )
-    p.add_argument("--profile", default=DEFAULT_PROFILE, help="profile name (default: default)")
+    p.add_argument(
+        "--profile",
+        default=DEFAULT_PROFILE,
+        type=checked(profile_name),
+        help="profile name (default: default)",
+    )
     p.add_argument(
         "--wait",
         type=float,
@@ -34,7 +41,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="wait this long for the connection file to appear (a controller starting up)",
     )
-    p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING… (default INFO)")
+    p.add_argument(
+        "--log-level",
+        default="INFO",
+        type=checked(log_level),
+        help="DEBUG, INFO, WARNING… (default INFO)",
+    )
     return p
 
 

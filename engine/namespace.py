@@ -58,8 +58,11 @@ def current() -> dict[str, Any]:
 
 
 def push(ns_updates: dict[str, Any]) -> None:
-    """Bind each name of ``ns_updates`` in the engine namespace."""
-    current().update(ns_updates)
+    """Bind each name of ``ns_updates`` in the engine namespace; functions shipped by value
+    get the namespace as their globals, as ipyparallel's pushed functions do (code that
+    calls them later sees names defined there since)."""
+    ns = current()
+    ns.update({k: bind(v, ns) for k, v in ns_updates.items()})
 
 
 def pull(names: str | Sequence[str]) -> Any:

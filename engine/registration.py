@@ -13,6 +13,7 @@ import zmq
 from zpar.constants import BAD_KEY, HUB_TIMEOUT
 from zpar.curve import secure
 from zpar.errors import TimeoutError, WrongKey, ZparError
+from zpar.launchers.mpirank import mpi_rank
 from zpar.messages import MsgType, RegistrationReply, Status
 from zpar.sockets import configure
 from zpar.wire import Session
@@ -45,6 +46,7 @@ def register(
             "hostname": socket.gethostname(),
             "pid": os.getpid(),
             "id": requested_id,
+            "rank": mpi_rank(),
         }
         header = session.send(sock, MsgType.REGISTRATION_REQUEST, request)
         deadline = time.monotonic() + timeout

@@ -9,6 +9,7 @@ import sys
 
 import zmq
 
+from zpar.argparsing import Parser, checked
 from zpar.constants import (
     DEFAULT_PROFILE,
     HEARTBEAT_MAX_MISSES,
@@ -19,10 +20,14 @@ from zpar.constants import (
 )
 from zpar.errors import ZparError
 from zpar.logs import setup_logging
+from zpar.names import cluster_id, log_level, profile_name
+from zpar.ownership import ClusterBusy, ControllerLock
+from zpar.settings import explicit
+from zpar.settings import load as load_settings
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="zpar controller",
         description="Run a zpar controller: hub, relays and task scheduler.",
     )
@@ -33,8 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="host name engines and clients connect to (default: --ip, or this host's name "
         "when binding all interfaces)",
     )
-    p.add_argument("--profile", default=DEFAULT_PROFILE)
-    p.add_argument("--cluster-id", default="")
+    p.add_argument("--profile", default=DEFAULT_PROFILE, type=checked(profile_name))
+    p.add_argument("--cluster-id", default="", type=checked(cluster_id))
     p.add_argument("--url-file-dir", default="", help="where to write the connection files")
     p.add_argument("--hb-period", type=float, default=HEARTBEAT_PERIOD, help="seconds")
     p.add_argument(
@@ -63,12 +68,27 @@ def build_parser() -> argparse.ArgumentParser:
         help="task store: an SQLAlchemy URL (sqlite:///…, postgresql://…), 'memory', or "
         "empty for an SQLite file in the profile directory",
     )
-    p.add_argument("--log-level", default="INFO")
+    p.add_argument("--log-level", default="INFO", type=checked(log_level))
     return p
+
+
+#: Settings (zpar.settings) the controller takes from its profile and ZPAR_* variables
+#: when no flag gives them.
+CONTROLLER_SETTINGS = (
+    "ip", "location", "hb_period", "hb_misses", "scheme", "hwm", "insecure", "db", "log_level",
+    "curve",
+)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
     p = build_parser()
+    # flag > ZPAR_<NAME> > the profile's config.toml > default: settings become the defaults
+    known, _ = p.parse_known_args(argv)
+    try:
+        settings = load_settings(known.profile)
+    except ValueError as e:
+        p.error(str(e))
+    p.set_defaults(**{k: v for k, v in explicit(settings).items() if k in CONTROLLER_SETTINGS})
     args = p.parse_args(argv)
     if args.hb_period <= 0:
         p.error(f"--hb-period must be > 0, got {args.hb_period}")
@@ -108,19 +128,29 @@ def main(argv: list[str] | None = None) -> int:
         log_level=args.log_level,
         db=args.db,
     )
-    # the task scheduler first: its start-up overlaps this process's imports (W1)
+    # one controller per profile and cluster id: a second one would overwrite (and on exit
+    # delete) the first one's connection files
     try:
-        launch = launch_scheduler(config)
-    except OSError as e:
-        sys.stderr.write(f"zpar controller: cannot start the task scheduler: {e}\n")
-        return 1
-    from .controller import run_controller
-
-    try:
-        return run_controller(config, launch)
-    except (ZparError, zmq.ZMQError, OSError) as e:
+        lock = ControllerLock(args.profile, args.cluster_id).acquire()
+    except (ClusterBusy, OSError) as e:
         sys.stderr.write(f"zpar controller: {e}\n")
         return 1
+    try:
+        # the task scheduler first: its start-up overlaps this process's imports (W1)
+        try:
+            launch = launch_scheduler(config)
+        except OSError as e:
+            sys.stderr.write(f"zpar controller: cannot start the task scheduler: {e}\n")
+            return 1
+        from .controller import run_controller
+
+        try:
+            return run_controller(config, launch)
+        except (ZparError, zmq.ZMQError, OSError) as e:
+            sys.stderr.write(f"zpar controller: {e}\n")
+            return 1
+    finally:
+        lock.release()
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ from zpar.messages import (
 from zpar.monitor import TaskDest, TaskIn, TaskOut, TaskRetry, split_monitor, unpack_batch
 from zpar.wire import Message, Session, routing, send_frames
 
-from . import queries
+from . import launcherqueries, queries
 from .heartmonitor import HeartMonitor
 from .recorder import StoreWriter
 from .records import TaskTable
@@ -58,6 +58,7 @@ class EngineRecord:
     pid: int = 0
     registered: float = 0.0
     deadline: float = 0.0  # for a pending registration: when it is dropped
+    rank: int = -1  # MPI rank, when its launcher was mpiexec
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +126,9 @@ class Hub:
             MsgType.HUB_HISTORY_REQUEST: lambda m: queries.hub_history(self, m),
             MsgType.SHUTDOWN_HUB_REQUEST: self._shutdown_hub_request,
             MsgType.SIGNAL_REQUEST: self._signal_request,
+            # issue 18: launchers
+            MsgType.ENGINE_EXITED_REQUEST: lambda m: launcherqueries.engine_exited(self, m),
+            MsgType.ENGINE_INFO_REQUEST: lambda m: launcherqueries.engine_info(self, m),
         }
         self._monitor_handlers: dict[bytes, Callable[[list[Any]], None]] = {
             MON_MUX_IN: self._mux_in,
@@ -243,6 +247,7 @@ class Hub:
         rec = EngineRecord(
             eid, uuid, hostname, pid, deadline=time.monotonic() + self.registration_timeout
         )
+        rec.rank = c.get("rank", -1) if isinstance(c.get("rank"), int) else -1
         self.pending[key] = rec
         log.info("engine %d (uuid %s, %s pid %d) registering", eid, uuid, rec.hostname, rec.pid)
         return {"status": Status.OK, "id": eid, **self.addresses.engine}

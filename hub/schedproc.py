@@ -30,6 +30,7 @@ from zpar.constants import (
     TASK_SCHEME,
     WILDCARDS,
 )
+from zpar.ownership import RUNDIR_PREFIX, write_rundir_owner
 
 
 @dataclass
@@ -73,7 +74,11 @@ def launch_scheduler(
     """Start the task scheduler; ``again``: the launch of one that died, whose run
     directory, keys and (``ports``) tcp ports the new one takes over."""
     ip, insecure = config.ip, config.insecure
-    rundir = again.rundir if again else Path(tempfile.mkdtemp(prefix="zpar-"))  # mode 0700
+    if again is not None:
+        rundir = again.rundir
+    else:
+        rundir = Path(tempfile.mkdtemp(prefix=RUNDIR_PREFIX))  # mode 0700
+        write_rundir_owner(rundir)  # so a sweep can remove it if this controller is SIGKILLed
     key = again.key if again else "" if insecure else secrets.token_hex(32)
     key_file = rundir / "key"
     key_file.unlink(missing_ok=True)

@@ -1,21 +1,29 @@
 """zpar: a ZeroMQ-based parallel computing controller for Python.
 
-The public API is re-exported here: ``zpar.Client``, ``zpar.Cluster`` and the error tree.
+The public API is re-exported here, under ipyparallel's names as well (``import zpar as
+ipp`` runs ipyparallel 9.2 code: docs/api.md lists every name). The client side is
+imported lazily: engines and the hub import zpar without paying for it.
 """
 
 from __future__ import annotations
 
-from .dependency import Dependency, depend, require
+from typing import Any
+
+from .dependency import Dependency, depend, dependent, require
 from .errors import (
+    AlreadyDisplayedError,
     CompositeError,
     ControllerLost,
+    DependencyTimeout,
     EngineError,
     ImpossibleDependency,
+    InvalidDependency,
     NoEnginesRegistered,
     RemoteError,
     SchedulerLost,
     SerializationError,
     TaskAborted,
+    TaskRejectError,
     TaskTimeout,
     TimeoutError,
     UnmetDependency,
@@ -23,40 +31,110 @@ from .errors import (
     ZparError,
 )
 
+#: concurrent.futures' return_when values (not imported from it: every process imports zpar)
+ALL_COMPLETED = "ALL_COMPLETED"
+FIRST_COMPLETED = "FIRST_COMPLETED"
+FIRST_EXCEPTION = "FIRST_EXCEPTION"
+
 __version__ = "0.1.0"
+version_info = (0, 1, 0)
+
+#: ipyparallel's base error names (every zpar error derives from ZparError)
+IPythonError = ZparError
+KernelError = ZparError
+
+#: lazily imported names -> their module
+_LAZY = {
+    "Client": "zpar.client.client",
+    "interactive": "zpar.util",
+    "Cluster": "zpar.client.cluster",
+    "AsyncResult": "zpar.client.asyncresult",
+    "AsyncMapResult": "zpar.client.asyncresult",
+    "AsyncHubResult": "zpar.client.asyncresult",
+    "View": "zpar.client.view",
+    "DirectView": "zpar.client.view",
+    "LoadBalancedView": "zpar.client.view",
+    "BroadcastView": "zpar.client.view",
+    "ViewExecutor": "zpar.client.view",
+    "remote": "zpar.client.remotefunction",
+    "parallel": "zpar.client.remotefunction",
+    "RemoteFunction": "zpar.client.remotefunction",
+    "ParallelFunction": "zpar.client.remotefunction",
+    "Reference": "zpar.serialize",
+    "PrePickled": "zpar.serialize",
+    "can": "zpar.serialize",
+    "uncan": "zpar.serialize",
+    "can_map": "zpar.serialize",
+    "uncan_map": "zpar.serialize",
+    "use_pickle": "zpar.serialize",
+    "use_cloudpickle": "zpar.serialize",
+    "use_dill": "zpar.serialize",
+    "serialize_object": "zpar.serialize",
+    "deserialize_object": "zpar.serialize",
+    "pack_apply_message": "zpar.serialize",
+    "unpack_apply_message": "zpar.serialize",
+}
 
 __all__ = [
-    "Client",
-    "Cluster",
+    "ALL_COMPLETED",
+    "FIRST_COMPLETED",
+    "FIRST_EXCEPTION",
+    "AlreadyDisplayedError",
     "CompositeError",
     "ControllerLost",
     "Dependency",
+    "DependencyTimeout",
     "EngineError",
+    "IPythonError",
     "ImpossibleDependency",
+    "InvalidDependency",
+    "KernelError",
     "NoEnginesRegistered",
     "RemoteError",
     "SchedulerLost",
     "SerializationError",
     "TaskAborted",
+    "TaskRejectError",
     "TaskTimeout",
     "TimeoutError",
     "UnmetDependency",
     "WrongKey",
     "ZparError",
     "__version__",
+    "bind_kernel",
     "depend",
+    "dependent",
+    "register_joblib_backend",
     "require",
+    "version_info",
+    *sorted(_LAZY),
 ]
 
 
-def __getattr__(name: str):
-    # Lazy: engines and the hub import zpar without paying for the client.
-    if name == "Client":
-        from zpar.client.client import Client
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'zpar' has no attribute {name!r}")
+    import importlib
 
-        return Client
-    if name == "Cluster":
-        from zpar.client.cluster import Cluster
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
-        return Cluster
-    raise AttributeError(f"module 'zpar' has no attribute {name!r}")
+
+def register_joblib_backend(name: str = "ipyparallel", make_default: bool = False) -> None:
+    """Make ``joblib.parallel_backend(name)`` run on zpar: on the client of the innermost
+    running ``zpar.Cluster`` (or the newest connected Client), else a new ``Client()``.
+    The default name is ipyparallel's; "zpar" is registered too."""
+    from zpar.client.joblib_backend import register_joblib_backend as register
+
+    register(name=name, make_default=make_default)
+
+
+def bind_kernel(**kwargs: Any) -> None:
+    """ipyparallel binds an engine to a Jupyter kernel; zpar engines are not IPython
+    kernels, so there is nothing to bind (docs/api.md: not applicable)."""
+    raise NotImplementedError(
+        "bind_kernel: zpar engines are not IPython kernels, so they cannot be bound to a "
+        "Jupyter frontend; use %px / view.execute to run code on them"
+    )

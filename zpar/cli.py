@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-import threading
-import time
 
+from . import names
+from .argparsing import Parser, checked
 from .constants import DEFAULT_PROFILE
+from .errors import ZparError
 
 #: exit codes
 RET_OK = 0
@@ -17,116 +17,72 @@ RET_USAGE = 2
 RET_NOT_FOUND = 3
 
 
-def _progress(have: int, want: int) -> None:
-    end = "\n" if have >= want or not sys.stderr.isatty() else "\r"
-    print(f"zpar: {have}/{want} engines registered", end=end, file=sys.stderr, flush=True)
+def _profile(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--profile", default=DEFAULT_PROFILE, type=checked(names.profile_name))
 
 
-def cluster_start(args: argparse.Namespace) -> int:
-    from .client.client import Client
-    from .launcher import DEFAULT_CLUSTER_ID, LocalCluster
-    from .privacy import check_exposure
-
-    exposure = check_exposure(args.ip, curve=args.curve, insecure=False, force=False)
-    if exposure:
-        print(f"zpar: warning: {exposure}", file=sys.stderr)
-    t0 = time.monotonic()
-    lc = LocalCluster(
-        args.n,
-        profile=args.profile,
-        cluster_id=args.cluster_id or DEFAULT_CLUSTER_ID,
-        ip=args.ip,
-        daemon=args.daemon,
-        log_level=args.log_level,
-        controller_args=(["--db", args.db] if getattr(args, "db", None) else [])
-        + (["--curve"] if getattr(args, "curve", False) else []),
+def _cluster_id(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--cluster-id",
+        default="",
+        type=checked(names.cluster_id),
+        help="name of the cluster (default 'default')",
     )
-    try:
-        lc.start(args.timeout)
-        with Client(url_file=lc.client_file, timeout=args.timeout) as rc:
-            lc.wait_for_engines(rc, args.timeout, progress=_progress)
-        lc.save_state()
-    except Exception as e:
-        print(f"zpar: cluster start failed: {e}", file=sys.stderr)
-        lc.stop()
-        return RET_ERROR
-    print(
-        f"zpar: cluster {lc.cluster_id!r} (profile {args.profile!r}) up with {args.n} engines "
-        f"in {time.monotonic() - t0:.2f} s; connection file {lc.client_file}",
-        file=sys.stderr,
-    )
-    if args.daemon:
-        return RET_OK
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    print("zpar: press Ctrl-C to stop the cluster", file=sys.stderr)
-    while not stop.wait(0.5):
-        if lc.controller is not None and lc.controller.poll() is not None:
-            print("zpar: the controller exited", file=sys.stderr)
-            break
-    lc.stop()
-    return RET_OK
-
-
-def cluster_stop(args: argparse.Namespace) -> int:
-    from .launcher import DEFAULT_CLUSTER_ID, LaunchError, list_clusters, stop_cluster
-
-    targets = (
-        [(args.profile, args.cluster_id)]
-        if args.cluster_id or not args.all
-        else [(st.profile, st.cluster_id) for st, _ in list_clusters(args.profile)]
-    )
-    status = RET_OK
-    for profile, cid in targets:
-        cid = cid or DEFAULT_CLUSTER_ID
-        try:
-            n = stop_cluster(profile, cid)
-            print(
-                f"zpar: stopped cluster {cid!r} of profile {profile!r} ({n} processes)",
-                file=sys.stderr,
-            )
-        except LaunchError as e:
-            print(f"zpar: {e}", file=sys.stderr)
-            status = RET_NOT_FOUND
-    return status
-
-
-def cluster_list(args: argparse.Namespace) -> int:
-    from .launcher import list_clusters
-
-    rows = list_clusters(args.profile)
-    print(f"{'PROFILE':<12} {'CLUSTER':<12} {'ENGINES':>7} {'ALIVE':>5}  URL FILE")
-    for st, alive in rows:
-        print(f"{st.profile:<12} {st.cluster_id:<12} {st.n:>7} {alive:>5}  {st.url_file}")
-    return RET_OK
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="zpar", description="zpar parallel computing controller")
-    sub = p.add_subparsers(dest="command", required=True)
+    from . import clustercli as cc
 
-    cluster = sub.add_parser("cluster", help="start, stop and list local clusters")
-    csub = cluster.add_subparsers(dest="action", required=True)
-    start = csub.add_parser("start", help="start a controller and N engines on this machine")
-    start.add_argument("-n", type=int, default=2, help="number of engines (default 2)")
-    start.add_argument("--daemon", action="store_true", help="return once the cluster is up")
-    stop = csub.add_parser("stop", help="stop a cluster started with --daemon")
-    stop.add_argument("--all", action="store_true", help="stop every recorded cluster")
-    lst = csub.add_parser("list", help="list recorded clusters")
-    for sp in (start, stop, lst):
-        sp.add_argument("--profile", default=DEFAULT_PROFILE)
-    for sp in (start, stop):
-        sp.add_argument("--cluster-id", default="", help="name of the cluster (default 'default')")
-    start.add_argument("--ip", default="127.0.0.1", help="interface the controller binds")
-    start.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for engines")
-    start.add_argument("--log-level", default="WARNING")
+    p = Parser(prog="zpar", description="zpar parallel computing controller")
+    p.add_argument("--version", action="version", version=f"zpar {_version()}")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
+
+    cluster = sub.add_parser("cluster", help="start, stop, list clusters; add engines")
+    csub = cluster.add_subparsers(dest="action", required=True, parser_class=Parser)
+    start = csub.add_parser("start", help="start a controller and N engines")
+    cc.add_cluster_options(start, checked, names)
+    start.add_argument("--ip", help="interface the controller binds")
+    start.add_argument("--db", help="task store URL ('memory', sqlite:///…, postgresql://…)")
     start.add_argument(
-        "--curve", action="store_true", help="CurveZMQ on every connection (docs/security.md)"
+        "--curve",
+        action="store_true",
+        default=None,
+        help="CurveZMQ on every connection (docs/security.md)",
     )
-    start.set_defaults(func=cluster_start)
-    stop.set_defaults(func=cluster_stop)
-    lst.set_defaults(func=cluster_list)
+    engines = csub.add_parser("engines", help="add N engines to a running cluster")
+    cc.add_cluster_options(engines, checked, names)
+    stop = csub.add_parser("stop", help="stop a cluster and every engine added to it")
+    stop.add_argument("--all", action="store_true", help="stop every recorded cluster")
+    lst = csub.add_parser("list", help="list running clusters")
+    for sp in (start, engines, stop, lst):
+        _profile(sp)
+    for sp in (start, engines, stop):
+        _cluster_id(sp)
+    start.set_defaults(func=cc.cluster_start)
+    engines.set_defaults(func=cc.cluster_engines)
+    stop.set_defaults(func=cc.cluster_stop)
+    lst.set_defaults(func=cc.cluster_list)
+
+    profile = sub.add_parser("profile", help="create a profile (settings, security, logs)")
+    psub = profile.add_subparsers(dest="action", required=True, parser_class=Parser)
+    create = psub.add_parser("create", help="make a profile directory with a commented config")
+    create.add_argument("name", type=checked(names.profile_name))
+    create.set_defaults(func=cc.profile_create)
+
+    config = sub.add_parser("config", help="show the effective settings")
+    config_sub = config.add_subparsers(dest="action", required=True, parser_class=Parser)
+    show = config_sub.add_parser("show", help="each setting, its value and where it came from")
+    _profile(show)
+    show.set_defaults(func=cc.config_show)
+
+    smoke = sub.add_parser("smoke", help="check that a cluster runs jobs (exit 0 if so)")
+    _profile(smoke)
+    smoke.add_argument("--file", "-f", help="client connection file (default: the profile's)")
+    smoke.add_argument(
+        "--engines", type=checked(names.engine_count), default=1, help="engines to wait for"
+    )
+    smoke.add_argument("--timeout", type=float, default=60.0, help="seconds to wait")
+    smoke.set_defaults(func=cc.smoke)
 
     ctl = sub.add_parser(
         "controller", help="run a controller (hub and schedulers) here", add_help=False
@@ -148,7 +104,20 @@ def main(argv: list[str] | None = None) -> int:
         )
         return int(mod.main(argv[1:]) or 0)
     args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args, argv) or 0)
+    except (ValueError, ZparError, OSError) as e:  # one line, never a traceback
+        print(f"zpar {args.command}: {e}", file=sys.stderr)
+        return RET_ERROR
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("zpar")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 if __name__ == "__main__":

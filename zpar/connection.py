@@ -20,6 +20,7 @@ from typing import Any
 
 from .constants import DEFAULT_PROFILE, SIGNATURE_SCHEME, ZPAR_DIR_ENV
 from .errors import ConnectionFileError
+from .names import profile_name
 
 CLIENT_FILE = "zpar-client.json"
 ENGINE_FILE = "zpar-engine.json"
@@ -30,8 +31,7 @@ def zpar_dir() -> Path:
 
 
 def profile_dir(profile: str = DEFAULT_PROFILE, *, create: bool = True) -> Path:
-    if not profile or "/" in profile or profile.startswith("."):
-        raise ValueError(f"invalid profile name {profile!r}: use a plain name such as 'default'")
+    profile_name(profile)  # ValueError naming it: a name must not lead out of zpar_dir()
     d = zpar_dir() / f"profile_{profile}"
     if create:
         private_dir(zpar_dir())

@@ -10,8 +10,8 @@ raises UnmetDependency, and the scheduler moves the task to another engine.
 
 from __future__ import annotations
 
-import functools
 import importlib
+import types
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -32,6 +32,11 @@ class Dependency(set):
         success: bool = True,
         failure: bool = False,
     ) -> None:
+        if isinstance(dependencies, dict):  # Dependency.as_dict() of ipyparallel
+            all = dependencies.get("all", True)  # noqa: A001
+            success = dependencies.get("success", success)
+            failure = dependencies.get("failure", failure)
+            dependencies = dependencies.get("dependencies", dependencies.get("ids", []))
         if not (success or failure):
             raise ValueError("a Dependency must accept success, failure or both")
         super().__init__(msg_ids_of(dependencies))
@@ -40,6 +45,34 @@ class Dependency(set):
         self.failure = bool(failure)
 
     def as_dict(self) -> dict[str, Any]:
+        """ipyparallel's form: {dependencies, all, success, failure}."""
+        return {
+            "dependencies": sorted(self),
+            "all": self.all,
+            "success": self.success,
+            "failure": self.failure,
+        }
+
+    def check(self, completed: set[str], failed: set[str] | None = None) -> bool:
+        """Whether the dependency is met, given the ids that completed and failed."""
+        if not self:
+            return True
+        against: set[str] = set(completed) if self.success else set()
+        if failed is not None and self.failure:
+            against |= set(failed)
+        return self.issubset(against) if self.all else not self.isdisjoint(against)
+
+    def unreachable(self, completed: set[str], failed: set[str] | None = None) -> bool:
+        """Whether the dependency can no longer be met."""
+        if not self:
+            return False
+        against: set[str] = set(completed) if not self.success else set()
+        if failed is not None and not self.failure:
+            against |= set(failed)
+        return not self.isdisjoint(against) if self.all else self.issubset(against)
+
+    def to_wire(self) -> dict[str, Any]:
+        """The form the task scheduler reads (request metadata)."""
         return {
             "ids": sorted(self),
             "all": self.all,
@@ -95,53 +128,116 @@ def to_wire(deps: Any) -> dict[str, Any] | None:
     if deps is None:
         return None
     dep = deps if isinstance(deps, Dependency) else Dependency(deps)
-    return dep.as_dict() if dep else None
+    return dep.to_wire() if dep else None
 
 
 # -- checked on the engine ------------------------------------------------------------------
 
 
-def depend(predicate: Callable[..., bool], *args: Any, **kwargs: Any) -> Callable[..., Any]:
-    """Decorator: run the function only on engines where ``predicate(*args, **kwargs)`` is
-    true; elsewhere the scheduler moves the task on."""
+class dependent:  # noqa: N801 - ipyparallel's name
+    """A function that runs only where ``df(*dargs, **dkwargs)`` is not False (a class, not
+    a closure, as in ipyparallel). Elsewhere it raises UnmetDependency and the task
+    scheduler moves the task to another engine."""
 
-    def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(f)
-        def checked(*a: Any, **kw: Any) -> Any:
-            if not predicate(*args, **kwargs):
-                raise UnmetDependency(
-                    f"{getattr(predicate, '__name__', predicate)!s} is false on this engine"
-                )
-            return f(*a, **kw)
+    def __init__(
+        self,
+        _wrapped_f: Callable[..., Any],
+        _wrapped_df: Callable[..., Any],
+        *dargs: Any,
+        **dkwargs: Any,
+    ) -> None:
+        self.f = _wrapped_f
+        self.__name__ = getattr(_wrapped_f, "__name__", "f")
+        self.__doc__ = getattr(_wrapped_f, "__doc__", None)
+        self.df = _wrapped_df
+        self.dargs = dargs
+        self.dkwargs = dkwargs
 
-        return checked
+    def check_dependency(self) -> None:
+        try:
+            ok = self.df(*self.dargs, **self.dkwargs)
+        except UnmetDependency:
+            raise
+        if ok is False:
+            name = getattr(self.df, "__name__", self.df)
+            raise UnmetDependency(f"{name!s} is false on this engine")
 
-    return decorate
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.check_dependency()
+        return _bound(self.f)(*args, **kwargs)
 
 
-def require(*needs: str | Callable[[], bool]) -> Callable[..., Any]:
-    """Decorator: the function needs these modules (imported into its globals on the engine)
-    or predicates (called there, must return True)."""
-    for n in needs:
-        if not (isinstance(n, str) or callable(n)):
-            raise TypeError(f"require takes module names or callables, got {n!r}")
+def _bound(f: Callable[..., Any]) -> Callable[..., Any]:
+    """On an engine, ``f`` over the engine's namespace (as the kernel does for the
+    function it calls); elsewhere ``f`` itself."""
+    import sys
 
-    def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(f)
-        def checked(*a: Any, **kw: Any) -> Any:
-            g = getattr(f, "__globals__", {})
-            for n in needs:
-                if isinstance(n, str):
-                    try:
-                        importlib.import_module(n)
-                    except ImportError as e:
-                        raise UnmetDependency(f"module {n!r} cannot be imported: {e}") from None
-                    top = n.partition(".")[0]
-                    g[top] = importlib.import_module(top)
-                elif not n():
-                    raise UnmetDependency(f"{getattr(n, '__name__', n)!s}() is false here")
-            return f(*a, **kw)
+    namespace = sys.modules.get("zpar.engine.namespace")
+    if namespace is None or namespace._current is None:
+        return f
+    return namespace.bind(f, namespace._current)
 
-        return checked
+
+class depend:  # noqa: N801 - ipyparallel's name
+    """Decorator: ``@depend(df, *args, **kwargs)`` runs the function only on engines where
+    ``df(*args, **kwargs)`` does not return False (nor raise UnmetDependency)."""
+
+    def __init__(self, _wrapped_f: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        if not callable(_wrapped_f):
+            raise TypeError(f"depend() takes a predicate function, not {_wrapped_f!r}")
+        self.f = _wrapped_f
+        self.args = args
+        self.kwargs = kwargs
+
+    def __call__(self, f: Callable[..., Any]) -> dependent:
+        return dependent(f, self.f, *self.args, **self.kwargs)
+
+
+def _require(*modules: str, **mapping: Any) -> bool:
+    """Engine side of @require: import the modules, bind the objects (in the globals of
+    the function, ``_globals``)."""
+    g = mapping.pop("_globals")
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError as e:
+            raise UnmetDependency(f"module {name!r} cannot be imported: {e}") from None
+        top = name.partition(".")[0]
+        g[top] = importlib.import_module(top)
+    g.update(mapping)
+    return True
+
+
+class _Required(dependent):
+    """A function decorated with @require: its requirements bound in the globals it runs
+    with (on an engine, the engine's namespace)."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        f = _bound(self.f)
+        g = getattr(f, "__globals__", None)
+        _require(*self.dargs, _globals={} if g is None else g, **self.dkwargs)
+        return f(*args, **kwargs)
+
+
+def require(*objects: Any, **mapping: Any) -> Callable[[Callable[..., Any]], dependent]:
+    """Decorator: the function needs these modules (names or module objects: imported into
+    its globals on the engine, which must have them) and objects (functions positionally,
+    under their ``__name__``, anything by keyword: sent with the task and bound there)."""
+    names: list[str] = []
+    for obj in objects:
+        if isinstance(obj, types.ModuleType):
+            obj = obj.__name__
+        if isinstance(obj, str):
+            names.append(obj)
+        elif hasattr(obj, "__name__"):
+            mapping[obj.__name__] = obj
+        else:
+            raise TypeError(
+                "Objects other than modules and functions must be passed by kwarg, "
+                f"but got: {type(obj)}"
+            )
+
+    def decorate(f: Callable[..., Any]) -> dependent:
+        return _Required(f, _require, *names, **mapping)
 
     return decorate

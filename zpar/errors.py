@@ -64,6 +64,11 @@ class EngineError(ZparError):
     """An engine died or became unreachable while it held the work."""
 
 
+class NoSuchEngine(EngineError, IndexError):
+    """A target names an engine id that is not registered (an IndexError, as ipyparallel's
+    ``rc[id]``)."""
+
+
 class TaskAborted(ZparError):
     """A task was aborted before it ran."""
 
@@ -72,13 +77,28 @@ class TaskTimeout(TimeoutError):
     """A task's dependencies were not met within its timeout, or it ran past its time_limit."""
 
 
-class ImpossibleDependency(ZparError):
-    """A task depends on something that can never happen."""
-
-
 class UnmetDependency(ZparError):
     """Raised on an engine where a task's depend/require does not hold: the scheduler
     moves the task to another engine (never seen by users unless none qualifies)."""
+
+
+class ImpossibleDependency(UnmetDependency):
+    """A task depends on something that can never happen (as in ipyparallel, a kind of
+    UnmetDependency: ``except UnmetDependency`` catches both)."""
+
+
+class DependencyTimeout(ImpossibleDependency):
+    """ipyparallel's name for a dependency that timed out; zpar raises TaskTimeout, which
+    ``except DependencyTimeout`` does not catch (kept for code that names it)."""
+
+
+class InvalidDependency(ImpossibleDependency):
+    """A dependency that is not msg_ids, AsyncResults or a Dependency (ipyparallel's name)."""
+
+
+#: ipyparallel's name for the error a task raises to refuse an engine: zpar's
+#: UnmetDependency, which makes the task scheduler try another engine.
+TaskRejectError = UnmetDependency
 
 
 class RemoteError(ZparError):
@@ -111,6 +131,30 @@ class RemoteError(ZparError):
     def __reduce__(self):  # keep picklable through the custom __init__
         return (type(self), (self.ename, self.evalue, self.traceback, self.engine_info))
 
+    @staticmethod
+    def _get_engine_str(engine_info: dict[str, Any] | None) -> str:
+        if not engine_info:
+            return "[Engine Exception]"
+        method = str(engine_info.get("method", "apply")).partition("_")[0]  # apply_request
+        return f"[{engine_info.get('engine_id', '?')}:{method}]"
+
+    def render_traceback(self) -> list[str]:
+        """The remote traceback as a list of lines, headed by ``[engine_id:method]``; IPython
+        shows this instead of the local traceback (``_render_traceback_``)."""
+        return [self._get_engine_str(self.engine_info)] + (
+            self.traceback or "No traceback available"
+        ).splitlines()
+
+    def _render_traceback_(self) -> list[str]:
+        return self.render_traceback()
+
+    def print_traceback(self, excid: int | None = None) -> None:
+        print("\n".join(self.render_traceback()))
+
+    def __repr__(self) -> str:
+        eid = self.engine_info.get("engine_id", " ")
+        return f"<{type(self).__name__}[{eid}]:{self.ename}({self.evalue})>"
+
     @classmethod
     def from_content(cls, content: dict[str, Any]) -> ZparError:
         """Build the right error from an error reply's content."""
@@ -121,29 +165,112 @@ class RemoteError(ZparError):
             err = special(evalue)
             err.engine_info = content.get("engine_info", {})  # type: ignore[attr-defined]
             return err
-        return cls(ename, evalue, content.get("traceback", ""), content.get("engine_info"))
+        info = dict(content.get("engine_info") or {})
+        if isinstance(info.get("method"), str):  # ipyparallel's: "apply", "execute"
+            info["method"] = info["method"].partition("_")[0]
+        return cls(ename, evalue, content.get("traceback", ""), info)
 
 
 class CompositeError(RemoteError):
-    """Several engines raised; one RemoteError per failing engine, in submission order."""
+    """Several engines raised; one RemoteError per failing engine, in submission order.
+
+    ``errors`` holds the exceptions; ``elist`` the same as ipyparallel's
+    ``(ename, evalue, traceback, engine_info)`` tuples. ``str`` and ``render_traceback``
+    show at most ``tb_limit`` of them (a class attribute, 4, as in ipyparallel).
+    """
+
+    tb_limit = 4
 
     def __init__(self, message: str, errors: list[BaseException]) -> None:
-        self.errors = errors
+        self.errors = list(errors)
+        self.msg = message
         super().__init__("CompositeError", message)
+        self.args = tuple(e[0] for e in self.elist)
+
+    @property
+    def elist(self) -> list[tuple[str, str, str, dict[str, Any]]]:
+        return [_as_tuple(e) for e in self.errors]
 
     def __str__(self) -> str:
-        lines = [f"{len(self.errors)} engine(s) raised an exception:"]
-        for err in self.errors:
-            first = str(err).splitlines()[0] if str(err) else repr(err)
-            lines.append(f"  {first}")
+        lines = [str(self.msg)]
+        for en, ev, _, ei in self.elist[: self.tb_limit]:
+            lines.append(f"{self._get_engine_str(ei)} {en}: {ev}")
+        if len(self.errors) > self.tb_limit:
+            lines.append(f".... {len(self.errors) - self.tb_limit} more exceptions ...")
         lines.append("raise_exception(i) re-raises one of them with its remote traceback.")
         return "\n".join(lines)
 
-    def __reduce__(self):
-        return (type(self), (self.evalue, self.errors))
+    def __repr__(self) -> str:
+        return f"CompositeError({len(self.errors)})"
 
-    def raise_exception(self, index: int = 0) -> None:
-        raise self.errors[index]
+    def __reduce__(self):
+        return (type(self), (self.msg, self.errors))
+
+    def render_traceback(self, excid: int | None = None) -> list[str]:
+        """One (``excid``) or the first ``tb_limit`` remote tracebacks as lines."""
+        elist = self.elist
+        lines: list[str] = []
+        if excid is None:
+            for _, _, etb, ei in elist[: self.tb_limit]:
+                lines.append(self._get_engine_str(ei) + ":")
+                lines.extend((etb or "No traceback available").splitlines())
+                lines.append("")
+            if len(elist) > self.tb_limit:
+                lines.append(f"... {len(elist) - self.tb_limit} more exceptions ...")
+            return lines
+        try:
+            _, _, etb, ei = elist[excid]
+        except IndexError:
+            raise IndexError(f"an exception with index {excid} does not exist") from None
+        lines.append(self._get_engine_str(ei) + ":")
+        lines.extend((etb or "No traceback available").splitlines())
+        return lines
+
+    def print_traceback(self, excid: int | None = None) -> None:
+        print("\n".join(self.render_traceback(excid)))
+
+    def raise_exception(self, excid: int = 0) -> None:
+        """Re-raise one of the errors (with its remote traceback)."""
+        try:
+            err = self.errors[excid]
+        except IndexError:
+            raise IndexError(f"an exception with index {excid} does not exist") from None
+        if isinstance(err, tuple):
+            raise RemoteError(*err)
+        raise err
+
+
+def _as_tuple(e: Any) -> tuple[str, str, str, dict[str, Any]]:
+    if isinstance(e, tuple):
+        return e
+    return (
+        getattr(e, "ename", type(e).__name__),
+        getattr(e, "evalue", str(e)),
+        getattr(e, "traceback", "") or "",
+        getattr(e, "engine_info", {}) or {},
+    )
+
+
+class AlreadyDisplayedError(RemoteError):
+    """Raised by %%px --stream when the engines' errors were already shown as they
+    happened: IPython then prints only "N errors"."""
+
+    def __init__(self, original_error: CompositeError) -> None:
+        self.original_error = original_error
+        self.n = len(original_error.elist)
+        super().__init__("AlreadyDisplayedError", f"{self.n} errors")
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__}({self.n} errors)>"
+
+    def __str__(self) -> str:
+        return f"{self.n} errors"
+
+    def __reduce__(self):
+        return (type(self), (self.original_error,))
+
+    def render_traceback(self) -> list[str]:
+        return [str(self)]
 
 
 # -- faults (issue 13) ---------------------------------------------------------------------

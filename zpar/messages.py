@@ -59,6 +59,13 @@ class MsgType(StrEnum):
     # iopub
     STREAM = "stream"
     STATUS = "status"
+    # launchers (issue 18, deploy): a launcher tells the hub an engine it started has exited
+    # (it waits on the process, so this comes in milliseconds, long before the heartbeat
+    # misses); anyone asks where each engine runs and its MPI rank
+    ENGINE_EXITED_REQUEST = "engine_exited_request"
+    ENGINE_EXITED_REPLY = "engine_exited_reply"
+    ENGINE_INFO_REQUEST = "engine_info_request"
+    ENGINE_INFO_REPLY = "engine_info_reply"
     # faults (issue 13): the controller restarted its task scheduler (hub notification PUB)
     SCHEDULER_RESTARTED = "scheduler_restarted"
 
@@ -114,6 +121,7 @@ class RegistrationRequest(Content):
     hostname: str = ""
     pid: int = 0
     id: int = -1  # the id it asks for: an engine restarting itself asks for its old one
+    rank: int = -1  # its MPI rank when started by mpiexec (zpar.launchers.mpi), else -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -438,6 +446,40 @@ class Stream(Content):
 class StatusMessage(Content):
     msg_type = MsgType.STATUS
     execution_state: str  # 'busy' or 'idle'
+
+
+# -- launchers (issue 18, deploy) ------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class EngineExitedRequest(Content):
+    """From the launcher that started it: the engine process ``pid`` on ``hostname`` exited."""
+
+    msg_type = MsgType.ENGINE_EXITED_REQUEST
+    hostname: str
+    pid: int
+    exit_code: int = 0  # Popen.returncode: negative for a signal
+
+
+@dataclass(frozen=True, slots=True)
+class EngineExitedReply(Content):
+    msg_type = MsgType.ENGINE_EXITED_REPLY
+    status: str
+    ids: list = field(default_factory=list)  # engines unregistered because of it
+
+
+@dataclass(frozen=True, slots=True)
+class EngineInfoRequest(Content):
+    msg_type = MsgType.ENGINE_INFO_REQUEST
+
+
+@dataclass(frozen=True, slots=True)
+class EngineInfoReply(Content):
+    """``engines``: {id: {"hostname", "pid", "rank"}} of every registered engine."""
+
+    msg_type = MsgType.ENGINE_INFO_REPLY
+    status: str
+    engines: dict = field(default_factory=dict)
 
 
 #: msg_type -> content class, for validation and docs.

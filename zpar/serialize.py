@@ -9,7 +9,9 @@ receiver does not copy either. Functions and lambdas go through cloudpickle.
 
 from __future__ import annotations
 
+import io
 import pickle
+import sys
 import types
 import weakref
 from collections import OrderedDict
@@ -24,19 +26,61 @@ from .wire import frame_view
 
 PROTOCOL = 5
 
-#: How the client pickles calls: cloudpickle (functions by value, the default) or the
-#: standard pickle (functions by reference: they must import on the engines).
+#: How the client pickles calls: cloudpickle (the default), or the standard pickle
+#: (``use_pickle``: data by reference, but functions that cannot be imported on the engines,
+#: from ``__main__`` or defined inside other functions, still by value), or dill.
 _dumps: Any = cloudpickle.dumps
 
 
+def _importable(f: types.FunctionType) -> bool:
+    """True if the standard pickle can send ``f`` by reference: its module imports and
+    names it by its qualified name."""
+    by_reference = getattr(cloudpickle.cloudpickle, "_should_pickle_by_reference", None)
+    if by_reference is not None:  # knows register_pickle_by_value too
+        try:
+            return bool(by_reference(f))
+        except Exception:  # an odd function: decide below
+            pass
+    module = sys.modules.get(f.__module__ or "")
+    if module is None or f.__module__ == "__main__" or "<locals>" in f.__qualname__:
+        return False
+    obj: Any = module
+    for part in f.__qualname__.split("."):
+        obj = getattr(obj, part, None)
+    return obj is f
+
+
+class _StdlibPickler(pickle.Pickler):
+    def reducer_override(self, obj: Any) -> Any:
+        if type(obj) is types.FunctionType and not _importable(obj):
+            return (load_function, (cloudpickle.dumps(obj, protocol=PROTOCOL),))
+        return NotImplemented
+
+
+def _stdlib_dumps(obj: Any, protocol: int = PROTOCOL, buffer_callback: Any = None) -> bytes:
+    out = io.BytesIO()
+    _StdlibPickler(out, protocol=protocol, buffer_callback=buffer_callback).dump(obj)
+    return out.getvalue()
+
+
 def set_pickler(name: str) -> None:
+    """'cloudpickle' (default), 'pickle' (functions still by value when they must be) or
+    'dill' (an optional package)."""
     global _dumps
     if name == "cloudpickle":
         _dumps = cloudpickle.dumps
     elif name == "pickle":
-        _dumps = pickle.dumps
+        _dumps = _stdlib_dumps
+    elif name == "dill":
+        try:
+            import dill
+        except ImportError:
+            raise ImportError(
+                "use_dill() needs the dill package, which zpar does not depend on: pip install dill"
+            ) from None
+        _dumps = dill.dumps
     else:
-        raise ValueError(f"pickler must be 'cloudpickle' or 'pickle', not {name!r}")
+        raise ValueError(f"pickler must be 'cloudpickle', 'pickle' or 'dill', not {name!r}")
 
 
 #: Types the standard pickle writes exactly as cloudpickle would (by value, no code).
@@ -225,7 +269,7 @@ def load_function(data: bytes) -> Any:
 def pack_apply(f: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None) -> list[Any]:
     """Frames of an apply_request: one pickle of (f, args, kwargs) and its buffers."""
     kwargs = kwargs or {}
-    if not callable(f):
+    if not callable(f) and not isinstance(f, Reference):  # a Reference names one there
         raise SerializationError(f"cannot apply {_describe(f)}: it is not callable")
     try:
         return serialize_object((_function_pickle(f), tuple(args), kwargs))
@@ -241,3 +285,73 @@ def unpack_apply(frames: Sequence[Any]) -> tuple[Any, tuple[Any, ...], dict[str,
     if not (isinstance(call, tuple) and len(call) == 3):
         raise SerializationError("apply_request buffers do not hold (f, args, kwargs)")
     return call
+
+
+# -- ipyparallel's serialize names ---------------------------------------------------------
+
+
+def use_pickle() -> None:
+    """Data by the standard pickle; functions defined in ``__main__`` or inside other
+    functions still travel by value (as in ipyparallel, whose use_pickle keeps canning
+    functions)."""
+    set_pickler("pickle")
+
+
+def use_cloudpickle() -> None:
+    """Everything through cloudpickle (the default)."""
+    set_pickler("cloudpickle")
+
+
+def use_dill() -> None:
+    """Everything through dill (if installed: it is not a zpar dependency)."""
+    set_pickler("dill")
+
+
+def pack_apply_message(
+    f: Any,
+    args: Sequence[Any] = (),
+    kwargs: dict[str, Any] | None = None,
+    buffer_threshold: int = OOB_THRESHOLD,
+    item_threshold: int | None = None,
+) -> list[Any]:
+    """ipyparallel's name for pack_apply: the frames of ``f(*args, **kwargs)``.
+    The thresholds are accepted; zpar decides out-of-band buffers by OOB_THRESHOLD."""
+    return pack_apply(f, args, kwargs)
+
+
+def unpack_apply_message(
+    bufs: Sequence[Any], g: dict[str, Any] | None = None, copy: bool = True
+) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+    """(f, args, kwargs) from pack_apply_message's frames; f bound to the globals ``g``."""
+    f, args, kwargs = unpack_apply(bufs)
+    if g is not None:
+        from zpar.engine.namespace import bind
+
+        f = bind(f, g)
+    return f, args, kwargs
+
+
+from .canning import (  # noqa: E402 - canning imports nothing from here; names re-exported
+    PrePickled,
+    Reference,
+    can,
+    can_map,
+    uncan,
+    uncan_map,
+)
+
+__all__ = [
+    "PrePickled",
+    "Reference",
+    "can",
+    "can_map",
+    "deserialize_object",
+    "pack_apply_message",
+    "serialize_object",
+    "uncan",
+    "uncan_map",
+    "unpack_apply_message",
+    "use_cloudpickle",
+    "use_dill",
+    "use_pickle",
+]

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from zpar.client.asyncresult import AsyncMapResult, AsyncResult, decode_reply
-from zpar.client.view import _lengths, partition
+from zpar.client.partition import _lengths, partition
 from zpar.errors import CompositeError, EngineError, RemoteError, TaskAborted, TimeoutError
 from zpar.serialize import serialize_object
 from zpar.wire import Message
@@ -114,12 +114,16 @@ def test_wait_return_when():
     from concurrent.futures import FIRST_COMPLETED, FIRST_EXCEPTION
 
     err = reply(status="error", ename="E", evalue="", traceback=[])
+    # as ipyparallel: with return_when, (done, pending) sets of one-message AsyncResults
     ar = AsyncResult(None, ["a", "b"], [done(reply(1)), Future()])
-    assert ar.wait(0.01, return_when=FIRST_COMPLETED)
+    finished, pending = ar.wait(0.01, return_when=FIRST_COMPLETED)
+    assert [p.msg_ids for p in finished] == [["a"]] and [p.msg_ids for p in pending] == [["b"]]
     assert not ar.wait(0.01)
-    assert not ar.wait(0.01, return_when=FIRST_EXCEPTION)
+    finished, pending = ar.wait(0.01, return_when=FIRST_EXCEPTION)
+    assert len(pending) == 1
     ar = AsyncResult(None, ["a", "b"], [done(err), Future()])
-    assert ar.wait(1, return_when=FIRST_EXCEPTION)
+    finished, pending = ar.wait(1, return_when=FIRST_EXCEPTION)
+    assert not next(iter(finished)).successful()
     with pytest.raises(ValueError, match="return_when"):
         ar.wait(return_when="sometime")
 
@@ -181,8 +185,10 @@ def test_display_outputs_and_html_repr(capsys):
     ar = AsyncResult(
         None, ["a", "b"], [done(timed(1, 1, 0, 1, "one\n")), done(timed(2, 0, 0, 1, "zero\n"))]
     )
-    ar.display_outputs()
+    ar.display_outputs(groupby="engine")
     assert capsys.readouterr().out == "[stdout:0] zero\n[stdout:1] one\n"
+    ar.display_outputs()  # ipyparallel's default: by type, in submission order
+    assert capsys.readouterr().out == "[stdout:1] one\n[stdout:0] zero\n"
     assert "finished" in ar._repr_html_() and "engines [0, 1]" in ar._repr_html_()
 
 
@@ -201,6 +207,8 @@ def test_wait_interactive_shows_progress(capsys):
 def test_sent_and_wait_for_send():
     f = Future()
     ar = AsyncResult(None, ["a"], [f])
-    assert not ar.sent and not ar.wait_for_send(0.01)
+    assert not ar.sent
+    with pytest.raises(TimeoutError, match="sent"):  # as ipyparallel
+        ar.wait_for_send(0.01)
     f.zpar_sent = 1.0
     assert ar.sent and ar.wait_for_send(0.01)

@@ -34,11 +34,13 @@ def test_readme_cluster_start_job_stop(zpar_dir):
             job.stdout.strip() == "[np.int64(45), np.int64(45)]" or job.stdout.strip() == "[45, 45]"
         )
         listed = _run([*zpar, "cluster", "list"], env)
-        assert "default" in listed.stdout and " 3  " in listed.stdout  # 3 live processes
+        # launcher, controller and 2 engines; 2 of 2 engines registered
+        assert "default" in listed.stdout and " 4  " in listed.stdout, listed.stdout
+        assert " 2/2 " in listed.stdout, listed.stdout
     finally:
         stopped = _run([*zpar, "cluster", "stop"], env)
     assert stopped.returncode == 0, stopped.stderr
-    assert "3 processes" in stopped.stderr
+    assert "4 processes" in stopped.stderr
     # daemonised processes are not our children: look for them by their command line
     leftovers = [
         p

@@ -121,6 +121,7 @@ def test_killed_engine_is_noticed_by_its_closed_connection(make_cluster, tmp_pat
     while not (tmp_path / "m").exists():
         time.sleep(0.01)
     os.kill(pid, signal.SIGKILL)
-    with pytest.raises(zpar.EngineError, match="connection closed"):
+    # the launcher waiting on the engine process may tell the hub first (issue 18)
+    with pytest.raises(zpar.EngineError, match="connection closed|launcher saw the process exit"):
         task.get(timeout=30)
     assert rc.ids == [0]

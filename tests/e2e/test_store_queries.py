@@ -43,6 +43,7 @@ def test_result_status_edges(rc):
     st = rc.result_status([slow, fast])
     assert st["pending"] == slow.msg_ids and st["completed"] == fast.msg_ids
     slow.get(timeout=10)
+    _hub_knows_done(rc, slow)
     full = rc.result_status(slow, status_only=False)
     rec = full["results"][slow.msg_ids[0]]
     assert rec["status"] == "ok" and rec["result_size"] > 0 and rec["completed"] >= rec["started"]
@@ -99,6 +100,7 @@ def test_purge(rc):
     with pytest.raises(RuntimeError, match="unknown"):
         rc.result_status(done)
     slow.get(timeout=10)
+    _hub_knows_done(rc, slow)
     rc.purge_results("all")
     assert rc.hub_history() == [] or all(
         m in rc.outstanding for m in rc.hub_history()
@@ -152,18 +154,23 @@ def test_restart_on_the_same_sqlite_file_keeps_results(make_cluster, tmp_path):
         rc2.get_result(in_flight.msg_ids).get(timeout=10)
 
 
-def _schedulers() -> set[int]:
+def _schedulers(zpar_dir) -> set[int]:
+    """Task schedulers started for this ZPAR_DIR (other clusters may run on the machine)."""
     import psutil
 
-    return {
-        c.pid
-        for c in psutil.process_iter(["cmdline"])
-        if "zpar.schedulers" in " ".join(c.info["cmdline"] or [])
-    }
+    found = set()
+    for c in psutil.process_iter(["cmdline"]):
+        if "zpar.schedulers" not in " ".join(c.info["cmdline"] or []):
+            continue
+        try:
+            if c.environ().get("ZPAR_DIR") == str(zpar_dir):
+                found.add(c.pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
 
 
 def test_corrupt_database_fails_at_start_with_a_clear_error(tmp_path):
-    before = _schedulers()
     bad = tmp_path / "tasks.db"
     bad.write_bytes(b"not a database at all" * 500)
     env = dict(os.environ, ZPAR_DIR=str(tmp_path))
@@ -178,7 +185,7 @@ def test_corrupt_database_fails_at_start_with_a_clear_error(tmp_path):
     assert "cannot open the task store" in p.stderr and "not a database" in p.stderr
     assert "Traceback" not in p.stderr
     # the task scheduler, started before the store was opened, is stopped with it
-    assert _schedulers() <= before
+    assert not _schedulers(tmp_path)
 
 
 def test_locked_database_fails_at_start_with_a_clear_error(tmp_path):

@@ -1,4 +1,5 @@
-"""Small functions the client sends to engines by reference (they import zpar too)."""
+"""A map chunk, run on an engine: sent by reference (engines import zpar too). Not named
+zpar.remote, which is ipyparallel's decorator ``ipp.remote``."""
 
 from __future__ import annotations
 

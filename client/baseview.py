@@ -1,0 +1,279 @@
+"""The view base: flags, apply / map entry points, imap, decorators and the client
+wrappers every view shares (ipyparallel's View). Subclasses in zpar.client.view say where
+a message goes."""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from zpar.errors import SerializationError
+from zpar.tasklimits import parse_time_limit
+
+from .asyncresult import AsyncMapResult, AsyncResult
+from .executor import ViewExecutor
+
+
+def _check_callable(f: Any) -> None:
+    from zpar.canning import Reference
+
+    if not callable(f) and not isinstance(f, Reference):  # a Reference: a function there
+        raise SerializationError(f"{f!r} ({type(f).__name__}) is not callable")
+
+
+def _fname(f: Any) -> str:
+    return getattr(f, "__name__", None) or getattr(f, "name", None) or type(f).__name__
+
+
+class LazyMapIterator:
+    """The iterator ``imap`` returns: results as they come, and ``cancel()`` to stop
+    consuming the inputs (calls already sent still run)."""
+
+    def __init__(self, gen: Iterator[Any], signal_done: Callable[[], None]) -> None:
+        self._gen = gen
+        self._signal_done = signal_done
+
+    def __iter__(self) -> LazyMapIterator:
+        return self
+
+    def __next__(self) -> Any:
+        return next(self._gen)
+
+    def cancel(self) -> None:
+        """Stop consuming the inputs: no more calls are sent."""
+        self._signal_done()
+
+
+class View:
+    """Flags shared by every view; subclasses say where a message goes."""
+
+    #: names set_flags / temp_flags accept (subclasses add theirs)
+    FLAGS: tuple[str, ...] = ("block", "targets", "track", "label", "time_limit")
+
+    def __init__(self, client: Any, targets: Any, block: bool = False) -> None:
+        self.client = client
+        self.targets = targets
+        self.block = block
+        #: wait, in each blocking call, until zmq no longer reads the arguments' memory
+        self.track = False
+        #: a name for the calls of this view, kept in their request metadata
+        self.label: str | None = None
+        #: seconds a call may run on its engine before it is interrupted and fails with
+        #: zpar.TaskTimeout (engine.timelimit); None: no limit
+        self.time_limit: float | None = None
+        self._executor: ViewExecutor | None = None
+
+    def __len__(self) -> int:
+        """How many engines this view's calls go to (all of the client's for 'all')."""
+        if isinstance(self.targets, list | tuple):
+            return len(self.targets)
+        if isinstance(self.targets, int) and not isinstance(self.targets, bool):
+            return 1
+        return len(self.client)
+
+    @property
+    def executor(self) -> ViewExecutor:
+        """A concurrent.futures.Executor over this view (``view.executor.submit(f, x)``;
+        ``view.executor()`` returns the same executor)."""
+        if self._executor is None:
+            self._executor = ViewExecutor(self)
+        return self._executor
+
+    def set_flags(self, **flags: Any) -> View:
+        limit = flags.get("time_limit")
+        if limit is not None:
+            parse_time_limit({"time_limit": limit})  # ValueError now, not on the engine
+        for k, v in flags.items():
+            if k not in self.FLAGS:
+                raise KeyError(
+                    f"{type(self).__name__} has no flag {k!r}; flags: {', '.join(self.FLAGS)}"
+                )
+            setattr(self, k, v)
+        return self
+
+    @contextlib.contextmanager
+    def temp_flags(self, **flags: Any) -> Iterator[View]:
+        """Set flags for the ``with`` block only."""
+        saved = {k: getattr(self, k) for k in flags if k in self.FLAGS}
+        self.set_flags(**flags)
+        try:
+            yield self
+        finally:
+            for k, v in saved.items():
+                setattr(self, k, v)
+
+    def spin(self) -> None:
+        """Nothing to do: replies are handled by the client's I/O thread as they come."""
+
+    def imap(
+        self,
+        f: Callable[..., Any],
+        *iterables: Any,
+        ordered: bool = True,
+        max_outstanding: int | str | None = "auto",
+        return_exceptions: bool = False,
+    ) -> LazyMapIterator:
+        """Results of f over lazily consumed iterables (infinite generators too), with at
+        most ``max_outstanding`` calls in flight ('auto': one per engine of the view; 0:
+        no limit). ``ordered=False`` yields results as they complete."""
+        _check_callable(f)
+        if not iterables:
+            raise ValueError("imap needs at least one iterable")
+        if max_outstanding in ("auto", None):
+            limit = max(1, len(self))
+        elif isinstance(max_outstanding, int) and max_outstanding >= 0:
+            limit = max_outstanding
+        else:
+            raise ValueError(
+                f"max_outstanding must be 'auto' or an int >= 0, not {max_outstanding!r}"
+            )
+        done = [False]
+
+        def signal_done() -> None:
+            done[0] = True
+
+        def results() -> Iterator[Any]:
+            inflight: collections.deque[AsyncResult] = collections.deque()
+            args_iter = zip(*iterables, strict=False)
+
+            def one(ar: AsyncResult) -> Any:
+                return ar.get(return_exceptions=return_exceptions)
+
+            def take() -> AsyncResult:
+                if ordered:
+                    return inflight.popleft()
+                futs = {id(ar._futures[0]): ar for ar in inflight}
+                first, _ = concurrent.futures.wait(
+                    [ar._futures[0] for ar in inflight],
+                    return_when=concurrent.futures.FIRST_COMPLETED,
+                )
+                ar = futs[id(next(iter(first)))]
+                inflight.remove(ar)
+                return ar
+
+            while not done[0]:
+                try:
+                    args = next(args_iter)
+                except StopIteration:
+                    break
+                inflight.append(self.apply_async(f, *args))
+                if limit and len(inflight) >= limit:
+                    yield one(take())
+            signal_done()
+            while inflight:
+                yield one(take())
+
+        return LazyMapIterator(results(), signal_done)
+
+    def remote(self, f: Any = None, *, block: bool | None = None, **flags: Any) -> Any:
+        """Decorator: calling the function runs it through this view (``view.apply``).
+        ``@view.remote(block=True)`` as in ipyparallel, or ``@view.remote``."""
+        from .remotefunction import RemoteFunction
+
+        if isinstance(f, bool) and block is None:
+            f, block = None, f  # view.remote(True): ipyparallel's positional block
+        if f is None:
+            return lambda g: RemoteFunction(self, g, block, **flags)
+        return RemoteFunction(self, f, block, **flags)
+
+    def parallel(
+        self,
+        f: Any = None,
+        *,
+        dist: str = "b",
+        block: bool | None = None,
+        chunksize: int | None = None,
+        ordered: bool = True,
+        **flags: Any,
+    ) -> Any:
+        """Decorator: called with sequences, the function runs on parts of them in parallel
+        (results joined); ``.map`` runs it on each element. ``@view.parallel(block=True)``
+        or ``@view.parallel('r')`` as in ipyparallel, or ``@view.parallel``."""
+        from .remotefunction import ParallelFunction
+
+        if isinstance(f, str):
+            f, dist = None, f  # view.parallel('r'): ipyparallel's positional dist
+
+        def make(g: Callable[..., Any]) -> ParallelFunction:
+            return ParallelFunction(
+                self, g, dist=dist, block=block, chunksize=chunksize, ordered=ordered, **flags
+            )
+
+        return make if f is None else make(f)
+
+    def wait(self, jobs: Any = None, timeout: float | None = -1) -> bool:
+        """Wait for jobs (AsyncResults or msg_ids; default: everything outstanding)."""
+        return self.client.wait(jobs, timeout)
+
+    def abort(self, jobs: Any = None, targets: Any = None, block: bool | None = None) -> Any:
+        targets = self._abort_targets() if targets is None else targets
+        return self.client.abort(jobs, targets=targets, block=bool(block))
+
+    def _abort_targets(self) -> Any:
+        return self.targets
+
+    def shutdown(
+        self, targets: Any = None, restart: bool = False, hub: bool = False, block: Any = None
+    ) -> None:
+        """Stop this view's engines (or ``targets``); see Client.shutdown."""
+        targets = self.targets if targets is None else targets
+        self.client.shutdown(targets=targets or "all", restart=restart, hub=hub, block=block)
+
+    def get_result(
+        self, indices_or_msg_ids: Any = None, block: bool | None = None, owner: bool = False
+    ) -> Any:
+        return self.client.get_result(indices_or_msg_ids, block=block, owner=owner)
+
+    def purge_results(self, jobs: Any = (), targets: Any = ()) -> int:
+        return self.client.purge_results(jobs, targets)
+
+    def queue_status(self, targets: Any = None, verbose: bool = False) -> dict[Any, Any]:
+        targets = self.targets if targets is None else targets
+        return self.client.queue_status("all" if targets is None else targets, verbose)
+
+    def _metadata_flags(self, label: str | None = None) -> dict[str, Any]:
+        label = self.label if label is None else label
+        md: dict[str, Any] = {"label": label} if label else {}
+        if self.time_limit is not None:
+            md["time_limit"] = float(self.time_limit)
+        return md
+
+    def _finish(self, ar: AsyncResult, block: bool, track: bool | None = None) -> Any:
+        if self.track if track is None else track:
+            ar.wait_for_send()
+        return ar.get() if block else ar
+
+    def apply(self, __ipp_f: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``f(*args, **kwargs)`` on the engines; the result if ``block``, else an
+        AsyncResult."""
+        return self._apply(__ipp_f, args, kwargs, self.block)
+
+    def apply_async(self, __ipp_f: Callable[..., Any], *args: Any, **kwargs: Any) -> AsyncResult:
+        return self._apply(__ipp_f, args, kwargs, False)
+
+    def apply_sync(self, __ipp_f: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return self._apply(__ipp_f, args, kwargs, True)
+
+    def map(self, f: Callable[..., Any], *seqs: Any, block: bool | None = None, **kw: Any) -> Any:
+        """As the builtin map, in parallel: generators and iterables without len are read
+        first, sequences of unequal length stop at the shortest. Flags: return_exceptions,
+        label, track; chunksize and ordered on a LoadBalancedView."""
+        ar = self._map(f, seqs, **kw)
+        return ar.get() if (self.block if block is None else block) else ar
+
+    def map_async(self, f: Callable[..., Any], *seqs: Any, **kw: Any) -> AsyncMapResult:
+        kw.pop("block", None)
+        return self._map(f, seqs, **kw)
+
+    def map_sync(self, f: Callable[..., Any], *seqs: Any, **kw: Any) -> list[Any]:
+        kw.pop("block", None)
+        return self._map(f, seqs, **kw).get()
+
+    def _apply(self, f: Any, args: Any, kwargs: Any, block: bool) -> Any:
+        raise NotImplementedError
+
+    def _map(self, f: Any, seqs: Any, **kw: Any) -> AsyncMapResult:
+        raise NotImplementedError

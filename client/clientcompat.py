@@ -1,0 +1,173 @@
+"""The part of Client that exists for ipyparallel code: its constructor's arguments that
+mean nothing in zpar, its deprecated no-ops, and its local-cache and dask methods.
+
+Client mixes this in; everything here is ipyparallel's API (docs/api.md says, per name,
+what zpar does with it).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import warnings
+from pathlib import Path
+from typing import Any
+
+from zpar.connection import ConnectionInfo, write_connection_file
+
+log = logging.getLogger(__name__)
+
+#: Client arguments for an ssh tunnel: zpar does not tunnel (an ssh -L forward, a VPN, or
+#: engines and controller on a reachable network do the same job).
+SSH_ARGS = ("sshserver", "sshkey", "password", "paramiko")
+
+
+class History(collections.deque):
+    """Client.history: msg_ids sent, oldest first, bounded; indexable and sliceable like
+    ipyparallel's list (``rc.history[-5:]``)."""
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, slice):
+            return list(self)[key]
+        return super().__getitem__(key)
+
+
+def connection_file_of(
+    connection_info: Any, url_file: Any, profile_dir: Any, cluster_id: str | None
+) -> Path | None:
+    """The connection file a Client was pointed at by ipyparallel's arguments: a path, a
+    dict of connection info (written to a private file), or a profile directory."""
+    if connection_info is not None and url_file is not None:
+        raise TypeError("give the connection file once: connection_info or url_file")
+    info = connection_info if connection_info is not None else url_file
+    if isinstance(info, dict):
+        return _file_for_dict(info)
+    if info is not None:
+        text = str(info)
+        if "://" in text:
+            raise ValueError(f"single urls ({text!r}) cannot be specified, url-files must be used.")
+        return Path(info)
+    if profile_dir is not None:
+        name = f"cluster-{cluster_id}/zpar-client.json" if cluster_id else "zpar-client.json"
+        return Path(profile_dir) / "security" / name
+    return None
+
+
+def _file_for_dict(info: dict[str, Any]) -> Path:
+    if "registration" not in info or "key" not in info:
+        raise ValueError(
+            "a connection_info dict must hold zpar's 'registration' address and 'key' "
+            "(the contents of zpar-client.json); ipyparallel's ipcontroller-client.json "
+            f"is a different protocol. Got keys {sorted(info)}"
+        )
+    import tempfile
+
+    known = {k: info[k] for k in ConnectionInfo.__dataclass_fields__ if k in info}
+    path = Path(tempfile.mkdtemp(prefix="zpar-client-")) / "zpar-client.json"
+    return write_connection_file(path, ConnectionInfo(**known))
+
+
+def check_unused_arguments(
+    context: Any, debug: bool, ipython_dir: Any, extra: dict[str, Any], **ssh: Any
+) -> None:
+    """Say clearly which of ipyparallel's Client arguments mean nothing here."""
+    given = [k for k in SSH_ARGS if ssh.get(k) is not None]
+    if given:
+        warnings.warn(
+            f"zpar.Client: {', '.join(given)} ignored: zpar does not tunnel over ssh; it "
+            "connects to the addresses in the connection file (forward them with ssh -L, "
+            "or bind the controller to a reachable interface with zpar controller --ip)",
+            UserWarning,
+            stacklevel=3,
+        )
+    if context is not None:
+        log.info(
+            "Client(context=...): zpar's client sockets belong to its own I/O thread and "
+            "context; the given context is not used"
+        )
+    if ipython_dir is not None:
+        log.info("Client(ipython_dir=...): zpar profiles live in $ZPAR_DIR, not IPython's")
+    if debug:
+        logging.getLogger("zpar.client").setLevel(logging.DEBUG)
+    if extra:
+        raise TypeError(
+            f"Client() got unexpected keyword arguments {sorted(extra)} (ipyparallel passes "
+            "such arguments to its jupyter_client Session, which zpar does not have)"
+        )
+
+
+class ClientCompatMixin:
+    """ipyparallel's Client methods that zpar's design makes trivial or inapplicable."""
+
+    def activate(self, targets: Any = "all", suffix: str = "") -> Any:
+        """A blocking DirectView on ``targets`` whose %px{suffix} magics are registered."""
+        view = self.direct_view(targets)  # type: ignore[attr-defined]
+        view.block = True
+        view.activate(suffix)
+        return view
+
+    def spin(self) -> None:
+        """Nothing to do: the client's I/O thread handles replies as they arrive (kept for
+        ipyparallel code, where it is deprecated for the same reason)."""
+
+    def spin_thread(self, interval: float = 1) -> None:
+        """Nothing to do (see spin)."""
+
+    def stop_spin_thread(self) -> None:
+        """Nothing to do (see spin)."""
+
+    def purge_local_results(self, jobs: Any = (), targets: Any = ()) -> None:
+        """Forget results held for ``jobs`` (or 'all') and ``targets`` here. zpar keeps a
+        result only while its AsyncResult is held, so this only drops the bookkeeping;
+        RuntimeError if one of them is still outstanding (as in ipyparallel)."""
+        if not jobs and not targets:
+            raise ValueError("Must specify at least one of `targets` and `jobs`")
+        results = self._results  # type: ignore[attr-defined]
+        outstanding = self.outstanding  # type: ignore[attr-defined]
+        if jobs == "all":
+            if outstanding:
+                raise RuntimeError(f"Can't purge outstanding tasks: {outstanding}")
+            results.clear()
+            return
+        ids = set(self._msg_ids(jobs)) if jobs else set()  # type: ignore[attr-defined]
+        if targets:
+            wanted = set(self._resolve_targets(targets))  # type: ignore[attr-defined]
+            for m, ar in list(results.items()):
+                if ar.ready() and set(_as_list(ar.engine_id)) & wanted:
+                    ids.add(m)
+        still = ids & outstanding
+        if still:
+            raise RuntimeError(f"Can't purge outstanding tasks: {still}")
+        for m in ids:
+            results.pop(m, None)
+
+    def purge_hub_results(self, jobs: Any = (), targets: Any = ()) -> int:
+        """Forget finished tasks in the hub's store (see purge_results)."""
+        return self._purge_hub(jobs, targets)  # type: ignore[attr-defined]
+
+    def purge_everything(self) -> None:
+        """purge_results('all') and forget this client's history."""
+        self.purge_results("all")  # type: ignore[attr-defined]
+        self.history.clear()  # type: ignore[attr-defined]
+
+    def resubmit(self, indices_or_msg_ids: Any = None, metadata: Any = None, block: Any = None):
+        """Not supported: the hub stores results, not the requests to run again."""
+        raise NotImplementedError(
+            "resubmit: zpar's hub does not keep requests to send again; call the view's "
+            "apply again (get_result still fetches any stored result)"
+        )
+
+    def become_dask(self, *args: Any, **kwargs: Any) -> Any:
+        """Not supported: zpar engines do not host dask workers."""
+        raise NotImplementedError(
+            "become_dask: zpar engines do not turn into dask.distributed workers; start a "
+            "dask cluster of its own, or use zpar's views and executor()"
+        )
+
+    def stop_dask(self, targets: Any = "all") -> None:
+        """Not supported (see become_dask)."""
+        raise NotImplementedError("stop_dask: zpar engines do not host dask workers")
+
+
+def _as_list(v: Any) -> list[Any]:
+    return v if isinstance(v, list) else [v]

@@ -1,0 +1,207 @@
+"""What an AsyncResult shows: engines' output (captured, streamed), progress bars, HTML.
+
+A mixin of AsyncResult, kept apart so the result handle's own module stays about waiting
+and values.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import html
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, FIRST_EXCEPTION
+from typing import Any
+
+from zpar.util import progress
+from zpar.wire import Message
+
+
+class OutputsMixin:
+    """Output and display methods of AsyncResult (needs _metadatas, _client, msg_ids...)."""
+
+    __slots__ = ()
+
+    def display_outputs(
+        self, groupby: str = "type", result_only: bool = False, file: Any = None
+    ) -> None:
+        """Print each call's captured stdout/stderr under ``[stdout:N]`` headers.
+
+        groupby: 'type' (all stdout, then all stderr: ipyparallel's default), 'engine'
+        (each engine's streams together) or 'order' (as 'engine', in submission order).
+        result_only: show nothing (the outputs were streamed already)."""
+        if groupby not in ("engine", "order", "type"):
+            raise ValueError(f"groupby must be 'engine', 'order' or 'type', got {groupby!r}")
+        self.wait()  # type: ignore[attr-defined]
+        if result_only:
+            return
+        out = file or sys.stdout
+        mds = self._metadatas()  # type: ignore[attr-defined]
+
+        def show(md: dict[str, Any], stream: str) -> None:
+            text = md.get(stream)
+            if text:
+                dest = out if stream == "stdout" or file is not None else sys.stderr
+                print(f"[{stream}:{md.get('engine_id')}] {text}", end="", file=dest)
+                if not text.endswith("\n"):
+                    print(file=dest)
+
+        if groupby == "type":
+            for stream in ("stdout", "stderr"):
+                for md in mds:
+                    show(md, stream)
+            return
+        if groupby == "engine":
+            mds = sorted(mds, key=lambda md: (md.get("engine_id") is None, md.get("engine_id")))
+        for md in mds:
+            show(md, "stdout")
+            show(md, "stderr")
+
+    def wait_for_output(self, timeout: float | None = -1) -> bool:
+        """Wait until the output is complete: in zpar it travels with the result."""
+        return self.wait(timeout)  # type: ignore[attr-defined]
+
+    @contextlib.contextmanager
+    def stream_output(self) -> Iterator[None]:
+        """``with ar.stream_output(): ar.wait()``: engines' output shown as it is printed."""
+        stream = self.stream_outputs()
+        try:
+            yield
+        finally:
+            if self.ready():  # type: ignore[attr-defined]
+                stream.finish()
+
+    def stream_outputs(
+        self, callback: Callable[[int | None, str, str], Any] | None = None
+    ) -> OutputStream:
+        """Show engines' stdout/stderr for these calls as it is printed.
+
+        callback(engine_id, stream_name, text) runs in the client's I/O thread; the default
+        prints ``[stdout:N] text``. Stops by itself when the calls are done. Returns an
+        OutputStream: its ``finish(timeout)`` waits for the engines' last output and shows
+        what the stream missed (the reply holds all of it).
+        """
+        client = self._client  # type: ignore[attr-defined]
+        if client is None:
+            raise RuntimeError("this AsyncResult has no client to stream through")
+        stream = OutputStream(self, client._io, callback)
+        stream.start()
+        return stream
+
+    def wait_interactive(
+        self,
+        interval: float = 0.1,
+        timeout: float | None = -1,
+        widget: bool | None = None,
+        return_when: str = ALL_COMPLETED,
+        file: Any = None,
+    ) -> bool:
+        """Wait with a progress bar: a widget in Jupyter when ipywidgets is installed, a
+        text bar otherwise. Returns whether the return_when condition was met (it never
+        waits past ``timeout``, and returns as soon as the calls are done)."""
+        if return_when not in (ALL_COMPLETED, FIRST_COMPLETED, FIRST_EXCEPTION, None):
+            raise ValueError(f"unknown return_when {return_when!r}")
+        if timeout is not None and timeout < 0:
+            timeout = None
+        deadline = None if timeout is None else time.monotonic() + timeout
+        kwargs: dict[str, Any] = {"total": len(self), "unit": "tasks"}  # type: ignore[arg-type]
+        kwargs["desc"] = self._fname or "tasks"  # type: ignore[attr-defined]
+        if file is not None:
+            kwargs["file"] = file
+        bar = progress(widget=widget, **kwargs)
+        try:
+            while True:
+                bar.update(self.progress - bar.n)  # type: ignore[attr-defined]
+                if self._condition_met(return_when):  # type: ignore[attr-defined]
+                    return True
+                if deadline is not None and time.monotonic() >= deadline:
+                    return False
+                step = interval if deadline is None else min(interval, deadline - time.monotonic())
+                self.wait(max(0.0, step))  # type: ignore[attr-defined]
+        finally:
+            bar.update(self.progress - bar.n)  # type: ignore[attr-defined]
+            bar.close()
+
+    def _repr_html_(self) -> str:
+        state = "pending"
+        if self.ready():  # type: ignore[attr-defined]
+            state = "finished" if self.successful() else "failed"  # type: ignore[attr-defined]
+        engines = ""
+        if self.ready():  # type: ignore[attr-defined]
+            eids = self.engine_id  # type: ignore[attr-defined]
+            eids = eids if isinstance(eids, list) else [eids]
+            engines = f", engines {sorted({e for e in eids if e is not None})}"
+        return (
+            f"<code>{html.escape(type(self).__name__)}({html.escape(self._fname)})</code>: "  # type: ignore[attr-defined]
+            f"<b>{state}</b> {self.progress}/{len(self)}{engines}"  # type: ignore[attr-defined,arg-type]
+        )
+
+
+def _print_stream(eid: int | None, name: str, text: str) -> None:
+    out = sys.stderr if name == "stderr" else sys.stdout
+    label = "?" if eid is None else eid
+    print(f"[{name}:{label}] {text}", end="" if text.endswith("\n") else "\n", file=out)
+
+
+class OutputStream:
+    """The engines' output of one AsyncResult, shown as it arrives on IOPub."""
+
+    def __init__(
+        self, ar: Any, io: Any, callback: Callable[[int | None, str, str], Any] | None
+    ) -> None:
+        self.ar = ar
+        self.io = io
+        self.show = callback or _print_stream
+        self.shown: dict[tuple[str, str], str] = {}
+        self.idle: set[str] = set()
+        self.done = threading.Event()
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        self.io.watch_output(self.ar.msg_ids, self._on_output)
+
+        def stop_later(ar: Any) -> None:
+            # a reply can overtake its last output (two paths): stop watching a bit later,
+            # unless the engine's 'idle' status ended it already
+            timer = threading.Timer(1.0, self._stop)
+            timer.daemon = True
+            timer.start()
+
+        self.ar.add_done_callback(stop_later)
+
+    def _stop(self) -> None:
+        self.io.unwatch_output(self.ar.msg_ids)
+        self.done.set()
+
+    def _on_output(self, msg_id: str, msg: Message) -> None:
+        if msg.msg_type == "status":
+            if msg.content.get("execution_state") == "idle":  # the last word of a call
+                self.io.unwatch_output([msg_id])
+                with self._lock:
+                    self.idle.add(msg_id)
+                    if self.idle >= set(self.ar.msg_ids):
+                        self.done.set()
+            return
+        if msg.msg_type == "stream":
+            name = msg.content.get("name", "stdout")
+            text = msg.content.get("text", "")
+            with self._lock:
+                key = (msg_id, name)
+                self.shown[key] = self.shown.get(key, "") + text
+            self.show(msg.metadata.get("engine_id"), name, text)
+
+    def finish(self, timeout: float = 2.0) -> None:
+        """Wait (up to ``timeout``) for the engines' last output, then show whatever the
+        stream did not: the end of each call's output, complete in its reply."""
+        self.done.wait(timeout)
+        self._stop()
+        with self._lock:
+            for md in self.ar._metadatas():
+                for name in ("stdout", "stderr"):
+                    full = md.get(name) or ""
+                    seen = self.shown.get((md["msg_id"], name), "")
+                    if full.startswith(seen) and len(full) > len(seen):
+                        self.show(md.get("engine_id"), name, full[len(seen) :])
+                        self.shown[(md["msg_id"], name)] = full

@@ -1,0 +1,247 @@
+"""ipyparallel/client/asyncresult.py: AsyncResult, AsyncMapResult, AsyncHubResult."""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import datetime
+
+import pytest
+
+import zpar as ipp
+
+
+def _gate(path):
+    """A task that waits until ``path`` exists (the test opens the gate)."""
+
+    def wait_for_gate():
+        import os
+        import time
+
+        while not os.path.exists(path):
+            time.sleep(0.01)
+        return os.getpid()
+
+    return wait_for_gate
+
+
+def test_timing_metadata_is_none_until_known_then_utc_datetimes(rc, tmp_path):
+    gate = tmp_path / "gate"
+    ar = rc[0].apply_async(_gate(str(gate)))
+    assert ar.completed is None and ar.received is None  # never waits
+    assert ar["completed"] is None and ar.metadata["completed"] is None
+    assert ar.stdout == ""  # ipyparallel's default until output arrives
+    assert isinstance(ar.submitted, datetime) and ar.submitted.tzinfo is not None
+    with pytest.raises(TimeoutError, match="not ready"):
+        ar.wall_time  # noqa: B018
+    with pytest.raises(TimeoutError, match="not ready"):
+        ar.serial_time  # noqa: B018
+    assert ar.elapsed >= 0
+    gate.touch()
+    ar.get(timeout=30)
+    assert ar.submitted <= ar.started <= ar.completed
+    assert ar.completed.tzinfo is not None
+    assert (ar.completed - ar.started).total_seconds() == pytest.approx(ar.serial_time)
+    assert ar.wall_time >= ar.serial_time and ar.elapsed == ar.wall_time
+    assert ar.timedelta(ar.submitted, ar.completed) == pytest.approx(ar.wall_time)
+
+
+def test_metadata_keys_and_attribute_access(rc):
+    ar = rc[:].apply_async(lambda: print("hi"))
+    ar.get(timeout=30)
+    assert ar.engine_id == [0, 1] and ar.stdout == ["hi\n", "hi\n"]
+    assert ar.status == ["ok", "ok"] and ar["engine_id"] == [0, 1]
+    for key in ("msg_id", "engine_uuid", "received", "outputs", "execute_result", "error"):
+        assert len(getattr(ar, key)) == 2
+    assert "received" in dir(ar)
+    md = ar.metadata[0]
+    assert md.engine_id == md["engine_id"] == 0 and md.stdout == "hi\n"  # ipp's Metadata
+    with pytest.raises(AttributeError):
+        ar.not_a_metadata_key  # noqa: B018
+    ex = rc[0].execute("1 + 1", block=False)
+    ex.get(timeout=30)
+    assert ex.execute_result is not None
+
+
+def test_split_returns_a_tuple_and_join_takes_varargs(rc):
+    ar = rc[:].apply_async(os.getpid)
+    parts = ar.split()
+    assert isinstance(parts, tuple) and len(parts) == 2
+    assert [p.get(timeout=30) for p in parts] == ar.get(timeout=30)
+    single = rc[0].apply_async(os.getpid)
+    assert single.split() == (single,)
+    joined = ipp.AsyncResult.join(*parts)
+    assert joined.get() == ar.get() and joined.msg_ids == ar.msg_ids
+    assert ipp.AsyncResult.join(parts[0]) is parts[0]
+
+
+def test_wait_with_return_when_gives_done_and_pending(rc, tmp_path):
+    gate = tmp_path / "gate"
+    slow = rc[0].apply_async(_gate(str(gate)))
+    fast = rc[1].apply_async(os.getpid)
+    fast.get(timeout=30)
+    both = slow + fast
+    done, pending = both.wait(timeout=10, return_when=ipp.FIRST_COMPLETED)
+    assert [d.msg_ids for d in done] == [fast.msg_ids]
+    assert [p.msg_ids for p in pending] == [slow.msg_ids]
+    assert both.wait(0.01) is False
+    gate.touch()
+    assert both.wait(30) is True
+    done, pending = both.wait(return_when=ipp.ALL_COMPLETED)
+    assert len(done) == 2 and not pending
+
+
+def test_get_return_when_first_exception_raises_without_waiting(rc, tmp_path):
+    gate = tmp_path / "gate"
+
+    def fail():
+        raise RuntimeError("early")
+
+    slow = rc[0].apply_async(_gate(str(gate)))
+    bad = rc[1].apply_async(fail)
+    both = slow + bad
+    with pytest.raises(ipp.RemoteError, match="early"):
+        both.get(timeout=30, return_when=ipp.FIRST_EXCEPTION)
+    assert not slow.ready()
+    gate.touch()
+    with pytest.raises(ipp.CompositeError) as info:
+        both.get(timeout=30)
+    assert str(info.value).startswith("one or more exceptions raised in")
+
+
+def test_successful_abort_and_ready(rc, tmp_path):
+    gate = tmp_path / "gate"
+    ar = rc[0].apply_async(_gate(str(gate)))
+    with pytest.raises(RuntimeError):
+        ar.successful()  # not done yet
+    queued = rc[0].apply_async(os.getpid)
+    queued.abort()
+    gate.touch()
+    with pytest.raises(ipp.TaskAborted):
+        queued.get(timeout=30)
+    ar.get(timeout=30)
+    assert ar.successful()
+    with pytest.raises(RuntimeError, match="already done"):
+        ar.abort()
+
+
+def test_async_map_result_counts_elements(rc, tmp_path):
+    amr = rc[:].map_async(lambda x: x, range(7))
+    assert len(amr) == 7
+    amr.get(timeout=30)
+    assert amr.progress == 7 and list(amr) == list(range(7)) and amr[2] == 2
+    assert amr.r == list(range(7))
+
+
+def test_get_dict_and_result_dict(rc):
+    ar = rc[:].apply_async(lambda: 1)
+    assert ar.get_dict(timeout=30) == {0: 1, 1: 1} == ar.result_dict
+
+
+def test_wait_for_send_and_sent(rc):
+    import numpy as np
+
+    a = np.zeros(1_000_000)
+    ar = rc[:].apply_async(np.sum, a)
+    assert ar.wait_for_send(timeout=30) and ar.sent
+    ar.get(timeout=30)
+
+
+def test_wait_interactive_returns_and_never_hangs(rc, tmp_path, capsys):
+    ar = rc.load_balanced_view().map_async(lambda x: x, range(4))
+    ar.wait_interactive(interval=0.05, widget=False)
+    assert ar.ready()
+    gate = tmp_path / "gate"
+    slow = rc[0].apply_async(_gate(str(gate)))
+    t0 = time.monotonic()
+    assert slow.wait_interactive(interval=0.05, timeout=0.3, widget=False) is False
+    assert time.monotonic() - t0 < 20  # bounded by its timeout (ipyparallel's hang: fixed)
+    gate.touch()
+    assert slow.wait_interactive(return_when=ipp.FIRST_COMPLETED, widget=False)
+
+
+def test_display_outputs_groupby(rc, capsys):
+    ar = rc[:].apply_async(lambda: print("out"))
+    ar.get(timeout=30)
+    capsys.readouterr()
+    ar.display_outputs()  # by type (ipyparallel's default)
+    assert capsys.readouterr().out == "[stdout:0] out\n[stdout:1] out\n"
+    ar.display_outputs(result_only=True)
+    assert capsys.readouterr().out == ""
+
+
+def test_await_an_async_result(rc):
+    import asyncio
+
+    async def main():
+        return await rc[0].apply_async(lambda: 3)
+
+    assert asyncio.run(main()) == 3
+
+
+def test_async_hub_result_for_another_clients_task(cluster, rc):
+    ar = rc[0].apply_async(lambda: 11)
+    ar.get(timeout=30)
+    other = cluster.connect_client_sync()
+    try:
+        fetched = other.get_result(ar.msg_ids[0], block=True)
+        assert isinstance(fetched, ipp.AsyncHubResult) and fetched.get(timeout=30) == 11
+    finally:
+        other.close()
+
+
+def test_async_results_are_concurrent_futures(rc, tmp_path):
+    import asyncio
+    import concurrent.futures
+
+    gate = tmp_path / "gate"
+    slow = rc[0].apply_async(_gate(str(gate)))
+    fast = rc[1].apply_async(os.getpid)
+    assert isinstance(slow, concurrent.futures.Future)
+    done, pending = concurrent.futures.wait(
+        [slow, fast], timeout=30, return_when=concurrent.futures.FIRST_COMPLETED
+    )
+    assert done == {fast} and pending == {slow}
+    gate.touch()
+    assert {f.result() for f in concurrent.futures.as_completed([slow, fast], timeout=30)} == {
+        slow.get(),
+        fast.get(),
+    }
+
+    async def main():
+        return await asyncio.wrap_future(rc[0].apply_async(lambda: 9))
+
+    assert asyncio.run(main()) == 9
+    assert not slow.cancel() and not slow.cancelled()
+
+
+def test_unknown_metadata_keys_and_split_of_a_map(rc):
+    ar = rc[:].apply_async(lambda: 1)
+    with pytest.raises(KeyError):
+        ar["foo"]  # noqa: B018
+    assert not hasattr(ar, "foo") and not hasattr(ar, "__length_hint__")
+    ar.get(timeout=30)
+    with pytest.raises(KeyError):
+        ar["foo"]  # noqa: B018
+    amr = rc.load_balanced_view().map_async(lambda x: x, range(5), chunksize=1)
+    parts = amr.split()
+    amr.get(timeout=30)
+    assert [type(p) for p in parts] == [ipp.AsyncResult] * 5  # not map results
+    assert [p.get() for p in parts] == [[[i]] for i in range(5)]  # each part: [its chunk]
+
+
+def test_error_engine_info_names_the_method(rc):
+    for call, method in (
+        (lambda: rc[:].apply_async(lambda: 1 / 0), "apply"),
+        (lambda: rc[:].execute("1 / 0", block=False), "execute"),
+    ):
+        with pytest.raises(ipp.CompositeError) as info:
+            call().get(timeout=30)
+        infos = [e[-1] for e in info.value.elist]
+        assert [(i["engine_id"], i["method"]) for i in infos] == [(0, method), (1, method)]
+        assert all(i["engine_uuid"] for i in infos)
+
+
+def test_execute_result_metadata(rc):
+    ar = rc[:].execute("5", silent=False, block=True)
+    assert [out["data"] for out in ar.execute_result] == [{"text/plain": "5"}] * 2

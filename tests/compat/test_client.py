@@ -1,0 +1,163 @@
+"""ipyparallel/client/client.py: Client's arguments, indexing, waits, queries, shutdown."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+import pytest
+
+import zpar as ipp
+
+
+def test_client_accepts_ipyparallels_arguments(cluster, caplog):
+    import zmq
+
+    url = str(cluster.url_file)
+    ctx = zmq.Context()
+    try:
+        with caplog.at_level(logging.INFO, logger="zpar.client.clientcompat"):
+            rc = ipp.Client(url, context=ctx, debug=False, timeout=30, profile="default")
+        assert "context" in caplog.text  # says it is not used
+        rc.close()
+    finally:
+        ctx.term()
+    rc = ipp.Client(url_file=url, cluster=cluster)
+    assert rc.cluster is cluster and rc.ids == [0, 1]
+    rc.close(linger=0)
+
+
+def test_ssh_arguments_are_accepted_with_a_clear_warning(cluster):
+    with pytest.warns(UserWarning, match="does not tunnel over ssh"):
+        rc = ipp.Client(str(cluster.url_file), sshserver="me@gateway", sshkey="~/.ssh/id")
+    assert rc.ids == [0, 1]
+    rc.close()
+
+
+def test_connection_info_dict_and_profile_dir(cluster):
+    info = json.loads(cluster.url_file.read_text())
+    rc = ipp.Client(info)
+    assert rc.ids == [0, 1]
+    rc.close()
+    security = cluster.url_file.parent.parent
+    rc = ipp.Client(profile_dir=security.parent, cluster_id=cluster.cluster_id)
+    assert rc.ids == [0, 1]
+    rc.close()
+    with pytest.raises(ValueError, match="url-files must be used"):
+        ipp.Client("tcp://127.0.0.1:5555")
+    with pytest.raises(ValueError, match="registration"):
+        ipp.Client({"interface": "tcp://127.0.0.1", "mux": 1})
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        ipp.Client(str(cluster.url_file), bogus=1)
+
+
+def test_negative_indices_and_slices(rc):
+    assert rc[-1].targets == rc.ids[-1] and rc[-2].targets == rc.ids[0]
+    assert rc[-1].apply_sync(os.getpid) == rc[1].apply_sync(os.getpid)
+    assert rc[::-1].targets == [1, 0]
+    with pytest.raises(IndexError):
+        rc[-3]
+    assert rc.direct_view([-1]).apply_sync(lambda: 1) == [1]
+
+
+def test_wait_for_engines_forms(rc):
+    assert rc.wait_for_engines(2, timeout=30) is None
+    assert rc.wait_for_engines() is None  # n=None: the Cluster's engines
+    fut = rc.wait_for_engines(2, block=False)
+    assert fut.result(timeout=30) is None
+    with pytest.raises(TimeoutError):
+        rc.wait_for_engines(3, timeout=0.1)
+
+
+def test_spin_and_spin_thread_are_harmless(rc):
+    rc.spin()
+    rc.spin_thread(interval=0.5)
+    rc.stop_spin_thread()
+
+
+def test_wait_on_history_indices_and_msg_ids(rc):
+    ar = rc[0].apply_async(lambda: 1)
+    assert rc.wait(-1, timeout=30) and rc.wait(ar.msg_ids[0]) and rc.wait([ar], timeout=-1)
+    assert rc.history[-1] == ar.msg_ids[0] and rc.history[-1:] == ar.msg_ids
+    assert rc.wait()  # everything outstanding
+
+
+def test_get_result_by_index_msg_id_and_async_result(rc):
+    ar = rc[:].apply_async(lambda: 2)
+    again = rc.get_result(ar, block=True)
+    assert isinstance(again, ipp.AsyncResult) and again.ready() and again.get() == [2, 2]
+    by_id = rc.get_result(ar.msg_ids[0], owner=False)
+    assert by_id.get(timeout=30) == 2
+    last = rc.get_result()  # the last request sent
+    assert last.msg_ids == [ar.msg_ids[-1]]
+
+
+def test_queue_status_keys(rc):
+    status = rc.queue_status()
+    assert set(status) == {0, 1, "unassigned"}
+    assert set(status[0]) >= {"queue", "completed", "tasks"}
+    assert set(rc.queue_status(targets=1)) >= {"queue", "completed", "tasks"}
+    assert set(rc.queue_status(targets=[0])) == {0, "unassigned"}
+
+
+def test_purge_local_and_hub_results(rc):
+    ar = rc[0].apply_async(lambda: 3)
+    ar.get(timeout=30)
+    rc.purge_local_results(ar)
+    with pytest.raises(ValueError, match="at least one"):
+        rc.purge_local_results()
+    assert ar.get() == 3  # the handle keeps its result
+
+
+def test_results_and_metadata_follow_held_handles(rc):
+    ar = rc[0].apply_async(lambda: 4)
+    ar.get(timeout=30)
+    m = ar.msg_ids[0]
+    assert rc.results[m] == 4 and rc.metadata[m]["engine_id"] == 0
+
+
+def test_not_applicable_methods_say_why(rc):
+    with pytest.raises(NotImplementedError, match="dask"):
+        rc.become_dask()
+    with pytest.raises(NotImplementedError, match="resubmit"):
+        rc.resubmit()
+
+
+def test_activate_outside_ipython_warns(rc):
+    with pytest.warns(UserWarning, match="only work within IPython"):
+        view = rc.activate(targets=[0], suffix="0")
+    assert view.block is True and view.targets == [0]
+
+
+def test_shutdown_targets_then_ids(make_cluster_compat):
+    c = make_cluster_compat(3)
+    rc = c.client
+    pids = rc[:].apply_sync(os.getpid)
+    rc.shutdown(targets=[-1], block=True)
+    assert rc.ids == [0, 1]  # gone as soon as shutdown returns
+    assert rc[:].apply_sync(os.getpid) == pids[:2]
+    rc.shutdown(hub=True)  # hub=True: every engine, then the controller
+
+
+@pytest.fixture
+def make_cluster_compat(tmp_path, monkeypatch):
+    monkeypatch.setenv("ZPAR_DIR", str(tmp_path))
+    started = []
+
+    def make(n):
+        c = ipp.Cluster(n=n, timeout=60)
+        c.start()
+        started.append(c)
+        return c
+
+    yield make
+    for c in started:
+        c.stop()
+
+
+def test_url_or_file_is_the_deprecated_name_of_the_connection_file(cluster):
+    with pytest.warns(DeprecationWarning, match="url_or_file"):
+        rc = ipp.Client(url_or_file=str(cluster.url_file))
+    assert rc.ids == [0, 1]
+    rc.close()

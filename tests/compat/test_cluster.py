@@ -1,0 +1,106 @@
+"""ipyparallel's Cluster idioms on zpar.Cluster, the joblib backend and the magics."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+
+import zpar as ipp
+
+
+@pytest.fixture
+def zpar_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("ZPAR_DIR", str(tmp_path))
+    return tmp_path
+
+
+def test_start_and_connect_sync_and_connect_client_sync(zpar_dir):
+    cluster = ipp.Cluster(n=2)
+    rc = cluster.start_and_connect_sync()
+    try:
+        assert rc.ids == [0, 1]
+        other = cluster.connect_client_sync()
+        assert other.ids == [0, 1] and other.cluster is cluster
+        other.close()
+    finally:
+        cluster.stop_cluster_sync()
+
+
+def test_start_cluster_sync_returns_the_cluster(zpar_dir):
+    cluster = ipp.Cluster(n=1)
+    assert cluster.start_cluster_sync() is cluster
+    try:
+        rc = cluster.connect_client_sync()
+        assert rc[-1].apply_sync(lambda: 1) == 1
+        rc.close()
+    finally:
+        cluster.stop_cluster_sync()
+
+
+def test_async_context_manager(zpar_dir):
+    async def main():
+        async with ipp.Cluster(n=1) as rc:
+            return await rc[0].apply_async(lambda: 5)
+
+    assert asyncio.run(main()) == 5
+
+
+def test_register_joblib_backend_without_a_view_uses_the_running_cluster(zpar_dir):
+    joblib = pytest.importorskip("joblib")
+    ipp.register_joblib_backend()  # as ipyparallel: the backend is named 'ipyparallel'
+    with ipp.Cluster(n=2, cluster_id="joblibtest") as rc:
+        pids = set(rc[:].apply_sync(os.getpid))
+        for name in ("ipyparallel", "zpar"):
+            with joblib.parallel_backend(name):
+                out = joblib.Parallel()(joblib.delayed(os.getpid)() for _ in range(8))
+            assert set(out) <= pids
+
+
+def test_magics_for_a_plain_client_in_ipython(zpar_dir, capsys):
+    pytest.importorskip("IPython")
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    try:
+        with ipp.Cluster(n=2) as rc:
+            plain = ipp.Client(url_file=rc.url_file)  # a Client() made in IPython
+            try:
+                shell.run_cell_magic("px", "", "print('plain', 1 + 1)")
+                out = capsys.readouterr().out
+                assert "[stdout:0] plain 2" in out and "[stdout:1] plain 2" in out
+                view = rc.activate(targets=[1], suffix="one")
+                assert view.targets == [1]
+                shell.run_line_magic("pxone", "print('only')")
+                out = capsys.readouterr().out
+                assert "[stdout:1] only" in out and "[stdout:0]" not in out
+            finally:
+                plain.close()
+    finally:
+        shell._zpar_magics = None
+        InteractiveShell.clear_instance()
+
+
+def test_px_stream_shows_an_engines_first_lines_on_a_fresh_client(zpar_dir, capsys):
+    pytest.importorskip("IPython")
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from zpar.client.magics import register_magics
+
+    shell = InteractiveShell.instance()
+    try:
+        with ipp.Cluster(n=2) as rc:
+            fresh = ipp.Client(url_file=rc.url_file)
+            try:
+                register_magics(shell, fresh[:], suffix="fresh")
+                code = "for i in range(3):\n    print('line', i, flush=True)"
+                shell.run_cell_magic("pxfresh", "--stream", code)
+                out = capsys.readouterr().out
+                for eid in (0, 1):
+                    for i in range(3):
+                        assert f"[stdout:{eid}] line {i}" in out, out
+            finally:
+                fresh.close()
+    finally:
+        InteractiveShell.clear_instance()

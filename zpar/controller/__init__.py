@@ -1,0 +1,1 @@
+"""ipyparallel's ``ipyparallel.controller`` path: only ``dependency`` is client API."""
