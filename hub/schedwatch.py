@@ -29,6 +29,9 @@ from .schedproc import ControllerConfig, SchedulerLaunch, launch_scheduler
 log = logging.getLogger(__name__)
 
 MAX_RESTARTS = 5
+#: Seconds clients have to resend a dead scheduler's tasks (they do so as soon as they
+#: are told); a task still not resent is one its client had the answer to already.
+RESEND_WINDOW = 10.0
 RESTART_WINDOW = 60.0
 
 
@@ -47,6 +50,10 @@ class SchedulerWatch:
         #: why the last scheduler died, until its successor is ready
         self.reason = ""
         self.fired = False  # the sentinel became readable: the scheduler exited
+        #: tasks with retries a dead scheduler held, until their clients' copies come
+        self._awaiting: dict[str, dict[str, Any]] = {}
+        self._awaiting_until = 0.0
+        self._hub: Any = None
         self._poller: Any = None
 
     def register(self, poller: Any) -> None:
@@ -61,6 +68,15 @@ class SchedulerWatch:
     def check(self) -> bool:
         """After the sentinel fired, or at a heartbeat: a dead scheduler is replaced;
         False when it died too often and the controller must stop."""
+        if self._awaiting and time.monotonic() > self._awaiting_until:
+            lost = self._hub.tasks.never_resent(self._awaiting)
+            if lost:
+                log.warning(
+                    "store: %d task(s) never resent after the scheduler's death (answered "
+                    "before it reported them): marked scheduler_died",
+                    len(lost),
+                )
+            self._awaiting = {}
         if self.fired:
             self.fired = False
             try:
@@ -129,6 +145,15 @@ class SchedulerWatch:
             )
         for rec in list(hub.engines.values()):
             hub._tell_scheduler("registered", rec)
+        awaiting, lost = hub.tasks.scheduler_died()
+        self._hub = hub
+        self._awaiting = awaiting
+        self._awaiting_until = time.monotonic() + RESEND_WINDOW
+        log.warning(
+            "store: %d load-balanced task(s) wait to be resent, %d marked scheduler_died",
+            len(awaiting),
+            len(lost),
+        )
         log.warning(
             "task scheduler restarted (pid %d, %d engines); clients told to resubmit or "
             "fail their load-balanced tasks",

@@ -63,6 +63,30 @@ def test_a_killed_task_scheduler_is_replaced_and_its_tasks_answered(make_cluster
         else:
             assert isinstance(value, zpar.SchedulerLost), value
             assert "task scheduler died" in str(value)
+    # the store leaves none of them pending: resent tasks finished ok; failed ones marked
+    # scheduler_died (one the hub never heard of is absent; one sent after the death,
+    # which reached the new scheduler from the client's queue, ran); a task answered just
+    # before the death, which the dead scheduler never reported, is marked scheduler_died
+    # once its client does not resend it (hub.schedwatch.RESEND_WINDOW)
+    failed_ids = [ar_plain[i].msg_ids[0] for i, (kind, _) in plain.items() if kind == "error"]
+    retry_ids = [ar.msg_ids[0] for ar in ar_retry]
+
+    offenders: dict[str, object] = {}
+
+    def store_agrees():
+        recs = rc.db_query({"msg_id": {"$in": failed_ids + retry_ids}}, keys=["status"])
+        status = {r["msg_id"]: r["status"] for r in recs}
+        offenders.clear()
+        offenders.update(
+            {m: status.get(m) for m in retry_ids if status.get(m) not in ("ok", "scheduler_died")}
+        )
+        offenders.update({m: None for m in failed_ids if m in status and status[m] is None})
+        return not offenders
+
+    try:
+        wait_until(store_agrees, "the store leaves none of them pending", timeout=60)
+    except AssertionError:
+        raise AssertionError(f"store records not as expected: {offenders}") from None
     # a new scheduler serves, on the addresses the peers already had
     new = _scheduler(c)
     assert new.pid != old.pid
