@@ -9,6 +9,7 @@ COPY hub hub
 COPY engine engine
 COPY client client
 COPY schedulers schedulers
+COPY comm comm
 RUN pip install --no-cache-dir .
 ENV ZPAR_DIR=/zpar
 ENTRYPOINT ["zpar"]

@@ -50,6 +50,12 @@ log = logging.getLogger(__name__)
 CHANNELS = ("query", "mux", "control", "task")
 
 
+#: Notifications that change the set of engines; the hub may publish others.
+_ENGINE_NOTIFICATIONS = frozenset(
+    {MsgType.REGISTRATION_NOTIFICATION, MsgType.UNREGISTRATION_NOTIFICATION}
+)
+
+
 class ClientIO(FaultHandling):
     """Owns the sockets; everything else talks to it through submit() and futures."""
 
@@ -478,6 +484,13 @@ class ClientIO(FaultHandling):
         c = msg.content
         if msg.msg_type == MsgType.SCHEDULER_RESTARTED:
             self._on_scheduler_restarted(str(c.get("reason", "the task scheduler died")))
+            return
+        if msg.msg_type not in _ENGINE_NOTIFICATIONS:
+            # other news for clients (a communicator's failed rendezvous, issue 16)
+            if msg.msg_type == MsgType.RENDEZVOUS_ERROR:
+                log.warning("rendezvous %s failed: %s", c.get("comm_id"), c.get("evalue"))
+            if self.on_notification is not None:
+                self.on_notification(msg)
             return
         eid = int(c["id"])
         registered = msg.msg_type == MsgType.REGISTRATION_NOTIFICATION

@@ -39,6 +39,16 @@ class DirectView(View):
     def _ids(self, targets: Any = None) -> list[int]:
         return self.client._resolve_targets(self.targets if targets is None else targets)
 
+    def communicator(
+        self, name: str = "comm", auth: str = "key", hosts: Any = None, **kw: Any
+    ) -> Any:
+        """Give each engine of this view a communicator ``name`` (ranks in the view's
+        order; mpi4py's method names), bootstrapped through the hub's rendezvous; returns
+        once every peer link is open. See zpar.comm.clientside.create for the options."""
+        from zpar.comm.clientside import create
+
+        return create(self, name, auth, hosts, **kw)
+
     def _send_each(
         self,
         msg_type: str,

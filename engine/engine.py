@@ -76,6 +76,17 @@ class Stop(BaseException):
     """Raised by the SIGTERM handler inside user code; never caught as a task error."""
 
 
+#: The engine this process runs, once registered (one per process): code running on it
+#: reads its id, uuid, key and the hub's address here (zpar.comm.member joins a
+#: communicator's rendezvous through the hub).
+_this_engine: Engine | None = None
+
+
+def this_engine() -> Engine | None:
+    """The registered engine of this process, or None outside an engine."""
+    return _this_engine
+
+
 def connect_and_wait(pairs: Sequence[tuple[zmq.Socket, str]], timeout: float) -> None:
     """Connect each socket and wait until each has completed its ZMTP handshake.
 
@@ -154,6 +165,8 @@ class Engine:
             curve=self.info,
         )
         self.id = reply.id
+        global _this_engine
+        _this_engine = self
         setup_logging(f"engine.{self.id}", self.log_level)
         log.info(
             "registered with the controller at %s as engine %d (uuid %s)",

@@ -303,6 +303,7 @@ class Controller:
                 heart.beat()
                 next_beat = max(next_beat + period, now)
                 hub.expire_registrations()
+                hub.tick_services(now)
         watch.close_sentinel()
         return self.exit_code
 

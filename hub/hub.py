@@ -41,6 +41,7 @@ from . import launcherqueries, queries
 from .heartmonitor import HeartMonitor
 from .recorder import StoreWriter
 from .records import TaskTable
+from .services import HubService, load_services
 from .store import LOST_IN_RESTART, MemoryStore, TaskStore
 
 log = logging.getLogger(__name__)
@@ -139,6 +140,12 @@ class Hub:
             MON_TASK_RESULT: self._task_result,
             MON_SCHEDULER: self._scheduler_message,
         }
+        #: capabilities added through the zpar.hub_services entry points (hub/services.py),
+        #: loaded on the first message of a type the hub does not know: not at start-up,
+        #: where scanning the installed packages would cost every controller ~10-40 ms
+        self.services: list[HubService] = []
+        self._service_for: dict[str, HubService] = {}
+        self._services_loaded = False
 
     # -- socket handlers (called by the controller's loop) ----------------------------------
 
@@ -151,6 +158,16 @@ class Hub:
             msg = self.session.feed(frames, "hub query socket")
             if msg is None:
                 self._answer_refusal(frames)
+                continue
+            service = self._service_for.get(msg.msg_type)
+            if service is None and not self._services_loaded and msg.msg_type not in self._queries:
+                self.load_services()
+                service = self._service_for.get(msg.msg_type)
+            if service is not None:
+                try:
+                    service.handle(msg)  # it replies itself, now or later
+                except Exception:  # a bad message must never kill the hub
+                    log.exception("service failed on %s (%s)", msg.msg_id, msg.msg_type)
                 continue
             handler = self._queries.get(msg.msg_type)
             reply_type = _reply_type(msg.msg_type)
@@ -177,6 +194,35 @@ class Hub:
                 idents=msg.idents,
                 buffers=buffers,
             )
+
+    def load_services(self) -> None:
+        """Load the hub services (once)."""
+        self._services_loaded = True
+        self.services = load_services(self)
+        self._service_for = {
+            t: s for s in self.services for t in s.msg_types if t not in self._queries
+        }
+
+    def send_to(
+        self,
+        idents: list[bytes],
+        msg_type: str,
+        content: dict[str, Any],
+        parent: dict[str, Any] | None = None,
+    ) -> None:
+        """Send a signed message to a peer of the registration ROUTER (for services)."""
+        self.session.send(self.query, msg_type, content, parent=parent, idents=idents)
+
+    def notify(self, msg_type: str, content: dict[str, Any]) -> None:
+        """Publish a notification to every client (for services)."""
+        self.session.send(self.notification, msg_type, content)
+
+    def tick_services(self, now: float) -> None:
+        for s in self.services:
+            try:
+                s.tick(now)
+            except Exception:
+                log.exception("hub service %r failed in tick", type(s).__name__)
 
     def handle_notification(self) -> None:
         """A subscription arrived on the XPUB: welcome it, so the client knows it is live."""
@@ -366,6 +412,11 @@ class Hub:
             len(lost),
         )
         self._tell_scheduler("unregistered", rec)
+        for s in self.services:
+            try:
+                s.engine_lost(rec.uuid, rec.id, reason)
+            except Exception:
+                log.exception("hub service %r failed on engine %d's loss", type(s).__name__, rec.id)
         self.session.send(
             self.notification,
             MsgType.UNREGISTRATION_NOTIFICATION,

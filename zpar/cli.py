@@ -90,18 +90,29 @@ def build_parser() -> argparse.ArgumentParser:
     ctl.set_defaults(func=None, delegate="zpar.hub.__main__")
     eng = sub.add_parser("engine", help="run one engine here", add_help=False)
     eng.set_defaults(func=None, delegate="zpar.engine.__main__")
+    imp = sub.add_parser("impi-server", help="run an IMPI rendezvous server", add_help=False)
+    imp.set_defaults(func=None, delegate="zpar.comm.impi_server")
+    conf = sub.add_parser("conformance", help="check a server's protocol", add_help=False)
+    conf.set_defaults(func=None, delegate="zpar.comm.conformance")
     return p
+
+
+_DELEGATES = {
+    "controller": "zpar.hub.__main__",
+    "engine": "zpar.engine.__main__",
+    "impi-server": "zpar.comm.impi_server",  # issue 16: a byte-exact IMPI server
+    "conformance": "zpar.comm.conformance",  # issue 16: `conformance impi HOST:PORT`
+}
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    # `zpar controller …` and `zpar engine …` hand their arguments to the process's own parser.
-    if argv and argv[0] in ("controller", "engine"):
+    # `zpar controller …`, `zpar engine …` and the comm tools hand their arguments to the
+    # parser of the module that does the work.
+    if argv and argv[0] in _DELEGATES:
         import importlib
 
-        mod = importlib.import_module(
-            f"zpar.{'hub' if argv[0] == 'controller' else 'engine'}.__main__"
-        )
+        mod = importlib.import_module(_DELEGATES[argv[0]])
         return int(mod.main(argv[1:]) or 0)
     args = build_parser().parse_args(argv)
     try:

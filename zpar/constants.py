@@ -113,3 +113,44 @@ SIGNAL_SUFFIX = b"/signal"
 
 #: --ip values that mean "every interface" (bound as ``*``, advertised by host name).
 WILDCARDS = ("0.0.0.0", "*", "::", "")
+
+# -- rendezvous (issue 16): the hub's IMPI-style rendezvous for engine communicators --------
+
+#: Seconds a rendezvous has, from its first member's arrival to every member's DONE, before
+#: every member fails with an error naming the missing ones.
+RENDEZVOUS_TIMEOUT = 60.0
+
+#: zpar's own COLL labels (IMPI's are 0x1000..0x3100, seed 004): 'ZP' in the high bytes, so
+#: no IMPI label collides. Members send labels in ascending order.
+ZPAR_LABEL_BASE = 0x5A500000
+ZPAR_LABEL_MAX = 0x5A50FFFF
+ZPAR_LABEL_HOSTNAME = ZPAR_LABEL_BASE + 0x100
+ZPAR_LABEL_ENDPOINTS = ZPAR_LABEL_BASE + 0x200
+ZPAR_LABEL_PARAMS = ZPAR_LABEL_BASE + 0x300
+
+#: Appended to an engine's uuid with the communicator's id: the identity of a rendezvous
+#: member's socket on the hub's registration ROUTER.
+RENDEZVOUS_SUFFIX = b"/rdv/"
+
+# -- engine communicator (issue 16, comm/): IMPI's negotiated parameters (seed 003) ---------
+
+#: Payloads of at least this many bytes use the collectives' long protocol (pipelined in
+#: chunks); IMPI_C_COLL_XSIZE's default for IMPI 0.0.
+COLL_XSIZE = 1024
+
+#: Collectives use logarithmic algorithms from this many hosts on, linear below;
+#: IMPI_C_COLL_MAXLINEAR's default for IMPI 0.0.
+COLL_MAXLINEAR = 4
+
+#: Largest packet payload on a peer link (IMPI_Pk_maxdatalen). Large enough that a Python
+#: loop per packet costs little against the copy; a message above it is "long" (its rest
+#: waits for the receiver to match it) and collectives pipeline chunks of this size.
+PK_MAXDATALEN = 1024 * 1024
+
+#: The receiver acknowledges every PK_ACKMARK packets; the sender stops at PK_HIWATER
+#: unacknowledged ones (IMPI_Pk_ackmark / IMPI_Pk_hiwater, 1 <= ackmark <= hiwater): at most
+#: 8 x 1 MiB = 8 MiB queued toward one slow receiver per sender, and a shared-memory ring of
+#: 8 MiB per pair of processes on one host that exchanged a long message (8 engines, all
+#: pairs: 448 MiB of /dev/shm); 16 measured no faster.
+PK_ACKMARK = 4
+PK_HIWATER = 8

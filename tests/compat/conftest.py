@@ -10,8 +10,6 @@ import pytest
 
 import zpar as ipp
 
-FAST_HB = ["--hb-period", "0.1", "--hb-misses", "4"]
-
 
 def wait_until(condition, what, timeout=30.0):
     """Poll ``condition`` until true; fail naming ``what`` after ``timeout`` seconds."""
@@ -33,7 +31,7 @@ def _ship_test_module_by_value(request):
 def cluster(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setenv("ZPAR_DIR", str(tmp_path_factory.mktemp("zpar-compat")))
-    c = ipp.Cluster(n=2, controller_args=FAST_HB, timeout=60, log_level="INFO")
+    c = ipp.Cluster(n=2, timeout=60, log_level="INFO")
     c.start()
     yield c
     c.stop()

@@ -23,6 +23,7 @@ SAMPLES = {
     "list | str": "all",
     "str | None": "42",
     "Any": 7,
+    "bytes": b"\x00\xff",
 }
 
 

@@ -1,0 +1,596 @@
+"""The collective algorithms and the rules that pick one (seed 003 chapter 4, issue 16).
+
+- hosts < coll_maxlinear: *linear* (the root talks to every host); else *logarithmic*: a
+  binomial tree, recursive doubling (short allreduce / allgather) or a ring (long allreduce
+  over arrays, allgather on a non-power-of-two group).
+- payload < coll_xsize bytes: *short* (one message per edge); else *long*: arrays are cut in
+  chunks of ``chunk`` bytes and each chunk goes down (or up) the tree as soon as it arrives,
+  so the tree's levels work at once (a pipeline).
+- ranks sharing a host: *two-phase*: host masters first, then their local ranks (only for
+  commutative reductions: regrouping by host changes the order of operands).
+
+Every collective call takes the next tag of the collective context, so the messages of two
+successive collectives never match each other. Python objects travel pickled; arrays raw.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .ops import Op
+from .p2p import P2P, unpickle
+from .peerwire import CTX_COLL, ENC_PICKLE, ENC_RAW
+from .topology import Topology, group_tree
+
+
+def _dumps(obj: Any) -> bytes:
+    return pickle.dumps(obj, protocol=5)
+
+
+def _flat(a: np.ndarray) -> memoryview:
+    return memoryview(a.reshape(-1).view(np.uint8))
+
+
+class Collectives:
+    """Collective operations of one rank; ``last_algorithm`` names the algorithm of the
+    last call ("linear", "binomial", "recursive_doubling", "ring", "pairwise")."""
+
+    def __init__(
+        self, p2p: P2P, topo: Topology, *, coll_xsize: int, coll_maxlinear: int, chunk: int
+    ) -> None:
+        self.p2p, self.topo = p2p, topo
+        self.rank, self.size = p2p.rank, p2p.size
+        self.xsize, self.maxlinear, self.chunk = coll_xsize, coll_maxlinear, max(1, chunk)
+        self._seq = 0
+        self.last_algorithm = ""
+        self.last_protocol = ""
+        self.last_two_phase = False
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def _begin(self, algorithm: str, protocol: str = "short", two_phase: bool = False) -> None:
+        self._seq = (self._seq + 1) & 0x7FFFFFFF
+        self.last_algorithm, self.last_protocol = algorithm, protocol
+        self.last_two_phase = two_phase
+
+    def _label(self, algorithm: str, protocol: str, two_phase: bool) -> None:
+        self.last_algorithm, self.last_protocol = algorithm, protocol
+        self.last_two_phase = two_phase
+
+    @property
+    def logarithmic(self) -> bool:
+        return self.topo.nhosts >= self.maxlinear
+
+    def _tree_name(self) -> str:
+        return "binomial" if self.logarithmic else "linear"
+
+    def _isend(self, dest: int, data: Any, enc: int = ENC_RAW) -> Any:
+        return self.p2p.post_send(dest, data, self._seq, CTX_COLL, enc)
+
+    def _irecv(self, src: int, buf: Any = None) -> Any:
+        return self.p2p.post_recv(src, self._seq, CTX_COLL, buf)
+
+    def _wait(self, ops: list[Any], what: str) -> None:
+        self.p2p.wait(ops, what)
+
+    def _sendrecv_arr(self, dest: int, send: Any, src: int, recv: Any) -> None:
+        r = self._irecv(src, recv)
+        s = self._isend(dest, send)
+        self._wait([r, s], "collective exchange")
+
+    # -- barrier ----------------------------------------------------------------------------
+
+    def barrier(self) -> None:
+        two = self.topo.shared
+        self._begin(self._tree_name(), two_phase=two)
+        parent, children = self.topo.tree(0, self.logarithmic, two, self.maxlinear)
+        self._wait([self._irecv(c) for c in children], "barrier (fan-in)")
+        if parent is not None:
+            self._wait([self._isend(parent, b"")], "barrier")
+            self._wait([self._irecv(parent)], "barrier (fan-out)")
+        self._wait([self._isend(c, b"") for c in children], "barrier")
+
+    # -- broadcast --------------------------------------------------------------------------
+
+    def bcast_obj(self, obj: Any, root: int) -> Any:
+        two = self.topo.shared
+        self._begin(self._tree_name(), two_phase=two)
+        parent, children = self.topo.tree(root, self.logarithmic, two, self.maxlinear)
+        if parent is None:
+            data: Any = _dumps(obj)
+        else:
+            r = self._irecv(parent)
+            self._wait([r], "bcast")
+            data = r.data
+        self._wait([self._isend(c, data, ENC_PICKLE) for c in reversed(children)], "bcast")
+        return obj if parent is None else pickle.loads(data)
+
+    def bcast_arr(self, arr: np.ndarray, root: int) -> None:
+        """Fill ``arr`` everywhere with the root's; long arrays pipelined in chunks."""
+        two = self.topo.shared
+        view = _flat(arr)
+        long = len(view) >= self.xsize
+        self._begin(self._tree_name(), "long" if long else "short", two)
+        parent, children = self.topo.tree(root, self.logarithmic, two, self.maxlinear)
+        step = self.chunk if long else max(1, len(view))
+        pieces = [view[i : i + step] for i in range(0, len(view), step)] or [view]
+        recvs = [self._irecv(parent, p) for p in pieces] if parent is not None else []
+        sends = []
+        for k, piece in enumerate(pieces):
+            if recvs:
+                self._wait([recvs[k]], "Bcast")
+            sends += [self._isend(c, piece) for c in reversed(children)]
+        self._wait(sends, "Bcast")
+
+    # -- reduction --------------------------------------------------------------------------
+
+    def _reduce_tree(self, root: int, op: Op) -> tuple[int | None, list[int], int | None]:
+        """The tree a reduction to ``root`` climbs, and where its top must forward the
+        result when the tree's root is not ``root`` (non-commutative ops keep rank order:
+        a flat tree rooted at rank 0, then 0 sends to root)."""
+        if op.commute:
+            return (*self.topo.tree(root, self.logarithmic, self.topo.shared, self.maxlinear), None)
+        parent, children = group_tree(list(range(self.size)), self.rank, self.logarithmic)
+        return parent, children, (root if root != 0 else None)
+
+    def reduce_obj(self, obj: Any, op: Op, root: int) -> Any:
+        parent, children, forward = self._reduce_tree(root, op)
+        self._begin(self._tree_name(), two_phase=op.commute and self.topo.shared)
+        recvs = [self._irecv(c) for c in children]
+        self._wait(recvs, "reduce")
+        acc = obj
+        for r in recvs:
+            acc = op(acc, unpickle(r))
+        if parent is not None:
+            self._wait([self._isend(parent, _dumps(acc), ENC_PICKLE)], "reduce")
+            acc = None
+        if forward is not None:
+            if parent is None:
+                self._wait([self._isend(forward, _dumps(acc), ENC_PICKLE)], "reduce")
+                acc = None
+            elif self.rank == forward:
+                r = self._irecv(0)
+                self._wait([r], "reduce")
+                acc = unpickle(r)
+        return acc if self.rank == root else None
+
+    def reduce_arr(self, arr: np.ndarray, op: Op, root: int) -> np.ndarray | None:
+        """lower-to-higher reduction of every rank's ``arr``; the result on root only.
+        Long arrays reduce chunk by chunk so the levels of the tree overlap."""
+        parent, children, forward = self._reduce_tree(root, op)
+        nbytes = arr.nbytes
+        long = nbytes >= self.xsize and arr.ndim > 0 and arr.size > 1
+        self._begin(self._tree_name(), "long" if long else "short", op.commute and self.topo.shared)
+        flat = arr.reshape(-1)
+        per = max(1, self.chunk // max(1, arr.itemsize)) if long else max(1, flat.size)
+        bounds = [(i, min(flat.size, i + per)) for i in range(0, flat.size, per)] or [(0, 0)]
+        incoming = [
+            [(self._irecv(c, b := np.empty(hi - lo, arr.dtype)), b) for c in children]
+            for lo, hi in bounds
+        ]
+        out = np.empty_like(flat)
+        sends = []
+        for k, (lo, hi) in enumerate(bounds):
+            acc = flat[lo:hi]
+            self._wait([r for r, _ in incoming[k]], "Reduce")
+            for _, b in incoming[k]:
+                acc = op.combine(acc, b)
+            if parent is not None:
+                acc = np.ascontiguousarray(acc)
+                sends.append((self._isend(parent, _flat(acc)), acc))
+            else:
+                out[lo:hi] = acc
+        self._wait([s for s, _ in sends], "Reduce")
+        if forward is not None:
+            if parent is None:
+                self._wait([self._isend(forward, _flat(out))], "Reduce")
+            elif self.rank == forward:
+                self._wait([self._irecv(0, out)], "Reduce")
+        return out.reshape(arr.shape) if self.rank == root else None
+
+    def _one_host(self, op: Op) -> bool:
+        """Every rank on one host, several of them, and an op that may be regrouped."""
+        return self.topo.nhosts == 1 and self.size > 1 and op.commute
+
+    def allreduce_obj(self, obj: Any, op: Op) -> Any:
+        if (self.logarithmic or self._one_host(op)) and op.commute:
+            out = self._recursive_doubling_obj(obj, op)
+            self.last_two_phase = self.topo.shared
+            return out
+        acc = self.reduce_obj(obj, op, 0)
+        labels = self.last_algorithm, self.last_protocol, self.last_two_phase
+        acc = self.bcast_obj(acc, 0)
+        self._label(*labels)
+        return acc
+
+    def allreduce_arr(self, arr: np.ndarray, op: Op) -> np.ndarray:
+        long = arr.nbytes >= self.xsize
+        if self._one_host(op):
+            # no global phase: the local phase is ours to choose (IMPI), so the fast one
+            self._begin("recursive_doubling", "long" if long else "short", True)
+            group = list(range(self.size))
+            if long and arr.size >= self.size and self.size > 2:  # two: one exchange is less
+                out = self._ring_allreduce(arr, op, group)
+            else:
+                out = self._recursive_doubling_arr(np.ascontiguousarray(arr), op, group)
+            self._label(self.last_algorithm, "long" if long else "short", True)
+            return out
+        if self.logarithmic and op.commute:
+            # one tag for all three phases: ranks outside the masters' phase stay in step
+            self._begin("recursive_doubling", "short", self.topo.shared)
+            local = self._local_reduce_arr(arr, op)
+            acc = None
+            if local is not None:
+                masters, partial = local
+                if long and arr.size >= len(masters) and len(masters) > 2:
+                    acc = self._ring_allreduce(partial, op, masters)
+                else:
+                    acc = self._recursive_doubling_arr(partial, op, masters)
+                    self.last_protocol = "long" if long else "short"
+            name, proto = self.last_algorithm, self.last_protocol
+            acc = self._local_bcast_arr(acc, arr)
+            self._label(name, proto, self.topo.shared)
+            return acc
+        acc = self.reduce_arr(arr, op, 0)
+        labels = self.last_algorithm, self.last_protocol, self.last_two_phase
+        out = acc if acc is not None else np.empty_like(arr)
+        self.bcast_arr(out, 0)
+        self._label(*labels)  # the reduction's: it decides the order operands meet
+        return out
+
+    def _local_reduce_arr(self, arr: np.ndarray, op: Op) -> tuple[list[int], np.ndarray] | None:
+        """Two-phase first step: local ranks to their master. (masters, partial) on a
+        master, None elsewhere."""
+        self._begin("linear", two_phase=self.topo.shared)
+        master = self.topo.master_of(self.rank)
+        if self.rank != master:
+            self._wait([self._isend(master, _flat(np.ascontiguousarray(arr)))], "local reduce")
+            return None
+        acc = arr
+        for r in self.topo.local_ranks(self.rank)[1:]:
+            b = np.empty_like(arr)
+            self._wait([self._irecv(r, b)], "local reduce")
+            acc = op.combine(acc, b)
+        return self.topo.masters, np.ascontiguousarray(acc)
+
+    def _local_bcast_arr(self, acc: np.ndarray | None, like: np.ndarray) -> np.ndarray:
+        master = self.topo.master_of(self.rank)
+        if self.rank != master:
+            out = np.empty_like(like)
+            self._wait([self._irecv(master, out)], "local bcast")
+            return out
+        assert acc is not None
+        sends = [self._isend(r, _flat(acc)) for r in self.topo.local_ranks(self.rank)[1:]]
+        self._wait(sends, "local bcast")
+        return acc
+
+    def _recursive_doubling_arr(self, arr: np.ndarray, op: Op, group: list[int]) -> np.ndarray:
+        self._label("recursive_doubling", "short", self.topo.shared)
+
+        def exchange(peer: int, val: np.ndarray) -> np.ndarray:
+            got = np.empty_like(val)
+            self._sendrecv_arr(peer, _flat(val), peer, got)
+            return got
+
+        return _recursive_doubling(
+            group,
+            self.rank,
+            arr,
+            exchange,
+            lambda lo, hi: np.ascontiguousarray(op.combine(lo, hi)),
+            self._isend_arr_wait,
+            self._recv_like(arr),
+        )
+
+    def _isend_arr_wait(self, dest: int, val: Any) -> None:
+        self._wait([self._isend(dest, _flat(val))], "allreduce")
+
+    def _recv_like(self, like: np.ndarray) -> Callable[[int], np.ndarray]:
+        def recv(src: int) -> np.ndarray:
+            out = np.empty_like(like)
+            self._wait([self._irecv(src, out)], "allreduce")
+            return out
+
+        return recv
+
+    def _recursive_doubling_obj(self, obj: Any, op: Op) -> Any:
+        self._begin("recursive_doubling", "short", False)
+        group = list(range(self.size))
+
+        def exchange(peer: int, val: Any) -> Any:
+            r = self._irecv(peer)
+            s = self._isend(peer, _dumps(val), ENC_PICKLE)
+            self._wait([r, s], "allreduce")
+            return unpickle(r)
+
+        def send(dest: int, val: Any) -> None:
+            self._wait([self._isend(dest, _dumps(val), ENC_PICKLE)], "allreduce")
+
+        def recv(src: int) -> Any:
+            r = self._irecv(src)
+            self._wait([r], "allreduce")
+            return unpickle(r)
+
+        return _recursive_doubling(group, self.rank, obj, exchange, op, send, recv)
+
+    def _ring_allreduce(self, arr: np.ndarray, op: Op, group: list[int]) -> np.ndarray:
+        """Reduce-scatter then allgather around the ring of ``group`` (each rank sends
+        2(n-1)/n of the array in all: the bandwidth-optimal choice for long arrays)."""
+        self._label("ring", "long", self.topo.shared)
+        n = len(group)
+        i = group.index(self.rank)
+        right, left = group[(i + 1) % n], group[(i - 1) % n]
+        acc = np.ascontiguousarray(arr).reshape(-1).copy()
+        cuts = np.linspace(0, acc.size, n + 1).astype(int)
+        seg = [acc[cuts[k] : cuts[k + 1]] for k in range(n)]
+        for step in range(n - 1):
+            s, r = (i - step) % n, (i - step - 1) % n
+            got = np.empty_like(seg[r])
+            self._sendrecv_arr(right, _flat(seg[s]), left, got)
+            seg[r][...] = op.combine(got, seg[r])
+        for step in range(n - 1):
+            s, r = (i + 1 - step) % n, (i - step) % n
+            self._sendrecv_arr(right, _flat(seg[s]), left, seg[r])
+        return acc.reshape(arr.shape)
+
+    # -- gather / scatter / allgather / alltoall --------------------------------------------
+
+    def gather_obj(self, obj: Any, root: int) -> list[Any] | None:
+        """Binomial (each node forwards its subtree's items) or linear."""
+        self._begin(self._tree_name())
+        group = [(root + k) % self.size for k in range(self.size)]
+        parent, children = group_tree(group, self.rank, self.logarithmic)
+        items = {self.rank: obj}
+        recvs = [self._irecv(c) for c in children]
+        self._wait(recvs, "gather")
+        for r in recvs:
+            items.update(unpickle(r))
+        if parent is not None:
+            self._wait([self._isend(parent, _dumps(items), ENC_PICKLE)], "gather")
+            return None
+        return [items[r] for r in range(self.size)]
+
+    def scatter_obj(self, objs: Any, root: int) -> Any:
+        self._begin(self._tree_name())
+        group = [(root + k) % self.size for k in range(self.size)]
+        parent, children = group_tree(group, self.rank, self.logarithmic)
+        if parent is None:
+            objs = list(objs)
+            if len(objs) != self.size:
+                raise ValueError(f"scatter needs {self.size} items on the root, got {len(objs)}")
+            items = dict(enumerate(objs))
+        else:
+            r = self._irecv(parent)
+            self._wait([r], "scatter")
+            items = unpickle(r)
+        sends = []
+        n = len(group)
+        for c in children:
+            ci = group.index(c)
+            span = _subtree_span(ci, n)
+            sub = {group[j]: items[group[j]] for j in range(ci, ci + span)}
+            sends.append(self._isend(c, _dumps(sub), ENC_PICKLE))
+        self._wait(sends, "scatter")
+        return items[self.rank]
+
+    def allgather_obj(self, obj: Any) -> list[Any]:
+        if not self.logarithmic:
+            items = self.gather_obj(obj, 0)
+            out = self.bcast_obj(items, 0)
+            self.last_algorithm = "linear"
+            return out
+        return self._ring_allgather_obj(obj)
+
+    def _ring_allgather_obj(self, obj: Any) -> list[Any]:
+        self._begin("ring")
+        n, i = self.size, self.rank
+        right, left = (i + 1) % n, (i - 1) % n
+        items: list[Any] = [None] * n
+        items[i] = obj
+        data = _dumps(obj)
+        for step in range(n - 1):
+            r = self._irecv(left)
+            s = self._isend(right, data, ENC_PICKLE)
+            self._wait([r, s], "allgather")
+            data = bytes(r.data)
+            items[(i - step - 1) % n] = pickle.loads(data)
+        return items
+
+    def gather_arr(self, send: np.ndarray, recv: np.ndarray | None, root: int) -> None:
+        """Linear: the root receives each block straight into its place (long or short;
+        a tree would move every byte more than once)."""
+        self._begin("linear", "long" if send.nbytes >= self.xsize else "short")
+        if self.rank != root:
+            self._wait([self._isend(root, _flat(np.ascontiguousarray(send)))], "Gather")
+            return
+        assert recv is not None
+        blocks = _blocks(recv, self.size, "Gather")
+        ops = [self._irecv(r, blocks[r]) for r in range(self.size) if r != root]
+        blocks[root][...] = send.reshape(blocks[root].shape)
+        self._wait(ops, "Gather")
+
+    def scatter_arr(self, send: np.ndarray | None, recv: np.ndarray, root: int) -> None:
+        self._begin("linear", "long" if recv.nbytes >= self.xsize else "short")
+        if self.rank != root:
+            self._wait([self._irecv(root, recv)], "Scatter")
+            return
+        assert send is not None
+        blocks = _blocks(send, self.size, "Scatter")
+        ops = [self._isend(r, _flat(blocks[r])) for r in range(self.size) if r != root]
+        recv[...] = blocks[root].reshape(recv.shape)
+        self._wait(ops, "Scatter")
+
+    def allgather_arr(self, send: np.ndarray, recv: np.ndarray) -> None:
+        blocks = _blocks(recv, self.size, "Allgather")
+        blocks[self.rank][...] = send.reshape(blocks[self.rank].shape)
+        n, i = self.size, self.rank
+        if not self.logarithmic:
+            self.gather_arr(send, recv if i == 0 else None, 0)
+            self.bcast_arr(recv, 0)
+            self.last_algorithm = "linear"
+            return
+        if n & (n - 1) == 0 and send.nbytes < self.xsize:
+            self._begin("recursive_doubling")
+            flat, per = recv.reshape(-1), blocks[0].size
+            mask = 1
+            while mask < n:  # after the round for ``mask`` I hold my 2*mask group's blocks
+                peer = i ^ mask
+                mine, theirs = (i // mask) * mask * per, (peer // mask) * mask * per
+                self._sendrecv_arr(
+                    peer,
+                    _flat(flat[mine : mine + mask * per]),
+                    peer,
+                    flat[theirs : theirs + mask * per],
+                )
+                mask <<= 1
+            return
+        self._begin("ring", "long" if send.nbytes >= self.xsize else "short")
+        right, left = (i + 1) % n, (i - 1) % n
+        for step in range(n - 1):
+            s, r = (i - step) % n, (i - step - 1) % n
+            self._sendrecv_arr(right, _flat(blocks[s]), left, blocks[r])
+
+    def alltoall_obj(self, objs: Any) -> list[Any]:
+        objs = list(objs)
+        if len(objs) != self.size:
+            raise ValueError(f"alltoall needs {self.size} items, got {len(objs)}")
+        self._begin("pairwise")
+        out: list[Any] = [None] * self.size
+        out[self.rank] = objs[self.rank]
+        for step in range(1, self.size):
+            dest, src = (self.rank + step) % self.size, (self.rank - step) % self.size
+            r = self._irecv(src)
+            s = self._isend(dest, _dumps(objs[dest]), ENC_PICKLE)
+            self._wait([r, s], "alltoall")
+            out[src] = unpickle(r)
+        return out
+
+    def gatherv_bytes(self, send: memoryview, blocks: list[memoryview] | None, root: int) -> None:
+        """Linear: each rank's bytes straight into the root's block for it (Gatherv)."""
+        self._begin("linear", "long" if len(send) >= self.xsize else "short")
+        if self.rank != root:
+            self._wait([self._isend(root, send)], "Gatherv")
+            return
+        assert blocks is not None
+        ops = [self._irecv(r, blocks[r]) for r in range(self.size) if r != root]
+        blocks[root][:] = send
+        self._wait(ops, "Gatherv")
+
+    def scatterv_bytes(self, blocks: list[memoryview] | None, recv: memoryview, root: int) -> None:
+        """Linear: the root's block for each rank straight into its buffer (Scatterv)."""
+        self._begin("linear", "long" if len(recv) >= self.xsize else "short")
+        if self.rank != root:
+            self._wait([self._irecv(root, recv)], "Scatterv")
+            return
+        assert blocks is not None
+        ops = [self._isend(r, blocks[r]) for r in range(self.size) if r != root]
+        recv[:] = blocks[root]
+        self._wait(ops, "Scatterv")
+
+    def alltoallv_arr(self, send: list[memoryview], recv: list[memoryview]) -> None:
+        """Pairwise exchange of per-peer byte blocks (Alltoall and Alltoallv)."""
+        self._begin("pairwise", "long" if len(send[0]) >= self.xsize else "short")
+        recv[self.rank][:] = send[self.rank]
+        for step in range(1, self.size):
+            dest, src = (self.rank + step) % self.size, (self.rank - step) % self.size
+            self._sendrecv_arr(dest, send[dest], src, recv[src])
+
+    # -- scan -------------------------------------------------------------------------------
+
+    def scan_obj(self, obj: Any, op: Op, exclusive: bool = False) -> Any:
+        if not self.logarithmic:
+            return self._chain_scan(obj, op, exclusive)
+        self._begin("recursive_doubling")
+        result, partial = obj, obj
+        have_excl, excl = False, None
+        mask = 1
+        while mask < self.size:
+            peer = self.rank ^ mask
+            if peer < self.size:
+                r = self._irecv(peer)
+                s = self._isend(peer, _dumps(partial), ENC_PICKLE)
+                self._wait([r, s], "scan")
+                got = unpickle(r)
+                if self.rank > peer:
+                    partial = op(got, partial)
+                    result = op(got, result)
+                    excl = op(got, excl) if have_excl else got
+                    have_excl = True
+                else:
+                    partial = op(partial, got)
+            mask <<= 1
+        if exclusive:
+            return excl if have_excl else None
+        return result
+
+    def _chain_scan(self, obj: Any, op: Op, exclusive: bool) -> Any:
+        self._begin("linear")
+        prefix = None
+        if self.rank > 0:
+            r = self._irecv(self.rank - 1)
+            self._wait([r], "scan")
+            prefix = unpickle(r)
+        mine = obj if prefix is None else op(prefix, obj)
+        if self.rank < self.size - 1:
+            self._wait([self._isend(self.rank + 1, _dumps(mine), ENC_PICKLE)], "scan")
+        return prefix if exclusive else mine
+
+    def scan_arr(self, arr: np.ndarray, op: Op, exclusive: bool = False) -> np.ndarray | None:
+        """Inclusive prefix (or exclusive: None on rank 0) along the chain of ranks."""
+        self._begin("linear", "long" if arr.nbytes >= self.xsize else "short")
+        mine = np.ascontiguousarray(arr)
+        prefix = None
+        if self.rank > 0:
+            prefix = np.empty_like(mine)
+            self._wait([self._irecv(self.rank - 1, prefix)], "Scan")
+            mine = np.ascontiguousarray(op.combine(prefix, mine))
+        if self.rank < self.size - 1:
+            self._wait([self._isend(self.rank + 1, _flat(mine))], "Scan")
+        return prefix if exclusive else mine
+
+
+def _recursive_doubling(group, me, val, exchange, combine, send, recv):  # noqa: ANN001, ANN202
+    """Allreduce by recursive doubling over ``group`` (MPICH's scheme for any size: the
+    first 2*rem members pair up so a power of two take part, then hand the result back).
+    Both partners combine lower-index operand first, so every rank gets identical bits."""
+    n = len(group)
+    i = group.index(me)
+    pof2 = 1 << (n.bit_length() - 1)
+    rem = n - pof2
+    if i < 2 * rem:
+        if i % 2 == 0:
+            send(group[i + 1], val)
+            return recv(group[i + 1])
+        val = combine(recv(group[i - 1]), val)
+        newrank = i // 2
+    else:
+        newrank = i - rem
+    mask = 1
+    while mask < pof2:
+        pn = newrank ^ mask
+        pi = pn * 2 + 1 if pn < rem else pn + rem
+        got = exchange(group[pi], val)
+        val = combine(got, val) if pi < i else combine(val, got)
+        mask <<= 1
+    if i < 2 * rem:
+        send(group[i - 1], val)
+    return val
+
+
+def _subtree_span(i: int, n: int) -> int:
+    if i == 0:
+        return n
+    low = i & -i
+    return min(low, n - i)
+
+
+def _blocks(buf: np.ndarray, n: int, what: str) -> list[np.ndarray]:
+    flat = buf.reshape(-1)
+    if flat.size % n:
+        raise ValueError(f"{what}: buffer of {flat.size} elements does not split in {n} blocks")
+    per = flat.size // n
+    return [flat[k * per : (k + 1) * per] for k in range(n)]
