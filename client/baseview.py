@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from zpar.errors import SerializationError
+from zpar.tasklimits import parse_time_limit
 
 from .asyncresult import AsyncMapResult, AsyncResult
 from .executor import ViewExecutor
@@ -50,7 +51,7 @@ class View:
     """Flags shared by every view; subclasses say where a message goes."""
 
     #: names set_flags / temp_flags accept (subclasses add theirs)
-    FLAGS: tuple[str, ...] = ("block", "targets", "track", "label")
+    FLAGS: tuple[str, ...] = ("block", "targets", "track", "label", "time_limit")
 
     def __init__(self, client: Any, targets: Any, block: bool = False) -> None:
         self.client = client
@@ -60,6 +61,9 @@ class View:
         self.track = False
         #: a name for the calls of this view, kept in their request metadata
         self.label: str | None = None
+        #: seconds a call may run on its engine before it is interrupted and fails with
+        #: zpar.TaskTimeout (engine.timelimit); None: no limit
+        self.time_limit: float | None = None
         self._executor: ViewExecutor | None = None
 
     def __len__(self) -> int:
@@ -90,6 +94,9 @@ class View:
         return calls
 
     def set_flags(self, **flags: Any) -> View:
+        limit = flags.get("time_limit")
+        if limit is not None:
+            parse_time_limit({"time_limit": limit})  # ValueError now, not on the engine
         for k, v in flags.items():
             if k not in self.FLAGS:
                 raise KeyError(
@@ -240,7 +247,10 @@ class View:
 
     def _metadata_flags(self, label: str | None = None) -> dict[str, Any]:
         label = self.label if label is None else label
-        return {"label": label} if label else {}
+        md: dict[str, Any] = {"label": label} if label else {}
+        if self.time_limit is not None:
+            md["time_limit"] = float(self.time_limit)
+        return md
 
     def _finish(self, ar: AsyncResult, block: bool, track: bool | None = None) -> Any:
         if self.track if track is None else track:

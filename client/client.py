@@ -19,6 +19,7 @@ from typing import Any
 
 from zpar.connection import default_url_file, profile_dir, wait_for_connection_file
 from zpar.constants import DEFAULT_PROFILE, HUB_TIMEOUT
+from zpar.curve import keys_of
 from zpar.dependency import to_wire
 from zpar.errors import (
     HubRefused,
@@ -147,6 +148,9 @@ class Client(ClientCompatMixin):
         info = wait_for_connection_file(path, timeout)
         self.session = Session(info.key or None, allow_insecure=not info.key)
         self._io = ClientIO(self.session)
+        self._io.curve = keys_of(info)
+        self._io.where = str(path)
+        self._io.controller = f"at {info.registration} (pid {info.controller_pid})"
         self._direct_caller = DirectCaller(self._io, self.session)
         self._io.connect("query", info.registration)
         self._io.start()
@@ -351,7 +355,10 @@ class Client(ClientCompatMixin):
         if uuid is not None:
             frames = [uuid.encode(), *frames]
         uuids = [self._engine_uuid(i) for i in broadcast] if broadcast is not None else None
-        fut = self._io.submit(channel, frames, msg_id, uuid, track=track, broadcast=uuids)
+        resubmit = channel == "task" and bool(metadata and metadata.get("retries"))
+        fut = self._io.submit(
+            channel, frames, msg_id, uuid, track=track, broadcast=uuids, resubmit=resubmit
+        )
         fut.zpar_submitted = header["date"]  # type: ignore[attr-defined]
         if msg_type in _HISTORY_TYPES:  # work, not queries and control (as ipyparallel)
             self.history.append(msg_id)

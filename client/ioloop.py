@@ -28,14 +28,22 @@ from typing import Any
 import msgpack
 import zmq
 
-from zpar.constants import WELCOME
-from zpar.errors import EngineError, RemoteProtocolError
+from zpar.constants import BAD_KEY, WELCOME
+from zpar.curve import secure
+from zpar.errors import (
+    EngineError,
+    RemoteProtocolError,
+    WrongKey,
+    ZparError,
+)
 from zpar.messages import MsgType, Status
+from zpar.privacy import iopub_topic
 from zpar.sockets import configure
 from zpar.transport import direct_address, usable_ipc
 from zpar.wire import Message, Session, recv_message, send_frames
 
 from .futures import ReplyFuture, resolve
+from .iofaults import HANDSHAKE_FAILED, FaultHandling
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +56,7 @@ _ENGINE_NOTIFICATIONS = frozenset(
 )
 
 
-class ClientIO:
+class ClientIO(FaultHandling):
     """Owns the sockets; everything else talks to it through submit() and futures."""
 
     def __init__(self, session: Session, context: zmq.Context | None = None) -> None:
@@ -88,17 +96,38 @@ class ClientIO:
         self._direct_watch: dict[str, set[Future]] = {}
         self._direct_lock = threading.Lock()
         self._packb = msgpack.Packer(use_bin_type=True).pack  # this thread's own
+        #: zpar.curve.CurveKeys of a --curve cluster: every socket to the controller uses them
+        self.curve: Any = None
+        #: the connection file, named in errors
+        self.where = ""
+        #: the query socket's refused handshakes (wrong Curve keys) and lost connection
+        #: (the controller gone), for the client's life
+        self._controller_monitor: zmq.Socket | None = None
+        #: set once the controller refused our key, or is gone: every later request fails
+        self.wrong_key: ZparError | None = None
+        #: load-balanced requests not answered yet: their frames when they carry retries
+        #: (resent if the task scheduler dies), else None (failed then)
+        self._task_path: dict[str, list[Any] | None] = {}
+        #: the controller's registration address and pid, named when it is lost
+        self.controller = ""
 
     # -- set-up -------------------------------------------------------------------------
 
     def connect(self, channel: str, addr: str) -> None:
         """Create and connect a DEALER before the thread starts (or from the thread)."""
-        sock = configure(self.context.socket(zmq.DEALER))
+        sock = secure(configure(self.context.socket(zmq.DEALER)), self.curve)
+        if channel == "query" and self._thread is None:
+            # a handshake refused (wrong or missing Curve keys) fails the connection at
+            # once as a wrong key, not as a controller that does not answer; a connection
+            # lost fails what is pending as a lost controller, not a silent hang
+            self._controller_monitor = sock.get_monitor_socket(
+                HANDSHAKE_FAILED | zmq.EVENT_DISCONNECTED
+            )
         sock.connect(addr)
         self._sockets[channel] = sock
 
     def subscribe_notifications(self, addr: str) -> None:
-        sock = configure(self.context.socket(zmq.SUB))
+        sock = secure(configure(self.context.socket(zmq.SUB)), self.curve)
         sock.setsockopt(zmq.SUBSCRIBE, b"")
         sock.connect(addr)
         self._sockets["notification"] = sock
@@ -134,8 +163,9 @@ class ClientIO:
 
         def _watch() -> None:
             if "iopub" not in self._sockets:
-                sock = configure(self.context.socket(zmq.SUB))
-                sock.setsockopt(zmq.SUBSCRIBE, b"")
+                sock = secure(configure(self.context.socket(zmq.SUB)), self.curve)
+                # the relay admits only the cluster's topic (hub.iopubgate)
+                sock.setsockopt(zmq.SUBSCRIBE, iopub_topic(self.session.key))
                 sock.connect(self.iopub_addr)
                 self._sockets["iopub"] = sock
                 self._poller.register(sock, zmq.POLLIN)
@@ -163,14 +193,22 @@ class ClientIO:
         engine_uuid: str | None = None,
         track: bool = False,
         broadcast: list[str] | None = None,
+        resubmit: bool = False,
     ) -> Future:
         """Queue signed frames for sending; the future resolves with the reply (a LazyMessage).
 
         track: keep zmq's MessageTrackers of the zero-copy frames on the future
         (``zpar_trackers``), to know when the caller may modify the arrays sent.
         broadcast: engine uuids that will each reply; the returned future only tracks the
-        send, ``fut.zpar_broadcast`` maps each uuid to the future of its reply."""
+        send, ``fut.zpar_broadcast`` maps each uuid to the future of its reply.
+        resubmit: a load-balanced request with retries, sent again (these frames) if the
+        task scheduler dies before it is answered; others on the task path fail then."""
         fut: Future = ReplyFuture()
+        if self.wrong_key is not None:
+            fut.set_exception(self.wrong_key)
+            return fut
+        if channel == "task":
+            self._task_path[msg_id] = frames if resubmit else None
         if track:
             fut.zpar_trackers = []  # type: ignore[attr-defined]
         if broadcast:
@@ -293,6 +331,9 @@ class ClientIO:
         self._poller = poller = zmq.Poller()
         poller.register(self._wake_r, zmq.POLLIN)
         handlers: dict[Any, Callable[[zmq.Socket], None]] = {}
+        if self._controller_monitor is not None:
+            poller.register(self._controller_monitor, zmq.POLLIN)
+            handlers[self._controller_monitor] = self._on_controller_event
         for sock in self._sockets.values():
             poller.register(sock, zmq.POLLIN)
         try:
@@ -317,6 +358,7 @@ class ClientIO:
                 if not fut.done():
                     fut.set_exception(EngineError("client I/O thread crashed: see the log"))
         finally:
+            self._end_controller_watch()
             for sock in self._sockets.values():
                 sock.close(linger=0)
 
@@ -384,10 +426,21 @@ class ClientIO:
 
     def _on_reply(self, sock: zmq.Socket, private: bool = False) -> None:
         frames = recv_message(sock, zmq.NOBLOCK)
+        if frames == [BAD_KEY] and sock is self._sockets.get("query"):
+            self._fail_all(
+                WrongKey(
+                    "the controller refused this client's signature: the key in "
+                    f"{self.where or 'the connection file'} is not the running cluster's "
+                    "(a file of another or an earlier cluster?)"
+                )
+            )
+            return
         msg = self.session.feed_lazy(frames, where="client", private=private)
         if msg is None:
             return
         msg_id = msg.parent_msg_id
+        if self._task_path:
+            self._task_path.pop(msg_id, None)
         fut = self._pending.pop(msg_id, None)
         if isinstance(fut, dict):  # a broadcast: this engine's reply
             futs = fut
@@ -429,6 +482,9 @@ class ClientIO:
         if msg is None:
             return
         c = msg.content
+        if msg.msg_type == MsgType.SCHEDULER_RESTARTED:
+            self._on_scheduler_restarted(str(c.get("reason", "the task scheduler died")))
+            return
         if msg.msg_type not in _ENGINE_NOTIFICATIONS:
             # other news for clients (a communicator's failed rendezvous, issue 16)
             if msg.msg_type == MsgType.RENDEZVOUS_ERROR:

@@ -88,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
             logging.getLogger("zpar.engine").info("waiting up to %g s for %s", args.wait, path)
         info = wait_for_connection_file(path, args.wait)
         engine = Engine(info, log_level=level, restartable=True, requested_id=_requested_id())
+        restart_argv = sys.argv[1:] if argv is None else argv
+        # a task stuck past its time_limit: the watchdog thread re-executes the process
+        engine.restart_now = lambda: _restart(restart_argv, engine.id)
         code = engine.run()
         if engine.restart:
             _restart(sys.argv[1:] if argv is None else argv, engine.id)

@@ -24,17 +24,27 @@ import socket
 import threading
 import time
 import uuid as uuidlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import zmq
 
 from zpar.connection import ConnectionInfo
 from zpar.constants import HUB_TIMEOUT
+from zpar.curve import secure
 from zpar.errors import LocalProtocolError, RemoteProtocolError, TimeoutError
 from zpar.logs import setup_logging
-from zpar.messages import MON_MUX_IN, MON_MUX_OUT, MsgType, RegistrationReply, Status
+from zpar.messages import (
+    MON_MUX_IN,
+    MON_MUX_OUT,
+    REPLY_TYPE,
+    MsgType,
+    RegistrationReply,
+    Status,
+)
+from zpar.privacy import iopub_topic
 from zpar.sockets import configure, recv_monitor_event
+from zpar.tasklimits import parse_time_limit, timeout_content
 from zpar.transport import choose, direct_address, direct_dir
 from zpar.wire import (
     Message,
@@ -49,6 +59,7 @@ from .kernel import Kernel, Reply
 from .monitorcopies import MonitorCopies
 from .registration import register
 from .signals import SignalListener
+from .timelimit import REPLY_FLUSH_WAIT, TimeLimitWatchdog
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +146,11 @@ class Engine:
         self._busy = False
         self._linger = 0
         self._wakeup: socket.socket | None = None
+        #: the time_limit watchdog (engine.timelimit), made for the first limited request
+        self.time_limits: TimeLimitWatchdog | None = None
+        #: set by the engine's entry point: re-execute this process as a fresh engine
+        self.restart_now: Callable[[], None] | None = None
+        self._current: tuple[zmq.Socket, Message] | None = None
 
     # -- start-up ---------------------------------------------------------------------------
 
@@ -146,6 +162,7 @@ class Engine:
             self.uuid,
             HUB_TIMEOUT,
             requested_id=self.requested_id,
+            curve=self.info,
         )
         self.id = reply.id
         global _this_engine
@@ -159,8 +176,13 @@ class Engine:
         )
         return reply
 
-    def _socket(self, kind: int, identity: bytes | None = None) -> zmq.Socket:
+    def _socket(
+        self, kind: int, identity: bytes | None = None, *, controller: bool = True
+    ) -> zmq.Socket:
+        """``controller``: connects to the controller (Curve on a --curve cluster)."""
         s = configure(self.ctx.socket(kind), identity)
+        if controller:
+            secure(s, self.info)
         self._sockets.append(s)
         return s
 
@@ -176,6 +198,7 @@ class Engine:
             reply.local,
         )
         self.iopub = self._socket(zmq.XPUB)
+        self._iopub_topic = iopub_topic(self.info.key)  # its subscribers hold the key
         self.iopub.connect(addrs["iopub"])
         self._listeners = 0
         ping, pong = reply.heartbeat
@@ -185,6 +208,7 @@ class Engine:
         self.ping.connect(ping)
         self.silence_limit = max(MIN_CONTROLLER_SILENCE, 10 * float(reply.hb_period or 0))
         self.signals = SignalListener(self.ctx, self.info.key, self.info.registration, self.ident)
+        secure(self.signals.socket, self.info)
         connect_and_wait(
             [
                 (self.mux, addrs["mux"]),
@@ -199,7 +223,7 @@ class Engine:
             self.id, self.uuid, publish=self._publish, restartable=self.restartable
         )
         self.signals.start(self.id)
-        self.heart = Heart(self.ctx, ping, pong, self.ident)
+        self.heart = Heart(self.ctx, ping, pong, self.ident, self.info)
         self.heart.start()
 
     def _bind_direct(self, addrs: dict[str, str]) -> None:
@@ -212,7 +236,7 @@ class Engine:
         rundir = direct_dir(addrs["mux"])
         if rundir is None:
             return
-        self.direct = self._socket(zmq.ROUTER)
+        self.direct = self._socket(zmq.ROUTER, controller=False)
         self.direct.bind(direct_address(rundir, self.uuid))
         self.monitor = MonitorCopies(self.ctx, f"ipc://{rundir}/monitor", self.id)
         self.monitor.start()
@@ -311,14 +335,19 @@ class Engine:
             copy = checkable_copy(msg.frames, detach=True)
             self.monitor.put([MON_MUX_IN, self.ident, msg.idents[0], *copy])
         assert self.kernel is not None
+        limit = self._arm_time_limit(sock, msg)
         self._busy = True
         try:
             reply = self.kernel.handle(msg)
+            self._busy = False  # a late SIGINT from here on is ignored (_on_sigint)
         except KeyboardInterrupt:  # SIGINT outside the user code the kernel guards
+            self._busy = False
             log.info("engine %d: %s interrupted before it ran", self.id, msg.msg_id)
             reply = self.kernel.aborted_reply(msg)
         finally:
             self._busy = False
+        if limit is not None and self._disarm_time_limit():
+            reply = self._timeout_reply(msg, limit, reply)
         if reply is None:
             log.warning(
                 "ignored a %r message on %s: not a request engines handle", msg.msg_type, where
@@ -332,6 +361,57 @@ class Engine:
             self.restart = reply.restart
             self._stopping = True
             self._linger = SHUTDOWN_LINGER_MS
+
+    # -- time limits (engine.timelimit) ---------------------------------------------------------
+
+    def _arm_time_limit(self, sock: zmq.Socket, msg: Message) -> float | None:
+        if msg.msg_type not in (MsgType.APPLY_REQUEST, MsgType.EXECUTE_REQUEST):
+            return None
+        try:
+            limit = parse_time_limit(msg.metadata)
+        except ValueError as e:
+            log.warning("engine %d: %s: %s; run without a limit", self.id, msg.msg_id, e)
+            return None
+        if limit is None or threading.current_thread() is not threading.main_thread():
+            return None  # SIGINT reaches only the main thread
+        if self.time_limits is None:
+            restartable = self.restart_now is not None
+            self.time_limits = TimeLimitWatchdog(
+                self._on_stuck if restartable else None, engine_id=self.id, hard_exit=restartable
+            )
+        self._current = (sock, msg)
+        self.time_limits.arm(msg.msg_id, limit)
+        return limit
+
+    def _disarm_time_limit(self) -> bool:
+        assert self.time_limits is not None
+        self._current = None
+        return self.time_limits.disarm()
+
+    def _timeout_reply(self, msg: Message, limit: float, reply: Reply | None) -> Reply:
+        info = {"engine_id": self.id, "engine_uuid": self.uuid, "method": msg.msg_type}
+        content = timeout_content(msg.msg_id, limit, info, reply.content if reply else None)
+        now = time.time()
+        md = dict(reply.metadata) if reply is not None else {"started": now, "completed": now}
+        md.update(status=Status.ERROR, engine_id=self.id, engine_uuid=self.uuid)
+        return Reply(REPLY_TYPE[MsgType(msg.msg_type)], content, md)
+
+    def _on_stuck(self, msg_id: str, limit: float) -> None:
+        """The watchdog thread's last word on a task that ignored its interrupt: answer
+        TaskTimeout on the main thread's socket (the main thread is inside the task and
+        never touches it again), then become a fresh engine under the same id."""
+        current = self._current
+        if current is not None and current[1].msg_id == msg_id:
+            sock, msg = current
+            try:
+                self._send(sock, msg, self._timeout_reply(msg, limit, None))
+                # zmq's I/O thread writes it at once; exec would drop what it has not
+                time.sleep(REPLY_FLUSH_WAIT)
+            except Exception:
+                log.exception("engine %d: could not answer %s before restarting", self.id, msg_id)
+        log.error("engine %d: restarting: %s holds the engine past its time_limit", self.id, msg_id)
+        assert self.restart_now is not None
+        self.restart_now()
 
     def _abort_queued(self) -> None:
         """Answer every mux/task request queued right now with an 'aborted' reply."""
@@ -390,7 +470,12 @@ class Engine:
                 self._listeners = max(0, self._listeners - 1)
         if self._listeners:
             self.session.send(
-                iopub, msg_type, content, parent=parent, metadata={"engine_id": self.id}
+                iopub,
+                msg_type,
+                content,
+                parent=parent,
+                metadata={"engine_id": self.id},
+                idents=(self._iopub_topic,) if self._iopub_topic else (),
             )
 
     # -- stopping ---------------------------------------------------------------------------
@@ -431,6 +516,8 @@ class Engine:
 
     def close(self) -> None:
         """Stop the heart and close every socket (linger 0 unless replies must get out)."""
+        if self.time_limits is not None:
+            self.time_limits.close()
         if self.heart is not None:
             self.heart.stop()
         if self.signals is not None:

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import Any
 
 import zmq
 
+from zpar.curve import secure
 from zpar.sockets import configure
 
 log = logging.getLogger(__name__)
@@ -23,8 +25,12 @@ log = logging.getLogger(__name__)
 class Heart:
     """Start with ``start()``; ``stop()`` ends the proxy and closes its sockets."""
 
-    def __init__(self, context: zmq.Context, ping: str, pong: str, identity: bytes) -> None:
+    def __init__(
+        self, context: zmq.Context, ping: str, pong: str, identity: bytes, curve: Any = None
+    ) -> None:
+        """``curve``: the cluster's zpar.curve keys (or its ConnectionInfo) on --curve."""
         self._ctx = context
+        self._curve = curve
         self.ping = ping
         self.pong = pong
         self.identity = identity
@@ -33,10 +39,10 @@ class Heart:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        sub = configure(self._ctx.socket(zmq.SUB))
+        sub = secure(configure(self._ctx.socket(zmq.SUB)), self._curve)
         sub.setsockopt(zmq.SUBSCRIBE, b"")
         sub.connect(self.ping)
-        dealer = configure(self._ctx.socket(zmq.DEALER), self.identity)
+        dealer = secure(configure(self._ctx.socket(zmq.DEALER), self.identity), self._curve)
         dealer.connect(self.pong)
         self._control = configure(self._ctx.socket(zmq.PAIR))
         self._control.bind(self._control_addr)

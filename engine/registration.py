@@ -10,8 +10,9 @@ from typing import Any
 
 import zmq
 
-from zpar.constants import HUB_TIMEOUT
-from zpar.errors import TimeoutError, ZparError
+from zpar.constants import BAD_KEY, HUB_TIMEOUT
+from zpar.curve import secure
+from zpar.errors import TimeoutError, WrongKey, ZparError
 from zpar.launchers.mpirank import mpi_rank
 from zpar.messages import MsgType, RegistrationReply, Status
 from zpar.sockets import configure
@@ -31,12 +32,13 @@ def register(
     uuid: str,
     timeout: float = HUB_TIMEOUT,
     requested_id: int = -1,
+    curve: Any = None,
 ) -> RegistrationReply:
     """Ask the hub at ``address`` to register ``uuid``; return its (ok) reply.
 
     Raises RegistrationRefused if the hub says no, zpar.errors.TimeoutError if it is silent.
     """
-    sock = configure(context.socket(zmq.DEALER))
+    sock = secure(configure(context.socket(zmq.DEALER)), curve)
     try:
         sock.connect(address)
         request = {
@@ -55,7 +57,13 @@ def register(
                     f"no registration reply from the controller at {address} within "
                     f"{timeout:g} s: is it running, and reachable from this host?"
                 )
-            msg = session.feed(sock.recv_multipart(), "registration")
+            frames = sock.recv_multipart()
+            if frames == [BAD_KEY]:
+                raise WrongKey(
+                    f"the controller at {address} refused this engine's signature: the key "
+                    "of its connection file is not the running cluster's"
+                )
+            msg = session.feed(frames, "registration")
             if msg is None or msg.msg_type != MsgType.REGISTRATION_REPLY:
                 continue
             if msg.parent_header.get("msg_id", header["msg_id"]) != header["msg_id"]:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import sys
 
 import zmq
@@ -49,6 +51,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--insecure", action="store_true", help="no key, no signatures (trusted networks only)"
     )
     p.add_argument(
+        "--force",
+        action="store_true",
+        help="allow --insecure on an address other hosts can reach (refused without it)",
+    )
+    p.add_argument(
+        "--curve",
+        action="store_true",
+        help="encrypt and authenticate every connection with CurveZMQ (per-cluster keys in "
+        "the connection files); use it whenever a network you do not control carries the "
+        "cluster's traffic",
+    )
+    p.add_argument(
         "--db",
         default="",
         help="task store: an SQLAlchemy URL (sqlite:///…, postgresql://…), 'memory', or "
@@ -62,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
 #: when no flag gives them.
 CONTROLLER_SETTINGS = (
     "ip", "location", "hb_period", "hb_misses", "scheme", "hwm", "insecure", "db", "log_level",
+    "curve",
 )  # fmt: skip
 
 
@@ -81,7 +96,21 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--hb-misses must be >= 1, got {args.hb_misses}")
     if args.hwm < 0:
         p.error(f"--hwm must be >= 0, got {args.hwm}")
+    from zpar.privacy import ExposureRefused, check_exposure
+
+    try:
+        exposure = check_exposure(
+            args.ip, curve=args.curve, insecure=args.insecure, force=args.force
+        )
+    except ExposureRefused as e:
+        sys.stderr.write(f"zpar controller: {e}\n")
+        return 2
     setup_logging("hub", args.log_level)
+    if exposure:
+        logging.getLogger("zpar.hub").warning("%s", exposure)
+    # every file the controller and its scheduler create (task store and its journals,
+    # run directory, connection files) is the owner's only
+    os.umask(0o077)
     from .schedproc import ControllerConfig, launch_scheduler
 
     config = ControllerConfig(
@@ -95,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         scheme=args.scheme,
         hwm=args.hwm,
         insecure=args.insecure,
+        curve=args.curve,
         log_level=args.log_level,
         db=args.db,
     )

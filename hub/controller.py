@@ -15,6 +15,7 @@ import socket
 import subprocess
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +33,12 @@ from zpar.connection import (
 from zpar.constants import (
     WILDCARDS,
 )
+from zpar.curve import ZapAuthenticator, secure
 from zpar.errors import ZparError
 from zpar.memory import Trimmer
 from zpar.messages import MON_SCHEDULER, MsgType
 from zpar.monitor import split_monitor
+from zpar.privacy import iopub_topic
 from zpar.sockets import bind_random, configure
 from zpar.wire import Session
 
@@ -43,6 +46,7 @@ from .heartmonitor import HeartMonitor
 from .hub import Addresses, Hub
 from .relays import start_relays
 from .schedproc import ControllerConfig, SchedulerLaunch, launch_scheduler
+from .schedwatch import SchedulerWatch
 from .store import TaskStore, open_store
 
 log = logging.getLogger(__name__)
@@ -76,8 +80,13 @@ class Controller:
         self.rundir = launch.rundir
         self.key = launch.key
         self._key_file = launch.key_file
+        #: zpar.curve.CurveKeys of a --curve cluster; its ZAP handler, once started
+        self.curve = launch.curve
+        self.zap: ZapAuthenticator | None = None
         self.session = Session(self.key or None, allow_insecure=config.insecure)
         self.scheduler: subprocess.Popen | None = launch.process
+        self._launch = launch
+        self.watch: SchedulerWatch | None = None  # once the scheduler reported ready
         log.info("task scheduler started (pid %d)", self.scheduler.pid)
         self.store: TaskStore | None = None
         self.hub: Hub | None = None
@@ -87,8 +96,11 @@ class Controller:
 
     # -- start-up -------------------------------------------------------------------------
 
-    def _socket(self, kind: int) -> zmq.Socket:
+    def _socket(self, kind: int, *, peers: bool = True) -> zmq.Socket:
+        """``peers``: engines or clients connect to it (a Curve server on a --curve cluster)."""
         s = configure(self.ctx.socket(kind))
+        if peers:
+            secure(s, self.curve, server=True)
         self._sockets.append(s)
         return s
 
@@ -111,6 +123,8 @@ class Controller:
         opener.start()
         ip = "*" if cfg.ip in WILDCARDS else cfg.ip
         host = cfg.advertised_host
+        if self.curve is not None:  # judging handshakes before the first socket binds
+            self.zap = ZapAuthenticator(self.ctx, {self.curve.client_public})
         query = self._socket(zmq.ROUTER)
         query_addr = bind_random(query, ip)
         notification = self._socket(zmq.XPUB)
@@ -120,13 +134,16 @@ class Controller:
         ping_addr = bind_random(ping, ip)
         pong = self._socket(zmq.ROUTER)
         pong_addr = bind_random(pong, ip)
-        monitor = self._socket(zmq.PULL)
+        monitor = self._socket(zmq.PULL, peers=False)
         inproc_monitor = f"inproc://zpar-monitor-{os.getpid()}"
         monitor.bind(inproc_monitor)
         monitor.bind(f"ipc://{self.rundir}/monitor")
-        events = self._socket(zmq.PUSH)
-        relays = start_relays(self.ctx, ip, inproc_monitor, str(self.rundir))
+        events = self._socket(zmq.PUSH, peers=False)
+        relays = start_relays(
+            self.ctx, ip, inproc_monitor, str(self.rundir), self.curve, iopub_topic(self.key)
+        )
         ready = self._wait_for_scheduler(monitor)
+        self.watch = SchedulerWatch(cfg, self._launch, ready)
         events.connect(ready["events"])
 
         heart = HeartMonitor(
@@ -215,6 +232,13 @@ class Controller:
             cluster_id=cfg.cluster_id,
             controller_pid=os.getpid(),
         )
+        if self.curve is not None:
+            info = replace(
+                info,
+                curve_server_key=self.curve.server_public,
+                curve_public_key=self.curve.client_public,
+                curve_secret_key=self.curve.client_secret,
+            )
         # engine file first: a launcher that sees the client file may start engines at once
         for name in (ENGINE_FILE, CLIENT_FILE):
             self.url_files.append(write_connection_file(d / name, info))
@@ -239,6 +263,10 @@ class Controller:
         handlers[events] = heart.handle_events
         for s in handlers:
             poller.register(s, zmq.POLLIN)
+        watch = self.watch
+        assert watch is not None
+        hub.on_scheduler_ready = lambda content: watch.on_ready(hub, content)
+        watch.register(poller)
         period = heart.period
         next_beat = time.monotonic()
         log.info("controller running (heartbeat %.3g s x %d)", period, heart.max_misses)
@@ -253,7 +281,11 @@ class Controller:
                 timeout = min(timeout, flush_in)
             ready = poller.poll(int(timeout * 1000) + 1)
             for sock, _ in ready:
-                handlers[sock]()
+                handlers.get(sock, watch.on_sentinel)()  # not a socket: the scheduler's pidfd
+            if (watch.fired or time.monotonic() >= next_beat) and not watch.check():
+                self.exit_code = 1
+                break
+            self.scheduler = watch.process
             hub.flush_store()
             if ready:
                 trimmer.count(len(ready))
@@ -272,14 +304,7 @@ class Controller:
                 next_beat = max(next_beat + period, now)
                 hub.expire_registrations()
                 hub.tick_services(now)
-                if self.scheduler.poll() is not None:
-                    log.error(
-                        "the task scheduler died (exit code %d); the controller cannot "
-                        "balance tasks without it: stopping",
-                        self.scheduler.returncode,
-                    )
-                    self.exit_code = 1
-                    break
+        watch.close_sentinel()
         return self.exit_code
 
     def request_stop(self, *_: Any) -> None:
@@ -310,6 +335,8 @@ class Controller:
                 pass
         for s in self._sockets:
             s.close(linger=0)
+        if self.zap is not None:
+            self.zap.stop()
         # the relay threads close their sockets when term() interrupts them
         term = threading.Thread(target=self.ctx.term, daemon=True)
         term.start()

@@ -15,7 +15,13 @@ from typing import Any
 
 import zmq
 
-from zpar.constants import REGISTRATION_TIMEOUT, SIGNAL_SUFFIX, STORE_RESULT_LIMIT, WELCOME
+from zpar.constants import (
+    BAD_KEY,
+    REGISTRATION_TIMEOUT,
+    SIGNAL_SUFFIX,
+    STORE_RESULT_LIMIT,
+    WELCOME,
+)
 from zpar.errors import RemoteProtocolError
 from zpar.messages import (
     MON_CONTROL_IN,
@@ -29,7 +35,7 @@ from zpar.messages import (
     Status,
 )
 from zpar.monitor import TaskDest, TaskIn, TaskOut, TaskRetry, split_monitor, unpack_batch
-from zpar.wire import Message, Session, routing
+from zpar.wire import Message, Session, routing, send_frames
 
 from . import launcherqueries, queries
 from .heartmonitor import HeartMonitor
@@ -245,13 +251,21 @@ class Hub:
                 log.warning("malformed %r monitor message ignored: %s", kind, e)
 
     def _answer_refusal(self, frames: list[Any]) -> None:
-        """A peer of another protocol version is told so, naming both versions; anything
-        else refused is never answered."""
+        """A peer of another protocol version is told so, naming both versions; a peer whose
+        signature fails is told its key is wrong (BAD_KEY); anything else refused is never
+        answered."""
         refusal = self.session.last_refusal
         framed = routing(frames)
-        if refusal is None or refusal.reason != "version" or framed is None:
+        if refusal is None or framed is None:
             return
         self.session.last_refusal = None
+        if refusal.reason in ("bad-signature", "unsigned"):
+            # a peer holding another key: told so in one unsigned frame (constants.BAD_KEY)
+            # instead of a silence it would take for a controller that is down
+            send_frames(self.query, [*framed[0], BAD_KEY])
+            return
+        if refusal.reason != "version":
+            return
         self.session.send(
             self.query,
             MsgType.CONNECTION_REPLY,
@@ -494,7 +508,9 @@ class Hub:
         # [msg_id, buffers…]: a large load-balanced result (the scheduler checked its tags),
         # sent ahead of its TaskOut event; stored only if that reply finishes the record
         held = self._large_results
-        held[_text(frames[0])] = frames[1:]
+        # the monitor's frames are zmq.Frames (recv copy=False): a Frame has no decode()
+        msg_id = frames[0].bytes if isinstance(frames[0], zmq.Frame) else frames[0]
+        held[_text(msg_id)] = frames[1:]
         while len(held) > LARGE_RESULTS_HELD:
             del held[next(iter(held))]
 

@@ -17,6 +17,9 @@ log = logging.getLogger(__name__)
 
 #: Status of a task the hub saw leave but never saw come back, because its engine died.
 ENGINE_DIED = "engine_died"
+#: Status of a load-balanced task without retries that a task scheduler died holding
+#: (its client failed it with SchedulerLost; issue 13).
+SCHEDULER_DIED = "scheduler_died"
 
 #: Completed records kept in memory; older ones are culled (the count per engine stays).
 COMPLETED_LIMIT = 10_000
@@ -241,6 +244,46 @@ class TaskTable:
             self.counts[ENGINE_DIED] += 1
             self._retire(msg_id)
         return lost
+
+    def scheduler_died(self) -> tuple[dict[str, dict[str, Any]], list[str]]:
+        """The task scheduler died: its pending tasks that carry retries wait for the copy
+        their clients resend (counted as a retry; their header is cleared until that copy's
+        submission sets it again); the others are marked SCHEDULER_DIED, as their clients
+        fail them. Returns ({msg_id: header} awaiting a resend, [msg_id] lost)."""
+        awaiting: dict[str, dict[str, Any]] = {}
+        lost = []
+        for rec in list(self.records.values()):
+            if not rec.pending or rec.queue != "task" or rec.metadata.get("broadcast"):
+                continue
+            if rec.metadata.get("retries"):
+                self.retried(rec.msg_id)
+                awaiting[rec.msg_id] = rec.header
+                rec.header = {}
+                continue
+            self._scheduler_lost(rec)
+            lost.append(rec.msg_id)
+        return awaiting, lost
+
+    def never_resent(self, awaiting: dict[str, dict[str, Any]]) -> list[str]:
+        """Of the tasks awaiting a resend since a scheduler died, those whose copy never
+        came (its client had the answer already, which the dead scheduler did not report):
+        marked SCHEDULER_DIED, their outcome unknown to the store."""
+        lost = []
+        for msg_id, header in awaiting.items():
+            rec = self.records.get(msg_id)
+            if rec is not None and rec.pending and not rec.header:
+                rec.header = header
+                self._scheduler_lost(rec)
+                lost.append(msg_id)
+        return lost
+
+    def _scheduler_lost(self, rec: TaskRecord) -> None:
+        self._unindex(rec)
+        rec.completed = time.time()
+        rec.status = SCHEDULER_DIED
+        self.dirty[rec.msg_id] = rec
+        self.counts[SCHEDULER_DIED] += 1
+        self._retire(rec.msg_id)
 
     def _unindex(self, rec: TaskRecord) -> None:
         self.unassigned.discard(rec.msg_id)

@@ -29,9 +29,12 @@ from typing import Any
 
 import zmq
 
+from zpar.curve import secure
 from zpar.messages import MON_CONTROL_IN, MON_CONTROL_OUT, MON_MUX_IN, MON_MUX_OUT
 from zpar.sockets import bind_random, configure
 from zpar.wire import checkable_copy, routing
+
+from .iopubgate import IOPubGate
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +52,8 @@ class Relay:
     local_engine: str = ""
     #: messages dropped whole for their framing, by side ("client", "engine")
     dropped: Counter[str] = field(default_factory=Counter)
+    #: the IOPub relay's gate on a keyed cluster (hub.iopubgate)
+    gate: Any = field(default=None, repr=False)
 
 
 #: Messages a relay moves from one side before looking at the other: bounded, so a flood
@@ -135,10 +140,12 @@ def start_queue(
     monitor: str,
     prefixes: tuple[bytes, bytes],
     ipc_dir: str | None = None,
+    curve: Any = None,
 ) -> Relay:
-    """A ROUTER-ROUTER relay whose traffic is copied (headers and all) to ``monitor``."""
-    front = configure(ctx.socket(zmq.ROUTER))
-    back = configure(ctx.socket(zmq.ROUTER))
+    """A ROUTER-ROUTER relay whose traffic is copied (headers and all) to ``monitor``.
+    ``curve``: the cluster's zpar.curve.CurveKeys, making both sides Curve servers."""
+    front = secure(configure(ctx.socket(zmq.ROUTER)), curve, server=True)
+    back = secure(configure(ctx.socket(zmq.ROUTER)), curve, server=True)
     # A message for an engine that is not connected is dropped (ROUTER's default); the
     # client fails the request when the engine's death is announced.
     mon = configure(ctx.socket(zmq.PUSH))
@@ -157,15 +164,31 @@ def start_queue(
     return relay
 
 
-def start_iopub(ctx: zmq.Context, ip: str, ipc_dir: str | None = None) -> Relay:
-    xsub = configure(ctx.socket(zmq.XSUB))
-    xpub = configure(ctx.socket(zmq.XPUB))
+def start_iopub(
+    ctx: zmq.Context,
+    ip: str,
+    ipc_dir: str | None = None,
+    curve: Any = None,
+    topic: bytes = b"",
+) -> Relay:
+    """``topic``: the cluster's IOPub topic (zpar.privacy); only its subscribers get output
+    (hub.iopubgate). b"": an insecure cluster, a plain proxy."""
+    xsub = secure(configure(ctx.socket(zmq.XSUB)), curve, server=True)
+    xpub = secure(configure(ctx.socket(zmq.XPUB)), curve, server=True)
+    gate = None
+    if topic:
+        xpub.setsockopt(zmq.XPUB_MANUAL, 1)
+        gate = IOPubGate(xsub, xpub, topic)
     relay = Relay("iopub", bind_random(xpub, ip), bind_random(xsub, ip))
     relay.local_client = _bind_local(xpub, ipc_dir, "iopub-client")
     relay.local_engine = _bind_local(xsub, ipc_dir, "iopub-engine")
+    relay.gate = gate
 
     def run() -> None:
-        zmq.proxy(xsub, xpub)
+        if gate is not None:
+            gate.run()
+        else:
+            zmq.proxy(xsub, xpub)
 
     relay.thread = threading.Thread(
         target=_run_device, args=("iopub", run, [xsub, xpub]), name="zpar-iopub", daemon=True
@@ -175,12 +198,17 @@ def start_iopub(ctx: zmq.Context, ip: str, ipc_dir: str | None = None) -> Relay:
 
 
 def start_relays(
-    ctx: zmq.Context, ip: str, monitor: str, ipc_dir: str | None = None
+    ctx: zmq.Context,
+    ip: str,
+    monitor: str,
+    ipc_dir: str | None = None,
+    curve: Any = None,
+    iopub_topic: bytes = b"",
 ) -> dict[str, Relay]:
     return {
-        "mux": start_queue(ctx, "mux", ip, monitor, (MON_MUX_IN, MON_MUX_OUT), ipc_dir),
+        "mux": start_queue(ctx, "mux", ip, monitor, (MON_MUX_IN, MON_MUX_OUT), ipc_dir, curve),
         "control": start_queue(
-            ctx, "control", ip, monitor, (MON_CONTROL_IN, MON_CONTROL_OUT), ipc_dir
+            ctx, "control", ip, monitor, (MON_CONTROL_IN, MON_CONTROL_OUT), ipc_dir, curve
         ),
-        "iopub": start_iopub(ctx, ip, ipc_dir),
+        "iopub": start_iopub(ctx, ip, ipc_dir, curve, iopub_topic),
     }

@@ -18,8 +18,10 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from zpar.constants import (
+    CURVE_FILE_ENV,
     DEFAULT_PROFILE,
     HEARTBEAT_MAX_MISSES,
     HEARTBEAT_PERIOD,
@@ -43,6 +45,7 @@ class ControllerConfig:
     scheme: str = TASK_SCHEME
     hwm: int = TASK_HWM
     insecure: bool = False
+    curve: bool = False  # CurveZMQ on every socket peers connect to (zpar.curve)
     log_level: str = "INFO"
     db: str = ""  # task store: "" SQLite file in the profile dir, "memory", or an SQLAlchemy URL
 
@@ -61,14 +64,25 @@ class SchedulerLaunch:
     key: str  # the cluster key ("" when insecure)
     key_file: Path  # read by the scheduler at start; removed once it is ready
     process: subprocess.Popen
+    curve: Any = None  # zpar.curve.CurveKeys of a --curve cluster (server secret included)
+    generation: int = 0  # schedulers of this controller that died before this one
 
 
-def launch_scheduler(config: ControllerConfig) -> SchedulerLaunch:
+def launch_scheduler(
+    config: ControllerConfig, again: SchedulerLaunch | None = None, ports: tuple[int, int] = (0, 0)
+) -> SchedulerLaunch:
+    """Start the task scheduler; ``again``: the launch of one that died, whose run
+    directory, keys and (``ports``) tcp ports the new one takes over."""
     ip, insecure = config.ip, config.insecure
-    rundir = Path(tempfile.mkdtemp(prefix=RUNDIR_PREFIX))  # mode 0700
-    write_rundir_owner(rundir)  # so a sweep can remove it if this controller is SIGKILLed
-    key = "" if insecure else secrets.token_hex(32)
+    if again is not None:
+        rundir = again.rundir
+    else:
+        rundir = Path(tempfile.mkdtemp(prefix=RUNDIR_PREFIX))  # mode 0700
+        write_rundir_owner(rundir)  # so a sweep can remove it if this controller is SIGKILLed
+    key = again.key if again else "" if insecure else secrets.token_hex(32)
     key_file = rundir / "key"
+    key_file.unlink(missing_ok=True)
+    generation = again.generation + 1 if again else 0
     fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(key)
@@ -90,9 +104,22 @@ def launch_scheduler(config: ControllerConfig) -> SchedulerLaunch:
         config.log_level,
         "--ipc-dir",
         str(rundir),
+        "--client-port",
+        str(ports[0]),
+        "--engine-port",
+        str(ports[1]),
+        "--generation",
+        str(generation),
     ]
     if insecure:
         cmd.append("--insecure")
     env = {**os.environ, KEY_FILE_ENV: str(key_file)}
+    curve = again.curve if again else None
+    if config.curve:
+        from zpar.curve import CurveKeys  # imports zmq: only for a Curve cluster
+
+        curve = curve or CurveKeys.generate()
+        (rundir / "curve").unlink(missing_ok=True)
+        env[CURVE_FILE_ENV] = str(curve.write(rundir / "curve"))
     process = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL)
-    return SchedulerLaunch(rundir, key, key_file, process)
+    return SchedulerLaunch(rundir, key, key_file, process, curve, generation)

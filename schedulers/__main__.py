@@ -14,7 +14,7 @@ from pathlib import Path
 
 import zmq
 
-from zpar.constants import KEY_FILE_ENV, TASK_HWM, TASK_SCHEME, TASK_SCHEMES
+from zpar.constants import CURVE_FILE_ENV, KEY_FILE_ENV, TASK_HWM, TASK_SCHEME, TASK_SCHEMES
 from zpar.logs import setup_logging
 from zpar.wire import Session
 
@@ -28,6 +28,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hwm", type=int, default=TASK_HWM)
     p.add_argument("--insecure", action="store_true")
     p.add_argument("--ipc-dir", default=None, help="also bind ipc twins in this directory")
+    p.add_argument("--client-port", type=int, default=0, help="tcp port for clients (0: any)")
+    p.add_argument("--engine-port", type=int, default=0, help="tcp port for engines (0: any)")
+    p.add_argument("--generation", type=int, default=0, help="schedulers that died before")
     p.add_argument("--log-level", default="INFO")
     return p
 
@@ -51,6 +54,16 @@ def main(argv: list[str] | None = None) -> int:
     from .task import TaskScheduler
 
     parent = os.getppid()
+    curve = zap = None
+    if os.environ.get(CURVE_FILE_ENV):
+        from zpar.curve import CurveKeys, ZapAuthenticator
+
+        try:
+            curve = CurveKeys.read(os.environ[CURVE_FILE_ENV])
+        except (OSError, ValueError, TypeError, KeyError) as e:
+            sys.stderr.write(f"zpar scheduler: cannot read the Curve key file: {e}\n")
+            return 2
+        zap = ZapAuthenticator(zmq.Context.instance(), {curve.client_public})
     try:
         scheduler = TaskScheduler(
             Session(key, allow_insecure=args.insecure),
@@ -60,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
             scheme=args.scheme,
             hwm=args.hwm,
             ipc_dir=args.ipc_dir,
+            curve=curve,
+            ports=(args.client_port, args.engine_port),
+            generation=args.generation,
         )
     except (ValueError, zmq.ZMQError) as e:
         sys.stderr.write(f"zpar scheduler: {e}\n")
@@ -75,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
         scheduler.run(parent_pid=parent)
     finally:
         scheduler.close()
+        if zap is not None:
+            zap.stop()
     return 0
 
 

@@ -21,6 +21,9 @@ class EngineSlot:
     load: int = 0  # tasks given and not yet answered
     last_given: int = 0  # dispatch counter at the last task it was given (for lru)
     tasks: set[str] = field(default_factory=set)
+    joined: float = 0.0  # monotonic time the hub told us of it
+    reached: bool = False  # a task was sent to it (its task connection is up)
+    paused: bool = False  # told of it before its connection came up: placed nothing yet
 
 
 def leastload(candidates: Sequence[EngineSlot]) -> EngineSlot:

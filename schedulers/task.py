@@ -27,11 +27,12 @@ from typing import Any
 import zmq
 
 from zpar.constants import STORE_RESULT_LIMIT, TASK_HWM, TASK_SCHEME
+from zpar.curve import secure
 from zpar.errors import RemoteProtocolError
 from zpar.memory import Trimmer
 from zpar.messages import TASK_REQUESTS, MsgType, Status
 from zpar.monitor import TaskDest, TaskIn, TaskOut, TaskRetry
-from zpar.sockets import bind_random, configure
+from zpar.sockets import bind_port, configure
 from zpar.wire import Message, Session, buffers_size, recv_message, routing, send_frames
 
 from .flags import parse_gates, parse_outcomes, parse_retries, parse_timeout
@@ -74,6 +75,13 @@ class Task:
         return self.targets is not None or bool(self.avoid) or bool(self.unmet)
 
 
+#: Seconds an engine the hub told us of may take to connect its task socket (a restarted
+#: scheduler's engines reconnect within libzmq's 100 ms reconnect interval), and how often
+#: sending to it is tried again meanwhile.
+CONNECT_GRACE = 10.0
+CONNECT_RETRY = 0.02
+
+
 class TaskScheduler:
     def __init__(
         self,
@@ -86,7 +94,17 @@ class TaskScheduler:
         hwm: int = TASK_HWM,
         context: zmq.Context | None = None,
         ipc_dir: str | None = None,
+        curve: Any = None,
+        ports: tuple[int, int] = (0, 0),
+        generation: int = 0,
     ) -> None:
+        """``curve``: zpar.curve.CurveKeys (with the server secret) on a --curve cluster.
+        ``ports``: the client and engine tcp ports to bind (0: any free one); a scheduler
+        the controller restarts binds its predecessor's, so peers reconnect on their own.
+        ``generation``: how many schedulers died before this one; signed into each placement
+        (metadata ``scheduler``), so ours never repeat a predecessor's byte for byte, which
+        an engine would refuse as a replay while we counted on it."""
+        self.generation = generation
         self.session = session
         self.scheme_name = scheme
         self.choose = get_scheme(scheme)
@@ -94,13 +112,13 @@ class TaskScheduler:
             raise ValueError(f"hwm must be >= 0 (0: unlimited), got {hwm}")
         self.hwm = hwm
         self.ctx = context or zmq.Context.instance()
-        self.client = configure(self.ctx.socket(zmq.ROUTER))
-        self.engine = configure(self.ctx.socket(zmq.ROUTER))
+        self.client = secure(configure(self.ctx.socket(zmq.ROUTER)), curve, server=True)
+        self.engine = secure(configure(self.ctx.socket(zmq.ROUTER)), curve, server=True)
         # a task sent to an engine that is not connected must fail loudly, not vanish
         self.engine.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self.events = configure(self.ctx.socket(zmq.PULL))
-        self.client_addr = bind_random(self.client, ip)
-        self.engine_addr = bind_random(self.engine, ip)
+        self.client_addr = bind_port(self.client, ip, ports[0])
+        self.engine_addr = bind_port(self.engine, ip, ports[1])
         self.local_client = self.local_engine = ""
         if ipc_dir:  # twins for peers on this host (zpar.transport)
             self.local_client = f"ipc://{ipc_dir}/task-client"
@@ -122,6 +140,9 @@ class TaskScheduler:
         self._settling = False
         self._seq = itertools.count()
         self.dispatched = 0
+        #: engines whose task connection was not up when we first sent them a task
+        self.paused: set[bytes] = set()
+        self._unpause_at = 0.0
         self.stopping = False
         self._trimmer = Trimmer()
 
@@ -162,7 +183,11 @@ class TaskScheduler:
             due = self.hub.wait_ms(time.monotonic())
             if due is not None:
                 wait = min(wait, due)
+            if self.paused:
+                wait = min(wait, int(CONNECT_RETRY * 1000))
             ready = dict(poller.poll(wait))
+            if self.paused:
+                self._unpause(time.monotonic())
             if self.deadlines:
                 self.expire(time.monotonic())
             if not ready:
@@ -373,7 +398,10 @@ class TaskScheduler:
                     return True
             else:
                 pool = self.engines.values()  # type: ignore[assignment]
-            candidates = [e for e in pool if e.load < hwm] if hwm else list(pool)
+            if hwm:
+                candidates = [e for e in pool if e.load < hwm and not e.paused]
+            else:
+                candidates = [e for e in pool if not e.paused]
             if not candidates:
                 return False
             engine = self.choose(candidates)
@@ -382,6 +410,8 @@ class TaskScheduler:
             except zmq.ZMQError as e:
                 if e.errno != zmq.EHOSTUNREACH:
                     raise
+                if self._not_connected_yet(engine):
+                    continue
                 log.warning(
                     "engine %d (%s) is not connected; no more tasks for it",
                     engine.id,
@@ -390,6 +420,7 @@ class TaskScheduler:
                 self._remove(engine.uuid, "not connected to the task scheduler", drain=False)
                 continue
             break
+        engine.reached = True
         engine.load += 1
         self.dispatched += 1
         engine.last_given = self.dispatched
@@ -409,8 +440,33 @@ class TaskScheduler:
         metadata = msg.metadata
         if task.attempt:
             metadata = {**metadata, "attempt": task.attempt}
+        if self.generation:
+            metadata = {**metadata, "scheduler": self.generation}
         frames = self.session.resign(msg, header=header, metadata=metadata)
         send_frames(self.engine, [uuid, task.client, *frames])
+
+    def _not_connected_yet(self, engine: EngineSlot) -> bool:
+        """An engine the hub told us of whose task connection is not up yet (a restarted
+        scheduler learns every engine at once, before their DEALERs have reconnected): no
+        tasks for it for a moment, not given up, for CONNECT_GRACE seconds."""
+        if engine.reached or time.monotonic() - engine.joined > CONNECT_GRACE:
+            return False
+        if not engine.paused:
+            log.info("engine %d not connected yet: its tasks wait a moment", engine.id)
+        engine.paused = True
+        self.paused.add(engine.uuid)
+        return True
+
+    def _unpause(self, now: float) -> None:
+        if now < self._unpause_at:
+            return
+        self._unpause_at = now + CONNECT_RETRY
+        for uuid in self.paused:
+            slot = self.engines.get(uuid)
+            if slot is not None:
+                slot.paused = False
+        self.paused.clear()
+        self._drain_queue()
 
     def _drain_queue(self) -> None:
         """Place waiting tasks while engines have room: restricted ones first (each may fit
@@ -537,10 +593,16 @@ class TaskScheduler:
             self._drain_queue()
             return
         engine = task.engine
-        if engine is None or engine.uuid != uuid or client != task.client:
+        if engine is None or engine.uuid != uuid:
             # the engine was given up for dead and the task went elsewhere: one answer only
             log.warning("late reply to %s from engine %s dropped", msg_id, uuid.decode())
             return
+        if client != task.client:
+            # a copy placed by a scheduler that died before us, resent by its client (whose
+            # connection, and so routing identity, is new): the engine refuses our copy as a
+            # duplicate and this signed reply is the task's answer, for the client as it is now
+            log.info("reply to %s placed by our predecessor: sent to its client", msg_id)
+            client = task.client
         engine.load -= 1
         engine.tasks.discard(msg_id)
         content = reply.content
@@ -582,7 +644,9 @@ class TaskScheduler:
         c = msg.content
         uuid = str(c["uuid"]).encode()
         if c["event"] == "registered":
-            self.engines[uuid] = EngineSlot(int(c["id"]), uuid)
+            if uuid in self.engines:  # told again after a restart of ours: nothing new
+                return
+            self.engines[uuid] = EngineSlot(int(c["id"]), uuid, joined=time.monotonic())
             self.ids[int(c["id"])] = uuid
             log.info("engine %s joined (%d engines)", c["id"], len(self.engines))
             self._drain_queue()

@@ -43,6 +43,12 @@ def build_parser() -> argparse.ArgumentParser:
     cc.add_cluster_options(start, checked, names)
     start.add_argument("--ip", help="interface the controller binds")
     start.add_argument("--db", help="task store URL ('memory', sqlite:///…, postgresql://…)")
+    start.add_argument(
+        "--curve",
+        action="store_true",
+        default=None,
+        help="CurveZMQ on every connection (docs/security.md)",
+    )
     engines = csub.add_parser("engines", help="add N engines to a running cluster")
     cc.add_cluster_options(engines, checked, names)
     stop = csub.add_parser("stop", help="stop a cluster and every engine added to it")

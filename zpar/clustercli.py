@@ -38,7 +38,7 @@ RET_USAGE = 2
 RET_NOT_FOUND = 3
 
 #: Settings that have a flag of their own on `cluster start` / `cluster engines`.
-FLAG_SETTINGS = ("n", "engines", "keep", "ip", "timeout", "log_level", "db")
+FLAG_SETTINGS = ("n", "engines", "keep", "ip", "timeout", "log_level", "db", "curve")
 
 
 def say(text: str) -> None:
@@ -123,6 +123,11 @@ def cluster_start(args: argparse.Namespace, argv: list[str]) -> int:
 
     s = settings_from(args)
     cid = args.cluster_id or DEFAULT_CLUSTER_ID
+    from .privacy import check_exposure
+
+    exposure = check_exposure(s.ip, curve=s.curve, insecure=False, force=False)
+    if exposure:
+        say(f"warning: {exposure}")
     lc = LocalCluster(s.n, profile=args.profile, cluster_id=cid, settings=s)
     if args.daemon:
         lc.check_not_running()

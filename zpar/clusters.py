@@ -56,7 +56,9 @@ class ClusterState:
 
     def save(self, path: Path) -> Path:
         tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(asdict(self), indent=2))
+        # 0600 like every file under the profile (docs/security.md)
+        with open(tmp, "w", opener=lambda p, f: os.open(p, f, 0o600)) as out:
+            out.write(json.dumps(asdict(self), indent=2))
         os.replace(tmp, path)
         return path
 

@@ -2,7 +2,9 @@
 
 A profile directory (``$ZPAR_DIR/profile_<name>``, default ``~/.zpar``) holds
 ``security/zpar-client.json`` and ``security/zpar-engine.json`` (mode 0600: they hold the
-key), and ``clusters/*.json`` for clusters the launcher started.
+key), and ``clusters/*.json`` for clusters the launcher started. The zpar directory, each
+profile and its subdirectories are 0700: the task store, logs and pid files under them hold
+users' data and are nobody else's business (docs/security.md).
 """
 
 from __future__ import annotations
@@ -32,10 +34,19 @@ def profile_dir(profile: str = DEFAULT_PROFILE, *, create: bool = True) -> Path:
     profile_name(profile)  # ValueError naming it: a name must not lead out of zpar_dir()
     d = zpar_dir() / f"profile_{profile}"
     if create:
+        private_dir(zpar_dir())
+        private_dir(d)
         for sub in ("security", "clusters", "log"):
-            (d / sub).mkdir(parents=True, exist_ok=True)
-        os.chmod(d / "security", 0o700)
+            private_dir(d / sub)
     return d
+
+
+def private_dir(path: Path) -> Path:
+    """Create ``path`` (and its parents) if missing and make it 0700: owner only."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if path.stat().st_mode & 0o077:
+        os.chmod(path, 0o700)
+    return path
 
 
 def security_dir(profile: str = DEFAULT_PROFILE) -> Path:
@@ -56,6 +67,11 @@ class ConnectionInfo:
     location: str = ""  # controller host, for humans and ssh tunnels
     cluster_id: str = ""
     controller_pid: int = 0
+    # CurveZMQ (a cluster started with --curve; zpar.curve): the controller's public key
+    # and the cluster's client key pair, Z85. Empty: no Curve.
+    curve_server_key: str = ""
+    curve_public_key: str = ""
+    curve_secret_key: str = ""
 
     @property
     def key_bytes(self) -> bytes:
@@ -65,7 +81,7 @@ class ConnectionInfo:
 def write_connection_file(path: Path, info: ConnectionInfo) -> Path:
     """Write atomically with mode 0600: a reader never sees a half-written key file."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
     try:
         with os.fdopen(fd, "w") as f:

@@ -85,9 +85,18 @@ ZPAR_DIR_ENV = "ZPAR_DIR"
 #: Environment variable through which a controller hands its scheduler the key file.
 KEY_FILE_ENV = "ZPAR_KEY_FILE"
 
+#: Environment variable through which a controller started with --curve hands its scheduler
+#: the cluster's Curve keys (a 0600 file in its run directory).
+CURVE_FILE_ENV = "ZPAR_CURVE_FILE"
+
 #: First frame an XPUB notification socket sends each new subscriber: seeing it proves the
 #: subscription is live, so no registration notification after it can be missed.
 WELCOME = b"<ZPAR|WELCOME>"
+
+#: The single unsigned frame the hub answers a request with a bad or missing signature on its
+#: registration socket: the peer's key is not the cluster's. It carries nothing a peer could
+#: act on but "wrong key", so it needs no signature (the sender has the wrong key anyway).
+BAD_KEY = b"<ZPAR|BAD-KEY>"
 
 #: Ping payload prefix on the heartbeat PUB; the rest is the ping counter in ASCII.
 PING = b"ping"

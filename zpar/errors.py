@@ -38,6 +38,11 @@ class ConnectionFileError(ZparError):
     """A connection file is missing, unreadable or incomplete."""
 
 
+class WrongKey(ConnectionFileError):
+    """The controller refused our signature, or the Curve handshake: the keys of the
+    connection file we hold are not the running cluster's (an old file, another cluster's)."""
+
+
 class TimeoutError(ZparError, builtins.TimeoutError):  # noqa: A001 - the name users expect
     """Waiting for a result, an engine or the hub took longer than allowed."""
 
@@ -69,7 +74,7 @@ class TaskAborted(ZparError):
 
 
 class TaskTimeout(TimeoutError):
-    """A task's dependencies were not met within its timeout."""
+    """A task's dependencies were not met within its timeout, or it ran past its time_limit."""
 
 
 class UnmetDependency(ZparError):
@@ -266,6 +271,19 @@ class AlreadyDisplayedError(RemoteError):
 
     def render_traceback(self) -> list[str]:
         return [str(self)]
+
+
+# -- faults (issue 13) ---------------------------------------------------------------------
+
+
+class SchedulerLost(EngineError):
+    """The task scheduler died holding this load-balanced task, which carried no retries
+    (the controller started a new scheduler: resubmit it, or give tasks ``retries``)."""
+
+
+class ControllerLost(ZparError):
+    """The controller this client was connected to is gone: every pending request fails
+    with this error naming it, and later ones at once."""
 
 
 _BY_NAME: dict[str, type[ZparError]] = {

@@ -222,6 +222,8 @@ class LocalCluster:
                 cmd += [f"--{name.replace('_', '-')}", str(getattr(s, name))]
         if s.insecure:
             cmd.append("--insecure")
+        if s.curve:
+            cmd.append("--curve")
         return [*cmd, *self.controller_args]
 
     def start_controller(self, timeout: float = 30.0, wait: bool = True) -> None:

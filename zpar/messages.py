@@ -83,6 +83,8 @@ class MsgType(StrEnum):
     ENGINE_EXITED_REPLY = "engine_exited_reply"
     ENGINE_INFO_REQUEST = "engine_info_request"
     ENGINE_INFO_REPLY = "engine_info_reply"
+    # faults (issue 13): the controller restarted its task scheduler (hub notification PUB)
+    SCHEDULER_RESTARTED = "scheduler_restarted"
 
 
 class Status(StrEnum):
@@ -190,6 +192,18 @@ class UnregistrationNotification(Content):
     id: int
     uuid: str
     reason: str = ""
+
+
+# -- faults (issue 13) ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerRestarted(Content):
+    """The task scheduler died and a new one listens at the same addresses: each client
+    resubmits its load-balanced requests that carry retries and fails the others."""
+
+    msg_type = MsgType.SCHEDULER_RESTARTED
+    reason: str  # e.g. "the task scheduler died (exit code -9)"
 
 
 @dataclass(frozen=True, slots=True)

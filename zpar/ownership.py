@@ -36,7 +36,7 @@ class ClusterBusy(Exception):
 
 def lock_path(profile: str, cluster_id: str) -> Path:
     d = profile_dir(profile) / "pid"
-    d.mkdir(exist_ok=True)
+    d.mkdir(mode=0o700, exist_ok=True)
     return d / f"{cluster_id or DEFAULT_LOCK_NAME}.lock"
 
 

@@ -72,6 +72,7 @@ SPECS: dict[str, Spec] = {
     "scheme": Spec("controller", str, "load-balancing scheme", choices=TASK_SCHEMES),
     "hwm": Spec("controller", int, "unfinished tasks per engine (0: unlimited)", lambda x: x >= 0),
     "insecure": Spec("controller", bool, "no key and no signatures (trusted networks only)"),
+    "curve": Spec("controller", bool, "CurveZMQ on every connection (docs/security.md)"),
     "log_level": Spec("controller", str, "log level of every process", names.log_level),
     # engines and the launcher
     "n": Spec("engines", int, "engines `zpar cluster start` starts", lambda x: x >= 0),
@@ -107,6 +108,7 @@ class Settings:
     scheme: str = TASK_SCHEME
     hwm: int = TASK_HWM
     insecure: bool = False
+    curve: bool = False
     log_level: str = "WARNING"
     n: int = 2
     engines: str = "local"

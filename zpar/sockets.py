@@ -32,6 +32,14 @@ def bind_random(sock: zmq.Socket, ip: str = "127.0.0.1", transport: str = "tcp")
     return sock.getsockopt_string(zmq.LAST_ENDPOINT)
 
 
+def bind_port(sock: zmq.Socket, ip: str, port: int = 0) -> str:
+    """Bind tcp on ``port`` (0: an ephemeral one) and return the full address."""
+    if not port:
+        return bind_random(sock, ip)
+    sock.bind(f"tcp://{ip}:{port}")
+    return f"tcp://{ip}:{port}"
+
+
 #: Socket types whose high-water mark is lifted: at the HWM a ROUTER silently drops and a
 #: DEALER/PUSH blocks, and zpar can afford neither (a lost request, a relay stalled behind a
 #: slow hub). Queues grow in memory instead. PUB sockets keep the HWM: dropping is their job.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import psutil
 
 from .ipp_style import IpyparallelStyle
@@ -13,7 +15,8 @@ class ZparSystem(IpyparallelStyle):
     def start(self, n: int) -> None:
         import zpar
 
-        self.cluster = zpar.Cluster(n=n)
+        # ZPAR_BENCH_CURVE=1: the same rows on a --curve cluster (docs/security.md)
+        self.cluster = zpar.Cluster(n=n, curve=os.environ.get("ZPAR_BENCH_CURVE") == "1")
         self.rc = self.cluster.start()
         self._views()
 

@@ -41,3 +41,41 @@ def test_destination_before_submission_is_kept():
     t.assigned("m9", "e")
     _submit(t, 9)
     assert t.queue_status("e", False)["tasks"] == 1 and not t.unassigned
+
+
+def test_a_dead_scheduler_s_tasks_wait_for_their_resend_or_are_marked_lost():
+    from zpar.hub.records import SCHEDULER_DIED
+
+    t = TaskTable()
+    for i, md in enumerate([{"retries": 2}, {}, {"retries": 1}]):
+        t.submitted(
+            {"msg_id": f"m{i}", "msg_type": "apply_request", "date": 1.0}, "task", b"c", None, md
+        )
+    t.assigned("m0", "e")
+    t.assigned("m1", "e")
+    _submit(t, 9, "mux", "e")  # direct: not the scheduler's
+    t.finished("m2", "e", {"completed": 2.0}, "ok")  # answered before the death
+    awaiting, lost = t.scheduler_died()
+    assert (list(awaiting), lost) == (["m0"], ["m1"])
+    assert t.records["m1"].status == SCHEDULER_DIED and not t.records["m1"].pending
+    assert t.records["m0"].pending and t.records["m0"].engine_uuid is None
+    assert t.queue_status("e", True)["tasks"] == [] and t.unassigned == {"m0"}
+    # the resent copy, placed by the new scheduler, finishes the record once
+    t.submitted(awaiting["m0"], "task", b"c2", None, {"retries": 2})
+    assert t.never_resent(awaiting) == []
+    t.assigned("m0", "f")
+    assert t.finished("m0", "f", {"completed": 3.0}, "ok") is not None
+    assert t.records["m0"].status == "ok" and t.records["m0"].retries == 1
+    assert t.records["m9"].pending
+
+
+def test_a_task_never_resent_is_marked_lost_with_its_header():
+    from zpar.hub.records import SCHEDULER_DIED
+
+    t = TaskTable()
+    header = {"msg_id": "m0", "msg_type": "apply_request", "date": 1.0}
+    t.submitted(header, "task", b"c", None, {"retries": 1})
+    awaiting, _ = t.scheduler_died()
+    assert t.never_resent(awaiting) == ["m0"]
+    rec = t.records["m0"]
+    assert rec.status == SCHEDULER_DIED and rec.header == header

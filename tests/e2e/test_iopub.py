@@ -7,6 +7,7 @@ import time
 import zmq
 
 from zpar.messages import MsgType
+from zpar.privacy import iopub_topic
 from zpar.wire import Session
 
 
@@ -22,7 +23,7 @@ def test_stream_and_status_messages_reach_an_iopub_subscriber(rc, cluster_addres
     info, addrs = cluster_addresses
     sub = zmq.Context.instance().socket(zmq.SUB)
     sub.setsockopt(zmq.LINGER, 0)
-    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    sub.setsockopt(zmq.SUBSCRIBE, iopub_topic(info.key))  # only key holders know it
     sub.connect(addrs["iopub"])
     session = Session(info.key)
     try:
@@ -82,3 +83,39 @@ def test_stream_outputs_arrive_while_the_task_runs(rc, cluster_addresses):
     assert "line 7" in text, text
     assert first_line_at and first_line_at[0] < done_at - 0.3, "output did not stream live"
     assert ar.stdout == "".join(f"line {i}\n" for i in range(8))
+
+
+def test_a_subscriber_without_the_key_reads_no_output(rc, cluster_addresses):
+    """Subscribing to everything (or to a guessed topic) is refused by the relay: the
+    output of a task reaches the key holder's subscription and never the stranger's."""
+    info, addrs = cluster_addresses
+    ctx = zmq.Context.instance()
+    strangers = []
+    for topic in (b"", b"0" * 32):
+        s = ctx.socket(zmq.SUB)
+        s.setsockopt(zmq.LINGER, 0)
+        s.setsockopt(zmq.SUBSCRIBE, topic)
+        s.connect(addrs["iopub"])
+        strangers.append(s)
+    owner = ctx.socket(zmq.SUB)
+    owner.setsockopt(zmq.LINGER, 0)
+    owner.setsockopt(zmq.SUBSCRIBE, iopub_topic(info.key))
+    owner.connect(addrs["iopub"])
+    session = Session(info.key)
+    try:
+        time.sleep(0.3)  # PUB/SUB: let the subscriptions reach the relay
+        ar = rc[0].apply_async(_talk)
+        assert ar.get(timeout=10) == 1
+        got_output = False
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not got_output:
+            if owner.poll(500):
+                msg = session.feed(owner.recv_multipart())
+                got_output = msg is not None and msg.msg_type == MsgType.STREAM
+        assert got_output, "the key holder's subscription saw no output"
+        # everything the owner got was sent before this point: the strangers got none of it
+        for s in strangers:
+            assert not s.poll(200), "a subscriber without the key received IOPub output"
+    finally:
+        for s in (*strangers, owner):
+            s.close()

@@ -9,6 +9,7 @@ pid is never killed), an ssh host's remote pids, a batch job's id.
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import subprocess
 import sys
@@ -79,7 +80,8 @@ def spawn(
     cmd: list[str], log_path: Path, daemon: bool, env: dict | None = None
 ) -> subprocess.Popen:
     """Start ``cmd`` with stdout and stderr into a freshly rotated ``log_path``."""
-    with open(rotate_log(log_path), "ab") as out:
+    # 0600: a log holds task output and tracebacks (docs/security.md)
+    with open(rotate_log(log_path), "ab", opener=lambda p, f: os.open(p, f, 0o600)) as out:
         return subprocess.Popen(
             cmd,
             stdin=subprocess.DEVNULL,
