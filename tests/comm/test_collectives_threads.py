@@ -413,7 +413,9 @@ def test_a_collective_failing_on_one_rank_fails_the_others_not_hangs():
             with pytest.raises(ValueError, match="alltoall needs"):
                 c.alltoall([1])  # wrong length on this rank only
             return "raised"
-        with pytest.raises(CommError, match="rank 1 failed in alltoall"):
+        # rank 1 closes its links once it returns: a peer may find the link gone before it
+        # reads rank 1's abort notice; either way the error names rank 1
+        with pytest.raises(CommError, match="rank 1 (failed in alltoall|is unreachable)"):
             c.alltoall(list(range(c.size)))
         return "told"
 
