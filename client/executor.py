@@ -67,7 +67,16 @@ class ViewExecutor(concurrent.futures.Executor):
         if chunksize < 1:
             raise ValueError(f"chunksize must be >= 1, got {chunksize}")
         if chunksize == 1:
-            return super().map(fn, *iterables, timeout=timeout)
+            # ipyparallel: the view's own imap (a DirectView splits the work over its engines;
+            # submitting each item would run it on every engine)
+            if timeout is None:
+                return self.view.imap(fn, *iterables)
+            ar = self.view.map_async(fn, *iterables)
+
+            def within_timeout() -> Iterator[Any]:
+                yield from ar.get(timeout)
+
+            return within_timeout()
         items = list(zip(*iterables, strict=False))  # shortest wins, as in the stdlib
         chunks = [items[i : i + chunksize] for i in range(0, len(items), chunksize)]
         futures = [self.submit(_run_chunk, fn, chunk) for chunk in chunks]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import zpar.serialize
@@ -35,6 +35,11 @@ __all__ = [
 
 class DirectView(View):
     """Calls on named engines, through the MUX relay."""
+
+    def imap(self, f: Callable[..., Any], *sequences: Any, **kwargs: Any) -> Iterator[Any]:
+        """The results of ``map_async`` as an iterator (ipyparallel's View.imap, which
+        DirectView inherits): each engine takes a contiguous part of the sequences."""
+        return iter(self.map_async(f, *sequences, **kwargs))
 
     def _ids(self, targets: Any = None) -> list[int]:
         return self.client._resolve_targets(self.targets if targets is None else targets)

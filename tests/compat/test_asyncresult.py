@@ -116,6 +116,10 @@ def test_successful_abort_and_ready(rc, tmp_path):
         ar.successful()  # not done yet
     queued = rc[0].apply_async(os.getpid)
     queued.abort()
+    # the abort travels client -> relay -> engine while the engine runs the gate task; an
+    # engine reads control only between tasks, so nothing can observe its arrival: give it
+    # time before the gate opens (it raced the next queued request under load)
+    time.sleep(1.0)
     gate.touch()
     with pytest.raises(ipp.TaskAborted):
         queued.get(timeout=30)

@@ -163,6 +163,15 @@ def test_executor_attribute_and_call(rc):
         assert e2.submit(os.getpid).result(timeout=30) in rc[:].apply_sync(os.getpid)
 
 
+def test_direct_view_executor_map_splits_the_work_over_the_engines(rc):
+    # ipyparallel: ViewExecutor.map is view.imap, and a DirectView's imap is
+    # iter(map_async(...)): one result per item, not one per engine
+    dv = rc[:]
+    assert list(dv.imap(lambda x: x * x, range(4))) == [0, 1, 4, 9]
+    assert list(dv.executor().map(lambda x: x * x, range(4))) == [0, 1, 4, 9]
+    assert list(dv.executor().map(lambda x: x + 1, range(3), timeout=30)) == [1, 2, 3]
+
+
 def test_broadcast_view_flags(rc):
     bv = rc.broadcast_view(block=True, is_coalescing=True)
     assert bv.block and bv.is_coalescing
