@@ -36,6 +36,30 @@ def _shape(shape: int | Sequence[int]) -> tuple[int, ...]:
     return tuple(int(n) for n in shape)
 
 
+def _filled_constructor(name: str, fill: Any, empty: bool, doc: str) -> Callable[..., DistArray]:
+    """``zeros``, ``ones`` and ``empty``: one signature, differing only in what fills the
+    sections (``empty`` leaves them uninitialised)."""
+
+    def constructor(
+        self: DarrayClient,
+        shape,
+        dtype=float,
+        dist=None,
+        grid_shape=None,
+        padding=None,
+        periodic=None,
+        targets=None,
+    ) -> DistArray:
+        return self._allocate(
+            shape, dtype, dist, grid_shape, padding, periodic, targets, fill, empty
+        )
+
+    constructor.__name__ = name
+    constructor.__qualname__ = f"DarrayClient.{name}"
+    constructor.__doc__ = doc
+    return constructor
+
+
 class DarrayClient:
     """``rc.darray``: constructors of distributed arrays on a client's engines."""
 
@@ -80,41 +104,11 @@ class DarrayClient:
 
     # -- constructors -----------------------------------------------------------------------
 
-    def zeros(
-        self,
-        shape,
-        dtype=float,
-        dist=None,
-        grid_shape=None,
-        padding=None,
-        periodic=None,
-        targets=None,
-    ) -> DistArray:
-        return self._allocate(shape, dtype, dist, grid_shape, padding, periodic, targets, 0, False)
-
-    def ones(
-        self,
-        shape,
-        dtype=float,
-        dist=None,
-        grid_shape=None,
-        padding=None,
-        periodic=None,
-        targets=None,
-    ) -> DistArray:
-        return self._allocate(shape, dtype, dist, grid_shape, padding, periodic, targets, 1, False)
-
-    def empty(
-        self,
-        shape,
-        dtype=float,
-        dist=None,
-        grid_shape=None,
-        padding=None,
-        periodic=None,
-        targets=None,
-    ) -> DistArray:
-        return self._allocate(shape, dtype, dist, grid_shape, padding, periodic, targets, 0, True)
+    zeros = _filled_constructor("zeros", 0, False, "Zeros: each engine allocates its section.")
+    ones = _filled_constructor("ones", 1, False, "Ones: each engine allocates its section.")
+    empty = _filled_constructor(
+        "empty", 0, True, "Uninitialised: each engine allocates its section, left as it is."
+    )
 
     def full(
         self,

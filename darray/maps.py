@@ -78,7 +78,13 @@ class DimMap:
         return len(self.global_indices())
 
     def dim_dict(self) -> dict[str, Any]:
-        raise NotImplementedError
+        """The keys every distribution type has; subclasses add their own after them."""
+        return {
+            "dist_type": self.dist_type,
+            "size": self.size,
+            "proc_grid_size": self.grid_size,
+            "proc_grid_rank": self.grid_rank,
+        }
 
 
 class BlockMap(DimMap):
@@ -126,14 +132,9 @@ class BlockMap(DimMap):
         return max(self.owned_stop - self.owned_start, 0)
 
     def dim_dict(self) -> dict[str, Any]:
-        dd: dict[str, Any] = {
-            "dist_type": "b",
-            "size": self.size,
-            "proc_grid_size": self.grid_size,
-            "proc_grid_rank": self.grid_rank,
-            "start": self.start,
-            "stop": self.stop,
-        }
+        dd = super().dim_dict()
+        dd["start"] = self.start
+        dd["stop"] = self.stop
         if self.padding != (0, 0):
             dd["padding"] = self.padding
         if self.periodic:
@@ -169,13 +170,8 @@ class CyclicMap(DimMap):
         return self.local_len
 
     def dim_dict(self) -> dict[str, Any]:
-        dd: dict[str, Any] = {
-            "dist_type": "c",
-            "size": self.size,
-            "proc_grid_size": self.grid_size,
-            "proc_grid_rank": self.grid_rank,
-            "start": self.start,
-        }
+        dd = super().dim_dict()
+        dd["start"] = self.start
         if self.block_size != 1:
             dd["block_size"] = self.block_size
         return dd
@@ -197,13 +193,8 @@ class UnstructuredMap(DimMap):
         return self.indices
 
     def dim_dict(self) -> dict[str, Any]:
-        dd: dict[str, Any] = {
-            "dist_type": "u",
-            "size": self.size,
-            "proc_grid_size": self.grid_size,
-            "proc_grid_rank": self.grid_rank,
-            "indices": self.indices,
-        }
+        dd = super().dim_dict()
+        dd["indices"] = self.indices
         if self.one_to_one is not None:
             dd["one_to_one"] = bool(self.one_to_one)
         return dd

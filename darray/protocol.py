@@ -46,6 +46,14 @@ def _int_rule(dd: dict[str, Any], key: str, idx: int, minimum: int) -> str:
     return ""
 
 
+def _optional_bool_rule(dd: dict[str, Any], key: str, idx: int) -> str:
+    """An optional flag (``periodic``, ``one_to_one``): absent means False, else a bool."""
+    v = dd.get(key, False)
+    if not isinstance(v, bool):
+        return f"dimension {idx}: {key} {v!r} must be a bool"
+    return ""
+
+
 def _check_common(idx: int, dd: dict[str, Any]) -> str:
     if "dist_type" not in dd:
         return f"dimension {idx}: required key 'dist_type' is missing"
@@ -91,10 +99,7 @@ def _check_block(idx: int, dd: dict[str, Any], length: int) -> str:
             return f"dimension {idx}: padding element {v} is negative"
     if padding[0] + padding[1] > length:
         return f"dimension {idx}: padding {padding} is wider than the buffer ({length})"
-    periodic = dd.get("periodic", False)
-    if not isinstance(periodic, bool):
-        return f"dimension {idx}: periodic {periodic!r} must be a bool"
-    return ""
+    return _optional_bool_rule(dd, "periodic", idx)
 
 
 def _check_cyclic(idx: int, dd: dict[str, Any], length: int) -> str:
@@ -133,10 +138,7 @@ def _check_unstructured(idx: int, dd: dict[str, Any], length: int) -> str:
         return f"dimension {idx}: {len(indices)} indices but the buffer's length is {length}"
     if len(np.unique(indices)) != len(indices):
         return f"dimension {idx}: indices are not locally unique"
-    one_to_one = dd.get("one_to_one", False)
-    if not isinstance(one_to_one, bool):
-        return f"dimension {idx}: one_to_one {one_to_one!r} must be a bool"
-    return ""
+    return _optional_bool_rule(dd, "one_to_one", idx)
 
 
 _BY_TYPE = {"b": _check_block, "c": _check_cyclic, "u": _check_unstructured}

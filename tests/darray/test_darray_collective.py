@@ -81,59 +81,55 @@ class ThreadComm:
         return [self.recv(r, tag=-2) for r in range(self.size)]
 
 
+def on_threads(n, rank_main, join_timeout, daemon=False):
+    """rank_main(r) on n threads; their results by rank (an exception in any fails the test)."""
+    results, errors = [None] * n, []
+
+    def body(r):
+        try:
+            results[r] = rank_main(r)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=body, args=(r,), daemon=daemon) for r in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(join_timeout)
+    if errors:
+        raise errors[0]
+    return results
+
+
 def run_ranks_links(n, fn):
     """fn(comm) on n threads, each with zpar.comm's real communicator over loopback links."""
     comm_id = uuid.uuid4().hex
     links = [PeerLinks(r, n, comm_id, b"test-key") for r in range(n)]
     table = [lk.bind() for lk in links]
-    results, errors = [None] * n, []
 
-    def body(r):
+    def rank_main(r):
         try:
             links[r].dance(table, 60)
             comm = Communicator(links[r], [f"h{r}" for r in range(n)], timeout=60)
-            results[r] = fn(comm)
+            result = fn(comm)
             comm.Free()
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
+            return result
         finally:
             links[r].close()
 
-    threads = [threading.Thread(target=body, args=(r,), daemon=True) for r in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(90)
-    if errors:
-        raise errors[0]
-    return results
+    return on_threads(n, rank_main, 90, daemon=True)
+
+
+def run_ranks_fake(n, fn):
+    """fn(comm) on n threads, each with the in-memory stand-in for mpi4py's communicator."""
+    world = ThreadWorld(n)
+    return on_threads(n, lambda r: fn(ThreadComm(world, r)), 60)
 
 
 @pytest.fixture(params=["threads", "zpar.comm"])
 def run_ranks(request):
     """Each algorithm over the in-memory stand-in and over zpar's communicator."""
     return run_ranks_fake if request.param == "threads" else run_ranks_links
-
-
-def run_ranks_fake(n, fn):
-    """fn(comm) on n threads; their results by rank (an exception in any fails the test)."""
-    world = ThreadWorld(n)
-    results, errors = [None] * n, []
-
-    def body(r):
-        try:
-            results[r] = fn(ThreadComm(world, r))
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=body, args=(r,)) for r in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    if errors:
-        raise errors[0]
-    return results
 
 
 def sections(full, dist, grid=None, padding=None, periodic=None, nprocs=4):
