@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.typed.add_and_twice import declare_add_and_twice
 from zpar.errors import EngineError
 from zpar.typed import AmuseWorker, function_id_for
 from zpar.typed.amuse import MODULES_ENV
@@ -71,20 +72,6 @@ def amuse_script(code: str) -> str:
             line = textwrap.indent(ADD_AND_TWICE, line[: len(line) - len(line.lstrip())])
         lines.append(line)
     return "".join(lines)
-
-
-def declare_add_and_twice(w: AmuseWorker) -> None:
-    """Declare, on a zpar AmuseWorker, the add and twice of `ADD_AND_TWICE`."""
-    w.declare(
-        "add",
-        args=[("x", "float64"), ("y", "float64"), ("z", "float64", "out")],
-        returns="int32",
-    )
-    w.declare(
-        "twice",
-        args=[("n", "int64", "inout"), ("s", "string"), ("k", "int32", "out")],
-        returns="int32",
-    )
 
 
 @pytest.fixture(scope="session")
