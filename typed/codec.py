@@ -22,7 +22,7 @@ one correctly, as it slices by the lengths it is given.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,6 +118,17 @@ def unpack_columns(array: Any, count: int, ncalls: int) -> list[Any]:
             f"{count} columns of {ncalls} calls need {count * ncalls} values, got {len(array)}"
         )
     return [array[n * ncalls : (n + 1) * ncalls] for n in range(count)]
+
+
+def param_columns(
+    arrays: dict[str, Any], counts: Sequence[int], ncalls: int, slots: Iterable[tuple[str, int]]
+) -> list[Any]:
+    """The column of each slot (a parameter's type, and its index among that type's
+    parameters), in order: views on the type arrays, each holding counts[type] columns."""
+    by_type = {
+        t: unpack_columns(arrays[t], n, ncalls) for t, n in zip(TYPES, counts, strict=True) if n
+    }
+    return [by_type[t][i] for t, i in slots]
 
 
 # -- zpar frames -----------------------------------------------------------------------------
