@@ -22,7 +22,7 @@ one correctly, as it slices by the lengths it is given.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -120,6 +120,17 @@ def unpack_columns(array: Any, count: int, ncalls: int) -> list[Any]:
     return [array[n * ncalls : (n + 1) * ncalls] for n in range(count)]
 
 
+def param_columns(
+    arrays: dict[str, Any], counts: Sequence[int], ncalls: int, slots: Iterable[tuple[str, int]]
+) -> list[Any]:
+    """The column of each slot (a parameter's type, and its index among that type's
+    parameters), in order: views on the type arrays, each holding counts[type] columns."""
+    by_type = {
+        t: unpack_columns(arrays[t], n, ncalls) for t, n in zip(TYPES, counts, strict=True) if n
+    }
+    return [by_type[t][i] for t, i in slots]
+
+
 # -- zpar frames -----------------------------------------------------------------------------
 
 
@@ -178,6 +189,27 @@ def type_arrays(counts: Sequence[int], frames: Sequence[Any]) -> dict[str, Any]:
     return out
 
 
+# -- content arrays as bytes (AMUSE's body, the seed's v0.2 arrays) --------------------------
+
+
+def _content_bytes(arrays: dict[str, Any], types: Sequence[str]) -> list[bytes]:
+    """The non-empty arrays of `types`, in that order, as byte strings: a string array as two
+    (int32 lengths, then the NUL-terminated characters), bool as one signed byte each."""
+    out: list[bytes] = []
+    for t in types:
+        a = arrays.get(t)
+        if a is None or not len(a):
+            continue
+        if t == "string":
+            lengths, chars = encode_strings(a)
+            out += [lengths.tobytes(), chars]
+        elif t == "bool":
+            out.append(np.asarray(a, dtype=np.int8).tobytes())
+        else:
+            out.append(np.ascontiguousarray(a, dtype=DTYPES[t]).tobytes())
+    return out
+
+
 # -- AMUSE's sockets message -----------------------------------------------------------------
 
 
@@ -226,18 +258,7 @@ def unpack_amuse_header(data: bytes) -> AmuseHeader:
 
 def amuse_body(arrays: dict[str, Any], units: Any = ()) -> list[bytes]:
     """The byte strings that follow an AMUSE header, in its order (empty types send nothing)."""
-    out: list[bytes] = []
-    for t in TYPES:
-        a = arrays.get(t)
-        if a is None or not len(a):
-            continue
-        if t == "string":
-            lengths, chars = encode_strings(a)
-            out += [lengths.tobytes(), chars]
-        elif t == "bool":
-            out.append(np.asarray(a, dtype=np.int8).tobytes())
-        else:
-            out.append(np.ascontiguousarray(a, dtype=DTYPES[t]).tobytes())
+    out = _content_bytes(arrays, TYPES)
     if len(units):
         out.append(np.asarray(units, dtype=np.float64).tobytes())
     return out
@@ -298,14 +319,4 @@ def unpack_v02_header(data: bytes) -> tuple[int, int, dict[str, int]]:
 def v02_content_arrays(arrays: dict[str, Any]) -> list[bytes]:
     """The v0.2 content arrays in the seed's order (doubles first), empty types omitted;
     strings as int32 lengths then NUL-terminated characters."""
-    out: list[bytes] = []
-    for t in V02_TYPES:
-        a = arrays.get(t)
-        if a is None or not len(a):
-            continue
-        if t == "string":
-            lengths, chars = encode_strings(a)
-            out += [lengths.tobytes(), chars]
-        else:
-            out.append(np.ascontiguousarray(a, dtype=DTYPES[t]).tobytes())
-    return out
+    return _content_bytes(arrays, V02_TYPES)

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .codec import DTYPES, TYPES, pack_columns, unpack_columns
+from .codec import DTYPES, TYPES, pack_columns, param_columns
 from .signature import TypedSignature
 
 
@@ -41,12 +41,9 @@ def input_columns(sig: TypedSignature, arrays: dict[str, Any], ncalls: int) -> l
                 f"{sig.name} takes {per_call} {t} value(s) per call: {per_call * ncalls} for "
                 f"{ncalls} calls, the request has {got}"
             )
-    by_type = {
-        t: unpack_columns(arrays[t], n, ncalls)
-        for t, n in zip(TYPES, sig.in_counts, strict=True)
-        if n
-    }
-    return [by_type[p.type][p.input_index] for p in sig.inputs]
+    return param_columns(
+        arrays, sig.in_counts, ncalls, [(p.type, p.input_index) for p in sig.inputs]
+    )
 
 
 def run_calls(

@@ -17,7 +17,7 @@ from zpar.client.asyncresult import AsyncResult
 from zpar.errors import RemoteError, RemoteProtocolError, TaskAborted
 from zpar.messages import Status
 
-from .codec import TYPES, CodecError, type_arrays, unpack_columns
+from .codec import TYPES, CodecError, param_columns, type_arrays
 from .signature import TypedSignature
 
 
@@ -93,12 +93,9 @@ def decode_typed_reply(msg: Any, sig: TypedSignature, chunk: Chunk) -> list[Any]
         arrays = type_arrays(c.get("counts") or [0] * len(TYPES), msg.buffers)
     except CodecError as e:
         raise RemoteProtocolError("bad typed_reply", str(e)) from None
-    by_type = {
-        t: unpack_columns(arrays[t], n, ncalls)
-        for t, n in zip(TYPES, sig.out_counts, strict=True)
-        if n
-    }
-    return [by_type[p.type][p.output_index] for p in sig.outputs]
+    return param_columns(
+        arrays, sig.out_counts, ncalls, [(p.type, p.output_index) for p in sig.outputs]
+    )
 
 
 def join_chunks(sig: TypedSignature, chunks: list[list[Any]]) -> Any:

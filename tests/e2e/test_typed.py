@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import zpar
+from tests.typed.every_type import every_type_args
 from zpar.typed import function_id_for
 from zpar.typed.result import RemoteCallError
 
@@ -13,20 +14,7 @@ pytestmark = pytest.mark.timeout(120)
 
 XYZ = [("x", "float64"), ("y", "float64"), ("z", "float64")]
 
-ECHO_ARGS = [
-    ("i32", "int32"),
-    ("i64", "int64"),
-    ("f32", "float32"),
-    ("f64", "float64"),
-    ("b", "bool"),
-    ("s", "string"),
-    ("io", "int64", "inout"),
-    ("o32", "int32", "out"),
-    ("o64", "int64", "out"),
-    ("of32", "float32", "out"),
-    ("of64", "float64", "out"),
-    ("ob", "bool", "out"),
-]
+ECHO_ARGS = every_type_args("int64")
 
 
 def echo(i32, i64, f32, f64, b, s, io):

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import zpar
+from tests.typed.every_type import every_type_args
 from zpar.engine import namespace
 from zpar.engine.kernel import Kernel
 from zpar.errors import RemoteProtocolError
@@ -177,20 +178,7 @@ def echo_all(i32, i64, f32, f64, b, s, io):
     return s, io * 2, i32, i64, f32, f64, b
 
 
-ECHO_ARGS = [
-    ("i32", "int32"),
-    ("i64", "int64"),
-    ("f32", "float32"),
-    ("f64", "float64"),
-    ("b", "bool"),
-    ("s", "string"),
-    ("io", "int32", "inout"),
-    ("o32", "int32", "out"),
-    ("o64", "int64", "out"),
-    ("of32", "float32", "out"),
-    ("of64", "float64", "out"),
-    ("ob", "bool", "out"),
-]
+ECHO_ARGS = every_type_args("int32")
 
 
 @pytest.mark.parametrize("vectorized", [False, True])

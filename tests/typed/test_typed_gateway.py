@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.typed.add_and_twice import declare_add_and_twice
 from zpar.errors import EngineError
 from zpar.typed import AmuseWorker, function_id_for
 from zpar.typed.amuse import MODULES_ENV, handle_amuse, recv_amuse
@@ -34,14 +35,7 @@ def worker_env():
 
 
 def declare(w):
-    w.declare(
-        "add", args=[("x", "float64"), ("y", "float64"), ("z", "float64", "out")], returns="int32"
-    )
-    w.declare(
-        "twice",
-        args=[("n", "int64", "inout"), ("s", "string"), ("k", "int32", "out")],
-        returns="int32",
-    )
+    declare_add_and_twice(w)
     w.declare("shout", args=[("s", "string"), ("b", "bool")], returns="string")
 
 
