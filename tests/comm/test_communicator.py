@@ -8,36 +8,32 @@ import re
 import signal
 import sys
 
-import cloudpickle
 import numpy as np
 import pytest
 
-import zpar
+from tests.clusters import FAST_HB, module_cluster, shipped_by_value
 from zpar.errors import RemoteError
 
-FAST_HB = ["--hb-period", "0.1", "--hb-misses", "4"]
 TIMEOUT = 90.0
 N = 8
 
 
 @pytest.fixture(autouse=True, scope="module")
 def _ship_by_value():
-    """Engines cannot import test modules: send this module's functions by value."""
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    yield
-    cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    yield from shipped_by_value(sys.modules[__name__])
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    mp.setenv("ZPAR_DIR", str(tmp_path_factory.mktemp("zpar-comm")))
-    c = zpar.Cluster(n=N, controller_args=FAST_HB, timeout=TIMEOUT, log_level="WARNING")
-    c.start()
-    c.client.wait_for_engines(N, timeout=TIMEOUT)
-    yield c
-    c.stop()
-    mp.undo()
+    yield from module_cluster(
+        tmp_path_factory,
+        "zpar-comm",
+        N,
+        wait_timeout=TIMEOUT,
+        controller_args=FAST_HB,
+        timeout=TIMEOUT,
+        log_level="WARNING",
+    )
 
 
 def _comm(name="comm"):

@@ -7,39 +7,36 @@ import os
 import signal
 import time
 
-import cloudpickle
 import pytest
 
 import zpar
+from tests.clusters import FAST_HB, module_cluster, shipped_by_value
 from zpar.connection import read_connection_file
 from zpar.constants import ZPAR_LABEL_ENDPOINTS, ZPAR_LABEL_HOSTNAME
 from zpar.errors import RemoteError
 
-#: fast heartbeats, so a killed engine is noticed (and its rendezvous failed) in about 0.5 s
-FAST_HB = ["--hb-period", "0.1", "--hb-misses", "4"]
+#: with FAST_HB a killed engine is noticed (and its rendezvous failed) in about 0.5 s
 TIMEOUT = 60.0
 
 
 @pytest.fixture(autouse=True, scope="module")
 def _ship_by_value():
-    """Engines cannot import test modules: send this module's functions by value."""
     import sys
 
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    yield
-    cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    yield from shipped_by_value(sys.modules[__name__])
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    mp.setenv("ZPAR_DIR", str(tmp_path_factory.mktemp("zpar-rdv")))
-    c = zpar.Cluster(n=3, controller_args=FAST_HB, timeout=TIMEOUT, log_level="INFO")
-    c.start()
-    c.client.wait_for_engines(3, timeout=TIMEOUT)
-    yield c
-    c.stop()
-    mp.undo()
+    yield from module_cluster(
+        tmp_path_factory,
+        "zpar-rdv",
+        3,
+        wait_timeout=TIMEOUT,
+        controller_args=FAST_HB,
+        timeout=TIMEOUT,
+        log_level="INFO",
+    )
 
 
 def info(cluster):

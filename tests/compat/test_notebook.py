@@ -8,34 +8,17 @@ from pathlib import Path
 
 import pytest
 
+from tests.clusters import notebook_text as _text
+from tests.clusters import run_notebook
+
 NOTEBOOK = Path(__file__).parent.parent / "e2e" / "notebooks" / "ipyparallel_docs.ipynb"
-
-
-def _text(cell) -> str:
-    parts = []
-    for out in cell.get("outputs", []):
-        if out.get("output_type") == "stream":
-            parts.append(out["text"])
-        elif "data" in out:
-            parts.append(out["data"].get("text/plain", ""))
-    return "".join(parts)
 
 
 @pytest.mark.timeout(240)
 def test_ipyparallel_docs_notebook_runs_with_the_import_changed(zpar_dir, monkeypatch):
-    nbformat = pytest.importorskip("nbformat", reason="nbformat is a test extra")
-    from nbclient import NotebookClient
-
     monkeypatch.setenv("ZPAR_DIR", str(zpar_dir))
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    assert "import zpar as ipp" in nb.cells[0].source
-    NotebookClient(
-        nb,
-        timeout=180,
-        kernel_name="python3",
-        resources={"metadata": {"path": str(zpar_dir.parent)}},
-    ).execute()
-    c = nb.cells
+    c = run_notebook(NOTEBOOK, zpar_dir, timeout=180)
+    assert "import zpar as ipp" in c[0].source
     assert _text(c[0]) == "[0, 1]"
     assert _text(c[1]) == "(2, 2)"
     assert _text(c[2]) == "2"

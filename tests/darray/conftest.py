@@ -2,35 +2,23 @@
 
 from __future__ import annotations
 
-import cloudpickle
 import pytest
 
-import zpar
-
-FAST_HB = ["--hb-period", "0.1", "--hb-misses", "4"]
+from tests.clusters import FAST_HB, module_cluster, ready_client, shipped_by_value
 
 
 @pytest.fixture(autouse=True, scope="module")
 def _ship_test_module_by_value(request):
-    """Engines cannot import test modules: send their functions and classes by value."""
-    cloudpickle.register_pickle_by_value(request.module)
-    yield
-    cloudpickle.unregister_pickle_by_value(request.module)
+    yield from shipped_by_value(request.module)
 
 
 @pytest.fixture(scope="module")
 def cluster4(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    mp.setenv("ZPAR_DIR", str(tmp_path_factory.mktemp("zpar-darray")))
-    c = zpar.Cluster(n=4, controller_args=FAST_HB, timeout=90, log_level="INFO")
-    c.start()
-    yield c
-    c.stop()
-    mp.undo()
+    yield from module_cluster(
+        tmp_path_factory, "zpar-darray", 4, controller_args=FAST_HB, timeout=90, log_level="INFO"
+    )
 
 
 @pytest.fixture
 def rc(cluster4):
-    client = cluster4.client
-    client.wait_for_engines(4, timeout=60)
-    return client
+    return ready_client(cluster4, 4, timeout=60, clear=False)

@@ -3,23 +3,19 @@
 from __future__ import annotations
 
 import os
-import time
 
-import cloudpickle
 import pytest
 
 import zpar
+from tests.clusters import (
+    FAST_HB,
+    module_cluster,
+    ready_client,
+    shipped_by_value,
+    wait_until,
+)
 
-#: fast heartbeats so a dead engine is noticed within a second in tests
-FAST_HB = ["--hb-period", "0.1", "--hb-misses", "4"]
-
-
-def wait_until(condition, what, timeout=20.0):
-    """Poll ``condition`` until true; fail naming ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"{what}: not within {timeout:g} s"
-        time.sleep(0.01)
+__all__ = ["FAST_HB", "wait_for_files", "wait_until"]  # the e2e tests import these from here
 
 
 def wait_for_files(*paths, timeout=20.0):
@@ -29,30 +25,20 @@ def wait_for_files(*paths, timeout=20.0):
 
 @pytest.fixture(autouse=True, scope="module")
 def _ship_test_module_by_value(request):
-    """Engines cannot import test modules: send their functions by value, as a notebook's."""
-    cloudpickle.register_pickle_by_value(request.module)
-    yield
-    cloudpickle.unregister_pickle_by_value(request.module)
+    yield from shipped_by_value(request.module)
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """Two engines shared by a module's tests (each test starts from a cleared namespace)."""
-    mp = pytest.MonkeyPatch()
-    mp.setenv("ZPAR_DIR", str(tmp_path_factory.mktemp("zpar-module")))
-    c = zpar.Cluster(n=2, controller_args=FAST_HB, timeout=60, log_level="INFO")
-    c.start()
-    yield c
-    c.stop()
-    mp.undo()
+    yield from module_cluster(
+        tmp_path_factory, "zpar-module", 2, controller_args=FAST_HB, timeout=60, log_level="INFO"
+    )
 
 
 @pytest.fixture
 def rc(cluster):
-    client = cluster.client
-    client.wait_for_engines(2, timeout=30)
-    client.clear(block=True)
-    return client
+    return ready_client(cluster, 2, timeout=30)
 
 
 @pytest.fixture

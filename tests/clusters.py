@@ -1,0 +1,94 @@
+"""Shared pieces of the test folders' cluster fixtures: each folder's conftest keeps its own
+fixture names and scopes and builds them from these."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import cloudpickle
+import pytest
+
+import zpar
+
+#: fast heartbeats so a dead engine is noticed within a second in tests
+FAST_HB = ["--hb-period", "0.1", "--hb-misses", "4"]
+
+
+def wait_until(condition, what, timeout=20.0):
+    """Poll ``condition`` until true; fail naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout:g} s"
+        time.sleep(0.01)
+
+
+def shipped_by_value(module: ModuleType) -> Iterator[None]:
+    """Body of a module-scoped fixture: engines cannot import test modules, so ``module``'s
+    functions and classes travel by value while its tests run, as a notebook's do."""
+    cloudpickle.register_pickle_by_value(module)
+    yield
+    cloudpickle.unregister_pickle_by_value(module)
+
+
+def module_cluster(
+    tmp_path_factory: pytest.TempPathFactory,
+    dir_name: str,
+    n: int,
+    *,
+    wait_timeout: float | None = None,
+    **cluster_kw: Any,
+) -> Iterator[zpar.Cluster]:
+    """Body of a module-scoped fixture: a cluster of ``n`` engines with its own ZPAR_DIR
+    (a fresh ``dir_name`` folder), stopped after the module. With ``wait_timeout`` the
+    fixture first waits for all ``n`` engines to register."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("ZPAR_DIR", str(tmp_path_factory.mktemp(dir_name)))
+    c = zpar.Cluster(n=n, **cluster_kw)
+    c.start()
+    if wait_timeout is not None:
+        c.client.wait_for_engines(n, timeout=wait_timeout)
+    yield c
+    c.stop()
+    mp.undo()
+
+
+def ready_client(cluster: zpar.Cluster, n: int, timeout: float, *, clear: bool = True):
+    """Body of a per-test ``rc`` fixture: the cluster's client once its ``n`` engines are
+    registered, their namespaces cleared (``clear``) so each test starts afresh."""
+    client = cluster.client
+    client.wait_for_engines(n, timeout=timeout)
+    if clear:
+        client.clear(block=True)
+    return client
+
+
+def notebook_text(cell) -> str:
+    """What a notebook cell printed and displayed, as one string."""
+    parts = []
+    for out in cell.get("outputs", []):
+        if out.get("output_type") == "stream":
+            parts.append(out["text"])
+        elif "data" in out:
+            parts.append(out["data"].get("text/plain", ""))
+    return "".join(parts)
+
+
+def run_notebook(path: Path, zpar_dir: Path, timeout: float) -> list:
+    """Execute the notebook at ``path`` in a real python3 kernel started in ``zpar_dir``'s
+    parent (the kernel inherits the test's ZPAR_DIR); return its executed cells. Skips when
+    the notebook test extra is not installed."""
+    nbformat = pytest.importorskip("nbformat", reason="nbformat is a test extra")
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(path, as_version=4)
+    NotebookClient(
+        nb,
+        timeout=timeout,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(zpar_dir.parent)}},
+    ).execute()
+    return nb.cells
