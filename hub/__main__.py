@@ -22,7 +22,7 @@ from zpar.errors import ZparError
 from zpar.logs import setup_logging
 from zpar.names import cluster_id, log_level, profile_name
 from zpar.ownership import ClusterBusy, ControllerLock
-from zpar.settings import explicit
+from zpar.settings import CONTROLLER_PORTS, convert, explicit
 from zpar.settings import load as load_settings
 
 
@@ -69,6 +69,19 @@ def build_parser() -> argparse.ArgumentParser:
         "empty for an SQLite file in the profile directory",
     )
     p.add_argument("--log-level", default="INFO", type=checked(log_level))
+    p.add_argument(
+        "--port",
+        type=int,
+        default=0,
+        help=f"first of {CONTROLLER_PORTS} consecutive tcp ports to bind, in the order of "
+        "docs/deploy.md (0: random ports)",
+    )
+    p.add_argument(
+        "--key",
+        default="",
+        help="fixed cluster key (default: a new random one); other users can read a "
+        "command line, prefer ZPAR_KEY or the profile",
+    )
     return p
 
 
@@ -76,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
 #: when no flag gives them.
 CONTROLLER_SETTINGS = (
     "ip", "location", "hb_period", "hb_misses", "scheme", "hwm", "insecure", "db", "log_level",
-    "curve",
+    "curve", "port", "key",
 )  # fmt: skip
 
 
@@ -96,6 +109,13 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--hb-misses must be >= 1, got {args.hb_misses}")
     if args.hwm < 0:
         p.error(f"--hwm must be >= 0, got {args.hwm}")
+    try:
+        convert("port", args.port, "flag --port")
+        convert("key", args.key, "flag --key")
+    except ValueError as e:
+        p.error(str(e))
+    if args.key and args.insecure:
+        p.error("a cluster key (setting key) and --insecure (no key) exclude each other")
     from zpar.privacy import ExposureRefused, check_exposure
 
     try:
@@ -111,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     # every file the controller and its scheduler create (task store and its journals,
     # run directory, connection files) is the owner's only
     os.umask(0o077)
-    from .schedproc import ControllerConfig, launch_scheduler
+    from .schedproc import ControllerConfig, check_ports_free, launch_scheduler
 
     config = ControllerConfig(
         ip=args.ip,
@@ -127,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
         curve=args.curve,
         log_level=args.log_level,
         db=args.db,
+        port=args.port,
+        key=args.key,
     )
     # one controller per profile and cluster id: a second one would overwrite (and on exit
     # delete) the first one's connection files
@@ -136,6 +158,12 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"zpar controller: {e}\n")
         return 1
     try:
+        if args.port:  # one clear error naming the port, before anything binds
+            try:
+                check_ports_free(args.ip, args.port)
+            except OSError as e:
+                sys.stderr.write(f"zpar controller: {e}\n")
+                return 1
         # the task scheduler first: its start-up overlaps this process's imports (W1)
         try:
             launch = launch_scheduler(config)

@@ -39,7 +39,7 @@ from zpar.memory import Trimmer
 from zpar.messages import MON_SCHEDULER, MsgType
 from zpar.monitor import split_monitor
 from zpar.privacy import iopub_topic
-from zpar.sockets import bind_random, configure
+from zpar.sockets import bind_port, configure
 from zpar.wire import Session
 
 from .heartmonitor import HeartMonitor
@@ -126,21 +126,27 @@ class Controller:
         if self.curve is not None:  # judging handshakes before the first socket binds
             self.zap = ZapAuthenticator(self.ctx, {self.curve.client_public})
         query = self._socket(zmq.ROUTER)
-        query_addr = bind_random(query, ip)
+        query_addr = bind_port(query, ip, cfg.port_of("registration"))
         notification = self._socket(zmq.XPUB)
         notification.setsockopt(zmq.XPUB_VERBOSE, 1)  # every subscriber gets its welcome
-        notification_addr = bind_random(notification, ip)
+        notification_addr = bind_port(notification, ip, cfg.port_of("notification"))
         ping = self._socket(zmq.PUB)
-        ping_addr = bind_random(ping, ip)
+        ping_addr = bind_port(ping, ip, cfg.port_of("heartbeat ping"))
         pong = self._socket(zmq.ROUTER)
-        pong_addr = bind_random(pong, ip)
+        pong_addr = bind_port(pong, ip, cfg.port_of("heartbeat pong"))
         monitor = self._socket(zmq.PULL, peers=False)
         inproc_monitor = f"inproc://zpar-monitor-{os.getpid()}"
         monitor.bind(inproc_monitor)
         monitor.bind(f"ipc://{self.rundir}/monitor")
         events = self._socket(zmq.PUSH, peers=False)
         relays = start_relays(
-            self.ctx, ip, inproc_monitor, str(self.rundir), self.curve, iopub_topic(self.key)
+            self.ctx,
+            ip,
+            inproc_monitor,
+            str(self.rundir),
+            self.curve,
+            iopub_topic(self.key),
+            ports=cfg.port_of,
         )
         ready = self._wait_for_scheduler(monitor)
         self.watch = SchedulerWatch(cfg, self._launch, ready)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +32,7 @@ import zmq
 
 from zpar.curve import secure
 from zpar.messages import MON_CONTROL_IN, MON_CONTROL_OUT, MON_MUX_IN, MON_MUX_OUT
-from zpar.sockets import bind_random, configure
+from zpar.sockets import bind_port, configure
 from zpar.wire import checkable_copy, routing
 
 from .iopubgate import IOPubGate
@@ -141,6 +142,7 @@ def start_queue(
     prefixes: tuple[bytes, bytes],
     ipc_dir: str | None = None,
     curve: Any = None,
+    ports: tuple[int, int] = (0, 0),
 ) -> Relay:
     """A ROUTER-ROUTER relay whose traffic is copied (headers and all) to ``monitor``.
     ``curve``: the cluster's zpar.curve.CurveKeys, making both sides Curve servers."""
@@ -150,7 +152,7 @@ def start_queue(
     # client fails the request when the engine's death is announced.
     mon = configure(ctx.socket(zmq.PUSH))
     mon.connect(monitor)
-    relay = Relay(name, bind_random(front, ip), bind_random(back, ip))
+    relay = Relay(name, bind_port(front, ip, ports[0]), bind_port(back, ip, ports[1]))
     relay.local_client = _bind_local(front, ipc_dir, f"{name}-client")
     relay.local_engine = _bind_local(back, ipc_dir, f"{name}-engine")
 
@@ -170,6 +172,7 @@ def start_iopub(
     ipc_dir: str | None = None,
     curve: Any = None,
     topic: bytes = b"",
+    ports: tuple[int, int] = (0, 0),
 ) -> Relay:
     """``topic``: the cluster's IOPub topic (zpar.privacy); only its subscribers get output
     (hub.iopubgate). b"": an insecure cluster, a plain proxy."""
@@ -179,7 +182,7 @@ def start_iopub(
     if topic:
         xpub.setsockopt(zmq.XPUB_MANUAL, 1)
         gate = IOPubGate(xsub, xpub, topic)
-    relay = Relay("iopub", bind_random(xpub, ip), bind_random(xsub, ip))
+    relay = Relay("iopub", bind_port(xpub, ip, ports[0]), bind_port(xsub, ip, ports[1]))
     relay.local_client = _bind_local(xpub, ipc_dir, "iopub-client")
     relay.local_engine = _bind_local(xsub, ipc_dir, "iopub-engine")
     relay.gate = gate
@@ -204,11 +207,18 @@ def start_relays(
     ipc_dir: str | None = None,
     curve: Any = None,
     iopub_topic: bytes = b"",
+    ports: Callable[[str], int] = lambda name: 0,
 ) -> dict[str, Relay]:
+    """``ports``: the tcp port of "mux client", "iopub engine" ... (0: a random one)."""
+
+    def sides(name: str) -> tuple[int, int]:
+        return ports(f"{name} client"), ports(f"{name} engine")
+
+    mux, control = (MON_MUX_IN, MON_MUX_OUT), (MON_CONTROL_IN, MON_CONTROL_OUT)
     return {
-        "mux": start_queue(ctx, "mux", ip, monitor, (MON_MUX_IN, MON_MUX_OUT), ipc_dir, curve),
+        "mux": start_queue(ctx, "mux", ip, monitor, mux, ipc_dir, curve, sides("mux")),
         "control": start_queue(
-            ctx, "control", ip, monitor, (MON_CONTROL_IN, MON_CONTROL_OUT), ipc_dir, curve
+            ctx, "control", ip, monitor, control, ipc_dir, curve, sides("control")
         ),
-        "iopub": start_iopub(ctx, ip, ipc_dir, curve, iopub_topic),
+        "iopub": start_iopub(ctx, ip, ipc_dir, curve, iopub_topic, sides("iopub")),
     }

@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,35 @@ from zpar.constants import (
     WILDCARDS,
 )
 from zpar.ownership import RUNDIR_PREFIX, write_rundir_owner
+
+#: The controller's tcp ports in the order ``port = P`` assigns them: P, P + 1, ...
+#: (docs/deploy.md). A relay's client side is the one clients connect to.
+PORT_ORDER = (
+    "registration", "notification", "heartbeat ping", "heartbeat pong",
+    "mux client", "mux engine", "control client", "control engine",
+    "iopub client", "iopub engine", "task client", "task engine",
+)  # fmt: skip
+
+
+def check_ports_free(ip: str, first: int) -> None:
+    """OSError naming the first of ``port = first``'s ports another socket holds, before
+    any process binds one (a half-bound controller would be the worse error)."""
+    host = "" if ip in WILDCARDS else ip
+    for offset, name in enumerate(PORT_ORDER):
+        port = first + offset
+        probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # as ZeroMQ binds: a port left in TIME_WAIT by a stopped controller is free
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as e:
+            last = first + len(PORT_ORDER) - 1
+            raise OSError(
+                f"tcp port {port} ({name}) is in use ({e.strerror}); setting port = {first} "
+                f"takes ports {first}-{last}: free them or choose another port"
+            ) from None
+        finally:
+            probe.close()
 
 
 @dataclass
@@ -48,6 +77,12 @@ class ControllerConfig:
     curve: bool = False  # CurveZMQ on every socket peers connect to (zpar.curve)
     log_level: str = "INFO"
     db: str = ""  # task store: "" SQLite file in the profile dir, "memory", or an SQLAlchemy URL
+    port: int = 0  # first of len(PORT_ORDER) consecutive tcp ports; 0: random ports
+    key: str = field(default="", repr=False)  # the cluster key; "": a new random one
+
+    def port_of(self, name: str) -> int:
+        """The tcp port ``name`` (one of PORT_ORDER) binds; 0: a random one."""
+        return self.port + PORT_ORDER.index(name) if self.port else 0
 
     @property
     def advertised_host(self) -> str:
@@ -79,7 +114,9 @@ def launch_scheduler(
     else:
         rundir = Path(tempfile.mkdtemp(prefix=RUNDIR_PREFIX))  # mode 0700
         write_rundir_owner(rundir)  # so a sweep can remove it if this controller is SIGKILLed
-    key = again.key if again else "" if insecure else secrets.token_hex(32)
+    key = again.key if again else "" if insecure else config.key or secrets.token_hex(32)
+    if ports == (0, 0):
+        ports = (config.port_of("task client"), config.port_of("task engine"))
     key_file = rundir / "key"
     key_file.unlink(missing_ok=True)
     generation = again.generation + 1 if again else 0

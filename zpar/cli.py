@@ -49,6 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="CurveZMQ on every connection (docs/security.md)",
     )
+    start.add_argument(
+        "--port", type=int, help="first of the controller's consecutive tcp ports (0: random)"
+    )
+    start.add_argument(
+        "--key", help="fixed cluster key (prefer ZPAR_KEY or the profile: ps shows flags)"
+    )
     engines = csub.add_parser("engines", help="add N engines to a running cluster")
     cc.add_cluster_options(engines, checked, names)
     stop = csub.add_parser("stop", help="stop a cluster and every engine added to it")

@@ -38,7 +38,7 @@ RET_USAGE = 2
 RET_NOT_FOUND = 3
 
 #: Settings that have a flag of their own on `cluster start` / `cluster engines`.
-FLAG_SETTINGS = ("n", "engines", "keep", "ip", "timeout", "log_level", "db", "curve")
+FLAG_SETTINGS = ("n", "engines", "keep", "ip", "timeout", "log_level", "db", "curve", "port", "key")
 
 
 def say(text: str) -> None:

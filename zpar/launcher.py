@@ -217,7 +217,7 @@ class LocalCluster:
         ]
         # the profile's and the environment's controller settings, resolved here, so the
         # launcher and its controller agree
-        for name in ("location", "db", "hb_period", "hb_misses", "scheme", "hwm"):
+        for name in ("location", "db", "hb_period", "hb_misses", "scheme", "hwm", "port"):
             if name in s.sources:
                 cmd += [f"--{name.replace('_', '-')}", str(getattr(s, name))]
         if s.insecure:
@@ -233,7 +233,11 @@ class LocalCluster:
         for f in (self.client_file, self.engine_file):
             f.unlink(missing_ok=True)
         self._controller_log = self.log_dir / f"{self.cluster_id}-controller.log"
-        self.controller = spawn(self.controller_command(), self._controller_log, self.daemon)
+        # the key goes in the environment: a command line is every user's to read
+        env = {**os.environ, "ZPAR_KEY": self.settings.key} if self.settings.key else None
+        self.controller = spawn(
+            self.controller_command(), self._controller_log, self.daemon, env=env
+        )
         if not self.daemon:
             atexit.register(self.stop)
         if wait:

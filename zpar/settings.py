@@ -44,6 +44,27 @@ class Spec:
     choices: tuple = ()
 
 
+#: Number of tcp ports a controller binds; ``port = P`` takes P .. P + CONTROLLER_PORTS - 1.
+CONTROLLER_PORTS = 12
+#: Settings `zpar config show` never prints.
+SECRET_SETTINGS = ("key",)
+
+
+def _first_port(port: int) -> bool:
+    if port and not 1024 <= port <= 65536 - CONTROLLER_PORTS:
+        raise ValueError(f"expected 0 (random) or 1024..{65536 - CONTROLLER_PORTS}")
+    return True
+
+
+def _key(key: str) -> bool:
+    # signatures use the key's ASCII bytes; a short one is guessable
+    if key and not (key.isascii() and key.isprintable() and len(key.split()) == 1):
+        raise ValueError("expected printable ASCII without spaces, e.g. 64 hex digits")
+    if key and len(key) < 16:
+        raise ValueError("expected at least 16 characters (e.g. `openssl rand -hex 32`)")
+    return True
+
+
 def _hosts(value: Any) -> dict[str, int]:
     """``{"host": n}`` from TOML, or ``"host=n,user@other:2222=2"`` from a flag or variable
     (a host without ``=n`` runs one engine)."""
@@ -65,6 +86,16 @@ SPECS: dict[str, Spec] = {
     "ip": Spec("controller", str, "interface the controller binds (0.0.0.0: all)"),
     "location": Spec(
         "controller", str, "host name engines and clients connect to (default: ip or hostname)"
+    ),
+    "port": Spec(
+        "controller",
+        int,
+        f"first of {CONTROLLER_PORTS} consecutive tcp ports the controller binds (0: random; "
+        "order in docs/deploy.md)",
+        _first_port,
+    ),
+    "key": Spec(
+        "controller", str, "fixed cluster key (empty: a new random one at each start)", _key
     ),
     "db": Spec("controller", str, "task store: '' (SQLite in the profile), 'memory' or a URL"),
     "hb_period": Spec("controller", float, "seconds between heartbeats", _positive),
@@ -102,6 +133,8 @@ class Settings:
 
     ip: str = "127.0.0.1"
     location: str = ""
+    port: int = 0
+    key: str = field(default="", repr=False)
     db: str = ""
     hb_period: float = HEARTBEAT_PERIOD
     hb_misses: int = HEARTBEAT_MAX_MISSES
@@ -151,7 +184,8 @@ def convert(name: str, value: Any, where: str) -> Any:
             if checked is not True and checked is not None:
                 value = checked
     except (ValueError, TypeError) as e:
-        raise ValueError(f"setting {name} = {value!r} in {where}: {e}") from None
+        shown = "'********'" if name in SECRET_SETTINGS else repr(value)  # never in a log
+        raise ValueError(f"setting {name} = {shown} in {where}: {e}") from None
     return value
 
 
@@ -250,10 +284,17 @@ def explicit(settings: Settings) -> dict[str, Any]:
 def describe(settings: Settings) -> list[tuple[str, str, str]]:
     """(name, value as TOML would write it, source) for every setting: `zpar config show`."""
     return [
-        (f.name, _toml_value(getattr(settings, f.name)), settings.source(f.name))
+        (f.name, _shown(f.name, getattr(settings, f.name)), settings.source(f.name))
         for f in fields(settings)
         if f.name in SPECS
     ]
+
+
+def _shown(name: str, value: Any) -> str:
+    """The value as TOML; a secret one masked (it may be set, it is never printed)."""
+    if name in SECRET_SETTINGS and value:
+        return '"********"'
+    return _toml_value(value)
 
 
 def _toml_value(value: Any) -> str:
