@@ -27,7 +27,9 @@ def ensure_openssh() -> None:
         timeout=900,
     )
     if r.returncode != 0 or not Path(SSHD).exists():
-        pytest.skip(f"OpenSSH server not installable here: {r.stderr.strip()[-300:]}")
+        pytest.fail(
+            f"could not install the OpenSSH server (scripts/ensure_system_packages.sh ssh): {r.stderr.strip()[-300:]}"
+        )
 
 
 def free_port(host: str = "127.0.0.1") -> int:

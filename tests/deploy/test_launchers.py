@@ -136,7 +136,9 @@ def mpiexec():
             capture_output=True, text=True, timeout=900,
         )  # fmt: skip
         if r.returncode != 0 or shutil.which("mpiexec") is None:
-            pytest.skip(f"no MPI installable here: {r.stderr.strip()[-300:]}")
+            pytest.fail(
+                f"could not install an MPI (scripts/ensure_system_packages.sh mpi): {r.stderr.strip()[-300:]}"
+            )
     return shutil.which("mpiexec")
 
 
@@ -279,7 +281,9 @@ def real_slurm(tmp_path, monkeypatch):
         r = subprocess.run([str(REPO / "scripts" / "ensure_system_packages.sh"), "slurm"],
                            capture_output=True, text=True, timeout=900)  # fmt: skip
         if r.returncode != 0 or shutil.which("slurmctld") is None:
-            pytest.skip(f"Slurm not installable here: {r.stderr.strip()[-300:]}")
+            pytest.fail(
+                f"could not install Slurm (scripts/ensure_system_packages.sh slurm): {r.stderr.strip()[-300:]}"
+            )
     d = tmp_path / "slurm"
     script = str(REPO / "scripts" / "slurm_single_node.sh")
     r = subprocess.run([script, "start", str(d)], capture_output=True, text=True, timeout=120)

@@ -84,7 +84,7 @@ def amuse_python(tmp_path_factory):
         timeout=840,
     )
     if proc.returncode != 0:
-        pytest.skip(
+        pytest.fail(
             f"amuse-framework could not be installed (exit {proc.returncode}): {proc.stderr[-2000:]}"
         )
     return proc.stdout.strip().splitlines()[-1]
