@@ -59,7 +59,7 @@ from .kernel import Kernel, Reply
 from .monitorcopies import MonitorCopies
 from .registration import register
 from .signals import SignalListener
-from .timelimit import REPLY_FLUSH_WAIT, TimeLimitWatchdog
+from .timelimit import REPLY_FLUSH_LIMIT, TimeLimitWatchdog
 
 log = logging.getLogger(__name__)
 
@@ -405,13 +405,39 @@ class Engine:
             sock, msg = current
             try:
                 self._send(sock, msg, self._timeout_reply(msg, limit, None))
-                # zmq's I/O thread writes it at once; exec would drop what it has not
-                time.sleep(REPLY_FLUSH_WAIT)
             except Exception:
                 log.exception("engine %d: could not answer %s before restarting", self.id, msg_id)
+            self._close_for_restart(sock)
         log.error("engine %d: restarting: %s holds the engine past its time_limit", self.id, msg_id)
         assert self.restart_now is not None
         self.restart_now()
+
+    def _close_for_restart(self, reply_sock: zmq.Socket) -> None:
+        """Close every socket (the reply's with a linger) and end the context, whose term
+        returns once zmq has written the reply: exec would drop what its I/O thread has
+        not. Waited for in a thread of its own, up to REPLY_FLUSH_LIMIT (a socket the
+        stuck task made on this context would hold term back for ever)."""
+        for part in (self.heart, self.signals, getattr(self, "monitor", None)):
+            if part is not None:
+                part.stop()
+        for s in self._sockets:
+            s.close(linger=int(REPLY_FLUSH_LIMIT * 1000) if s is reply_sock else 0)
+        self._sockets.clear()
+        if not self._own_context:
+            return
+        flushed = threading.Event()
+
+        def term() -> None:
+            self.ctx.term()
+            flushed.set()
+
+        threading.Thread(target=term, name="zpar-flush-reply", daemon=True).start()
+        if not flushed.wait(REPLY_FLUSH_LIMIT):
+            log.warning(
+                "engine %d: the context did not end within %g s; restarting anyway",
+                self.id,
+                REPLY_FLUSH_LIMIT,
+            )
 
     def _abort_queued(self) -> None:
         """Answer every mux/task request queued right now with an 'aborted' reply."""
