@@ -625,6 +625,13 @@ class Client(ClientCompatMixin):
         reply = self._query(MsgType.QUEUE_REQUEST, {"targets": [], "verbose": False})
         return dict(reply.content.get("store", {}))
 
+    def controller_status(self) -> dict[str, Any]:
+        """The controller's pid, its registered engine ids and the messages every process
+        refused, by process and reason: {"pid", "engines", "refused": {process: {reason:
+        n}}, "total_refused"} (docs/security.md names the processes and reasons)."""
+        content = self._query(MsgType.CONTROLLER_STATUS_REQUEST, {}).content
+        return {k: content.get(k) for k in ("pid", "engines", "refused", "total_refused")}
+
     @staticmethod
     def _msg_ids(jobs: Any) -> list[str]:
         jobs = jobs if isinstance(jobs, list | tuple) else [jobs]

@@ -43,6 +43,7 @@ from zpar.messages import (
     Status,
 )
 from zpar.privacy import iopub_topic
+from zpar.refusals import merged
 from zpar.sockets import configure, recv_monitor_event
 from zpar.tasklimits import parse_time_limit, timeout_content
 from zpar.transport import choose, direct_address, direct_dir
@@ -208,6 +209,10 @@ class Engine:
         self.ping.connect(ping)
         self.silence_limit = max(MIN_CONTROLLER_SILENCE, 10 * float(reply.hb_period or 0))
         self.signals = SignalListener(self.ctx, self.info.key, self.info.registration, self.ident)
+        signal_session = self.signals.session
+        self.signals.refusals.counts = lambda: merged(
+            (self.session.refused, signal_session.refused)
+        )
         secure(self.signals.socket, self.info)
         connect_and_wait(
             [

@@ -17,11 +17,13 @@ import logging
 import os
 import signal
 import threading
+import time
 
 import zmq
 
-from zpar.constants import SIGNAL_REPLAY_HISTORY, SIGNAL_SUFFIX
+from zpar.constants import REFUSAL_REPORT_INTERVAL, SIGNAL_REPLAY_HISTORY, SIGNAL_SUFFIX
 from zpar.messages import MsgType
+from zpar.refusals import RefusalReporter
 from zpar.sockets import configure
 from zpar.wire import Session
 
@@ -50,6 +52,9 @@ class SignalListener:
         self._stop: zmq.Socket | None = None
         self._thread: threading.Thread | None = None
         self.engine_id = -1
+        #: the engine's refused messages, which this thread reports to the hub when they
+        #: change (zpar.refusals; the main thread may be busy in user code for hours)
+        self.refusals = RefusalReporter(lambda: dict(self.session.refused))
 
     def start(self, engine_id: int) -> None:
         self.engine_id = engine_id
@@ -68,11 +73,14 @@ class SignalListener:
         poller.register(wake, zmq.POLLIN)
         try:
             while True:
-                ready = dict(poller.poll())
+                ready = dict(poller.poll(int(REFUSAL_REPORT_INTERVAL * 1000)))
                 if wake in ready:
                     return
                 if sock in ready:
                     self._handle(sock.recv_multipart())
+                report = self.refusals.due(time.monotonic())
+                if report is not None:
+                    self.session.send(sock, MsgType.REFUSED_REPORT, report)
         except zmq.ContextTerminated:
             pass
         finally:

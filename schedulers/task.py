@@ -177,6 +177,7 @@ class TaskScheduler:
             self.engine_addr,
         )
         while not self.stopping:
+            self.hub.report_refusals(self.session, time.monotonic())  # issue 13: status
             wait = 1000
             if self.deadlines:
                 wait = max(0, min(wait, int((self.deadlines[0][0] - time.monotonic()) * 1000) + 1))
@@ -570,7 +571,8 @@ class TaskScheduler:
         # [engine_uuid, client_ident, <ZPAR|MSG>, signature, envelope, buffers…]
         framed = routing(frames)
         if framed is None or len(framed[0]) != 2:
-            log.warning("malformed reply from an engine (%d frames) dropped", len(frames))
+            why = f"a reply from an engine of {len(frames)} frames is not [engine, client, message]"
+            self.session._refuse(RemoteProtocolError("misframed", why), "task scheduler (engine)")
             return
         # result buffers the hub may store are checked here; larger ones by the client
         small = buffers_size(framed[1]) <= STORE_RESULT_LIMIT

@@ -154,3 +154,10 @@ PK_MAXDATALEN = 1024 * 1024
 #: pairs: 448 MiB of /dev/shm); 16 measured no faster.
 PK_ACKMARK = 4
 PK_HIWATER = 8
+
+# faults (issue 13): refusal counts
+#: Seconds at least between two refused_report messages of one process (sent only when its
+#: counts changed), so a flood of garbage costs the hub one message per process per interval.
+REFUSAL_REPORT_INTERVAL = 0.5
+#: Processes the hub keeps refusal counts of (engines come and go; the oldest are dropped).
+REFUSAL_PROCESSES_KEPT = 4096
