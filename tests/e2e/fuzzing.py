@@ -1,7 +1,7 @@
 """What the fuzz suite sends (tests/e2e/test_fuzz.py): every listening socket of a cluster,
 how to reach it, and frames to throw at it, from hypothesis and from a bounded seeded
 generator that mutates valid messages (cut, spliced, re-signed with the wrong key, replayed,
-fields of the wrong type)."""
+fields of the wrong type, batches cut or mis-indexed)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from zpar.constants import DELIM, PING, PROTOCOL_VERSION, SIGNAL_SUFFIX
 from zpar.messages import CONTENT, MsgType
 from zpar.privacy import iopub_topic
 from zpar.transport import direct_address
-from zpar.wire import Session, _signed_parts
+from zpar.wire import Session, _signed_parts, batch
 
 #: Requests a key holder may send that stop or kill a part of the cluster on purpose: with
 #: the right key they are the user's orders, not attacks, so the fuzzer never signs them.
@@ -168,7 +168,7 @@ def mutations(valid: list[bytes], key: bytes, rng: random.Random, n: int) -> lis
     out: list[list[bytes]] = []
     for _ in range(n):
         frames = [bytes(f) for f in valid]
-        kind = rng.randrange(11)
+        kind = rng.randrange(13)
         if kind == 0:  # cut short
             frames = frames[: rng.randrange(len(frames))] or [b""]
         elif kind == 1:  # a byte flipped somewhere
@@ -199,7 +199,15 @@ def mutations(valid: list[bytes], key: bytes, rng: random.Random, n: int) -> lis
             env[0]["version"] = rng.choice(["1.0", "3.0", 2, None, PROTOCOL_VERSION + "x"])
             frames[2] = msgpack.packb(env)
             frames[1] = Session(key).sign(_signed_parts(frames[2], frames[3:]))
-        else:  # a heartbeat-like payload
+        elif kind == 10:  # a heartbeat-like payload
             frames = [PING + str(rng.randrange(-5, 10**12)).encode()]
+        elif kind == 11:  # a batch (zpar.wire.batch) of two copies, cut short
+            frames = [bytes(f) for f in batch([frames, frames])]
+            frames = frames[: rng.randrange(2, len(frames))]
+        else:  # a batch whose index lies about its messages' frame counts
+            frames = [bytes(f) for f in batch([frames, frames])]
+            frames[1] = msgpack.packb(
+                rng.choice([[1], [99, 1], [], [0, 0], "x", [len(valid)] * 10_000])
+            )
         out.append(frames)
     return out
