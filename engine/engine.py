@@ -139,6 +139,8 @@ class Engine:
         self.restartable = restartable
         #: set when a shutdown_request asked for a restart: the caller re-executes
         self.restart = False
+        #: set when the controller went silent: the entry point may wait for a new one
+        self.controller_lost = False
         self.kernel: Kernel | None = None
         self.heart: Heart | None = None
         self.signals: SignalListener | None = None
@@ -293,9 +295,10 @@ class Engine:
             if not ready:
                 if time.monotonic() - last_ping > self.silence_limit:
                     log.warning(
-                        "controller gone: no heartbeat for %.1f s while idle; exiting",
+                        "controller gone: no heartbeat for %.1f s while idle; stopping",
                         time.monotonic() - last_ping,
                     )
+                    self.controller_lost = True
                     return
                 continue
             for s, _ in ready:

@@ -164,6 +164,11 @@ PK_MAXDATALEN = 1024 * 1024
 PK_ACKMARK = 4
 PK_HIWATER = 8
 
+# faults (issue 13): a restarted controller
+#: Seconds an engine whose controller went silent waits for a new controller (a connection
+#: file written by another process) before it exits; it then registers under its old id.
+ENGINE_RECONNECT_WINDOW = 30.0
+
 # faults (issue 13): refusal counts
 #: Seconds at least between two refused_report messages of one process (sent only when its
 #: counts changed), so a flood of garbage costs the hub one message per process per interval.
