@@ -12,15 +12,12 @@ import logging
 import os
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from zpar.constants import REFUSAL_PROCESSES_KEPT, SIGNAL_SUFFIX
 from zpar.messages import Status
 from zpar.refusals import checked_counts
 from zpar.wire import Message
-
-if TYPE_CHECKING:
-    from .hub import Hub
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +56,15 @@ class RefusalBook:
         return out
 
 
-def engine_report(hub: Hub, msg: Message) -> None:
+class StatusState(Protocol):
+    """What of the hub these handlers use (zpar.hub.hub.Hub is one)."""
+
+    engines: dict[int, Any]  # registered engines by id
+    by_uuid: dict[bytes, Any]  # the same, by uuid
+    refusals: RefusalBook
+
+
+def engine_report(hub: StatusState, msg: Message) -> None:
     """A refused_report from an engine's signal thread (identity uuid + SIGNAL_SUFFIX)."""
     ident = msg.idents[0] if msg.idents else b""
     rec = (
@@ -76,7 +81,7 @@ def engine_report(hub: Hub, msg: Message) -> None:
     return None
 
 
-def controller_status(hub: Hub, msg: Message) -> dict[str, Any]:
+def controller_status(hub: StatusState, msg: Message) -> dict[str, Any]:
     refused = hub.refusals.snapshot()
     return {
         "status": Status.OK,
