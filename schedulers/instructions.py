@@ -15,8 +15,8 @@ from zpar.monitor import TaskEvent
 from zpar.wire import Message
 
 if TYPE_CHECKING:
-    from .book import Task
     from .schemes import EngineSlot
+    from .state import Task
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,8 @@
     client DEALER ──[msg]──► ROUTER client ─┐                 ┌─► ROUTER engine ──► engine DEALER
                                             TaskScheduler ─────┤   [uuid, client, msg for uuid]
     client ◄──[uuid, reply]── ROUTER client ◄┘                 └── [uuid, client, reply]
+                                                   ROUTER engine ◄──► engine signal thread
+                                [uuid + REVOKE_SUFFIX, revoke_request / revoke_reply]
     hub PUSH ──[engine_event]──► PULL events          monitor PUSH ──► hub (task events)
 
 A thin poll loop around the TaskBook (schedulers/book.py), which makes every decision: the
@@ -22,7 +24,7 @@ from typing import Any
 
 import zmq
 
-from zpar.constants import STORE_RESULT_LIMIT, TASK_HWM, TASK_SCHEME
+from zpar.constants import REVOKE_SUFFIX, STORE_RESULT_LIMIT, TASK_HWM, TASK_SCHEME
 from zpar.curve import secure
 from zpar.errors import RemoteProtocolError
 from zpar.memory import Trimmer
@@ -40,6 +42,7 @@ from .instructions import (
     Instruction,
     Refuse,
     RelayReply,
+    RevokeTasks,
     SendTask,
 )
 from .ledger import Ledger
@@ -219,6 +222,9 @@ class TaskScheduler:
     def _on_reply(self, frames: list[Any]) -> None:
         # [engine_uuid, client_ident, <ZPAR|MSG>, signature, envelope, buffers…]
         framed = routing(frames)
+        if framed is not None and len(framed[0]) == 1:
+            self._on_revoke_reply(frames)
+            return
         if framed is None or len(framed[0]) != 2:
             log.warning("malformed reply from an engine (%d frames) dropped", len(frames))
             return
@@ -230,6 +236,21 @@ class TaskScheduler:
         self._trimmer.count()
         uuid, client = reply.idents
         self.book.reply(uuid, client, reply)
+
+    def _on_revoke_reply(self, frames: list[Any]) -> None:
+        msg = self.session.feed(frames, "task scheduler (engine revoke)")
+        if msg is None:
+            return
+        ident = msg.idents[0]
+        revoked = msg.content.get("revoked")
+        if (
+            msg.msg_type != MsgType.REVOKE_REPLY
+            or not ident.endswith(REVOKE_SUFFIX)
+            or not isinstance(revoked, list)
+        ):
+            log.warning("malformed %r from %r dropped", msg.msg_type, ident)
+            return
+        self.book.revoked(ident[: -len(REVOKE_SUFFIX)], revoked)
 
     def _on_event(self, frames: list[Any]) -> None:
         msg = self.session.feed(frames, "task scheduler (hub events)")
@@ -276,6 +297,8 @@ class TaskScheduler:
                     parent=parent,
                     idents=[client],
                 )
+            case RevokeTasks(engine, msg_ids):
+                self._send_revoke(engine, msg_ids)
             case Refuse(reason, detail):
                 self.session._refuse(RemoteProtocolError(reason, detail), "task scheduler (client)")
             case _:
@@ -308,6 +331,20 @@ class TaskScheduler:
         if not engine.reached:
             book.delivered(engine)
         self.hub.event(TaskDest(task.msg_id, uuid.decode()))
+
+    def _send_revoke(self, engine: EngineSlot, msg_ids: list[str]) -> None:
+        try:
+            self.session.send(
+                self.engine,
+                MsgType.REVOKE_REQUEST,
+                {"msg_ids": msg_ids},
+                idents=[engine.uuid + REVOKE_SUFFIX],
+            )
+        except zmq.ZMQError as e:
+            if e.errno != zmq.EHOSTUNREACH:
+                raise
+            log.info("engine %d has no revoke socket: its tasks stay there", engine.id)
+            self.book.revoked(engine.uuid, [])
 
     def _send_error(self, fail: FailTask) -> None:
         engine = fail.engine
