@@ -24,6 +24,15 @@ from collections.abc import Callable
 from typing import Any
 
 from zpar.constants import STEAL_AFTER, TASK_HWM, TASK_SCHEME
+from zpar.errors import (
+    EngineError,
+    ImpossibleDependency,
+    ProtocolError,
+    TaskAborted,
+    TaskTimeout,
+    UnmetDependency,
+    ZparError,
+)
 from zpar.messages import TASK_REQUESTS, MsgType, Status
 from zpar.monitor import TaskDest, TaskIn, TaskRetry
 from zpar.wire import Message
@@ -129,7 +138,7 @@ class TaskBook:
         self.out.append(HubEvent(TaskIn(client, header, msg.metadata)))
         task = Task(msg_id, client, msg, None)
         if msg_type not in TASK_REQUESTS:
-            self._fail(task, "ProtocolError", f"{msg_type!r} is not a task request")
+            self._fail(task, ProtocolError, f"{msg_type!r} is not a task request")
             return
         md = msg.metadata
         broadcast = md.get("broadcast")
@@ -149,13 +158,13 @@ class TaskBook:
             task.retries = parse_retries(md)
             timeout = parse_timeout(md)
         except ValueError as e:
-            self._fail(task, "ProtocolError", f"task {task.msg_id}: {e}")
+            self._fail(task, ProtocolError, f"task {task.msg_id}: {e}")
             return False
         targets = md.get("targets")
         if targets is not None:
             uuids = self._target_uuids(targets)
             if isinstance(uuids, str):
-                self._fail(task, "ImpossibleDependency", uuids)
+                self._fail(task, ImpossibleDependency, uuids)
                 return False
             task.targets = uuids
         if timeout is not None:
@@ -169,7 +178,7 @@ class TaskBook:
             task.state = WAITING
             return False
         if verdict:
-            self._fail(task, "ImpossibleDependency", f"task {task.msg_id}: {verdict}")
+            self._fail(task, ImpossibleDependency, f"task {task.msg_id}: {verdict}")
             return False
         return self._follow(task)
 
@@ -182,7 +191,7 @@ class TaskBook:
                 if not task.targets & self.engines.keys():
                     self._fail(
                         task,
-                        "ImpossibleDependency",
+                        ImpossibleDependency,
                         f"task {task.msg_id} follows tasks whose engines are gone "
                         "(or not among its targets)",
                     )
@@ -211,7 +220,7 @@ class TaskBook:
         client sent its payload once, whatever the number of engines."""
         uuids = self._target_uuids(targets)
         if isinstance(uuids, str):
-            self._fail(task, "ImpossibleDependency", uuids)
+            self._fail(task, ImpossibleDependency, uuids)
             return
         for uuid in sorted(uuids, key=lambda u: self.engines[u].id):
             engine = self.engines[uuid]
@@ -248,7 +257,7 @@ class TaskBook:
             if unmet:
                 self._fail(
                     task,
-                    "ImpossibleDependency",
+                    ImpossibleDependency,
                     f"task {task.msg_id}: its depend/require holds on none of the "
                     f"{len(self.engines)} engine(s) (tried {len(unmet)})",
                 )
@@ -256,7 +265,7 @@ class TaskBook:
             if targets is not None:
                 self._fail(
                     task,
-                    "ImpossibleDependency",
+                    ImpossibleDependency,
                     f"none of the target engines of task {task.msg_id} is registered any more",
                 )
                 return None
@@ -321,7 +330,7 @@ class TaskBook:
             engine.load -= 1
             engine.tasks.discard(task.msg_id)
             self.broadcasts.pop((task.msg_id, engine.uuid), None)
-            self._fail(task, "EngineError", f"engine {engine.id} is not connected")
+            self._fail(task, EngineError, f"engine {engine.id} is not connected")
             return
         self._unplace(task, engine)
         self._enqueue(task, front=True)
@@ -404,7 +413,7 @@ class TaskBook:
             while self._settle:
                 task, verdict = self._settle.popleft()
                 if verdict:
-                    self._fail(task, "ImpossibleDependency", f"task {task.msg_id}: {verdict}")
+                    self._fail(task, ImpossibleDependency, f"task {task.msg_id}: {verdict}")
                 elif self._follow(task):
                     self._submit(task)
         finally:
@@ -437,7 +446,7 @@ class TaskBook:
                 self._withdraw(task)
                 self._fail(
                     task,
-                    "TaskAborted",
+                    TaskAborted,
                     f"task {task.msg_id} was aborted before it ran",
                     Status.ABORTED,
                 )
@@ -458,7 +467,7 @@ class TaskBook:
             if task.state in (WAITING, QUEUED, HELD):
                 self._withdraw(task)
                 why = "its dependencies" if task.state == WAITING else "a free engine"
-                self._fail(task, "TaskTimeout", f"task {task.msg_id} timed out waiting for {why}")
+                self._fail(task, TaskTimeout, f"task {task.msg_id} timed out waiting for {why}")
 
     # -- prefetch: taking back what a stalled engine has not started ------------------------
 
@@ -537,7 +546,7 @@ class TaskBook:
         content = reply.content
         status = content.get("status")
         if status == Status.ERROR and not content.get("zpar_error"):
-            if content.get("ename") == "UnmetDependency":
+            if content.get("ename") == UnmetDependency.__name__:
                 task.unmet = (task.unmet or set()) | {uuid}
                 self._retry(task, f"unmet dependency on engine {engine.id}")
                 self._after_answer(task.client)
@@ -612,7 +621,7 @@ class TaskBook:
                 continue
             self._fail(
                 task,
-                "EngineError",
+                EngineError,
                 f"engine {engine.id} ({uuid.decode()}) died while running task {task.msg_id}: "
                 f"{reason}",
             )
@@ -622,10 +631,12 @@ class TaskBook:
                     self._release(client)
             self._drain_queue()  # also fails queued tasks only a gone engine could run
 
-    def _fail(self, task: Task, ename: str, evalue: str, status: str = Status.ERROR) -> None:
+    def _fail(
+        self, task: Task, error: type[ZparError], evalue: str, status: str = Status.ERROR
+    ) -> None:
         """Answer a task in the engine's stead with a zpar error."""
-        log.info("task %s failed in the scheduler: %s: %s", task.msg_id, ename, evalue)
-        self.out.append(FailTask(task.client, task.header, task.engine, ename, evalue, status))
+        log.info("task %s failed in the scheduler: %s: %s", task.msg_id, error.__name__, evalue)
+        self.out.append(FailTask(task.client, task.header, task.engine, error, evalue, status))
         task.state = DONE
         if self.live.pop(task.msg_id, None) is task:
             task.msg = None

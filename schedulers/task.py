@@ -349,7 +349,7 @@ class TaskScheduler:
     def _send_error(self, fail: FailTask) -> None:
         engine = fail.engine
         uuid = engine.uuid if engine is not None else b""
-        reply = error_reply(self.session, fail.header, engine, fail.ename, fail.evalue, fail.status)
+        reply = error_reply(self.session, fail.header, engine, fail.error, fail.evalue, fail.status)
         send_frames(self.client, [fail.client, uuid, *reply.frames])
         self.hub.event(
             TaskOut(
