@@ -31,7 +31,7 @@ from zpar.memory import Trimmer
 from zpar.messages import MsgType, Status
 from zpar.monitor import TaskDest, TaskOut
 from zpar.sockets import bind_port, configure
-from zpar.wire import Session, buffers_size, recv_message, routing, send_frames
+from zpar.wire import Message, Session, buffers_size, recv_message, send_frames, split_messages
 
 from .book import TASK_DEST_NAME, Task, TaskBook
 from .hubreport import HubReport
@@ -215,32 +215,42 @@ class TaskScheduler:
     # -- events in --------------------------------------------------------------------------
 
     def _on_submission(self, frames: list[Any]) -> None:
-        msg = self.session.feed(frames, "task scheduler (client)")
-        if msg is not None:
+        # one message, or a batch of them (zpar.wire.batch), each checked on its own
+        for msg in self.session.feed_all(frames, "task scheduler (client)"):
             self.book.submission(msg.idents[0] if msg.idents else b"", msg)
 
     def _on_reply(self, frames: list[Any]) -> None:
-        # [engine_uuid, client_ident, <ZPAR|MSG>, signature, envelope, buffers…]
-        framed = routing(frames)
-        if framed is not None and len(framed[0]) == 1:
+        # [engine_uuid, client_ident, <ZPAR|MSG>, signature, envelope, buffers…], or a batch
+        # of replies to one client: [engine_uuid, client_ident, <ZPAR|BATCH>, index, …]
+        where = "task scheduler (engine)"
+        try:
+            idents, messages = split_messages(frames)
+        except RemoteProtocolError as e:
+            self.session._refuse(e, where)
+            return
+        if len(idents) == 1:
             self._on_revoke_reply(frames)
             return
-        if framed is None or len(framed[0]) != 2:
+        if len(idents) != 2:
             log.warning("malformed reply from an engine (%d frames) dropped", len(frames))
             return
-        # result buffers the hub may store are checked here; larger ones by the client
-        small = buffers_size(framed[1]) <= STORE_RESULT_LIMIT
-        reply = self.session.feed(frames, "task scheduler (engine)", buffers=small)
-        if reply is None:
-            return
-        self._trimmer.count()
-        uuid, client = reply.idents
-        self.book.reply(uuid, client, reply)
+        uuid, client = idents
+        for m in messages:
+            # result buffers the hub may store are checked here; larger ones by the client
+            small = buffers_size(m) <= STORE_RESULT_LIMIT
+            try:
+                reply = self.session.unpack(m, [uuid, client], buffers=small)
+            except RemoteProtocolError as e:
+                self.session._refuse(e, where)
+                continue
+            self._trimmer.count()
+            self.book.reply(uuid, client, reply)
 
     def _on_revoke_reply(self, frames: list[Any]) -> None:
-        msg = self.session.feed(frames, "task scheduler (engine revoke)")
-        if msg is None:
-            return
+        for msg in self.session.feed_all(frames, "task scheduler (engine revoke)"):
+            self._revoke_reply(msg)
+
+    def _revoke_reply(self, msg: Message) -> None:
         ident = msg.idents[0]
         revoked = msg.content.get("revoked")
         if (
