@@ -12,10 +12,7 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import Future, InvalidStateError
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .request import Request
+from typing import Any
 
 _allocate_lock = threading.Lock
 
@@ -83,9 +80,10 @@ class _LightCondition:
 
 class ReplyFuture(Future):
     """A Future whose condition is a _LightCondition (see the module docstring), tied to
-    the client.request.Request it answers and the engine its reply comes from."""
+    the client.request.Request it answers (None: made elsewhere) and the engine its reply
+    comes from. (Not typed as Request: client.request imports this module.)"""
 
-    def __init__(self, request: Request | None = None, engine_uuid: str | None = None) -> None:
+    def __init__(self, request: Any = None, engine_uuid: str | None = None) -> None:
         self._condition = _LightCondition()  # type: ignore[assignment]
         self._state = "PENDING"
         self._result = None
