@@ -59,6 +59,7 @@ from .heart import Heart
 from .kernel import Kernel, Reply
 from .monitorcopies import MonitorCopies
 from .registration import register
+from .revoke import RevokeGate
 from .signals import SignalListener
 from .timelimit import REPLY_FLUSH_LIMIT, TimeLimitWatchdog
 
@@ -154,6 +155,8 @@ class Engine:
         #: set by the engine's entry point: re-execute this process as a fresh engine
         self.restart_now: Callable[[], None] | None = None
         self._current: tuple[zmq.Socket, Message] | None = None
+        #: tasks the scheduler took back before they started (the signal thread's)
+        self._gate: RevokeGate | None = None
 
     # -- start-up ---------------------------------------------------------------------------
 
@@ -216,12 +219,16 @@ class Engine:
             (self.session.refused, signal_session.refused)
         )
         secure(self.signals.socket, self.info)
+        # the task scheduler asks for prefetched tasks back on this one (engine/revoke.py)
+        revoke = secure(self.signals.revoke_socket(), self.info)
+        self._gate = self.signals.gate
         connect_and_wait(
             [
                 (self.mux, addrs["mux"]),
                 (self.control, addrs["control"]),
                 (self.task, addrs["task"]),
                 (self.signals.socket, self.info.registration),
+                (revoke, addrs["task"]),
             ],
             HUB_TIMEOUT,
         )
@@ -338,6 +345,8 @@ class Engine:
         msg = self._receive(sock, frames, where)
         if msg is None:
             return
+        if sock is self.task and not self._may_start(msg):
+            return
         if sock is self.direct and self.monitor is not None and msg.idents:
             # what the relay's monitor would have told the hub (headers, no buffers)
             copy = checkable_copy(msg.frames, detach=True)
@@ -369,6 +378,14 @@ class Engine:
             self.restart = reply.restart
             self._stopping = True
             self._linger = SHUTDOWN_LINGER_MS
+
+    def _may_start(self, msg: Message) -> bool:
+        """A task from the scheduler runs unless the scheduler took it back meanwhile (it
+        is placed elsewhere: dropped unanswered, see engine/revoke.py)."""
+        if self._gate is None or self._gate.start(msg.msg_id):
+            return True
+        log.info("engine %d: %s was revoked by the scheduler; dropped unrun", self.id, msg.msg_id)
+        return False
 
     # -- time limits (engine.timelimit) ---------------------------------------------------------
 
@@ -456,6 +473,8 @@ class Engine:
                 continue
             while sock.get(zmq.EVENTS) & zmq.POLLIN:
                 msg = self._receive(sock, recv_message(sock), where)
+                if msg is not None and sock is self.task and not self._may_start(msg):
+                    continue
                 reply = None if msg is None else self.kernel.aborted_reply(msg)
                 if msg is not None and reply is not None:
                     self._send(sock, msg, reply)

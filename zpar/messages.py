@@ -91,6 +91,10 @@ class MsgType(StrEnum):
     REFUSED_REPORT = "refused_report"
     CONTROLLER_STATUS_REQUEST = "controller_status_request"
     CONTROLLER_STATUS_REPLY = "controller_status_reply"
+    # prefetch (issue 12, sched): the task scheduler asks an engine's signal thread for
+    # tasks it was given but has not started (engine/revoke.py), to place them elsewhere
+    REVOKE_REQUEST = "revoke_request"
+    REVOKE_REPLY = "revoke_reply"
 
 
 class Status(StrEnum):
@@ -682,6 +686,26 @@ class EngineInfoReply(Content):
     msg_type = MsgType.ENGINE_INFO_REPLY
     status: str
     engines: dict = field(default_factory=dict)
+
+
+# -- prefetch (issue 12, sched): revoking an engine's unstarted tasks ---------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RevokeRequest(Content):
+    """Task scheduler -> engine revoke socket: give these tasks back if not started."""
+
+    msg_type = MsgType.REVOKE_REQUEST
+    msg_ids: list
+
+
+@dataclass(frozen=True, slots=True)
+class RevokeReply(Content):
+    """``revoked``: the ids never started, which the engine will now drop unrun."""
+
+    msg_type = MsgType.REVOKE_REPLY
+    status: str
+    revoked: list = field(default_factory=list)
 
 
 #: msg_type -> content class, for validation and docs.
