@@ -181,13 +181,19 @@ def orchestrate(clients: int, tasks: int, engines: int, timeout: float, kills: b
             procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL))
         t0 = time.monotonic()
         done_kills = []
+        tries = 0
         pending = list(KILLS) if kills else []
         total = clients * tasks
         while any(p.poll() is None for p in procs):
             answered = sum(_read_int(work_dir / f"{c}.progress") for c in range(clients))
             if pending and answered >= pending[0][0] * total:
-                _, what = pending.pop(0)
-                done_kills.append(_kill(what, controller, url_file, answered, t0))
+                kill = _kill(pending[0][1], controller, url_file, answered, t0)
+                if "pid" in kill or tries >= 5:  # a hub too busy to say where engines are:
+                    pending.pop(0)  # ask again at the next turn, a few times
+                    done_kills.append(kill)
+                    tries = 0
+                else:
+                    tries += 1
             if time.monotonic() - t0 > timeout + 120:
                 break
             time.sleep(0.1)
