@@ -139,7 +139,26 @@ def assert_everything_answers(rc, tcp_client, processes, surface) -> None:
         client.clear(block=True)  # control relay
         assert client.queue_status()["unassigned"] == 0  # hub
     _iopub_answers(info, targets["iopub client"].address, tcp_client)
+    _rendezvous_answers(info)
     assert rc.ids == [0, 1]  # heartbeats: no engine lost
+
+
+def _rendezvous_answers(info) -> None:
+    """The hub's rendezvous service (comm.hubservice) answers a member's first request."""
+    session = Session(info.key)
+    s = zmq.Context.instance().socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.connect(info.registration)
+    try:
+        comm_id = f"fuzz-check-{time.monotonic_ns()}"
+        content = {"comm_id": comm_id, "auth_mask": 0x4, "timeout": 2.0}  # the key method
+        session.send(s, MsgType.RENDEZVOUS_AUTH_REQUEST, content)
+        assert s.poll(30_000), "the rendezvous service did not answer"
+        reply = session.feed(s.recv_multipart())
+        assert reply is not None and reply.msg_type == MsgType.RENDEZVOUS_AUTH_REPLY, reply
+        assert reply.content["comm_id"] == comm_id
+    finally:
+        s.close()
 
 
 def _send_all(sock: zmq.Socket, target, multiparts) -> None:
