@@ -6,11 +6,12 @@ import argparse
 import logging
 import os
 import sys
+import time
 
 from zpar.argparsing import Parser, checked
 from zpar.connection import default_url_file, wait_for_connection_file, wait_for_new_controller
 from zpar.constants import DEFAULT_PROFILE, ENGINE_RECONNECT_WINDOW
-from zpar.errors import ZparError
+from zpar.errors import TimeoutError, ZparError
 from zpar.logs import setup_logging
 from zpar.names import log_level, profile_name
 
@@ -114,11 +115,21 @@ def main(argv: list[str] | None = None) -> int:
                 return EXIT_OK
         else:
             info = wait_for_connection_file(path, args.wait)
-        engine = Engine(info, log_level=level, restartable=True, requested_id=_requested_id())
         restart_argv = sys.argv[1:] if argv is None else argv
-        # a task stuck past its time_limit: the watchdog thread re-executes the process
-        engine.restart_now = lambda: _restart(restart_argv, engine.id)
-        code = engine.run()
+        # reconnecting: a controller too busy to answer is asked again until the window ends
+        until = time.monotonic() + args.reconnect if lost else 0.0
+        while True:
+            engine = Engine(info, log_level=level, restartable=True, requested_id=_requested_id())
+            # a task stuck past its time_limit: the watchdog thread re-executes the process
+            engine.restart_now = lambda e=engine: _restart(restart_argv, e.id)
+            try:
+                code = engine.run()
+                break
+            except TimeoutError as e:
+                if time.monotonic() >= until:
+                    raise
+                logging.getLogger("zpar.engine").warning("%s; asking again", e)
+                info = wait_for_connection_file(path, max(0.0, until - time.monotonic()))
         if engine.restart:
             _restart(restart_argv, engine.id)
         if engine.controller_lost and args.reconnect > 0 and engine.id >= 0:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import pytest
 
@@ -67,5 +68,31 @@ def test_engines_find_a_restarted_controller_and_no_task_is_answered_twice(make_
         records = new.db_query({"msg_id": {"$in": ids}}, ["status", "completed"])
         assert len(records) >= min(saved, 1)
         assert all(r["completed"] is not None for r in records), records
+    finally:
+        new.close()
+
+
+def test_engines_wait_out_a_controller_too_busy_to_answer(make_cluster):
+    """A controller stopped (SIGSTOP) past the engines' silence limit and the registration
+    timeout, as a hub drowning in work is: the engines restart, keep asking, and register
+    again under their ids once it runs again."""
+    c = make_cluster(n=2)
+    rc = c.client
+    rc.wait_for_engines(2, timeout=60)
+    ctl = c.launcher.controller.pid
+    os.kill(ctl, signal.SIGSTOP)
+    try:
+        # engines give up on heartbeats after 5 s, on a registration after 10 s more
+        time.sleep(22)  # the fault itself lasts this long: nothing to wait on
+    finally:
+        os.kill(ctl, signal.SIGCONT)
+    new = c.connect_client()
+    try:
+        wait_until(lambda: new.ids == [0, 1], "engines 0 and 1 registered again", 90)
+        assert new[:].apply_sync(_work, 2) == [4, 4]
+        logs = "".join(
+            p.read_text() for p in c.launcher.log_dir.glob(f"{c.launcher.cluster_id}-engine-*")
+        )
+        assert "asking again" in logs  # a registration timed out and was tried again
     finally:
         new.close()
