@@ -161,12 +161,11 @@ class View:
             def take() -> AsyncResult:
                 if ordered:
                     return inflight.popleft()
-                futs = {id(ar._futures[0]): ar for ar in inflight}
+                # an AsyncResult is a concurrent.futures.Future (client.futurestate)
                 first, _ = concurrent.futures.wait(
-                    [ar._futures[0] for ar in inflight],
-                    return_when=concurrent.futures.FIRST_COMPLETED,
+                    list(inflight), return_when=concurrent.futures.FIRST_COMPLETED
                 )
-                ar = futs[id(next(iter(first)))]
+                ar = next(iter(first))
                 inflight.remove(ar)
                 return ar
 
