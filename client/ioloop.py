@@ -55,7 +55,7 @@ log = logging.getLogger(__name__)
 CHANNELS = ("query", "mux", "control", "task")
 
 #: Channels whose queued requests go out as one batch. The task scheduler takes batches
-#: (wire.Session.each_message); engines take MUX and control messages one at a time.
+#: (Session.feed_all in its handlers); engines take MUX and control messages one at a time.
 BATCHED_CHANNELS = frozenset({"task"})
 
 
