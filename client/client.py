@@ -25,7 +25,7 @@ from zpar.errors import (
 )
 from zpar.messages import MsgType
 from zpar.transport import choose, direct_dir
-from zpar.wire import Message, Session
+from zpar.wire import Session
 
 from .asyncresult import AsyncResult
 from .clientcompat import (
@@ -222,34 +222,6 @@ class Client(TaskStoreMixin, EngineControlMixin, ClientCompatMixin):
         view.is_coalescing = bool(is_coalescing)
         view.set_flags(**flags)
         return view
-
-    # -- for zpar's own modules and tests (darray, typed): use ``sender`` instead -----------
-
-    def _engine_uuid(self, eid: int) -> str:
-        return self.sender.engine_uuid(eid)
-
-    def _resolve_targets(self, targets: Any) -> list[int]:
-        return self.sender.resolve_targets(targets)
-
-    def _query(
-        self, msg_type: str, content: dict[str, Any], timeout: float = HUB_TIMEOUT
-    ) -> Message:
-        return self.sender.query(msg_type, content, timeout)
-
-    def apply_to(
-        self,
-        channel: str,
-        engine_id: int | None,
-        f: Any,
-        args: Sequence[Any],
-        kwargs: dict[str, Any],
-        metadata: dict[str, Any] | None = None,
-        buffers: list[Any] | None = None,
-        track: bool = False,
-    ) -> tuple[str, Any]:
-        """(msg_id, future) of an apply_request (see RequestSender.apply)."""
-        r = self.sender.apply(channel, engine_id, f, args, kwargs, metadata, buffers, track)
-        return r.msg_id, r.future
 
     # -- control ----------------------------------------------------------------------------
 

@@ -70,7 +70,7 @@ class DarrayClient:
         periodic: Any,
         targets: Any,
     ) -> tuple[tuple[int, ...], list[int], list[tuple[dict[str, Any], ...]]]:
-        ids = self.client._resolve_targets("all" if targets is None else targets)
+        ids = self.client.sender.resolve_targets("all" if targets is None else targets)
         shape, per_rank = plan(shape, dist, grid_shape, padding, periodic, len(ids))
         return shape, ids, per_rank
 
@@ -164,7 +164,7 @@ class DarrayClient:
         """Adopt the object ``name`` on each target engine (anything exporting
         ``__distarray__``): checked against the protocol and for global consistency, then
         shared (no copy) under a new key. Refusals name the engine and the broken rule."""
-        ids = self.client._resolve_targets("all" if targets is None else targets)
+        ids = self.client.sender.resolve_targets("all" if targets is None else targets)
         key = new_key()
         replies = self._each(ids, onengine.adopt, lambda r: (name, key))
         try:
