@@ -274,11 +274,14 @@ def test_flow_control_stalls_a_fast_sender_and_resumes():
 
 def test_peer_lost_mid_collective_is_an_error_not_a_hang():
     def run(c):
-        c.barrier()  # every link in use
         if c.rank == 2:
+            c.barrier()  # every link in use
             c._links.close(linger_ms=2000)  # as if its engine died: sockets gone, no FIN
             return "gone"
         with pytest.raises(CommError, match="lost|aborted|unreachable"):
+            # the barrier too may fail here: a rank that sees rank 0's ABORT before its
+            # parent's fan-out (both already sent) is broken before the barrier completes
+            c.barrier()
             c.allreduce(c.rank)
         return "error"
 
