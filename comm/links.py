@@ -106,6 +106,7 @@ class PeerLinks:
         self._inbox: dict[int, Mailbox] = {}
         self.spin_us = SPIN_MAX_US // 2
         self._mail_ready = False  # from the end of the dance on
+        self.spins = False
         self._gap_since: dict[int, float] = {}
 
     # -- opening --------------------------------------------------------------------------
@@ -182,6 +183,9 @@ class PeerLinks:
                 else:  # a peer done dancing already talks: keep it for the communicator
                     self.early.append((peer, pkt))
         self._mail_ready = True
+        # spin only with a CPU per rank of this host: oversubscribed, a spinning rank steals
+        # the CPU its peer needs to answer (Open MPI's yield-when-idle for the same reason)
+        self.spins = len(self.same_host) + 1 <= _cpus()
         log.debug("comm %s rank %d: %d links open", self.comm_id, self.rank, self.size - 1)
 
     # -- traffic --------------------------------------------------------------------------
@@ -252,7 +256,7 @@ class PeerLinks:
             timeout_ms = 0
         if self._inbox:
             ready = self._from_inboxes()
-            if not ready and timeout_ms:
+            if not ready and timeout_ms and self.spins:
                 ready = self._spin()
             if ready:
                 yield from ready
@@ -475,6 +479,13 @@ class PeerLinks:
                 os.unlink(self._ipc_path)
             except OSError:
                 pass
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def _alive(pid: int) -> bool:
