@@ -60,6 +60,8 @@ SPIN_MAX_US = 400
 #: mailbox polls between looks at the sockets and the clock (and a yield of the CPU), as
 #: MPICH yields after MPIR_CVAR_POLLS_BEFORE_YIELD polls
 SPIN_SYSCALL_EVERY = 32
+#: a poll that found mailbox packets looks at the sockets only every this many times
+SOCKET_POLL_EVERY = 4
 #: seconds a mailbox packet may wait for an earlier one from the socket before the link is
 #: refused as out of sequence (on one host the socket brings it within milliseconds)
 MAILBOX_GAP_S = 5.0
@@ -107,6 +109,7 @@ class PeerLinks:
         self.spin_us = SPIN_MAX_US // 2
         self._mail_ready = False  # from the end of the dance on
         self.spins = False
+        self._skipped_polls = 0
         self._gap_since: dict[int, float] = {}
 
     # -- opening --------------------------------------------------------------------------
@@ -199,7 +202,9 @@ class PeerLinks:
         self._send_seq[peer] += 1
         frames = self.signer.pack(pkt)
         if box is not None and len(frames) == 1 and box.put(frames[0]):
-            if not box.receiver_spinning:
+            # no wake-up when an earlier packet is still unread: that one's wake-up (or the
+            # receiver's spin) is still to come, and the receiver then takes all of them
+            if not box.receiver_spinning and box.unread == 1:
                 try:
                     self._send_frames(peer, [b""])  # wakes it from its socket poll
                 except LinkError:
@@ -261,6 +266,12 @@ class PeerLinks:
             if ready:
                 yield from ready
                 timeout_ms = 0
+                # the sockets' poll is a system call: skip it while the mailboxes deliver,
+                # but not for long (a large packet or another peer may wait there)
+                self._skipped_polls += 1
+                if self._skipped_polls < SOCKET_POLL_EVERY:
+                    return
+        self._skipped_polls = 0
         for sock, _ in self.poller.poll(timeout_ms):
             if sock is self.router:
                 peer = -1

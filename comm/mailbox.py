@@ -110,6 +110,11 @@ class Mailbox:
         return True
 
     @property
+    def unread(self) -> int:
+        """Packets put and not yet taken."""
+        return self._ctl[0] - self._ctl[8]
+
+    @property
     def receiver_spinning(self) -> bool:
         return self._ctl[16] != 0
 

@@ -22,14 +22,11 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .peerwire import ENC_PICKLE
 from .requests import unpickle
 from .topology import group_tree
-
-if TYPE_CHECKING:
-    from .collectives import Collectives
 
 
 def _subtree_span(i: int, n: int, binomial: bool) -> int:
@@ -44,7 +41,8 @@ def _subtree_span(i: int, n: int, binomial: bool) -> int:
 class TwoPhase:
     """The two-phase forms of one rank's collectives; ``applies`` says when to use them."""
 
-    def __init__(self, coll: Collectives) -> None:
+    def __init__(self, coll: Any) -> None:
+        """``coll``: the rank's comm.collectives.Collectives (not imported: it imports us)."""
         self.c = coll
         self.topo = coll.topo
         self.rank = coll.rank
