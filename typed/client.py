@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from zpar.client.partition import partition
 from zpar.messages import MsgType
 
 from .codec import pack_columns, type_frames
@@ -221,10 +222,8 @@ class TypedCalls:
         return TypedFunction(self, sig)
 
     def _engines_view(self) -> Any:
-        from zpar.client.view import DirectView
-
         view = self._view
-        if isinstance(view, DirectView):
+        if view.engine_ids() is not None:  # a DirectView
             return view
         targets = view.targets if view.targets is not None else "all"
         return view.client.direct_view(targets)
@@ -280,12 +279,10 @@ class TypedCalls:
     ) -> TypedResult:
         """One typed_request per chunk. A blocking call that is one message to one engine
         of this host is sent and awaited by this thread (client.directcall), as apply is."""
-        from zpar.client.view import DirectView, partition
-
         view = self._view
         client = view.client
-        if isinstance(view, DirectView):
-            ids = view._ids()
+        ids = view.engine_ids()
+        if ids is not None:  # a DirectView: one contiguous range per engine
             plan = [
                 (eid, a, b)
                 for eid, sl in zip(ids, partition(ncalls, len(ids)), strict=True)
@@ -309,9 +306,9 @@ class TypedCalls:
             }
             here = None
             if block and eid is not None and len(plan) == 1 and not view.track:
-                here = client._call_here(eid, frames, md, MsgType.TYPED_REQUEST, content)
+                here = client.sender.call_here(eid, frames, md, MsgType.TYPED_REQUEST, content)
             if here is None:
-                here = client._send(
+                here = client.sender.send(
                     channel,
                     MsgType.TYPED_REQUEST,
                     content,
@@ -319,11 +316,10 @@ class TypedCalls:
                     metadata=md,
                     engine_id=eid,
                 )
-            m, fut = here
-            msg_ids.append(m)
-            futs.append(fut)
+            msg_ids.append(here.msg_id)
+            futs.append(here.future)
             chunks.append((call_id, a, b - a))
-        return client._track(TypedResult(client, msg_ids, futs, sig, chunks))
+        return client.sender.remember(TypedResult(client, msg_ids, futs, sig, chunks))
 
     def __repr__(self) -> str:
         return f"<typed calls of {self._view!r}: {', '.join(sorted(self._signatures.by_name)) or 'none known yet'}>"
