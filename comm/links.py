@@ -443,19 +443,7 @@ class PeerLinks:
     def _unreachable_higher(self) -> list[int]:
         """Higher ranks the ROUTER cannot reach: with ROUTER_MANDATORY the identity frame of
         a closed peer is refused at once; a live one gets a PING, which it ignores."""
-        # FINs that came in meanwhile first: a freed peer is not a lost one
-        self.early.extend(self._from_inboxes())
-        while True:
-            try:
-                frames = self.router.recv_multipart(zmq.NOBLOCK, copy=False)
-            except zmq.Again:
-                break
-            peer = self._peer_of(frames[0].bytes)
-            if len(frames) == 2 and len(frames[1]) == 0:
-                continue  # a wake-up
-            self.early.extend(self._accept(peer, frames[1:]))
-        # and what the socket's packets let through (a FIN numbered after them)
-        self.early.extend(self._from_inboxes())
+        self._drain_for_fins()
         gone = []
         for k in range(self.rank + 1, self.size):
             if k in self.finished:
@@ -468,7 +456,25 @@ class PeerLinks:
             pkt = Packet(Kind.PING, 0, 0, self.rank, 0, self._send_seq[k], 0, 0)
             self._send_seq[k] += 1
             self.router.send_multipart(self.signer.pack(pkt))
+        if gone:  # a peer that sent FIN and closed while we probed was freed, not lost
+            self._drain_for_fins()
+            gone = [k for k in gone if k not in self.finished]
         return gone
+
+    def _drain_for_fins(self) -> None:
+        """Take every packet already here into ``early``, so FINs are noted."""
+        self.early.extend(self._from_inboxes())
+        while True:
+            try:
+                frames = self.router.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                break
+            peer = self._peer_of(frames[0].bytes)
+            if len(frames) == 2 and len(frames[1]) == 0:
+                continue  # a wake-up
+            self.early.extend(self._accept(peer, frames[1:]))
+        # and what the socket's packets let through (a FIN numbered after them)
+        self.early.extend(self._from_inboxes())
 
     def close(self, linger_ms: int = 0) -> None:
         """Close every socket; ``linger_ms`` lets packets already queued go out first."""
