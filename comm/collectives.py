@@ -24,6 +24,9 @@ import numpy as np
 from .ops import Op
 from .p2p import P2P, unpickle
 from .peerwire import CTX_COLL, ENC_PICKLE, ENC_RAW
+from .schedules import blocks as _blocks
+from .schedules import recursive_doubling as _recursive_doubling
+from .schedules import subtree_span as _subtree_span
 from .topology import Topology, group_tree
 from .twophase import TwoPhase
 
@@ -591,46 +594,3 @@ class Collectives:
         if self.rank < self.size - 1:
             self._wait([self._isend(self.rank + 1, _flat(mine))], "Scan")
         return prefix if exclusive else mine
-
-
-def _recursive_doubling(group, me, val, exchange, combine, send, recv):  # noqa: ANN001, ANN202
-    """Allreduce by recursive doubling over ``group`` (MPICH's scheme for any size: the
-    first 2*rem members pair up so a power of two take part, then hand the result back).
-    Both partners combine lower-index operand first, so every rank gets identical bits."""
-    n = len(group)
-    i = group.index(me)
-    pof2 = 1 << (n.bit_length() - 1)
-    rem = n - pof2
-    if i < 2 * rem:
-        if i % 2 == 0:
-            send(group[i + 1], val)
-            return recv(group[i + 1])
-        val = combine(recv(group[i - 1]), val)
-        newrank = i // 2
-    else:
-        newrank = i - rem
-    mask = 1
-    while mask < pof2:
-        pn = newrank ^ mask
-        pi = pn * 2 + 1 if pn < rem else pn + rem
-        got = exchange(group[pi], val)
-        val = combine(got, val) if pi < i else combine(val, got)
-        mask <<= 1
-    if i < 2 * rem:
-        send(group[i - 1], val)
-    return val
-
-
-def _subtree_span(i: int, n: int) -> int:
-    if i == 0:
-        return n
-    low = i & -i
-    return min(low, n - i)
-
-
-def _blocks(buf: np.ndarray, n: int, what: str) -> list[np.ndarray]:
-    flat = buf.reshape(-1)
-    if flat.size % n:
-        raise ValueError(f"{what}: buffer of {flat.size} elements does not split in {n} blocks")
-    per = flat.size // n
-    return [flat[k * per : (k + 1) * per] for k in range(n)]

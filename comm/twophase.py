@@ -26,16 +26,8 @@ from typing import Any
 
 from .peerwire import ENC_PICKLE
 from .requests import unpickle
+from .schedules import subtree_span as _subtree_span
 from .topology import group_tree
-
-
-def _subtree_span(i: int, n: int, binomial: bool) -> int:
-    """How many members from index i on a node's subtree covers in group_tree."""
-    if i == 0:
-        return n
-    if not binomial:
-        return 1
-    return min(i & -i, n - i)
 
 
 class TwoPhase:
