@@ -240,8 +240,6 @@ class DistArray(NDArrayOperatorsMixin):
     def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
         if method != "__call__":
             return NotImplemented
-        if ufunc.nout != 1:
-            return NotImplemented
         operands: list[Any] = []
         for x in inputs:
             if isinstance(x, DistArray):
@@ -255,17 +253,25 @@ class DistArray(NDArrayOperatorsMixin):
                 return NotImplemented
         out = kwargs.pop("out", None)
         if out is not None:
-            target = out[0] if isinstance(out, tuple) else out
-            if not isinstance(target, DistArray):
+            target = out[0] if isinstance(out, tuple) and len(out) == 1 else out
+            if not isinstance(target, DistArray) or ufunc.nout != 1:
                 return NotImplemented
             self._compatible(target)
             kwargs["out"] = onengine.Ref(target.key)
-            dtypes = self._on_all(onengine.elementwise, None, ufunc, operands, kwargs)
+            self._on_all(onengine.elementwise, None, ufunc, operands, kwargs)
             return target
-        key = new_key()
-        dtypes = self._on_all(onengine.elementwise, key, ufunc, operands, kwargs)
+        if ufunc.nout == 1:
+            key = new_key()
+            dtypes = self._on_all(onengine.elementwise, key, ufunc, operands, kwargs)
+            return self._like(key, dtypes[0])
+        keys = [new_key() for _ in range(ufunc.nout)]  # divmod, modf, frexp: one each
+        dtypes = self._on_all(onengine.elementwise, keys, ufunc, operands, kwargs)
+        return tuple(self._like(k, dt) for k, dt in zip(keys, dtypes[0], strict=True))
+
+    def _like(self, key: str, dtype: Any) -> DistArray:
+        """A new handle on sections ``key`` distributed as this array's."""
         return DistArray(
-            self.client, key, self.targets, self.dim_data, np.dtype(dtypes[0]), self._distribution
+            self.client, key, self.targets, self.dim_data, np.dtype(dtype), self._distribution
         )
 
     def apply_local(self, func: Any, *args: Any) -> list[Any]:
@@ -277,16 +283,12 @@ class DistArray(NDArrayOperatorsMixin):
     def astype(self, dtype: Any) -> DistArray:
         key = new_key()
         self._on_all(onengine.astype, self.key, key, np.dtype(dtype).str)
-        return DistArray(
-            self.client, key, self.targets, self.dim_data, np.dtype(dtype), self._distribution
-        )
+        return self._like(key, dtype)
 
     def copy(self) -> DistArray:
         key = new_key()
         self._on_all(onengine.copy, self.key, key)
-        return DistArray(
-            self.client, key, self.targets, self.dim_data, self.dtype, self._distribution
-        )
+        return self._like(key, self.dtype)
 
     # -- engine to engine -------------------------------------------------------------------
 

@@ -133,11 +133,15 @@ def take(key: str, local_keys: Sequence[slice | np.ndarray]) -> np.ndarray:
 
 
 def elementwise(
-    out: str | None, ufunc: np.ufunc, operands: Sequence[Any], kwargs: dict[str, Any]
-) -> str:
-    """``ufunc`` over whole buffers (owned and ghost cells alike); the result has the
-    operands' distribution. ``out``: a new key, or None to write into the first output
-    operand given in ``kwargs['out']`` (a Ref). Returns the result's dtype.
+    out: str | Sequence[str] | None,
+    ufunc: np.ufunc,
+    operands: Sequence[Any],
+    kwargs: dict[str, Any],
+) -> str | list[str]:
+    """``ufunc`` over whole buffers (owned and ghost cells alike); the results have the
+    operands' distribution. ``out``: a new key (a sequence of keys for a ufunc with several
+    outputs, as ``divmod``), or None to write into the output operand given in
+    ``kwargs['out']`` (a Ref). Returns the result's dtype (a list: one per key).
 
     Constant operands are read as stride-0 views; when every operand is a constant (or a
     scalar) the result is a constant too, computed once."""
@@ -160,21 +164,26 @@ def elementwise(
             ufunc(*each(lambda la: la.values), out=target.ndarray, **kwargs)
         return str(target.dtype)
     assert out is not None
+    keys = (out,) if isinstance(out, str) else tuple(out)
     if all_constant:
-        value = np.asarray(ufunc(*consts, **kwargs))
-        _store(out, LocalArray.constant(template.shape, value, value.dtype, template.dim_data))
-        return str(value.dtype)
-    args = each(lambda la: la.values)
-    # the result's dtype, from empty operands (numpy's own promotion rules), so the result
-    # can be written into a recycled buffer
-    probe = ufunc(
-        *each(lambda la: np.empty(0, la.dtype)),
-        **kwargs,
-    )
-    shape = np.broadcast_shapes(*[np.shape(a) for a in args])
-    result = ufunc(*args, out=bufferpool.empty(shape, probe.dtype), **kwargs)
-    _store(out, LocalArray(result, template.dim_data))
-    return str(result.dtype)
+        values = ufunc(*consts, **kwargs)
+        values = [np.asarray(v) for v in (values if ufunc.nout > 1 else (values,))]
+        for k, v in zip(keys, values, strict=True):
+            _store(k, LocalArray.constant(template.shape, v, v.dtype, template.dim_data))
+    else:
+        args = each(lambda la: la.values)
+        # the results' dtypes, from empty operands (numpy's own promotion rules), so the
+        # results can be written into recycled buffers
+        probes = ufunc(*each(lambda la: np.empty(0, la.dtype)), **kwargs)
+        probes = probes if ufunc.nout > 1 else (probes,)
+        shape = np.broadcast_shapes(*[np.shape(a) for a in args])
+        bufs = tuple(bufferpool.empty(shape, p.dtype) for p in probes)
+        ufunc(*args, out=bufs, **kwargs)
+        values = list(bufs)
+        for k, v in zip(keys, values, strict=True):
+            _store(k, LocalArray(v, template.dim_data))
+    dtypes = [str(v.dtype) for v in values]
+    return dtypes[0] if isinstance(out, str) else dtypes
 
 
 def astype(key: str, out: str, dtype: str) -> None:

@@ -142,6 +142,25 @@ def test_elementwise_against_numpy(rc):
     np.testing.assert_array_equal(a.toarray(), (a_np + 1) * 2)
 
 
+def test_ufuncs_with_two_outputs(rc):
+    a_np = np.linspace(-7.5, 9.25, 45).reshape(5, 9)
+    for make in (
+        lambda: rc.darray.fromarray(a_np, dist=("b", "c"), grid_shape=(2, 2)),
+        lambda: rc.darray.full((5, 9), -7.5, dist=("b", "c"), grid_shape=(2, 2)),  # constant
+    ):
+        a = make()
+        ref = a.toarray()
+        for name, got, want in (
+            ("divmod", divmod(a, 2), divmod(ref, 2)),
+            ("modf", np.modf(a), np.modf(ref)),
+            ("frexp", np.frexp(a), np.frexp(ref)),
+        ):
+            assert isinstance(got, tuple) and len(got) == 2, name
+            for g, w in zip(got, want, strict=True):
+                assert isinstance(g, DistArray) and g.dtype == w.dtype, name
+                np.testing.assert_array_equal(g.toarray(), w, err_msg=name)
+
+
 def test_elementwise_refuses_different_distributions(rc):
     a = rc.darray.zeros((6, 6), dist=("b", "b"))
     b = rc.darray.zeros((6, 6), dist=("c", "c"))

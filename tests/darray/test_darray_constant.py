@@ -150,3 +150,21 @@ def test_freeing_constants_and_pickling(ns):
     back = pickle.loads(pickle.dumps(ns["c"]))  # what rc[...].pull(key) sends
     assert back.memory is None and back.dim_data == ns["c"].dim_data
     np.testing.assert_array_equal(back.ndarray, np.full(SHAPE, 9.0))
+
+
+def test_ufuncs_with_two_outputs(ns):
+    onengine.allocate("a", DIM, "<f8", 7.5, False)
+    ramp = np.arange(np.prod(SHAPE), dtype=float).reshape(SHAPE) / 3
+    onengine.place("r", DIM, "<f8", ramp)
+    assert onengine.elementwise(("q", "m"), np.divmod, [onengine.Ref("a"), 2], {}) == [
+        "float64",
+        "float64",
+    ]
+    assert ns["q"].constant_value == 3.0 and ns["m"].constant_value == 1.5
+    assert onengine.elementwise(("f", "e"), np.frexp, [onengine.Ref("r")], {}) == [
+        "float64",
+        "int32",
+    ]
+    mantissa, exponent = np.frexp(ramp)
+    np.testing.assert_array_equal(ns["f"].ndarray, mantissa)
+    np.testing.assert_array_equal(ns["e"].ndarray, exponent)
