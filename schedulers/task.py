@@ -194,10 +194,11 @@ class TaskScheduler:
                 frames = recv_message(sock, zmq.NOBLOCK)
             except zmq.Again:
                 return
-            try:
-                handler(frames)
-            except Exception:  # one bad message must never stop the scheduler
-                log.exception("error handling a message of %d frames; dropped", len(frames))
+            for one in self.session.each_message(frames, "task scheduler"):  # batches too
+                try:
+                    handler(one)
+                except Exception:  # one bad message must never stop the scheduler
+                    log.exception("error handling a message of %d frames; dropped", len(one))
             self._carry_out()
 
     def _unpause(self, now: float) -> None:
