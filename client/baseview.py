@@ -131,7 +131,7 @@ class View:
         ordered: bool = True,
         max_outstanding: int | str | None = "auto",
         return_exceptions: bool = False,
-    ) -> LazyMapIterator:
+    ) -> Iterator[Any]:
         """Results of f over lazily consumed iterables (infinite generators too), with at
         most ``max_outstanding`` calls in flight ('auto': one per engine of the view; 0:
         no limit). ``ordered=False`` yields results as they complete."""

@@ -11,6 +11,7 @@ take their condition twice, so a non-reentrant lock is enough.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from typing import Any
 
@@ -87,7 +88,7 @@ class ReplyFuture(Future):
         self._result = None
         self._exception = None
         self._waiters = []
-        self._done_callbacks = []
+        self._done_callbacks: list[Callable[[Future], object]] = []
 
 
 def resolve(fut: Future, value: Any = None, error: BaseException | None = None) -> None:

@@ -254,8 +254,11 @@ class DirectView(View):
                 return real_import(name, globals, locals, fromlist, level)
             return real_import(name.split(".")[0])
 
+        # the module whose ``with`` block this is: two frames up (contextmanager's __enter__)
         frame = inspect.currentframe()
-        caller = frame.f_back.f_back.f_globals.get("__name__") if frame else None
+        for _ in range(2):
+            frame = frame.f_back if frame is not None else None
+        caller = frame.f_globals.get("__name__") if frame is not None else None
         builtins.__import__ = recording_import
         try:
             yield
