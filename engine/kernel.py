@@ -14,7 +14,7 @@ from typing import Any
 
 import zpar.serialize
 from zpar.errors import SerializationError, TaskAborted, error_content
-from zpar.messages import REPLY_TYPE, MsgType, Status
+from zpar.messages import MsgType, Status, reply_type_of
 from zpar.serialize import serialize_object, unpack_apply
 from zpar.wire import Message
 
@@ -40,7 +40,7 @@ _IDLE = {"execution_state": "idle"}
 class Reply:
     """What to send back on the socket the request came on."""
 
-    msg_type: MsgType
+    msg_type: str  # a MsgType, or a capability's reply type (zpar.messages.reply_type_of)
     content: dict[str, Any]
     metadata: dict[str, Any]
     buffers: list[Any] = field(default_factory=list)
@@ -125,7 +125,7 @@ class Kernel:
     def aborted_reply(self, msg: Message) -> Reply | None:
         """The reply telling a client its request was aborted before it ran."""
         msg_type = msg.header.get("msg_type")
-        reply_type = REPLY_TYPE.get(msg_type)  # type: ignore[call-overload]
+        reply_type = reply_type_of(msg_type) if isinstance(msg_type, str) else None
         if reply_type is None:
             return None
         msg_id = msg.header.get("msg_id")
@@ -168,7 +168,9 @@ class Kernel:
         md = self._metadata(started, completed, content["status"])
         md["stdout"] = stdout
         md["stderr"] = stderr
-        return Reply(REPLY_TYPE[msg_type], content, md, buffers)  # type: ignore[index]
+        reply_type = reply_type_of(msg_type)
+        assert reply_type is not None  # handlers exist only for requests (engine.handlers)
+        return Reply(reply_type, content, md, buffers)
 
     def _apply(self, msg: Message) -> tuple[dict[str, Any], list[Any]]:
         f, args, kwargs = unpack_apply(msg.buffers)

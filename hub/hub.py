@@ -38,6 +38,7 @@ from zpar.messages import (
     MON_TASK_RESULT,
     MsgType,
     Status,
+    reply_type_of,
 )
 from zpar.monitor import TaskDest, TaskIn, TaskOut, TaskRetry, split_monitor, unpack_batch
 from zpar.wire import Message, Session, routing, send_frames
@@ -543,7 +544,12 @@ def _ignore(frames: list[Any]) -> None:
     pass
 
 
-def _reply_type(msg_type: str) -> MsgType:
+def _reply_type(msg_type: str) -> str:
+    """The reply's type: declared (REPLY_TYPE, a capability's), else ``X_reply`` for
+    ``X_request``, else queue_reply (what a client waiting on an unknown type is told)."""
+    declared = reply_type_of(msg_type)
+    if declared is not None:
+        return declared
     name = msg_type.removesuffix("_request") + "_reply"
     try:
         return MsgType(name)
