@@ -6,12 +6,13 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import zpar.serialize
 from zpar.dependency import to_wire
 from zpar.mapchunk import map_chunk
-from zpar.messages import MsgType
+from zpar.messages import ExecuteRequest, MsgType
 from zpar.serialize import pack_apply
 
 from .asyncresult import AsyncMapResult, AsyncResult
@@ -169,7 +170,11 @@ class DirectView(View):
         if not isinstance(code, str):
             raise TypeError(f"execute takes a code string, got {type(code).__name__}")
         msg_ids, futs = self._send_each(
-            MsgType.EXECUTE_REQUEST, {"code": code, "silent": False}, [], self._ids(targets), label
+            MsgType.EXECUTE_REQUEST,
+            ExecuteRequest(code).as_dict(),
+            [],
+            self._ids(targets),
+            label,
         )
         ar = self._result(msg_ids, futs, "execute", False, targets=targets)
         if self.block if block is None else block:
@@ -370,7 +375,7 @@ class BroadcastView(DirectView):
         label: str | None = None,
         track: bool | None = None,
     ) -> tuple[list[str], list[Any]]:
-        md = {**self._metadata_flags(label), "broadcast": ids}
+        md = replace(self._flags(label), broadcast=ids).as_metadata()
         m, fut = self.client._send(
             "task",
             msg_type,
@@ -426,13 +431,12 @@ class LoadBalancedView(View):
         return self
 
     def _metadata(self, label: str | None = None) -> dict[str, Any] | None:
-        md = self._metadata_flags(label)
-        if self.targets is not None:
-            md["targets"] = self.client._resolve_targets(self.targets)
-        if self.retries:
-            md["retries"] = self.retries
-        if self.timeout is not None:
-            md["timeout"] = float(self.timeout)
+        md = replace(
+            self._flags(label),
+            targets=None if self.targets is None else self.client._resolve_targets(self.targets),
+            retries=self.retries,
+            timeout=None if self.timeout is None else float(self.timeout),
+        ).as_metadata()
         if self.after is not None or self.follow is not None:
             self.client._dependency_metadata(md, self.after, self.follow)
         return md or None

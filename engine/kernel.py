@@ -14,7 +14,16 @@ from typing import Any
 
 import zpar.serialize
 from zpar.errors import SerializationError, TaskAborted, error_content
-from zpar.messages import MsgType, Status, reply_type_of
+from zpar.messages import (
+    AbortReply,
+    ApplyReply,
+    ClearReply,
+    ExecuteReply,
+    MsgType,
+    ShutdownReply,
+    Status,
+    reply_type_of,
+)
 from zpar.serialize import serialize_object, unpack_apply
 from zpar.wire import Message
 
@@ -34,6 +43,12 @@ _OWN_FILES = frozenset({__file__, namespace.__file__, zpar.serialize.__file__})
 
 _BUSY = {"execution_state": "busy"}
 _IDLE = {"execution_state": "idle"}
+
+
+#: the ok reply of each control request the kernel answers itself
+_OK_REPLIES: dict[str, type[ClearReply | AbortReply | ShutdownReply]] = {
+    cls.msg_type: cls for cls in (ClearReply, AbortReply, ShutdownReply)
+}
 
 
 @dataclass(slots=True)
@@ -182,7 +197,7 @@ class Kernel:
                 f"cannot send the result back: {_type_name(result)} object is not "
                 f"serializable ({type(e).__name__}: {e})"
             ) from None
-        return {"status": Status.OK}, buffers
+        return ApplyReply(Status.OK).as_dict(), buffers
 
     def _execute(self, msg: Message) -> tuple[dict[str, Any], list[Any]]:
         code = msg.content.get("code", "")
@@ -191,11 +206,10 @@ class Kernel:
             self.execution_count += 1
         n = self.execution_count
         result = namespace.execute(code, self.ns, f"<zpar-execute-{n}>")
-        return {
-            "status": Status.OK,
-            "execution_count": n,
-            "execute_result": None if silent else result,
-        }, []
+        reply = ExecuteReply(
+            Status.OK, execution_count=n, execute_result=None if silent else result
+        )
+        return reply.as_dict(), []
 
     def _error_content(self, e: BaseException, msg_type: str) -> dict[str, Any]:
         content = error_content(
@@ -241,7 +255,8 @@ class Kernel:
 
     def _ok(self, reply_type: MsgType) -> Reply:
         now = time.time()
-        return Reply(reply_type, {"status": Status.OK}, self._metadata(now, now, Status.OK))
+        content = _OK_REPLIES[reply_type](Status.OK).as_dict()
+        return Reply(reply_type, content, self._metadata(now, now, Status.OK))
 
     def _engine_info(self, method: Any) -> dict[str, Any]:
         return {"engine_id": self.engine_id, "engine_uuid": self.engine_uuid, "method": method}
