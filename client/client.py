@@ -23,7 +23,7 @@ from zpar.errors import (
     NoEnginesRegistered,
     TimeoutError,
 )
-from zpar.messages import MsgType, QueueRequest
+from zpar.messages import AbortRequest, ClearRequest, MsgType, QueueRequest
 from zpar.transport import choose, direct_dir
 from zpar.wire import Message, Session
 
@@ -274,7 +274,7 @@ class Client(TaskStoreMixin, EngineControlMixin, ClientCompatMixin):
         """Abort work that has not started: queued on engines (``targets``, default all) and,
         for load-balanced tasks, still held by the task scheduler. jobs: msg_ids or
         AsyncResults, None for everything this client queued. Running tasks finish."""
-        content = {"msg_ids": None if jobs is None else msg_ids_of(jobs)}
+        content = AbortRequest(None if jobs is None else msg_ids_of(jobs)).as_dict()
         ids = self.sender.resolve_targets(targets)
         send = self.sender.send
         sent = [send("control", MsgType.ABORT_REQUEST, content, engine_id=i) for i in ids]
@@ -287,7 +287,7 @@ class Client(TaskStoreMixin, EngineControlMixin, ClientCompatMixin):
 
     def clear(self, targets: Any = None, block: bool = True) -> AsyncResult:
         """Clear the engines' namespaces."""
-        return self._control(MsgType.CLEAR_REQUEST, {}, targets, block)
+        return self._control(MsgType.CLEAR_REQUEST, ClearRequest().as_dict(), targets, block)
 
     def queue_status(self, targets: Any = "all", verbose: bool = False) -> dict[Any, Any]:
         """{engine_id: {'queue', 'completed', 'tasks'}, 'unassigned': n} (int and str keys,
