@@ -40,8 +40,8 @@ from zpar.messages import (
     MsgType,
     RegistrationReply,
     Status,
-    reply_type_of,
 )
+from zpar.msgtypes import reply_type_of
 from zpar.privacy import iopub_topic
 from zpar.sockets import configure, recv_monitor_event
 from zpar.tasklimits import parse_time_limit, timeout_content

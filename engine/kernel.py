@@ -22,8 +22,8 @@ from zpar.messages import (
     MsgType,
     ShutdownReply,
     Status,
-    reply_type_of,
 )
+from zpar.msgtypes import reply_type_of
 from zpar.serialize import serialize_object, unpack_apply
 from zpar.wire import Message
 
@@ -55,7 +55,7 @@ _OK_REPLIES: dict[str, type[ClearReply | AbortReply | ShutdownReply]] = {
 class Reply:
     """What to send back on the socket the request came on."""
 
-    msg_type: str  # a MsgType, or a capability's reply type (zpar.messages.reply_type_of)
+    msg_type: str  # a MsgType, or a capability's reply type (zpar.msgtypes.reply_type_of)
     content: dict[str, Any]
     metadata: dict[str, Any]
     buffers: list[Any] = field(default_factory=list)

@@ -47,9 +47,9 @@ from zpar.messages import (
     SignalRequest,
     Status,
     UnregistrationNotification,
-    reply_type_of,
 )
 from zpar.monitor import TaskDest, TaskIn, TaskOut, TaskRetry, split_monitor, unpack_batch
+from zpar.msgtypes import reply_type_of
 from zpar.wire import Message, Session, routing, send_frames
 
 from . import launcherqueries, queries

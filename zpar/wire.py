@@ -61,7 +61,8 @@ from .constants import (
     STORE_RESULT_LIMIT,
 )
 from .errors import LocalProtocolError, RemoteProtocolError
-from .messages import MsgType, extension_type
+from .messages import MsgType
+from .msgtypes import extension_type
 from .recent import RecentKeys
 
 log = logging.getLogger(__name__)
@@ -73,7 +74,7 @@ HEAD_FRAMES = 3
 #: Bytes of an HMAC-SHA256 signature.
 SIGNATURE_SIZE = 32
 #: msg_type names a receiver accepts: every MsgType (new ones join by being added there),
-#: and the capabilities' (messages.extension_type), checked only when not one of these.
+#: and the capabilities' (msgtypes.extension_type), checked only when not one of these.
 KNOWN_TYPES = frozenset(m.value for m in MsgType)
 
 

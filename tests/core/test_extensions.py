@@ -9,10 +9,11 @@ from importlib.metadata import EntryPoint
 import pytest
 import zmq
 
-from zpar import messages
+from zpar import msgtypes
 from zpar.engine.watched import WatchedSockets
 from zpar.hub import queryapi
-from zpar.messages import MsgType, extension_type, register_message_types, reply_type_of
+from zpar.messages import MsgType
+from zpar.msgtypes import extension_type, register_message_types, reply_type_of
 from zpar.wire import Session
 
 
@@ -47,9 +48,9 @@ def test_the_wire_accepts_a_registered_type_and_refuses_an_unknown_one():
 
 def test_a_broken_declaration_is_logged_not_fatal(monkeypatch, caplog):
     eps = [
-        EntryPoint("broken", "no_such_module_anywhere:TYPES", messages.MESSAGE_TYPES_GROUP),
+        EntryPoint("broken", "no_such_module_anywhere:TYPES", msgtypes.MESSAGE_TYPES_GROUP),
     ]
-    monkeypatch.setattr(messages, "_extension_types_loaded", False)
+    monkeypatch.setattr(msgtypes, "_extension_types_loaded", False)
     monkeypatch.setattr("importlib.metadata.entry_points", lambda group: eps)
     assert not extension_type("unit_other_request")
     assert "message types of 'broken'" in caplog.text

@@ -34,6 +34,7 @@ PUBLIC_MODULES = [
     "zpar.errors",
     "zpar.error",
     "zpar.messages",
+    "zpar.msgtypes",
     "zpar.constants",
     "zpar.dependency",
     "zpar.serialize",
