@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 from zpar.errors import AlreadyDisplayedError, CompositeError, RemoteError
@@ -76,7 +77,7 @@ class ParallelMagics:
         self.signal_on_interrupt: str | None = "SIGINT"
         self.last_result: AsyncResult | None = None
         self._autopx = False
-        self._transformer = None
+        self._transformer: Callable[[list[str]], list[str]] | None = None
 
     # -- the magics -----------------------------------------------------------------------
 
