@@ -14,6 +14,7 @@ import threading
 import time
 import warnings
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from zpar.errors import AlreadyDisplayedError, CompositeError, RemoteError
@@ -80,7 +81,7 @@ class ParallelMagics:
         self.signal_on_interrupt: str | None = "SIGINT"
         self.last_result: AsyncResult | None = None
         self._autopx = False
-        self._transformer = None
+        self._transformer: Callable[[list[str]], list[str]] | None = None
 
     # -- the magics -----------------------------------------------------------------------
 

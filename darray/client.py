@@ -9,7 +9,6 @@ the exports form one array.
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -17,16 +16,11 @@ import numpy as np
 
 from . import onengine
 from .consistency import EngineExport, InconsistentExport, check_global
-from .distarray import DistArray
+from .distarray import DistArray, new_key
 from .layout import plan
 from .maps import Distribution, owned_piece
 
 log = logging.getLogger("zpar.darray")
-
-
-def new_key() -> str:
-    """A namespace name no user would pick: where each engine keeps its LocalArray."""
-    return f"_darray_{uuid.uuid4().hex[:12]}"
 
 
 def _filled_constructor(name: str, fill: Any, empty: bool, doc: str) -> Callable[..., DistArray]:
