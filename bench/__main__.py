@@ -54,8 +54,8 @@ def run_system(system: str, only: str, scale: str, count: int | None) -> list[di
     cmd = [str(python), "-m", "bench.runner", "--system", system, "--only", only, "--scale", scale]
     if count:
         cmd += ["--count", str(count)]
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
     with tempfile.TemporaryDirectory(prefix="zpar-bench-") as d:
+        env = dict(os.environ, PYTHONPATH=bench_path(d))
         env["ZPAR_DIR"] = d  # a private profile: never touches the user's clusters
         env["IPYTHONDIR"] = d
         proc = subprocess.run(cmd, cwd=d, env=env, capture_output=True, text=True, timeout=1800)
@@ -67,6 +67,17 @@ def run_system(system: str, only: str, scale: str, count: int | None) -> list[di
         tail = "\n".join(proc.stderr.splitlines()[-15:])
         print(f"bench: {system} failed (exit {proc.returncode}):\n{tail}", file=sys.stderr)
     return rows
+
+
+def bench_path(tmp: str) -> str:
+    """A directory holding only ``bench`` (a link to this package), for PYTHONPATH: the
+    runner and every system's workers import bench.tasks from it. Not the repository root,
+    whose top-level folders (comm/, typed/, ...) would shadow PyPI packages of the same
+    name in the peers' virtualenv (ipykernel imports ``comm``)."""
+    path = Path(tmp) / "path"
+    path.mkdir()
+    (path / "bench").symlink_to(Path(__file__).resolve().parent, target_is_directory=True)
+    return str(path)
 
 
 def git_commit() -> str:
