@@ -208,6 +208,8 @@ def _processes_by_role(system: Any) -> dict[str, psutil.Process]:
     processes and the engines, keyed by a unique role name (``engine 0``, ``engine 1``...)."""
     roles: dict[str, psutil.Process] = {"client": psutil.Process()}
     for p in system.controller_processes():
+        if p.pid == roles["client"].pid:
+            continue  # dask's LocalCluster: the scheduler runs in the client process
         role = _role(p)
         if role in roles:
             role = f"{role} {p.pid}"
