@@ -37,11 +37,11 @@ from zpar.logs import setup_logging
 from zpar.messages import (
     MON_MUX_IN,
     MON_MUX_OUT,
-    REPLY_TYPE,
     MsgType,
     RegistrationReply,
     Status,
 )
+from zpar.msgtypes import reply_type_of
 from zpar.privacy import iopub_topic
 from zpar.sockets import configure, recv_monitor_event
 from zpar.tasklimits import parse_time_limit, timeout_content
@@ -58,8 +58,10 @@ from .heart import Heart
 from .kernel import Kernel, Reply
 from .monitorcopies import MonitorCopies
 from .registration import register
+from .revoke import RevokeGate
 from .signals import SignalListener
 from .timelimit import REPLY_FLUSH_WAIT, TimeLimitWatchdog
+from .watched import WatchedSockets
 
 log = logging.getLogger(__name__)
 
@@ -151,6 +153,20 @@ class Engine:
         #: set by the engine's entry point: re-execute this process as a fresh engine
         self.restart_now: Callable[[], None] | None = None
         self._current: tuple[zmq.Socket, Message] | None = None
+        #: tasks the scheduler took back before they started (the signal thread's)
+        self._gate: RevokeGate | None = None
+        #: capabilities' sockets served by the loop (engine.watched)
+        self.watched = WatchedSockets()
+
+    # -- capabilities' sockets ----------------------------------------------------------------
+
+    def watch(self, socket: zmq.Socket, handler: Callable[[zmq.Socket], object]) -> None:
+        """Serve ``socket`` in this engine's loop: ``handler(socket)`` when it is readable,
+        between tasks, on this (the main) thread. Call it from that thread (a task)."""
+        self.watched.watch(socket, handler)
+
+    def unwatch(self, socket: zmq.Socket) -> None:
+        self.watched.unwatch(socket)
 
     # -- start-up ---------------------------------------------------------------------------
 
@@ -209,12 +225,16 @@ class Engine:
         self.silence_limit = max(MIN_CONTROLLER_SILENCE, 10 * float(reply.hb_period or 0))
         self.signals = SignalListener(self.ctx, self.info.key, self.info.registration, self.ident)
         secure(self.signals.socket, self.info)
+        # the task scheduler asks for prefetched tasks back on this one (engine/revoke.py)
+        revoke = secure(self.signals.revoke_socket(), self.info)
+        self._gate = self.signals.gate
         connect_and_wait(
             [
                 (self.mux, addrs["mux"]),
                 (self.control, addrs["control"]),
                 (self.task, addrs["task"]),
                 (self.signals.socket, self.info.registration),
+                (revoke, addrs["task"]),
             ],
             HUB_TIMEOUT,
         )
@@ -248,6 +268,8 @@ class Engine:
         restore = self._install_signals()
         try:
             self.connect(self.register())
+            self.watched.engine_id = self.id
+            self.watched.load(self)
             self._loop()
         except Stop:
             log.info("stopped by SIGTERM during a task")
@@ -264,6 +286,8 @@ class Engine:
             poller.register(s, zmq.POLLIN)
         if self._wakeup is not None:
             poller.register(self._wakeup, zmq.POLLIN)
+        watched = self.watched
+        watched.attach(poller)
         turn = 0
         nq = len(queues)
         events_opt, pollin = zmq.EVENTS, zmq.POLLIN
@@ -283,6 +307,8 @@ class Engine:
                     break
             if sock is not None:
                 self._execute(sock)
+                if watched.handlers:
+                    watched.serve_ready()
                 continue
             ready = poller.poll(timeout_ms)
             if not ready:
@@ -300,6 +326,8 @@ class Engine:
                     last_ping = time.monotonic()
                 elif s is self._wakeup:
                     self._wakeup.recv(4096)
+                else:
+                    watched.serve(s)
 
     def _drain_control(self) -> None:
         control = self.control
@@ -329,6 +357,8 @@ class Engine:
     def _handle(self, sock: zmq.Socket, frames: list[Any], where: str) -> None:
         msg = self._receive(sock, frames, where)
         if msg is None:
+            return
+        if sock is self.task and not self._may_start(msg):
             return
         if sock is self.direct and self.monitor is not None and msg.idents:
             # what the relay's monitor would have told the hub (headers, no buffers)
@@ -362,6 +392,14 @@ class Engine:
             self._stopping = True
             self._linger = SHUTDOWN_LINGER_MS
 
+    def _may_start(self, msg: Message) -> bool:
+        """A task from the scheduler runs unless the scheduler took it back meanwhile (it
+        is placed elsewhere: dropped unanswered, see engine/revoke.py)."""
+        if self._gate is None or self._gate.start(msg.msg_id):
+            return True
+        log.info("engine %d: %s was revoked by the scheduler; dropped unrun", self.id, msg.msg_id)
+        return False
+
     # -- time limits (engine.timelimit) ---------------------------------------------------------
 
     def _arm_time_limit(self, sock: zmq.Socket, msg: Message) -> float | None:
@@ -394,7 +432,7 @@ class Engine:
         now = time.time()
         md = dict(reply.metadata) if reply is not None else {"started": now, "completed": now}
         md.update(status=Status.ERROR, engine_id=self.id, engine_uuid=self.uuid)
-        return Reply(REPLY_TYPE[MsgType(msg.msg_type)], content, md)
+        return Reply(reply_type_of(msg.msg_type) or MsgType.APPLY_REPLY, content, md)
 
     def _on_stuck(self, msg_id: str, limit: float) -> None:
         """The watchdog thread's last word on a task that ignored its interrupt: answer
@@ -422,6 +460,8 @@ class Engine:
                 continue
             while sock.get(zmq.EVENTS) & zmq.POLLIN:
                 msg = self._receive(sock, recv_message(sock), where)
+                if msg is not None and sock is self.task and not self._may_start(msg):
+                    continue
                 reply = None if msg is None else self.kernel.aborted_reply(msg)
                 if msg is not None and reply is not None:
                     self._send(sock, msg, reply)
@@ -523,6 +563,7 @@ class Engine:
             self.signals.stop()
         if getattr(self, "monitor", None) is not None:
             self.monitor.stop()  # its last copies out before the context ends
+        self.watched.close()
         for s in self._sockets:
             s.close(linger=self._linger if s is not self.ping else 0)
         self._sockets.clear()

@@ -62,6 +62,7 @@ from .constants import (
 )
 from .errors import LocalProtocolError, RemoteProtocolError
 from .messages import MsgType
+from .msgtypes import extension_type
 from .recent import RecentKeys
 
 log = logging.getLogger(__name__)
@@ -72,7 +73,8 @@ _packb = msgpack.Packer(use_bin_type=True).pack
 HEAD_FRAMES = 3
 #: Bytes of an HMAC-SHA256 signature.
 SIGNATURE_SIZE = 32
-#: msg_type names a receiver accepts: every MsgType (new ones join by being added there).
+#: msg_type names a receiver accepts: every MsgType (new ones join by being added there),
+#: and the capabilities' (msgtypes.extension_type), checked only when not one of these.
 KNOWN_TYPES = frozenset(m.value for m in MsgType)
 
 
@@ -345,7 +347,7 @@ def _check_header(h: Any, what: str, *, version: bool = True) -> None:
         raise RemoteProtocolError(
             "malformed", f"{what} msg_type must be a str, got {type(msg_type).__name__}"
         )
-    if msg_type not in KNOWN_TYPES:
+    if msg_type not in KNOWN_TYPES and not extension_type(msg_type):
         raise RemoteProtocolError("unknown-type", f"{what} msg_type {msg_type[:64]!r} is unknown")
     if not isinstance(h.get("session", ""), str):
         raise RemoteProtocolError("malformed", f"{what} session must be a str")
