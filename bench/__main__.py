@@ -1,4 +1,4 @@
-"""``python -m bench [--quick|--full] [--only W2,W3] [--systems zpar,ipyparallel,dask,zmq]``
+"""``python -m bench [--quick|--full|--scale] [--only W2,W3] [--systems zpar,ipyparallel,...]``
 
 Runs every system in turn (each in its own process: zpar with this interpreter, the peers
 with the interpreter of their pinned virtualenv, created on first use), prints one table of
@@ -17,12 +17,18 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .report import TARGETS, format_table
+from .report import TARGETS, format_cpu, format_table
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = Path(__file__).resolve().parent / ".venv-peers"
-PEERS = ["ipyparallel==9.2.0", "dask[distributed]==2025.11.0", "numpy", "psutil"]
-SYSTEMS = ["zpar", "ipyparallel", "dask", "zmq"]
+PEERS = [
+    "ipyparallel==9.2.0",
+    "dask[distributed]==2025.11.0",
+    "ray==2.60.0",
+    "numpy",
+    "psutil",
+]
+SYSTEMS = ["zpar", "ipyparallel", "dask", "ray", "zmq"]
 
 
 def peers_python() -> Path:
@@ -48,8 +54,8 @@ def run_system(system: str, only: str, scale: str, count: int | None) -> list[di
     cmd = [str(python), "-m", "bench.runner", "--system", system, "--only", only, "--scale", scale]
     if count:
         cmd += ["--count", str(count)]
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
     with tempfile.TemporaryDirectory(prefix="zpar-bench-") as d:
+        env = dict(os.environ, PYTHONPATH=bench_path(d))
         env["ZPAR_DIR"] = d  # a private profile: never touches the user's clusters
         env["IPYTHONDIR"] = d
         proc = subprocess.run(cmd, cwd=d, env=env, capture_output=True, text=True, timeout=1800)
@@ -61,6 +67,17 @@ def run_system(system: str, only: str, scale: str, count: int | None) -> list[di
         tail = "\n".join(proc.stderr.splitlines()[-15:])
         print(f"bench: {system} failed (exit {proc.returncode}):\n{tail}", file=sys.stderr)
     return rows
+
+
+def bench_path(tmp: str) -> str:
+    """A directory holding only ``bench`` (a link to this package), for PYTHONPATH: the
+    runner and every system's workers import bench.tasks from it. Not the repository root,
+    whose top-level folders (comm/, typed/, ...) would shadow PyPI packages of the same
+    name in the peers' virtualenv (ipykernel imports ``comm``)."""
+    path = Path(tmp) / "path"
+    path.mkdir()
+    (path / "bench").symlink_to(Path(__file__).resolve().parent, target_is_directory=True)
+    return str(path)
 
 
 def git_commit() -> str:
@@ -77,12 +94,21 @@ def main(argv: list[str] | None = None) -> int:
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true", help="small counts, < 3 min (default)")
     mode.add_argument("--full", action="store_true", help="the issue's counts, < 15 min")
-    p.add_argument("--only", default="W1,W2,W3,W4,W5,W6,W7,W8,W9")
-    p.add_argument("--systems", default=",".join(SYSTEMS))
+    mode.add_argument(
+        "--scale",
+        action="store_true",
+        help="W7 to 1,000,000 tasks (controller PSS at 10k, 100k, 1M), zpar only by default",
+    )
+    p.add_argument("--only", default=None, help="workloads (default: all; W7 with --scale)")
+    p.add_argument("--systems", default=None, help=f"default: {','.join(SYSTEMS)} (--scale: zpar)")
     p.add_argument("--count", type=int, default=None, help="override counts (smoke runs)")
     p.add_argument("--json-out", default=str(ROOT / "bench" / "results.jsonl"))
     args = p.parse_args(argv)
-    scale = "full" if args.full else "quick"
+    scale = "full" if args.full else "scale" if args.scale else "quick"
+    if args.systems is None:
+        args.systems = "zpar" if args.scale else ",".join(SYSTEMS)
+    if args.only is None:
+        args.only = "W1,W7" if args.scale else "W1,W2,W3,W4,W5,W6,W7,W8,W9,W3x8"
     systems = [s for s in args.systems.split(",") if s]
     unknown = set(systems) - set(SYSTEMS)
     if unknown:
@@ -105,6 +131,10 @@ def main(argv: list[str] | None = None) -> int:
             for r in rows:
                 f.write(json.dumps({**stamp, **r}) + "\n")
     print(format_table(rows, TARGETS))
+    cpu = format_cpu(rows)
+    if cpu:
+        print("\nW3 CPU per task, by process (us; noisy: the machine's 2 cores are shared)")
+        print(cpu)
     failed = [r for r in rows if "error" in r["figures"]]
     for r in failed:
         print(f"\n{r['system']} {r['workload']} failed:\n{r['figures']['error']}", file=sys.stderr)

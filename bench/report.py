@@ -8,20 +8,30 @@ from typing import Any
 ROWS: list[tuple[str, str, str, bool, float | None]] = [
     ("W1", "start_s", "s", False, 0.5),
     ("W2", "rtt_median_us", "us", False, 320),
-    ("W2", "rtt_p99_us", "us", False, None),
+    ("W2", "rtt_p99_us", "us", False, 1000),
     ("W3", "tasks_per_s", "tasks/s", True, 10_000),
+    ("W3", "cpu_us_per_task_total", "us", False, 200),
     ("W3", "client_growth_mb", "MB", False, 30),
-    ("W3", "controller_mb", "MB", False, 60),
-    ("W3", "controller_pss_mb", "MB", False, None),
-    ("W4", "default_tasks_per_s", "tasks/s", True, 20_000),
-    ("W4", "chunk100_tasks_per_s", "tasks/s", True, 200_000),
+    ("W3", "controller_mb", "MB", False, None),
+    ("W3", "controller_pss_mb", "MB", False, 60),
+    ("W3x8", "tasks_per_s", "tasks/s", True, None),
+    ("W3x8", "cpu_us_per_task_total", "us", False, None),
+    ("W4", "default_tasks_per_s", "tasks/s", True, 2_000_000),
+    ("W4", "chunk100_tasks_per_s", "tasks/s", True, 400_000),
     ("W5", "roundtrip_gbs", "GB/s", True, 1.3),
     ("W5", "push_pull_gbs", "GB/s", True, None),
     ("W6", "scatter_gather_s", "s", False, 0.15),
-    ("W7", "controller_mb_after", "MB", False, 60),
-    ("W7", "controller_pss_mb_after", "MB", False, None),
+    ("W7", "controller_pss_mb_before", "MB", False, None),
+    ("W7", "pss_mb_at_5000", "MB", False, 60),
+    ("W7", "pss_mb_at_10000", "MB", False, 60),
+    ("W7", "pss_mb_at_20000", "MB", False, 60),
+    ("W7", "pss_mb_at_100000", "MB", False, 60),
+    ("W7", "pss_mb_at_1000000", "MB", False, 60),
+    ("W7", "pss_growth_mb", "MB", False, None),
+    ("W7", "controller_mb_after", "MB", False, None),
     ("W7", "hub_mb_before", "MB", False, None),
     ("W7", "hub_mb_after", "MB", False, None),
+    ("W7", "client_mb_after", "MB", False, None),
     ("W8", "relay_rtt_us", "us", False, None),
     ("W8", "relay_msgs_per_s", "msgs/s", True, None),
     ("W8", "bw_tcp_gbs", "GB/s", True, None),
@@ -29,7 +39,7 @@ ROWS: list[tuple[str, str, str, bool, float | None]] = [
     ("W9", "detect_s", "s", False, 3.0),
 ]
 TARGETS = {(w, f): t for w, f, _, _, t in ROWS}
-PEERS = ["ipyparallel", "dask"]
+PEERS = ["ipyparallel", "dask", "ray"]
 
 
 def _fmt(v: Any) -> str:
@@ -77,4 +87,23 @@ def format_table(rows: list[dict], targets: dict) -> str:
         out.append(" | ".join(str(c).ljust(widths[j]) for j, c in enumerate(line)))
         if i == 0:
             out.append("-+-".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
+def format_cpu(rows: list[dict]) -> str:
+    """Where W3's CPU goes: microseconds of CPU per task in each process (user + system,
+    all its threads), one line per system and W3 row."""
+    out = []
+    for r in rows:
+        cpu = r["figures"].get("cpu_us_per_task")
+        if r["workload"] not in ("W3", "W3x8") or not isinstance(cpu, dict):
+            continue
+        engines = {k: v for k, v in cpu.items() if k.startswith("engine ")}
+        others = {k: v for k, v in cpu.items() if k not in engines}
+        parts = [f"{k} {v:.0f}" for k, v in others.items()]
+        if engines:
+            each = " / ".join(f"{v:.0f}" for v in engines.values())
+            parts.append(f"{len(engines)} engines {sum(engines.values()):.0f} ({each})")
+        total = r["figures"].get("cpu_us_per_task_total", 0)
+        out.append(f"{r['system']} {r['workload']}: {total:.0f} us/task = " + ", ".join(parts))
     return "\n".join(out)

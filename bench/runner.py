@@ -15,14 +15,21 @@ import traceback
 from . import workloads as w
 
 SCALES = {
-    # workload: (quick, full)
-    "W2": (500, 1000),
-    "W3": (2000, 10000),
-    "W4": (2000, 10000),
-    "W5": (3, 5),
-    "W6": (5, 7),
-    "W7": (20000, 100000),
+    # workload: (quick, full, scale)
+    "W2": (500, 1000, 1000),
+    "W3": (2000, 10000, 10000),
+    "W4": (2000, 10000, 10000),
+    "W5": (3, 5, 5),
+    "W6": (5, 7, 7),
 }
+#: W7's checkpoints: the controller's memory is read after this many tasks in all
+W7_CHECKPOINTS = {
+    "quick": [5_000, 20_000],
+    "full": [10_000, 100_000],
+    "scale": [10_000, 100_000, 1_000_000],
+}
+#: the engine count of the W3x8 row (W3 again, on a cluster of its own)
+W3X8_ENGINES = 8
 
 
 def emit(system: str, workload: str, figures: dict, seconds: float) -> None:
@@ -42,15 +49,17 @@ def emit(system: str, workload: str, figures: dict, seconds: float) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--system", required=True)
-    p.add_argument("--only", default="W1,W2,W3,W4,W5,W6,W7,W9")
-    p.add_argument("--scale", choices=["quick", "full"], default="quick")
+    p.add_argument("--only", default="W1,W2,W3,W4,W5,W6,W7,W9,W3x8")
+    p.add_argument("--scale", choices=["quick", "full", "scale"], default="quick")
     p.add_argument("--count", type=int, default=None, help="override every count (smoke)")
     args = p.parse_args(argv)
     only = set(args.only.split(","))
     from .systems import get_system
 
     system = get_system(args.system)
-    col = 0 if args.scale == "quick" else 1
+    col = ["quick", "full", "scale"].index(args.scale)
+    supported = getattr(system, "workloads", None)  # None: every workload
+    checkpoints = [args.count] if args.count else W7_CHECKPOINTS[args.scale]
 
     def count(name: str) -> int:
         return args.count if args.count else SCALES[name][col]
@@ -70,13 +79,13 @@ def main(argv: list[str] | None = None) -> int:
             ("W4", lambda: w.w4_map(system, count("W4"))),
             ("W5", lambda: w.w5_bandwidth(system, min(count("W5"), SCALES["W5"][col]))),
             ("W6", lambda: w.w6_scatter_gather(system, min(count("W6"), SCALES["W6"][col]))),
-            ("W7", lambda: w.w7_memory(system, count("W7"))),
+            ("W7", lambda: w.w7_memory(system, checkpoints)),
             ("W9", lambda: w.w9_engine_death(system)),  # last: it kills an engine
         ]:
-            if name not in only:
+            if name not in only or (supported is not None and name not in supported):
                 continue
-            if name == "W7" and args.system != "zpar":
-                continue  # zpar's flatness check; peers' controller RSS is a W3 figure
+            if name == "W7" and args.system not in ("zpar", "ray"):
+                continue  # zpar's flatness check beside ray; the others' is a W3 figure
             t = time.perf_counter()
             try:
                 emit(args.system, name, run(), time.perf_counter() - t)
@@ -90,7 +99,26 @@ def main(argv: list[str] | None = None) -> int:
                 )
     finally:
         system.stop()
+    if "W3x8" in only and (supported is None or "W3x8" in supported):
+        status |= w3_engines(args.system, W3X8_ENGINES, count("W3"))
     return status
+
+
+def w3_engines(name: str, engines: int, count: int) -> int:
+    """W3 again on a cluster of ``engines`` engines of its own (row W3x8)."""
+    from .systems import get_system
+
+    system = get_system(name)
+    t = time.perf_counter()
+    try:
+        system.start(engines)
+        emit(name, "W3x8", w.w3_tasks(system, count), time.perf_counter() - t)
+        return 0
+    except Exception:
+        emit(name, "W3x8", {"error": traceback.format_exc(limit=5)}, time.perf_counter() - t)
+        return 1
+    finally:
+        system.stop()
 
 
 if __name__ == "__main__":

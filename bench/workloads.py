@@ -45,6 +45,8 @@ def w2_latency(system: Any, count: int) -> dict[str, Any]:
 
 def w3_tasks(system: Any, count: int) -> dict[str, Any]:
     client = psutil.Process()
+    roles = _processes_by_role(system)
+    cpu0 = {role: _cpu_s(p) for role, p in roles.items()}
     gc.collect()
     rss0 = client.memory_info().rss
     t = time.perf_counter()
@@ -52,6 +54,7 @@ def w3_tasks(system: Any, count: int) -> dict[str, Any]:
     for h in handles:
         system.result(h)
     dt = time.perf_counter() - t
+    cpu = {role: (_cpu_s(p) - cpu0[role]) / count * 1e6 for role, p in roles.items()}
     del handles
     gc.collect()
     return {
@@ -59,6 +62,9 @@ def w3_tasks(system: Any, count: int) -> dict[str, Any]:
         "client_growth_mb": (client.memory_info().rss - rss0) / MB,
         "controller_mb": _rss(system.controller_processes()),
         "controller_pss_mb": _pss(system.controller_processes()),
+        "cpu_us_per_task": {role: round(us, 1) for role, us in cpu.items()},
+        "cpu_us_per_task_total": sum(cpu.values()),
+        "engines": len(system.engine_pids()),
     }
 
 
@@ -107,27 +113,48 @@ def w6_scatter_gather(system: Any, reps: int) -> dict[str, Any]:
     return {"scatter_gather_s": statistics.median(ts)}
 
 
-def w7_memory(system: Any, count: int) -> dict[str, Any]:
-    """Controller RSS after `count` more tasks (in batches, results consumed)."""
+def w7_memory(system: Any, checkpoints: list[int]) -> dict[str, Any]:
+    """Controller RSS and PSS after each checkpoint's number of tasks (load-balanced no-ops
+    submitted in batches of 2,000, results consumed), counted from the workload's start.
+
+    Figures per checkpoint n: ``pss_mb_at_<n>``; ``pss_growth_mb`` is the last minus the
+    first (flat means within a few MB: allocator slack and caches filling)."""
     procs = system.controller_processes()
-    before = _rss(procs)
-    hub_before = _rss(procs[:1])  # the hub (controller main process): the store's side
+    figures: dict[str, Any] = {
+        "controller_mb_before": _rss(procs),
+        "controller_pss_mb_before": _pss(procs),
+        "hub_mb_before": _rss(procs[:1]),  # the hub (controller main process): the store's side
+    }
     done = 0
     batch = 2000
-    while done < count:
-        k = min(batch, count - done)
-        handles = [system.submit(tasks.noop) for _ in range(k)]
-        for h in handles:
-            system.result(h)
-        done += k
-    return {
-        "controller_mb_before": before,
-        "controller_mb_after": _rss(system.controller_processes()),
-        "controller_pss_mb_after": _pss(system.controller_processes()),
-        "hub_mb_before": hub_before,
-        "hub_mb_after": _rss(system.controller_processes()[:1]),
-        "tasks": count,
-    }
+    t = time.perf_counter()
+    for n in sorted(checkpoints):
+        while done < n:
+            k = min(batch, n - done)
+            handles = [system.submit(tasks.noop) for _ in range(k)]
+            for h in handles:
+                system.result(h)
+            del handles
+            done += k
+        procs = system.controller_processes()
+        figures[f"pss_mb_at_{n}"] = _pss(procs)
+        figures[f"rss_mb_at_{n}"] = _rss(procs)
+        figures[f"per_process_pss_mb_at_{n}"] = {_role(p): _pss([p]) for p in procs}
+    procs = system.controller_processes()
+    first, last = min(checkpoints), max(checkpoints)
+    pss_first, pss_last = figures[f"pss_mb_at_{first}"], figures[f"pss_mb_at_{last}"]
+    figures.update(
+        {
+            "controller_mb_after": _rss(procs),
+            "controller_pss_mb_after": _pss(procs),
+            "hub_mb_after": _rss(procs[:1]),
+            "pss_growth_mb": None if pss_first is None else pss_last - pss_first,
+            "client_mb_after": _rss([psutil.Process()]),
+            "tasks": last,
+            "tasks_per_s": last / (time.perf_counter() - t),
+        }
+    )
+    return figures
 
 
 def w9_engine_death(system: Any) -> dict[str, Any]:
@@ -150,6 +177,55 @@ def w9_engine_death(system: Any) -> dict[str, Any]:
         except Exception as e:
             outcome = f"raised {type(e).__name__}"
         return {"detect_s": time.perf_counter() - t, "outcome": outcome}
+
+
+def _role(p: psutil.Process) -> str:
+    """A short name for one of a system's processes, from its command line."""
+    try:
+        cmd = " ".join(p.cmdline())
+        name = p.name()
+    except psutil.Error:
+        return f"gone {p.pid}"
+    for key, role in [
+        ("zpar.schedulers", "scheduler"),
+        ("zpar.hub", "hub"),
+        ("zpar.engine", "engine"),
+        ("ipyparallel.controller", "controller"),
+        ("ipyparallel.engine", "engine"),
+        ("gcs_server", "gcs"),
+        ("raylet", "raylet"),
+        ("log_monitor", "log_monitor"),
+        ("dashboard", "dashboard"),
+        ("monitor.py", "monitor"),
+    ]:
+        if key in cmd or key in name:
+            return role
+    return name
+
+
+def _processes_by_role(system: Any) -> dict[str, psutil.Process]:
+    """Every process of the system that works on a task: this client, the controller's
+    processes and the engines, keyed by a unique role name (``engine 0``, ``engine 1``...)."""
+    roles: dict[str, psutil.Process] = {"client": psutil.Process()}
+    for p in system.controller_processes():
+        if p.pid == roles["client"].pid:
+            continue  # dask's LocalCluster: the scheduler runs in the client process
+        role = _role(p)
+        if role in roles:
+            role = f"{role} {p.pid}"
+        roles[role] = p
+    for i, pid in enumerate(system.engine_pids()):
+        roles[f"engine {i}"] = psutil.Process(pid)
+    return roles
+
+
+def _cpu_s(p: psutil.Process) -> float:
+    """User + system CPU seconds of a process (all its threads); 0 once it is gone."""
+    try:
+        t = p.cpu_times()
+    except psutil.Error:
+        return 0.0
+    return t.user + t.system
 
 
 def _pss(procs: list[psutil.Process]) -> float | None:

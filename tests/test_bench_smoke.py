@@ -39,3 +39,52 @@ def test_bench_quick_w2_runs(zpar_dir):
     assert r.returncode == 0, r.stderr
     assert "W2 rtt_median_us" in r.stdout and "W9 detect_s" in r.stdout
     assert "W1 start_s" in r.stdout
+
+
+@pytest.mark.timeout(120)
+def test_bench_quick_w3_cpu_w7_checkpoints_and_8_engines(zpar_dir):
+    env = dict(os.environ, ZPAR_DIR=str(zpar_dir))
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "--quick",
+            "--only",
+            "W3,W7,W3x8",
+            "--systems",
+            "zpar",
+            "--count",
+            "50",
+            "--json-out",
+            "",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "W3x8 tasks_per_s" in r.stdout and "W7 pss_growth_mb" in r.stdout
+    cpu = [line for line in r.stdout.splitlines() if line.startswith("zpar W3")]
+    assert [line.split(":")[0] for line in cpu] == ["zpar W3", "zpar W3x8"]
+    # every process that works on a task has its share: client, hub, scheduler, engines
+    assert "client" in cpu[0] and "hub" in cpu[0] and "scheduler" in cpu[0]
+    assert "2 engines" in cpu[0] and "8 engines" in cpu[1]
+
+
+def test_format_cpu_groups_engines():
+    from bench.report import format_cpu
+
+    row = {
+        "system": "zpar",
+        "workload": "W3",
+        "figures": {
+            "cpu_us_per_task": {"client": 100.0, "hub": 40.0, "engine 0": 30.0, "engine 1": 20.0},
+            "cpu_us_per_task_total": 190.0,
+        },
+    }
+    assert format_cpu([row]) == (
+        "zpar W3: 190 us/task = client 100, hub 40, 2 engines 50 (30 / 20)"
+    )

@@ -18,4 +18,8 @@ def get_system(name: str) -> Any:
         from .dask_sys import DaskSystem
 
         return DaskSystem()
+    if name == "ray":
+        from .ray_sys import RaySystem
+
+        return RaySystem()
     raise ValueError(f"unknown system {name!r}")
