@@ -109,6 +109,7 @@ class PeerLinks:
         self._mail_ready = False  # from the end of the dance on
         self.spins = False
         self._skipped_polls = 0
+        self._missed_at: float | None = None
         self._gap_since: dict[int, float] = {}
 
     # -- opening --------------------------------------------------------------------------
@@ -271,7 +272,16 @@ class PeerLinks:
                 if self._skipped_polls < SOCKET_POLL_EVERY:
                     return
         self._skipped_polls = 0
-        for sock, _ in self.poller.poll(timeout_ms):
+        events = self.poller.poll(timeout_ms)
+        if self._missed_at is not None:
+            # the spin missed: had it been a little longer, would it have hit?
+            waited_us = (time.perf_counter() - self._missed_at) * 1e6
+            self._missed_at = None
+            if events and waited_us < SPIN_MAX_US:
+                self.spin_us = min(SPIN_MAX_US, max(self.spin_us * 2, int(waited_us * 1.5)))
+            else:
+                self.spin_us = max(SPIN_MIN_US, self.spin_us // 2)
+        for sock, _ in events:
             if sock is self.router:
                 peer = -1
             else:
@@ -292,9 +302,11 @@ class PeerLinks:
 
     def _spin(self) -> list[tuple[int, Packet]]:
         """Poll the mailboxes (and, cheaply, the sockets) for up to ``spin_us`` with
-        ``spinning`` set, so senders need not wake us; adapt the spin to what it found: it
-        doubles after a hit and halves after a miss, so a rank waiting on a slow peer soon
-        spins only SPIN_MIN_US per wait."""
+        ``spinning`` set, so senders need not wake us. The spin adapts: it doubles after a
+        hit; after a miss, ``poll`` sees how long the packet took to come: within
+        SPIN_MAX_US the spin grows to cover it (else a ping-pong whose round trip is a bit
+        longer than the spin would miss every time and shrink for ever), beyond it the spin
+        halves, so a rank waiting on a slow peer soon spins only SPIN_MIN_US per wait."""
         boxes = list(self._inbox.values())
         for b in boxes:
             b.set_spinning(True)
@@ -325,9 +337,10 @@ class PeerLinks:
         if not got:  # the last look, after clearing the flag: a sender now wakes us
             got = self._from_inboxes()
             hit = hit or bool(got)
-        self.spin_us = (
-            min(SPIN_MAX_US, self.spin_us * 2) if hit else max(SPIN_MIN_US, self.spin_us // 2)
-        )
+        if hit:
+            self.spin_us = min(SPIN_MAX_US, self.spin_us * 2)
+        else:
+            self._missed_at = end - self.spin_us * 1e-6  # when the spin began
         return got
 
     def _from_inboxes(self) -> list[tuple[int, Packet]]:
