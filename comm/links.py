@@ -204,6 +204,7 @@ class PeerLinks:
         if box is not None and len(frames) == 1 and box.put(frames[0]):
             # no wake-up when an earlier packet is still unread: that one's wake-up (or the
             # receiver's spin) is still to come, and the receiver then takes all of them
+            mailbox.fence()
             if not box.receiver_spinning and box.unread == 1:
                 try:
                     self._send_frames(peer, [b""])  # wakes it from its socket poll
@@ -334,6 +335,7 @@ class PeerLinks:
         finally:
             for b in boxes:
                 b.set_spinning(False)
+            mailbox.fence()
         if not got:  # the last look, after clearing the flag: a sender now wakes us
             got = self._from_inboxes()
             hit = hit or bool(got)
