@@ -105,7 +105,7 @@ class PeerLinks:
         self.use_mailboxes = mailbox.SUPPORTED
         self._outbox: dict[int, Mailbox | None] = {}
         self._inbox: dict[int, Mailbox] = {}
-        self.spin_us = SPIN_MAX_US // 2
+        self.spin_us = SPIN_MAX_US  # start long: a fresh communicator is usually busy
         self._mail_ready = False  # from the end of the dance on
         self.spins = False
         self._skipped_polls = 0
