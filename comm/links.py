@@ -57,8 +57,7 @@ _SEQ_AT = 12
 #: the receiver's spin before it blocks on its sockets, microseconds: adaptive between these
 SPIN_MIN_US = 20
 SPIN_MAX_US = 400
-#: mailbox polls between looks at the sockets and the clock (and a yield of the CPU), as
-#: MPICH yields after MPIR_CVAR_POLLS_BEFORE_YIELD polls
+#: mailbox polls between looks at the sockets and the clock
 SPIN_SYSCALL_EVERY = 32
 #: a poll that found mailbox packets looks at the sockets only every this many times
 SOCKET_POLL_EVERY = 4
@@ -106,10 +105,11 @@ class PeerLinks:
         self.use_mailboxes = mailbox.SUPPORTED
         self._outbox: dict[int, Mailbox | None] = {}
         self._inbox: dict[int, Mailbox] = {}
-        self.spin_us = SPIN_MAX_US // 2
+        self.spin_us = SPIN_MAX_US  # start long: a fresh communicator is usually busy
         self._mail_ready = False  # from the end of the dance on
         self.spins = False
         self._skipped_polls = 0
+        self._missed_at: float | None = None
         self._gap_since: dict[int, float] = {}
 
     # -- opening --------------------------------------------------------------------------
@@ -204,6 +204,7 @@ class PeerLinks:
         if box is not None and len(frames) == 1 and box.put(frames[0]):
             # no wake-up when an earlier packet is still unread: that one's wake-up (or the
             # receiver's spin) is still to come, and the receiver then takes all of them
+            mailbox.fence()
             if not box.receiver_spinning and box.unread == 1:
                 try:
                     self._send_frames(peer, [b""])  # wakes it from its socket poll
@@ -272,7 +273,16 @@ class PeerLinks:
                 if self._skipped_polls < SOCKET_POLL_EVERY:
                     return
         self._skipped_polls = 0
-        for sock, _ in self.poller.poll(timeout_ms):
+        events = self.poller.poll(timeout_ms)
+        if self._missed_at is not None:
+            # the spin missed: had it been a little longer, would it have hit?
+            waited_us = (time.perf_counter() - self._missed_at) * 1e6
+            self._missed_at = None
+            if events and waited_us < SPIN_MAX_US:
+                self.spin_us = min(SPIN_MAX_US, max(self.spin_us * 2, int(waited_us * 1.5)))
+            else:
+                self.spin_us = max(SPIN_MIN_US, self.spin_us // 2)
+        for sock, _ in events:
             if sock is self.router:
                 peer = -1
             else:
@@ -293,9 +303,11 @@ class PeerLinks:
 
     def _spin(self) -> list[tuple[int, Packet]]:
         """Poll the mailboxes (and, cheaply, the sockets) for up to ``spin_us`` with
-        ``spinning`` set, so senders need not wake us; adapt the spin to what it found: it
-        doubles after a hit and halves after a miss, so a rank waiting on a slow peer soon
-        spins only SPIN_MIN_US per wait."""
+        ``spinning`` set, so senders need not wake us. The spin adapts: it doubles after a
+        hit; after a miss, ``poll`` sees how long the packet took to come: within
+        SPIN_MAX_US the spin grows to cover it (else a ping-pong whose round trip is a bit
+        longer than the spin would miss every time and shrink for ever), beyond it the spin
+        halves, so a rank waiting on a slow peer soon spins only SPIN_MIN_US per wait."""
         boxes = list(self._inbox.values())
         for b in boxes:
             b.set_spinning(True)
@@ -317,16 +329,20 @@ class PeerLinks:
                         break
                     if time.perf_counter() >= end:
                         break
-                    os.sched_yield()  # a busy machine: let the peer we wait on run
+                    # no sched_yield: on a loaded machine it hands the CPU to any of the
+                    # other runnable tasks for a whole time slice (1-2 ms measured here);
+                    # the spin is bounded, and an oversubscribed host does not spin at all
         finally:
             for b in boxes:
                 b.set_spinning(False)
+            mailbox.fence()
         if not got:  # the last look, after clearing the flag: a sender now wakes us
             got = self._from_inboxes()
             hit = hit or bool(got)
-        self.spin_us = (
-            min(SPIN_MAX_US, self.spin_us * 2) if hit else max(SPIN_MIN_US, self.spin_us // 2)
-        )
+        if hit:
+            self.spin_us = min(SPIN_MAX_US, self.spin_us * 2)
+        else:
+            self._missed_at = end - self.spin_us * 1e-6  # when the spin began
         return got
 
     def _from_inboxes(self) -> list[tuple[int, Packet]]:

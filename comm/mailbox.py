@@ -19,8 +19,9 @@ x86-64 (``SUPPORTED``), elsewhere every packet goes through the socket.
 Waking: a receiver spins (polls its mailboxes) briefly before it blocks on its sockets; a
 sender that finds ``spinning`` at 0 after publishing a packet also sends an empty ZMQ frame,
 which wakes the blocked receiver. The receiver clears ``spinning`` *before* its last look at
-the mailbox, so of the two orders (publish, then read the flag; clear the flag, then look)
-one side always sees the other (see PeerLinks.poll).
+the mailbox, with a memory barrier (``fence``) between each side's store and its load, so of
+the two orders (publish, then read the flag; clear the flag, then look) one side always sees
+the other (see PeerLinks.poll).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import mmap
 import os
 import platform
 import struct
+import threading
 import uuid
 
 #: the store order the mailbox relies on (see above); elsewhere the sockets carry everything
@@ -42,6 +44,18 @@ SLOTS = 32
 #: a slot holds a one-frame packet: 36-byte header, 32-byte signature, INLINE (2 KiB) payload
 SLOT_SIZE = 2176
 _LEN = struct.Struct("<I")
+_FENCE = threading.Lock()
+
+
+def fence() -> None:
+    """A full memory barrier between a store and a later load of the other side's word
+    (x86-64 may reorder exactly those): the lock's atomic read-modify-write instructions
+    order them. Without it a sender's "publish, read spinning" and a receiver's "clear
+    spinning, look" could both miss, and the wait would last until its 100 ms timeout."""
+    _FENCE.acquire()
+    _FENCE.release()
+
+
 _PREFIX = "zpar-mbox-"
 
 

@@ -71,6 +71,7 @@ class P2P:
         self._filling: dict[tuple[int, int], _Recv] = {}
         self._msgid = 0
         self.broken: CommError | None = None
+        self._quiet_since: float | None = None
         #: ranks reported lost by someone else (the hub, through the rendezvous member)
         self.liveness: Callable[[], list[int]] | None = None
         self.hiwater = hiwater
@@ -150,8 +151,7 @@ class P2P:
             self._check_alive()
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"rank {self.rank}: probe not answered after {self.timeout} s")
-            if not self.progress(100):
-                self._check_peers()
+            self._progress_or_check(100)
 
     def _check_rank(self, r: int, what: str) -> None:
         if not 0 <= r < self.size:
@@ -177,12 +177,24 @@ class P2P:
             self._check_alive()
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"rank {self.rank}: {what} not complete after {self.timeout} s")
-            if not self.progress(100):
-                self._check_peers()  # 100 ms without a packet: is anyone we wait on dead?
+            self._progress_or_check(100)
             pending = [op for op in pending if not op.complete()]
         for op in ops:
             if op.error is not None:
                 raise op.error
+
+    def _progress_or_check(self, timeout_ms: int) -> None:
+        """Progress, and after ``timeout_ms`` without a packet check who is alive (a poll
+        woken by a stale mailbox wake-up returns early with nothing: not yet quiet)."""
+        now = time.monotonic()
+        if self.progress(timeout_ms):
+            self._quiet_since = None
+            return
+        if self._quiet_since is None:
+            self._quiet_since = now
+        if time.monotonic() - self._quiet_since >= timeout_ms / 1000:
+            self._quiet_since = None
+            self._check_peers()  # that long without a packet: is anyone we wait on dead?
 
     def _check_peers(self) -> None:
         try:

@@ -144,6 +144,30 @@ def test_mailbox_and_socket_packets_merge_in_sending_order():
             lk.close()
 
 
+def test_a_full_mailbox_overflows_to_the_socket_in_order():
+    """A receiver that reads nothing for a while: the first packets fill its mailbox, the
+    rest take the socket, and it still gets all of them in sending order."""
+    from zpar.comm.mailbox import SLOTS
+
+    links, errors = _open(2)
+    try:
+        assert errors == []
+        lo, hi = links
+        n = SLOTS * 3
+        for i in range(n):
+            hi.send(0, Packet(Kind.DATA, 0, ENC_RAW, 1, i, 0, i, 0, b"%d" % i))
+        assert hi._outbox[0].unread == SLOTS  # full; the others went through the socket
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < n and time.monotonic() < deadline:
+            got.extend(lo.poll(100))
+        assert [p.tag for _, p in got] == list(range(n))
+        assert [bytes(p.payload) for _, p in got] == [b"%d" % i for i in range(n)]
+    finally:
+        for lk in links:
+            lk.close()
+
+
 def test_ranks_on_different_hosts_link_over_tcp():
     """Hostnames differ: the higher rank connects over tcp, and long messages stay on the
     socket (no shared memory between hosts)."""

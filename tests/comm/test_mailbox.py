@@ -1,0 +1,99 @@
+"""The shared-memory mailbox on its own: one sender and one receiver mapping, order, room,
+the spinning flag, refusals; and cross-memory attach reads."""
+
+import os
+
+import numpy as np
+import pytest
+
+from zpar.comm import cma
+from zpar.comm.mailbox import Mailbox
+
+pytestmark = pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="no /dev/shm here")
+
+
+def _pair(slots=4, slot_size=64):
+    out = Mailbox.create(slots, slot_size)
+    inn = Mailbox.attach(out.path, slots, slot_size)
+    return out, inn
+
+
+def test_packets_come_out_in_order_and_the_file_is_gone_once_mapped():
+    out, inn = _pair()
+    try:
+        assert not os.path.exists(out.path)  # the receiver unlinked it
+        assert inn.peek() is None and not inn.ready()
+        for p in (b"one", b"two", b""):
+            assert out.put(p)
+        got = []
+        while inn.ready():
+            view = inn.peek()
+            got.append(bytes(view))
+            view.release()
+            inn.consume()
+        assert got == [b"one", b"two", b""]
+        assert out.unread == 0
+    finally:
+        out.close()
+        inn.close()
+
+
+def test_a_full_mailbox_or_a_too_big_packet_is_refused_not_overwritten():
+    out, inn = _pair(slots=2, slot_size=16)
+    try:
+        assert not out.put(b"x" * 13)  # 4-byte length + 13 > 16
+        assert out.put(b"a") and out.put(b"b")
+        assert out.unread == 2
+        assert not out.put(b"c")  # full: the sender falls back to the socket
+        view = inn.peek()
+        assert bytes(view) == b"a"
+        view.release()
+        inn.consume()
+        assert out.put(b"c")  # the slot came free
+        rest = []
+        while inn.ready():
+            view = inn.peek()
+            rest.append(bytes(view))
+            view.release()
+            inn.consume()
+        assert rest == [b"b", b"c"]
+    finally:
+        out.close()
+        inn.close()
+
+
+def test_the_spinning_flag_is_seen_by_the_sender():
+    out, inn = _pair()
+    try:
+        assert not out.receiver_spinning
+        inn.set_spinning(True)
+        assert out.receiver_spinning
+        inn.set_spinning(False)
+        assert not out.receiver_spinning
+    finally:
+        out.close()
+        inn.close()
+
+
+def test_attach_refuses_foreign_paths_and_wrong_sizes(tmp_path):
+    with pytest.raises(ValueError, match="refusing mailbox path"):
+        Mailbox.attach(str(tmp_path / "zpar-mbox-x"))
+    with pytest.raises(ValueError, match="refusing mailbox path"):
+        Mailbox.attach("/dev/shm/zpar-mbox-../../etc/passwd")
+    out = Mailbox.create(4, 64)
+    try:
+        with pytest.raises(ValueError, match="is not"):
+            Mailbox.attach(out.path, 8, 64)
+    finally:
+        out.close()
+
+
+@pytest.mark.skipif(not cma.SUPPORTED, reason="process_vm_readv is Linux's")
+def test_cma_reads_a_described_buffer_and_refuses_a_gone_process():
+    src = np.arange(100_000, dtype=np.float64)
+    dst = np.zeros_like(src)
+    desc = cma.describe(os.getpid(), memoryview(src).cast("B"))
+    assert cma.read(desc, memoryview(dst).cast("B"))
+    assert np.array_equal(src, dst)
+    gone = cma.DESC.pack(2**22 + 12345, cma.address(memoryview(src).cast("B")))  # no such pid
+    assert not cma.read(gone, memoryview(dst).cast("B"))
