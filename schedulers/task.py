@@ -26,7 +26,7 @@ from typing import Any
 
 import zmq
 
-from zpar.constants import STORE_RESULT_LIMIT, TASK_HWM, TASK_SCHEME
+from zpar.constants import PARK_RETRY, STORE_RESULT_LIMIT, TASK_HWM, TASK_SCHEME
 from zpar.curve import secure
 from zpar.errors import RemoteProtocolError
 from zpar.memory import Trimmer
@@ -35,6 +35,7 @@ from zpar.monitor import TaskDest, TaskIn, TaskOut, TaskRetry
 from zpar.sockets import bind_port, configure
 from zpar.wire import Message, Session, buffers_size, recv_message, routing, send_frames
 
+from .clientlink import ClientLink
 from .flags import parse_gates, parse_outcomes, parse_retries, parse_timeout
 from .graph import DependencyGraph, Gate
 from .hubreport import HubReport
@@ -113,6 +114,8 @@ class TaskScheduler:
         self.hwm = hwm
         self.ctx = context or zmq.Context.instance()
         self.client = secure(configure(self.ctx.socket(zmq.ROUTER)), curve, server=True)
+        # replies never block nor pile up for a client that is not reading (before binding)
+        self.link: ClientLink[Task] = ClientLink(self.client, self._client_gone)
         self.engine = secure(configure(self.ctx.socket(zmq.ROUTER)), curve, server=True)
         # a task sent to an engine that is not connected must fail loudly, not vanish
         self.engine.setsockopt(zmq.ROUTER_MANDATORY, 1)
@@ -167,7 +170,7 @@ class TaskScheduler:
         """Serve until stopped, or until the controller that started us is gone."""
         poller = zmq.Poller()
         client, engine, events = self.client, self.engine, self.events
-        for s in (client, engine, events):
+        for s in (client, engine, events, self.link.monitor):
             poller.register(s, zmq.POLLIN)
         log.info(
             "task scheduler (%s, hwm %s) at %s / %s",
@@ -177,15 +180,11 @@ class TaskScheduler:
             self.engine_addr,
         )
         while not self.stopping:
-            wait = 1000
-            if self.deadlines:
-                wait = max(0, min(wait, int((self.deadlines[0][0] - time.monotonic()) * 1000) + 1))
-            due = self.hub.wait_ms(time.monotonic())
-            if due is not None:
-                wait = min(wait, due)
-            if self.paused:
-                wait = min(wait, int(CONNECT_RETRY * 1000))
-            ready = dict(poller.poll(wait))
+            ready = dict(poller.poll(self._poll_ms()))
+            if self.link.busy:
+                self._flush_parked()
+            if self.link.monitor in ready:
+                self.link.poll_closed()
             if self.paused:
                 self._unpause(time.monotonic())
             if self.deadlines:
@@ -201,15 +200,30 @@ class TaskScheduler:
             if engine in ready:
                 self._drain(engine, self._on_reply)
             if client in ready:
-                self._drain(client, self._on_submission)
+                self._drain(client, self._on_submission, self.link.recv)
             self.hub.flush_due(time.monotonic())
             if not self.live:
                 self._trimmer.maybe_trim()  # idle after a burst: give the pages back
 
-    def _drain(self, sock: zmq.Socket, handler: Any) -> None:
+    def _poll_ms(self) -> int:
+        """How long the loop may sleep: until the next task deadline, hub flush or retry."""
+        wait = 1000
+        if self.deadlines:
+            wait = max(0, min(wait, int((self.deadlines[0][0] - time.monotonic()) * 1000) + 1))
+        due = self.hub.wait_ms(time.monotonic())
+        if due is not None:
+            wait = min(wait, due)
+        if self.paused:
+            wait = min(wait, int(CONNECT_RETRY * 1000))
+        if self.link.busy:  # replies wait for a client that was not reading
+            wait = min(wait, int(PARK_RETRY * 1000))
+        return wait
+
+    def _drain(self, sock: zmq.Socket, handler: Any, recv: Any = None) -> None:
+        recv = recv or (lambda flags: recv_message(sock, flags))
         for _ in range(512):
             try:
-                frames = recv_message(sock, zmq.NOBLOCK)
+                frames = recv(zmq.NOBLOCK)
             except zmq.Again:
                 return
             try:
@@ -218,6 +232,7 @@ class TaskScheduler:
                 log.exception("error handling a message of %d frames; dropped", len(frames))
 
     def close(self) -> None:
+        self.link.close()
         for s in (self.client, self.engine, self.events):
             s.close(linger=0)
         self.hub.close()
@@ -252,6 +267,9 @@ class TaskScheduler:
             return
         self.hub.event(TaskIn(client, header, msg.metadata))
         task = Task(msg_id, client, msg, None)  # recv_message copied the small frames
+        if self.link.is_gone(client):  # sent just before its connection closed
+            self._fail(task, "TaskCancelled", _gone_why(msg_id), Status.CANCELLED)
+            return
         if msg_type not in TASK_REQUESTS:
             self._fail(task, "ProtocolError", f"{msg_type!r} is not a task request")
             return
@@ -390,6 +408,9 @@ class TaskScheduler:
     def _place(self, task: Task) -> bool:
         """Give ``task`` to an engine with room; False if none has room now (True also when
         it turned out it can never run, and was failed)."""
+        if self.link.hold(task.client, task):  # its client is not reading: not yet
+            task.state = QUEUED
+            return True
         hwm = self.hwm
         while True:
             if task.restricted:
@@ -540,13 +561,10 @@ class TaskScheduler:
                 )
                 aborted.append(task.msg_id)
         log.info("aborted %d queued task(s) for a client", len(aborted))
-        self.session.send(
-            self.client,
-            MsgType.ABORT_REPLY,
-            {"status": Status.OK, "aborted": aborted},
-            parent=header,
-            idents=[client],
+        _, frames = self.session.serialize(
+            MsgType.ABORT_REPLY, {"status": Status.OK, "aborted": aborted}, parent=header
         )
+        self.link.send(client, frames)
         self._drain_queue()
 
     def expire(self, now: float) -> None:
@@ -588,7 +606,7 @@ class TaskScheduler:
                 return
             copy.engine.load -= 1  # type: ignore[union-attr]
             copy.engine.tasks.discard(msg_id)  # type: ignore[union-attr]
-            send_frames(self.client, [client, uuid, *reply.frames])
+            self.link.send(client, [uuid, *reply.frames])
             self.hub.task_out(uuid, client, reply)
             self._drain_queue()
             return
@@ -622,7 +640,7 @@ class TaskScheduler:
         del self.live[msg_id]
         task.state = DONE
         task.msg = None
-        send_frames(self.client, [client, uuid, *reply.frames])
+        self.link.send(client, [uuid, *reply.frames])
         self.hub.task_out(uuid, client, reply)
         self._finished(msg_id, status == Status.OK, uuid)
         self._drain_queue()
@@ -684,12 +702,39 @@ class TaskScheduler:
         if drain:
             self._drain_queue()  # also fails queued tasks only a gone engine could run
 
+    # -- clients (schedulers/clientledger.py) ------------------------------------------------
+
+    def _flush_parked(self) -> None:
+        """Send what waits for clients that were not reading; place the held tasks of
+        those that caught up (a task that ended meanwhile, by timeout or abort, stays done)."""
+        for task in self.link.flush():
+            if task.state != DONE:
+                self._submit(task)
+
+    def _client_gone(self, client: bytes, held: list[Task]) -> None:
+        """A client's connection closed: its tasks not yet on an engine are cancelled (the
+        store records them so), not run for nobody; those running finish and are stored."""
+        doomed = {t.msg_id: t for t in held if t.state != DONE}
+        for task in self.live.values():
+            if task.client == client and task.state in (WAITING, QUEUED):
+                doomed[task.msg_id] = task
+        if not doomed:
+            return
+        self.queue = deque(t for t in self.queue if t.msg_id not in doomed)
+        self.restricted = [t for t in self.restricted if t.msg_id not in doomed]
+        for task in doomed.values():
+            if task.state == WAITING:
+                self.graph.remove(task)
+            self._fail(task, "TaskCancelled", _gone_why(task.msg_id), Status.CANCELLED)
+        log.info("%d queued task(s) of a gone client cancelled", len(doomed))
+        self._drain_queue()
+
     def _fail(self, task: Task, ename: str, evalue: str, status: str = Status.ERROR) -> None:
         """Answer a task in the engine's stead with a zpar error."""
         uuid = task.engine.uuid if task.engine is not None else b""
         reply = error_reply(self.session, task.header, task.engine, ename, evalue, status)
         log.info("task %s failed in the scheduler: %s: %s", task.msg_id, ename, evalue)
-        send_frames(self.client, [task.client, uuid, *reply.frames])
+        self.link.send(task.client, [uuid, *reply.frames])
         self.hub.event(
             TaskOut(uuid.decode(), task.client, task.msg_id, reply.metadata, reply.content)
         )
@@ -697,3 +742,7 @@ class TaskScheduler:
             task.state = DONE
             task.msg = None
             self._finished(task.msg_id, False, uuid)
+
+
+def _gone_why(msg_id: str) -> str:
+    return f"task {msg_id} was cancelled before it ran: its client's connection closed"
