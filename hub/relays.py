@@ -14,8 +14,10 @@ msg…]`` reaches the engine as ``[client_ident, msg…]`` and the reply comes b
 then "the rest" without checking the framing: a one-frame message left it mid-message,
 and the next message (another peer's) was glued on and routed where the first sender
 chose. This relay takes each message whole (recv_multipart), forwards it only if it is
-``[sender, destination, <ZPAR|MSG>, signature, envelope, buffers…]``, and drops anything
-else whole, so a peer can only ever address its own message. Frames are passed on as zmq
+``[sender, destination, <ZPAR|MSG>, signature, envelope, buffers…]`` or a batch
+``[sender, destination, <ZPAR|BATCH>, index, …]`` whose index matches its frames, and
+drops anything else whole, so a peer can only ever address its own message. A batch goes
+on whole (the receiver checks each message); the hub gets one copy per message. Frames are passed on as zmq
 Frames (refcounted, not copied). The threads end when the context is terminated.
 """
 
@@ -33,7 +35,7 @@ import zmq
 from zpar.curve import secure
 from zpar.messages import MON_CONTROL_IN, MON_CONTROL_OUT, MON_MUX_IN, MON_MUX_OUT
 from zpar.sockets import bind_port, configure
-from zpar.wire import checkable_copy, routing
+from zpar.wire import checkable_copy, routing, unbatch
 
 from .iopubgate import IOPubGate
 
@@ -65,16 +67,18 @@ RELAY_BATCH = 256
 def relay_one(
     frames: list[Any], out: zmq.Socket, mon: zmq.Socket, prefix: bytes, with_buffers: bool
 ) -> bool:
-    """Forward one message received on a ROUTER, identities swapped, and copy it to the
-    hub's monitor (with its buffers only for replies small enough to store); False when
-    its framing is wrong, and it was dropped whole."""
+    """Forward one message or batch received on a ROUTER, identities swapped, and copy
+    each message to the hub's monitor (with its buffers only for replies small enough to
+    store); False when its framing is wrong (a batch's index included), and it was
+    dropped whole."""
     framed = routing(frames)
     if framed is None or len(framed[0]) != 2:
         return False
     (sender, dest), msg = framed
     out.send_multipart([dest, sender, *msg], copy=False)
-    copy = checkable_copy(msg, large=with_buffers)  # Frames: refcounted, not copied
-    mon.send_multipart([prefix, dest, sender, *copy], copy=False)
+    for one in unbatch(msg):  # routing checked a batch's index: this cannot raise
+        copy = checkable_copy(one, large=with_buffers)  # Frames: refcounted, not copied
+        mon.send_multipart([prefix, dest, sender, *copy], copy=False)
     return True
 
 

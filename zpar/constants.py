@@ -5,6 +5,15 @@ from __future__ import annotations
 #: Separates routing identities from the signed message (design.md "Wire format").
 DELIM = b"<ZPAR|MSG>"
 
+#: Starts a batch: several signed messages in one ZMQ message, each checked on its own
+#: (zpar.wire.batch; docs/protocol.md "Batches"). pyzmq costs ~2 us a frame and ~5 us a
+#: multipart; under load a batch pays the multipart once for many messages.
+BATCH_DELIM = b"<ZPAR|BATCH>"
+
+#: Most messages one batch may carry; a larger one is refused whole. Bounds the work one
+#: receive does, so a receiver's other sockets are not starved (senders split longer runs).
+MAX_BATCH = 1024
+
 #: Wire protocol version, carried in every header; bumped on any incompatible change.
 #: 2.0: one signed msgpack envelope instead of four frames, buffers covered by the signature.
 PROTOCOL_VERSION = "2.0"

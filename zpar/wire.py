@@ -12,6 +12,18 @@ covers every buffer: a swapped buffer fails the signature or its tag. This modul
 knows where a part of a message sits; every other module goes through Session, Message and
 the helpers below.
 
+Under load a sender puts several messages in one multipart, a batch::
+
+    [ident, ..., b"<ZPAR|BATCH>", index, signature, envelope, buffer, ..., signature, ...]
+
+index is a msgpack array with each message's number of buffers, in order; each message is
+its signature, envelope and buffers exactly as it would be sent alone. ``batch`` builds
+one, ``split_messages`` turns any received multipart (batch or not) into the identities and
+one frame list per message, from its delimiter on, as ``Session.unpack`` takes it; so each
+message is checked on its own (``Session.feed_all``): one bad message is refused, the
+others go on. A batch whose index does not match its frames is refused whole, never split
+or glued to anything.
+
 Every field is checked before a handler sees a message (``_check_envelope``); a message
 that fails is refused with a reason token (``Session.refused``), never handed on.
 """
@@ -36,10 +48,12 @@ import msgpack
 import zmq
 
 from .constants import (
+    BATCH_DELIM,
     BUFFER_TAG_SIZE,
     COPY_THRESHOLD,
     DELIM,
     INLINE_SIGNED_MAX,
+    MAX_BATCH,
     MAX_MSG_ID,
     PARALLEL_TAG_MIN,
     PROTOCOL_VERSION,
@@ -145,24 +159,123 @@ class Message:
         return self.header.get("dest")
 
 
+def _is_marker(f: Any) -> bool:
+    """Whether a frame is the delimiter of a message or of a batch."""
+    raw = _raw(f)
+    n = len(raw)
+    return (n == len(DELIM) or n == len(BATCH_DELIM)) and bytes(raw) in (DELIM, BATCH_DELIM)
+
+
 def split_idents(frames: Sequence[Any]) -> tuple[list[bytes], list[Any]]:
-    """Split routing identities from the message proper, at the delimiter frame."""
+    """Split routing identities from the message (or batch) proper, at its delimiter."""
     for i, f in enumerate(frames):
         if type(f) is bytes:  # the head as recv_message returns it: no view needed
-            if f == DELIM:
+            if f == DELIM or f == BATCH_DELIM:
                 return list(frames[:i]), list(frames[i:])
             continue
-        raw = _raw(f)
-        if len(raw) == len(DELIM) and bytes(raw) == DELIM:
+        if _is_marker(f):
             return [bytes(_raw(x)) for x in frames[:i]], list(frames[i:])
     raise RemoteProtocolError("no-delimiter", f"no {DELIM!r} frame among {len(frames)} frames")
 
 
+def is_batch(msg_frames: Sequence[Any]) -> bool:
+    """Whether a multipart given from its delimiter on is a batch."""
+    if not msg_frames:
+        return False
+    f = msg_frames[0]
+    return f == BATCH_DELIM if type(f) is bytes else bytes(_raw(f)) == BATCH_DELIM
+
+
+def _batch_counts(index: Any) -> list[int]:
+    """Each message's buffer count from a batch's index frame; RemoteProtocolError if the
+    index is not a list of 1..MAX_BATCH counts."""
+    raw = _raw(index)
+    if len(raw) > 5 + 5 * MAX_BATCH:  # msgpack: array header + one uint32 per count
+        raise RemoteProtocolError("batch-index", f"batch index of {len(raw)} bytes")
+    try:
+        counts = _unpackb(raw)
+    except Exception as e:  # msgpack raises several unrelated types
+        raise RemoteProtocolError("batch-index", f"batch index is not msgpack: {e}") from e
+    if type(counts) is not list or not all(type(n) is int and n >= 0 for n in counts):
+        raise RemoteProtocolError(
+            "batch-index", "batch index must be a list of buffer counts (ints >= 0)"
+        )
+    if not counts:
+        raise RemoteProtocolError("empty-batch", "batch of no messages")
+    if len(counts) > MAX_BATCH:
+        raise RemoteProtocolError(
+            "batch-size", f"batch of {len(counts)} messages, at most {MAX_BATCH}"
+        )
+    return counts
+
+
+def unbatch(msg_frames: Sequence[Any]) -> list[list[Any]]:
+    """One frame list per message, each from its delimiter on (what Session.unpack takes),
+    of a multipart given from its delimiter on: a lone message as it is, a batch split by
+    its index. RemoteProtocolError (nothing returned) when a batch's index does not match
+    its frames: a batch is split only whole."""
+    if not is_batch(msg_frames):
+        return [list(msg_frames)]
+    if len(msg_frames) < 2:
+        raise RemoteProtocolError("batch-index", "batch without an index")
+    counts = _batch_counts(msg_frames[1])
+    expected = 2 * len(counts) + sum(counts)
+    got = len(msg_frames) - 2
+    if got != expected:
+        raise RemoteProtocolError(
+            "batch-frames",
+            f"batch index lists {len(counts)} message(s) in {expected} frames, the batch has {got}",
+        )
+    messages: list[list[Any]] = []
+    i = 2
+    for n in counts:
+        j = i + 2 + n
+        messages.append([DELIM, *msg_frames[i:j]])
+        i = j
+    return messages
+
+
+def split_messages(frames: Sequence[Any]) -> tuple[list[bytes], list[list[Any]]]:
+    """The identities of a received multipart and one frame list per message it carries
+    (one, or a batch's): the receive side of batching. RemoteProtocolError for a multipart
+    without a delimiter or a batch whose index lies."""
+    idents, msg = split_idents(frames)
+    return idents, unbatch(msg)
+
+
+def batch(messages: Sequence[Sequence[Any]]) -> list[Any]:
+    """One multipart (identities not included) carrying ``messages``, each given from its
+    delimiter on as Session.serialize returns it: a lone message unchanged, several as
+    ``[BATCH_DELIM, index, signature, envelope, buffers…, …]``. At most MAX_BATCH messages
+    (see batches)."""
+    if len(messages) == 1:
+        return list(messages[0])
+    if not messages or len(messages) > MAX_BATCH:
+        raise LocalProtocolError(f"a batch carries 1 to {MAX_BATCH} messages, not {len(messages)}")
+    counts = []
+    frames: list[Any] = [BATCH_DELIM, b""]
+    for m in messages:
+        if len(m) < HEAD_FRAMES or m[0] != DELIM:
+            raise LocalProtocolError("batch() takes messages from their delimiter on")
+        counts.append(len(m) - HEAD_FRAMES)
+        frames.extend(m[1:])
+    frames[1] = _packb(counts)
+    return frames
+
+
+def batches(messages: Sequence[Sequence[Any]]) -> list[list[Any]]:
+    """``messages`` as few multiparts as MAX_BATCH allows (see batch)."""
+    return [batch(messages[i : i + MAX_BATCH]) for i in range(0, len(messages), MAX_BATCH)]
+
+
 def routing(frames: Sequence[Any]) -> tuple[list[bytes], list[Any]] | None:
-    """(identities, message from the delimiter on) of a well-framed multipart, else None:
-    what a relay checks before it forwards anything (see hub.relays)."""
+    """(identities, message or batch from its delimiter on) of a well-framed multipart,
+    else None: what a relay checks before it forwards anything (see hub.relays)."""
     try:
         idents, msg = split_idents(frames)
+        if is_batch(msg):
+            unbatch(msg)  # its index must match its frames
+            return idents, msg
     except RemoteProtocolError:
         return None
     if len(msg) < HEAD_FRAMES:
@@ -605,6 +718,42 @@ class Session:
             self._refuse(e, where)
             return None
 
+    def feed_all(
+        self,
+        frames: Sequence[Any],
+        where: str = "",
+        *,
+        private: bool = False,
+        buffers: bool = True,
+        replay: bool = True,
+    ) -> list[Message]:
+        """As feed, for a multipart that may be a batch: every message it carries that
+        passes, each checked on its own (a refused one is logged and counted, the others
+        go on); a batch whose framing is wrong is refused whole, counted once."""
+        try:
+            idents, messages = split_messages(frames)
+        except RemoteProtocolError as e:
+            self._refuse(e, where)
+            return []
+        accepted = []
+        for m in messages:
+            try:
+                accepted.append(
+                    self.unpack(m, list(idents), private=private, buffers=buffers, replay=replay)
+                )
+            except RemoteProtocolError as e:
+                self._refuse(e, where)
+        return accepted
+
+    def feed_lazy_all(
+        self, frames: Sequence[Any], where: str = "", *, private: bool = False
+    ) -> list[LazyMessage]:
+        """As feed_lazy, for a multipart that may be a batch (see feed_all)."""
+        return [
+            LazyMessage(m.idents, m.parent_header.get("msg_id"), m.envelope, m.buffers)
+            for m in self.feed_all(frames, where, private=private)
+        ]
+
     def feed_lazy(
         self, frames: Sequence[Any], where: str = "", *, private: bool = False
     ) -> LazyMessage | None:
@@ -701,6 +850,10 @@ def recv_message(sock: zmq.Socket, flags: int = 0) -> list[Any]:
                 head -= 1
             elif part == DELIM:
                 head = HEAD_FRAMES - 1
+            elif part == BATCH_DELIM:
+                if getsockopt(rcvmore):
+                    _recv_batch(sock, flags, parts)
+                return parts
             if not getsockopt(rcvmore):
                 return parts
         else:
@@ -708,6 +861,36 @@ def recv_message(sock: zmq.Socket, flags: int = 0) -> list[Any]:
             parts.append(frame.bytes if len(frame) < COPY_THRESHOLD else frame)
             if not frame.more:
                 return parts
+
+
+def _recv_batch(sock: zmq.Socket, flags: int, parts: list[Any]) -> None:
+    """The rest of a batch after its delimiter, as recv_message takes a message: each
+    signature and envelope as bytes, buffers by size; by size throughout from where an
+    index that does not match its frames goes wrong (the receiver refuses the batch)."""
+    recv, rcvmore = sock.recv, zmq.RCVMORE
+    index = recv(flags, copy=True)
+    parts.append(index)
+    more = sock.getsockopt(rcvmore)
+    try:
+        counts = _batch_counts(index)
+    except RemoteProtocolError:
+        counts = []
+    for n in counts:
+        for _ in range(2):  # signature, envelope
+            if not more:
+                return
+            parts.append(recv(flags, copy=True))
+            more = sock.getsockopt(rcvmore)
+        for _ in range(n):
+            if not more:
+                return
+            frame = recv(flags, copy=False)
+            parts.append(frame.bytes if len(frame) < COPY_THRESHOLD else frame)
+            more = frame.more
+    while more:  # frames the index does not account for
+        frame = recv(flags, copy=False)
+        parts.append(frame.bytes if len(frame) < COPY_THRESHOLD else frame)
+        more = frame.more
 
 
 def send_frames(

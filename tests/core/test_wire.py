@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import msgpack
 import numpy as np
@@ -11,11 +12,33 @@ import zmq
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zpar.constants import DELIM, INLINE_SIGNED_MAX, PROTOCOL_VERSION, STORE_RESULT_LIMIT
+import zpar.wire as wire
+from zpar.constants import (
+    BATCH_DELIM,
+    DELIM,
+    INLINE_SIGNED_MAX,
+    MAX_BATCH,
+    PROTOCOL_VERSION,
+    STORE_RESULT_LIMIT,
+)
 from zpar.errors import LocalProtocolError, RemoteProtocolError
-from zpar.wire import KNOWN_TYPES, Session, recv_message, send_frames, split_idents
+from zpar.wire import (
+    KNOWN_TYPES,
+    Session,
+    batch,
+    batches,
+    recv_message,
+    routing,
+    send_frames,
+    split_idents,
+    split_messages,
+)
 
 KEY = b"secret-key"
+PROTOCOL_DOC = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
+BATCH_FRAME_LIST = (
+    '[ident, ..., b"<ZPAR|BATCH>", index, signature, envelope, buffer, ..., signature, ...]'
+)
 
 
 def _frames(session=None, **kw):
@@ -406,3 +429,234 @@ def test_lazy_message_refuses_what_feed_refuses():
     env = msgpack.packb([_header(), {"msg_id": 5}, {}, {}, []])
     assert receiver.feed_lazy(_signed(env)) is None  # the parent header is checked too
     assert receiver.refused == {"bad-signature": 1, "malformed": 1}
+
+
+# -- batches: several signed messages in one multipart ---------------------------------------
+
+
+def _batch_of(n, session=None, buffers=lambda i: [f"b{i}".encode()] * (i % 3)):
+    session = session or Session(KEY)
+    return [_frames(session, buffers=buffers(i)) for i in range(n)]
+
+
+def test_batch_layout_is_marker_index_then_each_message_without_its_delimiter():
+    """The literal batch frame list of docs/protocol.md."""
+    messages = _batch_of(3)
+    frames = batch(messages)
+    assert frames[0] == BATCH_DELIM and msgpack.unpackb(frames[1]) == [0, 1, 2]
+    assert frames[2:] == [f for m in messages for f in m[1:]]
+    assert BATCH_FRAME_LIST in (wire.__doc__ or "")
+    assert BATCH_FRAME_LIST in PROTOCOL_DOC.read_text()
+
+
+def test_batch_round_trip_keeps_order_idents_and_buffers():
+    big = np.arange(INLINE_SIGNED_MAX // 4, dtype=np.float64)
+    sender = Session(KEY)
+    messages = [
+        sender.serialize("apply_request", {"i": i}, buffers=bufs)[1]
+        for i, bufs in enumerate([[], [b"x"], [b"s", big], [b"y", b"z"]])
+    ]
+    idents, split = split_messages([b"a", b"b", *batch(messages)])
+    assert idents == [b"a", b"b"] and split == messages
+    got = Session(KEY).feed_all([b"a", b"b", *batch(messages)])
+    assert [m.content["i"] for m in got] == [0, 1, 2, 3]
+    assert all(m.idents == [b"a", b"b"] for m in got)
+    assert got[2].buffers[1] is big and got[3].buffers == [b"y", b"z"]
+    lazy = Session(KEY).feed_lazy_all([b"a", *batch(messages)])
+    assert [m.content["i"] for m in lazy] == [0, 1, 2, 3]
+
+
+def test_a_lone_message_is_sent_as_itself_and_read_as_a_list_of_one():
+    (one,) = _batch_of(1)
+    assert batch([one]) == one
+    receiver = Session(KEY)
+    (msg,) = receiver.feed_all([b"id", *one])
+    assert msg.content == {"x": 1} and msg.idents == [b"id"]
+
+
+def test_batches_split_runs_longer_than_max_batch():
+    messages = _batch_of(MAX_BATCH + 3, buffers=lambda i: [])
+    parts = batches(messages)
+    assert len(parts) == 2 and msgpack.unpackb(parts[0][1]) == [0] * MAX_BATCH
+    receiver = Session(KEY)
+    assert sum(len(receiver.feed_all(p)) for p in parts) == MAX_BATCH + 3
+    with pytest.raises(LocalProtocolError, match="1 to"):
+        batch(messages)
+
+
+def test_the_empty_batch_is_refused_at_both_ends():
+    with pytest.raises(LocalProtocolError, match="1 to"):
+        batch([])
+    receiver = Session(KEY)
+    assert receiver.feed_all([b"id", BATCH_DELIM, msgpack.packb([])]) == []
+    assert receiver.feed_all([BATCH_DELIM]) == []
+    assert receiver.refused == {"empty-batch": 1, "batch-index": 1}
+    assert routing([b"id", BATCH_DELIM, msgpack.packb([])]) is None
+
+
+def test_batch_refuses_what_is_not_a_message():
+    with pytest.raises(LocalProtocolError, match="delimiter"):
+        batch([[b"sig", b"env"], [b"sig", b"env"]])
+
+
+@pytest.mark.parametrize("which", [0, 1, 2])
+def test_one_bad_message_in_a_batch_is_refused_and_the_others_go_on(which, caplog):
+    messages = _batch_of(3)
+    env = messages[which][2]
+    messages[which][2] = env[:-1] + bytes([env[-1] ^ 1])
+    receiver = Session(KEY)
+    with caplog.at_level(logging.WARNING):
+        got = receiver.feed_all([b"id", *batch(messages)], "test")
+    assert len(got) == 2 and receiver.refused == {"bad-signature": 1}
+    assert "refused message on test" in caplog.text
+    # the good ones passed in full: a replay of the same batch is refused message by message
+    assert receiver.feed_all([b"id", *batch(messages)]) == []
+    assert receiver.refused == {"bad-signature": 2, "replayed": 2}
+
+
+def test_a_message_twice_in_one_batch_runs_once():
+    (one,) = _batch_of(1)
+    receiver = Session(KEY)
+    assert len(receiver.feed_all(batch([one, one]))) == 1
+    assert receiver.refused == {"replayed": 1}
+
+
+def test_swapped_buffers_between_messages_of_a_batch_are_refused():
+    messages = _batch_of(3, buffers=lambda i: [f"payload {i}".encode()])
+    messages[0][3], messages[1][3] = messages[1][3], messages[0][3]
+    receiver = Session(KEY)
+    got = receiver.feed_all(batch(messages))
+    assert [m.buffers for m in got] == [[b"payload 2"]]
+    assert receiver.refused == {"bad-signature": 2}
+
+
+@pytest.mark.parametrize(
+    "index, reason",
+    [
+        ([0, 1], "batch-frames"),  # fewer frames listed than sent
+        ([0, 1, 2, 0], "batch-frames"),  # more listed than sent
+        ([0, 1, 3], "batch-frames"),
+        ([0, 1, 2, 0, 0], "batch-frames"),
+        ([0, -1, 4], "batch-index"),
+        ([0, True, 2], "batch-index"),
+        ([0, 1.0, 2], "batch-index"),
+        ({"n": 3}, "batch-index"),
+        (b"\xc1", "batch-index"),  # not msgpack
+        (3, "batch-index"),
+    ],
+)
+def test_a_lying_index_drops_the_whole_batch_unsplit(index, reason):
+    frames = batch(_batch_of(3))
+    frames[1] = index if isinstance(index, bytes) else msgpack.packb(index)
+    receiver = Session(KEY)
+    assert receiver.feed_all([b"id", *frames]) == []
+    assert receiver.refused == {reason: 1}  # counted once, for the batch
+    assert routing([b"a", b"b", *frames]) is None  # a relay drops it whole too
+    with pytest.raises(RemoteProtocolError) as e:
+        split_messages(frames)
+    assert e.value.reason == reason
+
+
+def test_an_index_that_adds_up_but_shifts_the_frames_runs_nothing():
+    """Frames moved between messages fail each message's signature: nothing is glued."""
+    frames = batch(_batch_of(3))  # buffers 0, 1, 2
+    frames[1] = msgpack.packb([1, 1, 1])
+    receiver = Session(KEY)
+    assert receiver.feed_all(frames) == [] and receiver.refused == {"bad-signature": 3}
+
+
+def test_a_batch_over_max_batch_is_refused_whole():
+    frames = [BATCH_DELIM, msgpack.packb([0] * (MAX_BATCH + 1))]
+    frames += [b"s", b"e"] * (MAX_BATCH + 1)
+    receiver = Session(KEY)
+    assert receiver.feed_all(frames) == [] and receiver.refused == {"batch-size": 1}
+
+
+def test_feed_refuses_a_batch_and_feed_all_a_bare_garbage_multipart():
+    """feed takes one message: a batch handed to it is refused, never half read."""
+    receiver = Session(KEY)
+    assert receiver.feed(batch(_batch_of(2))) is None
+    assert receiver.feed_all([b"no", b"delimiter"]) == []
+    assert receiver.refused == {"no-delimiter": 2}
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.binary(max_size=40), max_size=3),
+        min_size=1,
+        max_size=12,
+    ),
+    st.lists(st.binary(min_size=1, max_size=6), max_size=3),
+)
+def test_any_batch_round_trips_through_split_and_feed_all(buffer_lists, idents):
+    sender = Session(KEY)
+    messages = [
+        sender.serialize("apply_request", {"i": i}, buffers=bufs)[1]
+        for i, bufs in enumerate(buffer_lists)
+    ]
+    frames = [*idents, *batch(messages)]
+    got_idents, split = split_messages(frames)
+    assert got_idents == idents and split == messages
+    receiver = Session(KEY)
+    got = receiver.feed_all(frames)
+    assert [m.content["i"] for m in got] == list(range(len(messages)))
+    assert [m.buffers for m in got] == buffer_lists and not receiver.refused
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.binary(max_size=40), max_size=8), st.binary(max_size=40))
+def test_garbage_after_a_batch_marker_never_crashes_and_is_counted(parts, index):
+    receiver = Session(KEY)
+    assert receiver.feed_all([b"id", BATCH_DELIM, index, *parts]) == []
+    assert sum(receiver.refused.values()) >= 1
+
+
+def test_recv_message_takes_a_batch_heads_as_bytes_and_large_buffers_without_copy(pair):
+    a, b = pair
+    big = np.arange(1 << 17, dtype=np.float64)
+    sender = Session(KEY)
+    messages = [
+        sender.serialize("apply_request", {"i": i}, buffers=bufs)[1]
+        for i, bufs in enumerate([[b"tiny", memoryview(big).cast("B")], [], [b"t2"]])
+    ]
+    send_frames(a, [b"ident", *batch(messages)])
+    got = recv_message(b)
+    assert isinstance(got[6], zmq.Frame)  # the large buffer: zero-copy
+    assert all(type(f) is bytes for i, f in enumerate(got) if i != 6)
+    assert np.shares_memory(np.frombuffer(got[6].buffer, dtype=np.float64), big)
+    msgs = Session(KEY).feed_all(got)
+    assert [m.content["i"] for m in msgs] == [0, 1, 2] and msgs[2].buffers == [b"t2"]
+    # an index that lies: every frame still received, by size, and the batch refused
+    lying = batch(messages[1:])
+    lying[1] = msgpack.packb([5])
+    send_frames(a, [b"ident", *lying])
+    got = recv_message(b)
+    assert got == [b"ident", *lying]
+    assert Session(KEY).feed_all(got) == []
+
+
+def test_the_relay_forwards_a_batch_whole_and_copies_each_message_to_the_hub(pair):
+    from zpar.hub.relays import relay_one
+
+    ctx = zmq.Context.instance()
+    mon_out, mon_in = ctx.socket(zmq.PAIR), ctx.socket(zmq.PAIR)
+    mon_out.bind(f"inproc://wire-mon-{id(mon_out):x}")
+    mon_in.connect(f"inproc://wire-mon-{id(mon_out):x}")
+    try:
+        out, engine = pair
+        messages = _batch_of(3)
+        frames = [b"client", b"engine-uuid", *batch(messages)]
+        assert relay_one([zmq.Frame(f) for f in frames], out, mon_out, b"mux_in", False)
+        forwarded = engine.recv_multipart()
+        assert forwarded == [b"engine-uuid", b"client", *batch(messages)]
+        copies = [mon_in.recv_multipart() for _ in messages]
+        assert [c[:3] for c in copies] == [[b"mux_in", b"engine-uuid", b"client"]] * 3
+        assert [c[3:] for c in copies] == messages  # small buffers: all kept
+        lying = batch(messages)
+        lying[1] = msgpack.packb([0, 0])
+        assert not relay_one([b"client", b"engine-uuid", *lying], out, mon_out, b"m", False)
+        assert engine.poll(50) == 0 and mon_in.poll(0) == 0  # dropped whole
+    finally:
+        mon_out.close(linger=0)
+        mon_in.close(linger=0)

@@ -15,7 +15,7 @@ import sys
 import psutil
 import pytest
 
-from hub.schedproc import PORT_ORDER, check_ports_free
+from zpar.hub.schedproc import PORT_ORDER, check_ports_free
 from zpar import settings as S
 from zpar.connection import wait_for_connection_file
 from zpar.messages import MsgType
