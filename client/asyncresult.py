@@ -17,7 +17,7 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, FIRST_EXCEPTION
 from typing import Any
 
-from zpar.errors import CompositeError, RemoteError, TaskAborted, TimeoutError
+from zpar.errors import CompositeError, NotReadyError, RemoteError, TaskAborted, TimeoutError
 from zpar.messages import Status
 from zpar.serialize import deserialize_object
 from zpar.wire import Message
@@ -28,10 +28,6 @@ from .resultmeta import MetadataMixin
 
 _UNSET = object()
 RETURN_WHEN = (ALL_COMPLETED, FIRST_COMPLETED, FIRST_EXCEPTION)
-
-
-class NotReadyError(RuntimeError, ValueError):
-    """A question only a finished result can answer (``successful()``) was asked early."""
 
 
 def decode_reply(msg: Message) -> Any:

@@ -66,6 +66,11 @@ class View:
         self.time_limit: float | None = None
         self._executor: ViewExecutor | None = None
 
+    def engine_ids(self) -> list[int] | None:
+        """The engines this view's calls go to, in order; None when the task scheduler
+        picks one per call (a load-balanced view)."""
+        return None
+
     def __len__(self) -> int:
         """How many engines this view's calls go to (all of the client's for 'all')."""
         if isinstance(self.targets, list | tuple):

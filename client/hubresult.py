@@ -8,7 +8,7 @@ import time
 from concurrent.futures import Future
 from typing import Any
 
-from zpar.errors import HubRefused
+from zpar.errors import EngineError, HubRefused, ResultNotStored, TaskLost, error_content
 from zpar.messages import MsgType
 from zpar.wire import Message
 
@@ -81,21 +81,18 @@ def as_reply(record: dict[str, Any], buffers: list[Any]) -> Message:
         completed=record.get("completed"),
     )
     status = record.get("status")
-    content = record.get("result_content") or {
-        "status": "error",
-        "ename": "EngineError" if status == "engine_died" else "TaskLost",
-        "evalue": f"task ended without a result ({status}): its engine died, or the "
+    content = record.get("result_content") or error_content(
+        EngineError if status == "engine_died" else TaskLost,
+        f"task ended without a result ({status}): its engine died, or the "
         "controller stopped while it ran",
-        "zpar_error": status == "engine_died",
-    }
+        zpar_error=status == "engine_died",
+    )
     msg_type = (record.get("header") or {}).get("msg_type")
     has_result = msg_type in (MsgType.APPLY_REQUEST, MsgType.TYPED_REQUEST)
     if has_result and record.get("result_size") is None and content.get("status") == "ok":
-        content = {
-            "status": "error",
-            "ename": "ResultNotStored",
-            "evalue": "the hub did not store this result (larger than its store limit)",
-        }
+        content = error_content(
+            ResultNotStored, "the hub did not store this result (larger than its store limit)"
+        )
     return Message(
         idents=[],
         header={},

@@ -5,6 +5,7 @@ Imported only when registered, so joblib stays an optional dependency.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from joblib._parallel_backends import AutoBatchingMixin, ParallelBackendBase
@@ -20,16 +21,17 @@ class ZparBackend(AutoBatchingMixin, ParallelBackendBase):
     supports_timeout = True
     default_n_jobs = -1
 
-    def __init__(self, view: Any = None, **kwargs: Any) -> None:
+    def __init__(
+        self, view: Any = None, connect: Callable[[], tuple[Any, Any]] | None = None, **kwargs: Any
+    ) -> None:
+        """``view``, or when None ``connect()``: (a view, the client it opened for this
+        backend, closed on terminate, or None)."""
         super().__init__(**kwargs)
         self._client = None
         if view is None:
-            from .client import Client, newest_client
-
-            client = newest_client()  # a zpar.Cluster's, or the last Client() made
-            if client is None:
-                client = self._client = Client()
-            view = client.load_balanced_view()
+            if connect is None:
+                raise ValueError("the zpar joblib backend needs a view or a way to connect")
+            view, self._client = connect()
         self._view = view
 
     def effective_n_jobs(self, n_jobs: int | None) -> int:
@@ -61,14 +63,20 @@ class ZparBackend(AutoBatchingMixin, ParallelBackendBase):
 
 
 def register_joblib_backend(
-    name: str = "zpar", make_default: bool = False, view: Any = None
+    name: str = "zpar",
+    make_default: bool = False,
+    view: Any = None,
+    connect: Callable[[], tuple[Any, Any]] | None = None,
 ) -> None:
-    """Make ``joblib.parallel_backend(name)`` run on a zpar cluster: ``view``, or (when
-    the backend is used) a load-balanced view of the newest open Client of this process
-    (inside ``with zpar.Cluster() as rc:``, that cluster's), else a new ``Client()``.
+    """Make ``joblib.parallel_backend(name)`` run on a zpar cluster: ``view``, or the view
+    ``connect()`` gives when the backend is used (zpar.register_joblib_backend's: of the
+    newest open Client of this process, inside ``with zpar.Cluster() as rc:`` that
+    cluster's, else of a new ``Client()``).
     ipyparallel code names the backend 'ipyparallel': both names are registered then."""
     names = {name, "zpar"} if name == "ipyparallel" else {name}
     for n in sorted(names):
         register_parallel_backend(
-            n, lambda **kw: ZparBackend(view=view, **kw), make_default and n == name
+            n,
+            lambda **kw: ZparBackend(view=view, connect=connect, **kw),
+            make_default and n == name,
         )

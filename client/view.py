@@ -44,6 +44,9 @@ class DirectView(View):
     def _ids(self, targets: Any = None) -> list[int]:
         return self.client._resolve_targets(self.targets if targets is None else targets)
 
+    def engine_ids(self) -> list[int]:
+        return self._ids()
+
     def communicator(
         self, name: str = "comm", auth: str = "key", hosts: Any = None, **kw: Any
     ) -> Any:

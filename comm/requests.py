@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import pickle
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -12,8 +12,15 @@ from zpar.errors import ZparError
 
 from .peerwire import ENC_PICKLE
 
-if TYPE_CHECKING:
-    from .p2p import P2P
+
+class Progress(Protocol):
+    """What a request needs of the point-to-point engine that made it (comm.p2p.P2P):
+    typed here so requests.py does not import p2p.py, which imports it."""
+
+    def wait(self, ops: list[Any], what: str = "operation") -> None: ...
+
+    def progress(self, timeout_ms: int = 0) -> int: ...
+
 
 ANY_SOURCE = -1
 ANY_TAG = -1
@@ -63,7 +70,7 @@ class Request:
     """A pending isend / irecv (mpi4py's ``MPI.Request``): ``Wait``/``Test`` for buffers,
     ``wait``/``test`` returning the received object."""
 
-    def __init__(self, p2p: P2P, op: Any, what: str) -> None:
+    def __init__(self, p2p: Progress, op: Any, what: str) -> None:
         self._p2p, self._op, self._what = p2p, op, what
 
     def Wait(self, status: Status | None = None) -> bool:  # noqa: N802

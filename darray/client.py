@@ -18,7 +18,7 @@ import numpy as np
 from . import onengine
 from .consistency import EngineExport, InconsistentExport, check_global
 from .distarray import DistArray
-from .layout import check_grid, choose_grid, dim_data_for_all, parse_dist
+from .layout import plan
 from .maps import Distribution, owned_piece
 
 log = logging.getLogger("zpar.darray")
@@ -27,13 +27,6 @@ log = logging.getLogger("zpar.darray")
 def new_key() -> str:
     """A namespace name no user would pick: where each engine keeps its LocalArray."""
     return f"_darray_{uuid.uuid4().hex[:12]}"
-
-
-def _shape(shape: int | Sequence[int]) -> tuple[int, ...]:
-    shape = (shape,) if isinstance(shape, int | np.integer) else tuple(shape)
-    if any(int(n) < 0 for n in shape):
-        raise ValueError(f"negative dimension in shape {shape}")
-    return tuple(int(n) for n in shape)
 
 
 def _filled_constructor(name: str, fill: Any, empty: bool, doc: str) -> Callable[..., DistArray]:
@@ -77,14 +70,9 @@ class DarrayClient:
         periodic: Any,
         targets: Any,
     ) -> tuple[tuple[int, ...], list[int], list[tuple[dict[str, Any], ...]]]:
-        shape = _shape(shape)
         ids = self.client._resolve_targets("all" if targets is None else targets)
-        specs = parse_dist(dist, shape)
-        if grid_shape is None:
-            grid = choose_grid(shape, specs, len(ids))
-        else:
-            grid = check_grid(grid_shape, specs, len(ids))
-        return shape, ids, dim_data_for_all(shape, specs, grid, padding, periodic)
+        shape, per_rank = plan(shape, dist, grid_shape, padding, periodic, len(ids))
+        return shape, ids, per_rank
 
     def _each(
         self, ids: Sequence[int], f: Callable[..., Any], args_of: Callable[[int], tuple]

@@ -18,6 +18,7 @@ import numpy as np
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
 from . import onengine
+from .layout import plan
 from .maps import Distribution, block_bounds, global_keys, outer_key
 
 
@@ -353,11 +354,7 @@ class DistArray(NDArrayOperatorsMixin):
     ) -> DistArray:
         """The same values under another distribution on the same targets: every engine
         sends each other engine the cells it will own, in one all-to-all."""
-        from .client import DarrayClient
-
-        shape, ids, per_rank = DarrayClient(self.client)._plan(
-            self.shape, dist, grid_shape, padding, periodic, self.targets
-        )
+        _, per_rank = plan(self.shape, dist, grid_shape, padding, periodic, len(self.targets))
         key = f"_darray_{uuid.uuid4().hex[:12]}"
         self._collective(onengine.redistribute, key, per_rank)
         return DistArray(self.client, key, self.targets, per_rank, self.dtype)

@@ -219,3 +219,30 @@ def _dim_dict(
             dd["block_size"] = bs
         return dd
     return {"dist_type": "u", **common, "indices": spec.param[r]}
+
+
+def as_shape(shape: int | Sequence[int]) -> tuple[int, ...]:
+    """A shape as a tuple of ints (an int is one dimension); negative sizes refused."""
+    shape = (shape,) if isinstance(shape, int | np.integer) else tuple(shape)
+    if any(int(n) < 0 for n in shape):
+        raise ValueError(f"negative dimension in shape {shape}")
+    return tuple(int(n) for n in shape)
+
+
+def plan(
+    shape: int | Sequence[int],
+    dist: Any,
+    grid_shape: Sequence[int] | None,
+    padding: Any,
+    periodic: Any,
+    nprocs: int,
+) -> tuple[tuple[int, ...], list[tuple[dict[str, Any], ...]]]:
+    """The shape and every grid rank's ``dim_data`` of an array over ``nprocs`` engines:
+    what a constructor and ``redistribute`` both decide before anything is sent."""
+    shape = as_shape(shape)
+    specs = parse_dist(dist, shape)
+    if grid_shape is None:
+        grid = choose_grid(shape, specs, nprocs)
+    else:
+        grid = check_grid(grid_shape, specs, nprocs)
+    return shape, dim_data_for_all(shape, specs, grid, padding, periodic)

@@ -32,7 +32,7 @@ import zmq
 from zpar.connection import ConnectionInfo
 from zpar.constants import HUB_TIMEOUT
 from zpar.curve import secure
-from zpar.errors import LocalProtocolError, RemoteProtocolError, TimeoutError
+from zpar.errors import LocalProtocolError, RemoteProtocolError, TimeoutError, error_content
 from zpar.logs import setup_logging
 from zpar.messages import (
     MON_MUX_IN,
@@ -447,13 +447,12 @@ class Engine:
                 self.monitor.put([MON_MUX_OUT, msg.idents[0], self.ident, *copy])
         except LocalProtocolError as e:  # e.g. output that msgpack cannot encode
             log.error("cannot send the %s to %s: %s", reply.msg_type, msg.msg_id, e)
-            content = {
-                "status": Status.ERROR,
-                "ename": "LocalProtocolError",
-                "evalue": f"the engine could not encode its reply: {e}",
-                "traceback": [],
-                "engine_info": {"engine_id": self.id, "engine_uuid": self.uuid},
-            }
+            content = error_content(
+                LocalProtocolError,
+                f"the engine could not encode its reply: {e}",
+                traceback=[],
+                engine_info={"engine_id": self.id, "engine_uuid": self.uuid},
+            )
             md = {k: v for k, v in reply.metadata.items() if k not in ("stdout", "stderr")}
             md["status"] = Status.ERROR
             self.session.send(

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import zpar.serialize
-from zpar.errors import SerializationError
+from zpar.errors import SerializationError, TaskAborted, error_content
 from zpar.messages import REPLY_TYPE, MsgType, Status
 from zpar.serialize import serialize_object, unpack_apply
 from zpar.wire import Message
@@ -129,14 +129,14 @@ class Kernel:
         if reply_type is None:
             return None
         msg_id = msg.header.get("msg_id")
-        content = {
-            "status": Status.ABORTED,
-            "ename": "TaskAborted",
-            "evalue": f"task {msg_id} was aborted before it ran",
-            "traceback": [],
-            "engine_info": self._engine_info(msg_type),
-            "zpar_error": True,
-        }
+        content = error_content(
+            TaskAborted,
+            f"task {msg_id} was aborted before it ran",
+            status=Status.ABORTED,
+            traceback=[],
+            engine_info=self._engine_info(msg_type),
+            zpar_error=True,
+        )
         now = time.time()
         return Reply(reply_type, content, self._metadata(now, now, Status.ABORTED))
 
@@ -196,13 +196,9 @@ class Kernel:
         }, []
 
     def _error_content(self, e: BaseException, msg_type: str) -> dict[str, Any]:
-        content = {
-            "status": Status.ERROR,
-            "ename": type(e).__name__,
-            "evalue": str(e),
-            "traceback": format_traceback(e),
-            "engine_info": self._engine_info(msg_type),
-        }
+        content = error_content(
+            e, traceback=format_traceback(e), engine_info=self._engine_info(msg_type)
+        )
         if msg_type == MsgType.EXECUTE_REQUEST:
             content["execution_count"] = self.execution_count
         return content

@@ -12,17 +12,13 @@ import zmq
 
 from zpar.constants import BAD_KEY, HUB_TIMEOUT
 from zpar.curve import secure
-from zpar.errors import TimeoutError, WrongKey, ZparError
+from zpar.errors import RegistrationRefused, TimeoutError, WrongKey
 from zpar.launchers.mpirank import mpi_rank
 from zpar.messages import MsgType, RegistrationReply, Status
 from zpar.sockets import configure
 from zpar.wire import Session
 
 log = logging.getLogger(__name__)
-
-
-class RegistrationRefused(ZparError):
-    """The hub answered the registration request with an error."""
 
 
 def register(

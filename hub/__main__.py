@@ -18,10 +18,10 @@ from zpar.constants import (
     TASK_SCHEME,
     TASK_SCHEMES,
 )
-from zpar.errors import ZparError
+from zpar.errors import ClusterBusy, ExposureRefused, ZparError
 from zpar.logs import setup_logging
 from zpar.names import cluster_id, log_level, profile_name
-from zpar.ownership import ClusterBusy, ControllerLock
+from zpar.ownership import ControllerLock
 from zpar.settings import CONTROLLER_PORTS, convert, explicit
 from zpar.settings import load as load_settings
 
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(str(e))
     if args.key and args.insecure:
         p.error("a cluster key (setting key) and --insecure (no key) exclude each other")
-    from zpar.privacy import ExposureRefused, check_exposure
+    from zpar.privacy import check_exposure
 
     try:
         exposure = check_exposure(

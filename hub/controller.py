@@ -34,7 +34,7 @@ from zpar.constants import (
     WILDCARDS,
 )
 from zpar.curve import ZapAuthenticator, secure
-from zpar.errors import ZparError
+from zpar.errors import ControllerError, ZparError
 from zpar.memory import Trimmer
 from zpar.messages import MON_SCHEDULER, MsgType
 from zpar.monitor import split_monitor
@@ -47,7 +47,7 @@ from .hub import Addresses, Hub
 from .relays import start_relays
 from .schedproc import ControllerConfig, SchedulerLaunch, launch_scheduler
 from .schedwatch import SchedulerWatch
-from .store import TaskStore, open_store
+from .stores import TaskStore, open_store
 
 log = logging.getLogger(__name__)
 
@@ -57,10 +57,6 @@ SCHEDULER_START_TIMEOUT = 30.0
 
 #: Seconds between heartbeat probes while an engine is registering.
 PROBE_INTERVAL = 0.01
-
-
-class ControllerError(ZparError):
-    """The controller could not start or lost a part it cannot run without."""
 
 
 def advertise(addr: str, host: str) -> str:

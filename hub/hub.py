@@ -22,7 +22,12 @@ from zpar.constants import (
     STORE_RESULT_LIMIT,
     WELCOME,
 )
-from zpar.errors import RemoteProtocolError
+from zpar.errors import (
+    HubRefused,
+    RegistrationRefused,
+    RemoteProtocolError,
+    error_content,
+)
 from zpar.messages import (
     MON_CONTROL_IN,
     MON_CONTROL_OUT,
@@ -39,27 +44,17 @@ from zpar.wire import Message, Session, routing, send_frames
 
 from . import launcherqueries, queries
 from .heartmonitor import HeartMonitor
+from .queryapi import QueryHandler, load_queries
 from .recorder import StoreWriter
-from .records import TaskTable
+from .records import EngineRecord, TaskTable
 from .services import HubService, load_services
-from .store import LOST_IN_RESTART, MemoryStore, TaskStore
+from .stores import LOST_IN_RESTART, MemoryStore, TaskStore
 
 log = logging.getLogger(__name__)
 
 #: Large results (over STORE_INLINE_LIMIT) held until their TaskOut event arrives; a batch
 #: interval's worth at most, so the oldest beyond this are surely orphans.
 LARGE_RESULTS_HELD = 256
-
-
-@dataclass(slots=True)
-class EngineRecord:
-    id: int
-    uuid: str
-    hostname: str = ""
-    pid: int = 0
-    registered: float = 0.0
-    deadline: float = 0.0  # for a pending registration: when it is dropped
-    rank: int = -1  # MPI rank, when its launcher was mpiexec
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,17 +168,16 @@ class Hub:
             reply_type = _reply_type(msg.msg_type)
             if handler is None:
                 log.warning("unexpected %r (%s) on the query socket", msg.msg_type, msg.msg_id)
-                content = {
-                    "status": Status.ERROR,
-                    "evalue": f"the hub does not handle {msg.msg_type!r} messages",
-                }
+                content = error_content(
+                    HubRefused, f"the hub does not handle {msg.msg_type!r} messages"
+                )
             buffers: list[Any] = []
             if handler is not None:
                 try:
                     content = handler(msg)
                 except Exception as e:  # a bad query must never kill the hub
                     log.exception("query %s (%s) failed", msg.msg_id, msg.msg_type)
-                    content = {"status": Status.ERROR, "evalue": f"{type(e).__name__}: {e}"}
+                    content = error_content(e, f"{type(e).__name__}: {e}")
                 if isinstance(content, tuple):  # (content, result buffers)
                     content, buffers = content
             self.session.send(
@@ -196,12 +190,18 @@ class Hub:
             )
 
     def load_services(self) -> None:
-        """Load the hub services (once)."""
+        """Load the capabilities' queries (hub/queryapi.py) and services (hub/services.py),
+        once."""
         self._services_loaded = True
+        for msg_type, handler in load_queries(builtin=self._queries).items():
+            self._queries[msg_type] = self._bind(handler)
         self.services = load_services(self)
         self._service_for = {
             t: s for s in self.services for t in s.msg_types if t not in self._queries
         }
+
+    def _bind(self, handler: QueryHandler) -> Callable[[Message], Any]:
+        return lambda msg: handler(self, msg)
 
     def send_to(
         self,
@@ -269,7 +269,7 @@ class Hub:
         self.session.send(
             self.query,
             MsgType.CONNECTION_REPLY,
-            {"status": Status.ERROR, "evalue": str(refusal)},
+            error_content(refusal),
             idents=framed[0],
         )
 
@@ -279,15 +279,15 @@ class Hub:
         c = msg.content
         uuid = c.get("uuid")
         if not isinstance(uuid, str) or not uuid or len(uuid) > 255:
-            return {"status": Status.ERROR, "evalue": f"invalid engine uuid {uuid!r}"}
+            return error_content(RegistrationRefused, f"invalid engine uuid {uuid!r}")
         key = uuid.encode()
         if key in self.by_uuid or key in self.pending:
             state = "registered" if key in self.by_uuid else "registering"
             log.warning("registration refused: uuid %s is already %s", uuid, state)
-            return {
-                "status": Status.ERROR,
-                "evalue": f"identity {uuid} is already in use by an engine that is {state}",
-            }
+            return error_content(
+                RegistrationRefused,
+                f"identity {uuid} is already in use by an engine that is {state}",
+            )
         hostname, pid = str(c.get("hostname", "")), int(c.get("pid", 0) or 0)
         eid = self._engine_id_for(c.get("id", -1), hostname, pid)
         rec = EngineRecord(
@@ -322,7 +322,7 @@ class Hub:
         verbose = bool(msg.content.get("verbose", False))
         ids = self._target_ids(msg.content.get("targets"))
         if isinstance(ids, str):
-            return {"status": Status.ERROR, "evalue": ids}
+            return error_content(HubRefused, ids)
         queues = {i: self.tasks.queue_status(self.engines[i].uuid, verbose) for i in ids}
         unassigned = self.tasks.unassigned
         return {
@@ -353,10 +353,10 @@ class Hub:
             or isinstance(signum, bool)
             or signum not in signal.valid_signals()
         ):
-            return {"status": Status.ERROR, "evalue": f"{signum!r} is not a signal number"}
+            return error_content(HubRefused, f"{signum!r} is not a signal number")
         ids = self._target_ids(targets)
         if isinstance(ids, str):
-            return {"status": Status.ERROR, "evalue": ids}
+            return error_content(HubRefused, ids)
         for i in ids:
             rec = self.engines[i]
             log.info("engine %d: relaying signal %d (%s)", i, signum, msg.msg_id)

@@ -8,22 +8,22 @@ pid, which every engine sends when it registers (a launcher does not know engine
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from zpar.errors import HubRefused, error_content
 from zpar.messages import Status
 from zpar.wire import Message
 
-if TYPE_CHECKING:
-    from .hub import Hub
+from .queryapi import HubState
 
 log = logging.getLogger(__name__)
 
 
-def engine_exited(hub: Hub, msg: Message) -> dict[str, Any]:
+def engine_exited(hub: HubState, msg: Message) -> dict[str, Any]:
     c = msg.content
     hostname, pid, code = c.get("hostname"), c.get("pid"), c.get("exit_code")
     if not isinstance(hostname, str) or not isinstance(pid, int) or pid <= 0:
-        return {"status": Status.ERROR, "evalue": f"bad engine_exited {hostname!r} {pid!r}"}
+        return error_content(HubRefused, f"bad engine_exited {hostname!r} {pid!r}")
     ids = []
     gone = [rec for rec in hub.engines.values() if (rec.hostname, rec.pid) == (hostname, pid)]
     for rec in gone:
@@ -39,7 +39,7 @@ def engine_exited(hub: Hub, msg: Message) -> dict[str, Any]:
     return {"status": Status.OK, "ids": ids}
 
 
-def engine_info(hub: Hub, msg: Message) -> dict[str, Any]:
+def engine_info(hub: HubState, msg: Message) -> dict[str, Any]:
     engines = {
         rec.id: {"hostname": rec.hostname, "pid": rec.pid, "rank": rec.rank}
         for rec in hub.engines.values()

@@ -1,20 +1,19 @@
 """Client queries about tasks: result_request, purge_request, db_request, hub_history.
 
-Each takes the Hub and the request and returns the reply content, or (content, buffers).
-The store is flushed first, so a query sees every task the hub has heard of.
+Each takes the hub (typed as hub.queryapi.HubState) and the request and returns the reply
+content, or (content, buffers). The store is flushed first, so a query sees every task the hub has heard of.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from zpar.errors import HubRefused, error_content
 from zpar.messages import Status
 from zpar.wire import Message
 
-from .store import check_keys, check_query
-
-if TYPE_CHECKING:
-    from .hub import Hub
+from .queryapi import HubState
+from .stores import check_keys, check_query
 
 #: Keys of a stored record a result_reply carries for each completed task.
 RESULT_KEYS = (
@@ -34,7 +33,7 @@ RESULT_KEYS = (
 
 
 def _error(evalue: str) -> dict[str, Any]:
-    return {"status": Status.ERROR, "evalue": evalue}
+    return error_content(HubRefused, evalue)
 
 
 def _msg_ids(value: Any, what: str) -> list[str] | str:
@@ -46,14 +45,14 @@ def _msg_ids(value: Any, what: str) -> list[str] | str:
     return value
 
 
-def _sync(hub: Hub) -> str | None:
+def _sync(hub: HubState) -> str | None:
     """Write what is pending; an error message if the store cannot be read from now."""
     if not hub.writer.flush(everything=True):
         return f"the task store {hub.store.url} is failing: {hub.store.error}"
     return None
 
 
-def result_request(hub: Hub, msg: Message) -> Any:
+def result_request(hub: HubState, msg: Message) -> Any:
     msg_ids = _msg_ids(msg.content.get("msg_ids", []), "msg_ids")
     if isinstance(msg_ids, str):
         return _error(msg_ids)
@@ -69,10 +68,9 @@ def result_request(hub: Hub, msg: Message) -> Any:
     unknown = [m for m in wanted if m not in rows]
     if unknown:
         shown = ", ".join(unknown[:5]) + (" …" if len(unknown) > 5 else "")
-        return {
-            **_error(f"no such task: {len(unknown)} unknown msg_id(s): {shown}"),
-            "unknown": unknown,
-        }
+        return error_content(
+            HubRefused, f"no such task: {len(unknown)} unknown msg_id(s): {shown}", unknown=unknown
+        )
     completed = [m for m in msg_ids if m not in set(pending)]
     content: dict[str, Any] = {"status": Status.OK, "pending": pending, "completed": completed}
     if status_only:
@@ -88,7 +86,7 @@ def result_request(hub: Hub, msg: Message) -> Any:
     return content, buffers
 
 
-def purge_request(hub: Hub, msg: Message) -> dict[str, Any]:
+def purge_request(hub: HubState, msg: Message) -> dict[str, Any]:
     """Forget completed tasks: msg_ids (or 'all') and/or every task of engine_ids."""
     raw = msg.content.get("msg_ids", [])
     engine_ids = msg.content.get("engine_ids", []) or []
@@ -125,7 +123,7 @@ def purge_request(hub: Hub, msg: Message) -> dict[str, Any]:
     return {"status": Status.OK, "purged": purged}
 
 
-def db_request(hub: Hub, msg: Message) -> dict[str, Any]:
+def db_request(hub: HubState, msg: Message) -> dict[str, Any]:
     try:
         query = check_query(msg.content.get("query", {}))
         keys = check_keys(msg.content.get("keys"))
@@ -137,7 +135,7 @@ def db_request(hub: Hub, msg: Message) -> dict[str, Any]:
     return {"status": Status.OK, "records": hub.store.find(query, keys)}
 
 
-def hub_history(hub: Hub, msg: Message) -> dict[str, Any]:
+def hub_history(hub: HubState, msg: Message) -> dict[str, Any]:
     err = _sync(hub)
     if err:
         return _error(err)

@@ -14,8 +14,10 @@ import logging
 import time
 from typing import Any
 
+from zpar.errors import StoreError
+
 from .records import TaskRecord, TaskTable
-from .store import PENDING_GRACE, STORE_FLUSH_INTERVAL, STORE_FLUSH_RECORDS, StoreError, TaskStore
+from .stores import PENDING_GRACE, STORE_FLUSH_INTERVAL, STORE_FLUSH_RECORDS, TaskStore
 
 log = logging.getLogger(__name__)
 

@@ -26,6 +26,19 @@ COMPLETED_LIMIT = 10_000
 
 
 @dataclass(slots=True)
+class EngineRecord:
+    """A registered (or registering) engine, as the hub knows it."""
+
+    id: int
+    uuid: str
+    hostname: str = ""
+    pid: int = 0
+    registered: float = 0.0
+    deadline: float = 0.0  # for a pending registration: when it is dropped
+    rank: int = -1  # MPI rank, when its launcher was mpiexec
+
+
+@dataclass(slots=True)
 class TaskRecord:
     msg_id: str
     msg_type: str
@@ -45,7 +58,7 @@ class TaskRecord:
     result_size: int | None = None  # bytes of result buffers; None: not stored
 
     def row(self) -> dict[str, Any]:
-        """The record as the task store keeps it (hub/store.py RECORD_KEYS)."""
+        """The record as the task store keeps it (hub/stores/base.py RECORD_KEYS)."""
         return {
             "msg_id": self.msg_id,
             "session": self.session,

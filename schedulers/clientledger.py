@@ -4,20 +4,23 @@ Why: a client that stops reading (SIGSTOP, a laptop asleep, a notebook stuck in 
 not make the scheduler buffer every result of its queued tasks (20,000 results of 100 KB
 took it to 2 GB), and a client that is gone must not keep engines busy with tasks whose
 results nobody will read. The ledger decides; the scheduler's loop does the I/O through a
-``send(client, reply) -> Send`` function it passes in.
+``send(client, reply) -> Send`` function it passes in. It is the task book's Ledger
+(schedulers/ledger.py): the book asks ``admit(client)`` before placing a client's task and
+holds the task, for that client alone, while the answer is no.
 
 - A reply the client's pipe refuses (libzmq's EAGAIN at the socket's SNDHWM, under
   ROUTER_MANDATORY) is *parked* and the client is *stalled*: its later replies park behind
-  it (order kept) and its tasks not yet on an engine are *held* instead of placed, so the
-  engines serve other clients. ``flush`` retries the parked replies; once all are out the
-  client is unstalled and its held tasks come back, in order. Nothing is lost and nothing
-  fails for a client that is merely slow. What a stalled client costs the scheduler: the
-  SNDHWM messages in libzmq's pipe plus the replies of its tasks that were already running.
+  it (order kept) and ``admit`` says no, so its tasks not yet on an engine are held instead
+  of run into more results, and the engines serve other clients. ``flush`` retries the
+  parked replies and names the clients that caught up (the book then places their held
+  tasks, in order). Nothing is lost and nothing fails for a client that is merely slow.
+  What a stalled client costs the scheduler: the SNDHWM messages in libzmq's pipe plus the
+  replies of its tasks that were already running.
 - Every client message's connection (its file descriptor) is noted; when that connection
   closes the client is *gone* (libzmq gives a reconnected DEALER a new routing identity, so
-  a gone identity never comes back): its parked replies are dropped and the caller cancels
-  its tasks not yet on an engine. A stopped client's connection stays open (its kernel
-  still holds the socket): stopped is slow, not gone.
+  a gone identity never comes back): its parked replies are dropped, ``admit`` says no for
+  ever and the caller cancels its tasks not yet on an engine. A stopped client's connection
+  stays open (its kernel still holds the socket): stopped is slow, not gone.
 """
 
 from __future__ import annotations
@@ -25,9 +28,7 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from enum import Enum
-from typing import Any, Generic, TypeVar
-
-T = TypeVar("T")
+from typing import Any
 
 #: Gone identities remembered, to cancel a submission or drop a reply that was already on
 #: its way when the connection closed; the oldest are forgotten (identities never repeat).
@@ -53,15 +54,11 @@ class Delivery(Enum):
 SendFn = Callable[[bytes, Any], Send]
 
 
-class ClientLedger(Generic[T]):
-    """Per-client state of delivery: parked replies, held tasks, connections, gone clients.
-
-    ``T`` is whatever the scheduler calls a task; the ledger only keeps them in order.
-    """
+class ClientLedger:
+    """Per-client state of delivery: parked replies, connections, gone clients."""
 
     def __init__(self, gone_remembered: int = GONE_REMEMBERED) -> None:
         self._parked: dict[bytes, deque[Any]] = {}  # stalled clients' replies, oldest first
-        self._held: dict[bytes, deque[T]] = {}  # stalled clients' tasks, in submission order
         self._by_fd: dict[int, bytes] = {}  # open connection -> the client last seen on it
         self._fd_of: dict[bytes, int] = {}
         self._gone: OrderedDict[bytes, None] = OrderedDict()
@@ -99,9 +96,9 @@ class ClientLedger(Generic[T]):
     def is_gone(self, client: bytes) -> bool:
         return client in self._gone
 
-    def forget(self, client: bytes) -> list[T]:
-        """``client`` is gone: drop its parked replies and return its held tasks (to cancel).
-        Its later replies are dropped and its late submissions are the caller's to cancel."""
+    def forget(self, client: bytes) -> None:
+        """``client`` is gone: drop its parked replies; its later replies are dropped and its
+        tasks never admitted (the caller cancels those it holds)."""
         self._gone[client] = None
         while len(self._gone) > self._gone_remembered:
             self._gone.popitem(last=False)
@@ -109,7 +106,6 @@ class ClientLedger(Generic[T]):
         if fd is not None:
             self._by_fd.pop(fd, None)
         self._parked.pop(client, None)
-        return list(self._held.pop(client, ()))
 
     # -- replies ----------------------------------------------------------------------------
 
@@ -133,11 +129,11 @@ class ClientLedger(Generic[T]):
             return Delivery.PARKED
         return Delivery.DROPPED
 
-    def flush(self, send: SendFn) -> tuple[list[T], list[bytes]]:
+    def flush(self, send: SendFn) -> tuple[list[bytes], list[bytes]]:
         """Retry every parked reply, oldest first per client, until a client's pipe is full
-        again. Returns (held tasks released by clients that caught up, in order; clients
-        found gone, for the caller to ``forget``)."""
-        released: list[T] = []
+        again. Returns (clients that caught up: admitted again; clients found gone, for the
+        caller to ``forget``)."""
+        caught_up: list[bytes] = []
         gone: list[bytes] = []
         for client, park in list(self._parked.items()):
             while park:
@@ -150,17 +146,21 @@ class ClientLedger(Generic[T]):
                 park.popleft()
             else:
                 del self._parked[client]
-                released.extend(self._held.pop(client, ()))
-        return released, gone
+                caught_up.append(client)
+        return caught_up, gone
 
-    # -- tasks ------------------------------------------------------------------------------
+    # -- the task book's Ledger -------------------------------------------------------------
 
-    def hold(self, client: bytes, task: T) -> bool:
-        """Keep ``task`` back while ``client`` is stalled (True); False: place it now."""
-        if client not in self._parked:
-            return False
-        self._held.setdefault(client, deque()).append(task)
-        return True
+    def admit(self, client: bytes) -> bool:
+        """May a task of ``client`` go to an engine now? Not while it is not reading (its
+        result would wait here), never once it is gone (nobody would read it)."""
+        return client not in self._parked and client not in self._gone
+
+    def placed(self, client: bytes) -> None:
+        """Nothing to count: the limit is the client's pipe, not its tasks in flight."""
+
+    def answered(self, client: bytes) -> None:
+        """Nothing to count (see ``placed``)."""
 
     # -- reports ----------------------------------------------------------------------------
 
@@ -170,11 +170,10 @@ class ClientLedger(Generic[T]):
         return bool(self._parked)
 
     def counts(self) -> dict[str, int]:
-        """{stalled, parked, held, connections}: for logs and status queries."""
+        """{stalled, parked, connections}: for logs and status queries."""
         return {
             "stalled": len(self._parked),
             "parked": sum(len(p) for p in self._parked.values()),
-            "held": sum(len(h) for h in self._held.values()),
             "connections": len(self._by_fd),
         }
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 import zmq
 
@@ -35,8 +35,6 @@ from .clientledger import ClientLedger, Delivery, Send
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
-
 #: zmq_msg_get's ZMQ_SRCFD (deprecated in libzmq's docs, still served by 4.3): pyzmq names
 #: no constant for it.
 SRCFD = 2
@@ -46,21 +44,21 @@ def _short(client: bytes) -> str:
     return client.hex()
 
 
-class ClientLink(Generic[T]):
+class ClientLink:
     """Non-blocking replies, parked when a client's pipe is full, and clients found gone.
 
     Made before ``sock`` binds: a listener copies the socket's options when it binds, so
     an SNDHWM set later would not reach the clients' connections.
 
-    ``on_gone(client, held)`` is called once per client whose connection closed (or that
-    no send could reach), with its held tasks: the scheduler cancels those and its other
-    tasks not yet on an engine.
+    ``on_gone(client)`` is called once per client whose connection closed (or that no send
+    could reach): the scheduler cancels its tasks not yet on an engine. ``ledger`` is the
+    task book's Ledger: it admits no task of a client that is not reading, or gone.
     """
 
     def __init__(
         self,
         sock: zmq.Socket,
-        on_gone: Callable[[bytes, list[T]], None],
+        on_gone: Callable[[bytes], None],
         hwm: int = CLIENT_SNDHWM,
     ) -> None:
         if hwm <= 0:
@@ -70,7 +68,7 @@ class ClientLink(Generic[T]):
         self.sock = sock
         self.hwm = hwm
         self.on_gone = on_gone
-        self.ledger: ClientLedger[T] = ClientLedger()
+        self.ledger = ClientLedger()
         self.monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
 
     def close(self) -> None:
@@ -135,31 +133,27 @@ class ClientLink(Generic[T]):
         elif outcome is Delivery.DROPPED and not self.ledger.is_gone(client):
             self._gone(client, "no connection has its identity")
 
-    def hold(self, client: bytes, task: T) -> bool:
-        """Keep ``task`` back while its client is not reading (True); False: place it."""
-        return self.ledger.hold(client, task)
-
     @property
     def busy(self) -> bool:
         """Replies are parked: call ``flush`` again soon."""
         return self.ledger.busy
 
-    def flush(self) -> list[T]:
-        """Retry parked replies; the held tasks of clients that caught up, to place."""
-        released, gone = self.ledger.flush(self._try_send)
+    def flush(self) -> list[bytes]:
+        """Retry parked replies; the clients that caught up (their held tasks may run)."""
+        caught_up, gone = self.ledger.flush(self._try_send)
         for client in gone:
             self._gone(client, "no connection has its identity")
-        if released:
-            log.info("a client reads again: %d held task(s) back in the queue", len(released))
-        return released
+        for client in caught_up:
+            log.info("client %s reads again: its held tasks may run", _short(client))
+        return caught_up
 
     def _gone(self, client: bytes, why: str) -> None:
         parked = self.ledger.parked_of(client)
-        held = self.ledger.forget(client)
+        self.ledger.forget(client)
         log.info(
             "client %s is gone (%s): %d parked repl(ies) dropped, its queued tasks cancelled",
             _short(client),
             why,
             parked,
         )
-        self.on_gone(client, held)
+        self.on_gone(client)

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from zpar.client.partition import partition
 from zpar.messages import MsgType
 
 from .codec import pack_columns, type_frames
@@ -221,10 +222,8 @@ class TypedCalls:
         return TypedFunction(self, sig)
 
     def _engines_view(self) -> Any:
-        from zpar.client.view import DirectView
-
         view = self._view
-        if isinstance(view, DirectView):
+        if view.engine_ids() is not None:  # a DirectView
             return view
         targets = view.targets if view.targets is not None else "all"
         return view.client.direct_view(targets)
@@ -280,12 +279,10 @@ class TypedCalls:
     ) -> TypedResult:
         """One typed_request per chunk. A blocking call that is one message to one engine
         of this host is sent and awaited by this thread (client.directcall), as apply is."""
-        from zpar.client.view import DirectView, partition
-
         view = self._view
         client = view.client
-        if isinstance(view, DirectView):
-            ids = view._ids()
+        ids = view.engine_ids()
+        if ids is not None:  # a DirectView: one contiguous range per engine
             plan = [
                 (eid, a, b)
                 for eid, sl in zip(ids, partition(ncalls, len(ids)), strict=True)

@@ -23,6 +23,7 @@ from .errors import (
     SchedulerLost,
     SerializationError,
     TaskAborted,
+    TaskCancelled,
     TaskRejectError,
     TaskTimeout,
     TimeoutError,
@@ -95,6 +96,7 @@ __all__ = [
     "SchedulerLost",
     "SerializationError",
     "TaskAborted",
+    "TaskCancelled",
     "TaskRejectError",
     "TaskTimeout",
     "TimeoutError",
@@ -127,9 +129,17 @@ def register_joblib_backend(name: str = "ipyparallel", make_default: bool = Fals
     """Make ``joblib.parallel_backend(name)`` run on zpar: on the client of the innermost
     running ``zpar.Cluster`` (or the newest connected Client), else a new ``Client()``.
     The default name is ipyparallel's; "zpar" is registered too."""
+    from zpar.client.client import Client, newest_client
     from zpar.client.joblib_backend import register_joblib_backend as register
 
-    register(name=name, make_default=make_default)
+    def connect() -> tuple[Any, Any]:
+        client = newest_client()  # a zpar.Cluster's, or the last Client() made
+        opened = None
+        if client is None:
+            client = opened = Client()
+        return client.load_balanced_view(), opened
+
+    register(name=name, make_default=make_default, connect=connect)
 
 
 def bind_kernel(**kwargs: Any) -> None:

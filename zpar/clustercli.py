@@ -18,10 +18,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .errors import LaunchError
 from .launcher import (
     DEFAULT_CLUSTER_ID,
     ClusterState,
-    LaunchError,
     LocalCluster,
     list_clusters,
     state_file,

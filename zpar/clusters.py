@@ -19,9 +19,9 @@ from typing import Any
 import psutil
 
 from .connection import profile_dir
-from .errors import ZparError
+from .errors import LaunchError, ZparError
 from .launchers import engine_set_class
-from .launchers.base import LaunchError, alive, stop_processes
+from .launchers.base import alive, stop_processes
 from .ownership import sweep_stale_rundirs
 
 log = logging.getLogger(__name__)

@@ -28,6 +28,7 @@ from .errors import (
     TaskTimeout,
     UnmetDependency,
     ZparError,
+    error_content,
 )
 
 #: ipyparallel's base classes; in zpar every error derives from ZparError.
@@ -81,13 +82,11 @@ def wrap_exception(engine_info: dict[str, Any] | None = None) -> dict[str, Any]:
     etype, evalue, tb = sys.exc_info()
     if etype is None:
         raise RuntimeError("wrap_exception() is called while an exception is being handled")
-    return {
-        "status": "error",
-        "traceback": traceback.format_exception(etype, evalue, tb),
-        "ename": etype.__name__,
-        "evalue": str(evalue),
-        "engine_info": dict(engine_info or {}),
-    }
+    return error_content(
+        evalue,
+        traceback=traceback.format_exception(etype, evalue, tb),
+        engine_info=dict(engine_info or {}),
+    )
 
 
 def unwrap_exception(content: dict[str, Any]) -> RemoteError:

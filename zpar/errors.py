@@ -5,6 +5,8 @@ from __future__ import annotations
 import builtins
 from typing import Any
 
+from .messages import Status
+
 
 class ZparError(Exception):
     """Root of every zpar error."""
@@ -71,6 +73,11 @@ class NoSuchEngine(EngineError, IndexError):
 
 class TaskAborted(ZparError):
     """A task was aborted before it ran."""
+
+
+class TaskCancelled(TaskAborted):
+    """A load-balanced task was cancelled before it ran because its client disconnected
+    (the store records it as ``cancelled``; issue 13, backpressure)."""
 
 
 class TaskTimeout(TimeoutError):
@@ -286,9 +293,86 @@ class ControllerLost(ZparError):
     with this error naming it, and later ones at once."""
 
 
+# -- processes: starting, stopping, owning a cluster ---------------------------------------
+
+
+class LaunchError(ZparError):
+    """A controller or engine could not be started (or stopped)."""
+
+
+class ControllerError(ZparError):
+    """The controller could not start or lost a part it cannot run without."""
+
+
+class ClusterBusy(ZparError):
+    """Another live controller owns this profile and cluster id."""
+
+
+class ExposureRefused(ZparError, ValueError):
+    """An ``--insecure`` controller asked to listen beyond loopback without ``--force``."""
+
+
+class RegistrationRefused(ZparError):
+    """The hub answered an engine's registration request with an error."""
+
+
+class StoreError(ZparError):
+    """The task store cannot be opened or used; the message says which file/URL and why."""
+
+
+# -- client ----------------------------------------------------------------------------------
+
+
+class NotReadyError(ZparError, RuntimeError, ValueError):
+    """A question only a finished result can answer (``successful()``) was asked early."""
+
+
+class TaskLost(ZparError):
+    """A stored task ended without a result: the controller stopped while it ran."""
+
+
+class ResultNotStored(ZparError):
+    """The hub did not keep this task's result (larger than its store limit)."""
+
+
+# -- error replies ---------------------------------------------------------------------------
+
+#: zpar's own errors a client rebuilds as themselves (not as RemoteError) when an error
+#: reply says ``zpar_error``: named by their classes, so a rename cannot go out of step.
 _BY_NAME: dict[str, type[ZparError]] = {
-    "EngineError": EngineError,
-    "TaskAborted": TaskAborted,
-    "TaskTimeout": TaskTimeout,
-    "ImpossibleDependency": ImpossibleDependency,
+    cls.__name__: cls
+    for cls in (EngineError, TaskAborted, TaskCancelled, TaskTimeout, ImpossibleDependency)
 }
+
+
+def error_content(
+    error: BaseException | type[BaseException],
+    evalue: str | None = None,
+    *,
+    status: str = Status.ERROR,
+    traceback: list[str] | None = None,
+    engine_info: dict[str, Any] | None = None,
+    zpar_error: bool = False,
+    **fields: Any,
+) -> dict[str, Any]:
+    """The content of an error reply: the one place every process builds one.
+
+    ``error``: the exception, or its class when nothing was raised (``ename`` is always
+    the class's name, never a string typed twice); ``evalue`` defaults to ``str(error)``.
+    ``traceback`` and ``engine_info`` are added when given (execution replies carry them,
+    the hub's query replies do not); ``zpar_error`` marks an error zpar itself decided
+    (the client rebuilds it as its class, the task scheduler does not retry it);
+    ``fields``: the reply's own extra keys (``unknown``, ``execution_count``…).
+    """
+    cls = error if isinstance(error, type) else type(error)
+    if evalue is None:
+        evalue = "" if isinstance(error, type) else str(error)
+    content: dict[str, Any] = {"status": status, "ename": cls.__name__, "evalue": evalue}
+    if traceback is not None:
+        content["traceback"] = traceback
+    if engine_info is not None:
+        content["engine_info"] = engine_info
+    if zpar_error:
+        content["zpar_error"] = True
+    content.update(fields)
+    return content

@@ -45,9 +45,9 @@ from .clusters import (
 )
 from .connection import profile_dir
 from .constants import DEFAULT_PROFILE
-from .errors import TimeoutError, ZparError
+from .errors import LaunchError, TimeoutError, ZparError
 from .launchers import EngineSet, LaunchContext, engine_set_class
-from .launchers.base import LaunchError, ident, log_tail, process_state, spawn
+from .launchers.base import ident, log_tail, process_state, spawn
 from .launchers.base import stop_processes as stop_processes
 from .launchers.restart import RestartPolicy
 from .launchers.watch import ProcessWatcher

@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 
 from .connection import profile_dir
+from .errors import ClusterBusy
 
 log = logging.getLogger(__name__)
 
@@ -28,10 +29,6 @@ RUNDIR_OWNER = "owner.pid"
 RUNDIR_PREFIX = "zpar-"
 #: The name a controller started without a cluster id locks (the profile's default cluster).
 DEFAULT_LOCK_NAME = "default"
-
-
-class ClusterBusy(Exception):
-    """Another live controller owns this profile and cluster id."""
 
 
 def lock_path(profile: str, cluster_id: str) -> Path:

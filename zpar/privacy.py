@@ -16,6 +16,7 @@ import hmac
 import ipaddress
 
 from .constants import WILDCARDS
+from .errors import ExposureRefused
 
 
 def iopub_topic(key: str | bytes | None) -> bytes:
@@ -52,10 +53,6 @@ def exposed_addresses(ip: str) -> list[str]:
                 if not is_loopback(host) and host not in out:
                     out.append(host)
     return out or ["0.0.0.0 (every interface)"]
-
-
-class ExposureRefused(ValueError):
-    """An ``--insecure`` controller asked to listen beyond loopback without ``--force``."""
 
 
 def check_exposure(ip: str, *, curve: bool, insecure: bool, force: bool) -> str | None:

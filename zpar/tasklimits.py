@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .errors import TaskTimeout, error_content
+
 
 def parse_time_limit(metadata: Any) -> float | None:
     """A request's ``time_limit`` in seconds (> 0, finite), None when it has none; raises
@@ -29,11 +31,10 @@ def timeout_content(
     """The error content of a task stopped at its time_limit (raised as zpar.TaskTimeout),
     with the traceback of where the interrupt found it when it returned."""
     tb = interrupted.get("traceback", []) if isinstance(interrupted, dict) else []
-    return {
-        "status": "error",
-        "ename": "TaskTimeout",
-        "evalue": f"task {msg_id} exceeded its time_limit of {limit:g} s and was interrupted",
-        "traceback": tb,
-        "engine_info": engine_info,
-        "zpar_error": True,
-    }
+    return error_content(
+        TaskTimeout,
+        f"task {msg_id} exceeded its time_limit of {limit:g} s and was interrupted",
+        traceback=tb,
+        engine_info=engine_info,
+        zpar_error=True,
+    )

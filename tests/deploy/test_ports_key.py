@@ -15,9 +15,9 @@ import sys
 import psutil
 import pytest
 
-from zpar.hub.schedproc import PORT_ORDER, check_ports_free
 from zpar import settings as S
 from zpar.connection import wait_for_connection_file
+from zpar.hub.schedproc import PORT_ORDER, check_ports_free
 from zpar.messages import MsgType
 
 KEY = "0123456789abcdef" * 4

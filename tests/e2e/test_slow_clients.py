@@ -21,6 +21,9 @@ from tests.e2e.conftest import wait_until
 #: the CI size of the issue's case (20,000 results of 100 KB took the scheduler to 2 GB)
 N_RESULTS = 2000
 RESULT_SIZE = 100_000
+#: engines are declared dead after 10 s of silence, not FAST_HB's 0.4 s: these tests load
+#: a shared machine hard, and an engine lost to a late heartbeat fails the stopped client
+SLOW_HB = ["--hb-period", "1", "--hb-misses", "10"]
 #: the documented bound on the scheduler's growth over its idle size (docs/security.md)
 RSS_BOUND = 200 * 2**20
 
@@ -122,7 +125,7 @@ def _every(interval, condition):
 def test_a_stopped_client_gets_every_result_later_and_the_scheduler_stays_bounded(
     make_cluster, tmp_path
 ):
-    c = make_cluster(n=2)
+    c = make_cluster(n=2, controller_args=SLOW_HB)
     rc = c.client
     rc.wait_for_engines(2, timeout=60)
     sched = _scheduler(c)
@@ -169,7 +172,7 @@ def test_a_stopped_client_gets_every_result_later_and_the_scheduler_stays_bounde
 
 
 def test_a_killed_clients_queued_tasks_are_cancelled_and_a_new_task_runs(make_cluster, tmp_path):
-    c = make_cluster(n=2)
+    c = make_cluster(n=2, controller_args=SLOW_HB)
     rc = c.client
     rc.wait_for_engines(2, timeout=60)
     n = 400

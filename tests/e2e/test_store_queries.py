@@ -191,7 +191,7 @@ def test_corrupt_database_fails_at_start_with_a_clear_error(tmp_path):
 def test_locked_database_fails_at_start_with_a_clear_error(tmp_path):
     import sqlite3
 
-    from zpar.hub.sqlstore import SQLStore
+    from zpar.hub.stores.sql import SQLStore
 
     db = tmp_path / "tasks.db"
     SQLStore(f"sqlite:///{db}").close()

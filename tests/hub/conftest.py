@@ -47,7 +47,7 @@ def pg_server():
 
 @pytest.fixture(params=["memory", "sqlite", "sqlalchemy-sqlite", "postgresql"])
 def store(request, tmp_path):
-    from zpar.hub.store import open_store
+    from zpar.hub.stores import open_store
 
     if request.param == "memory":
         s = open_store("memory")

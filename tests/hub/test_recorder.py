@@ -5,7 +5,7 @@ from __future__ import annotations
 from zpar.hub import recorder
 from zpar.hub.recorder import StoreWriter
 from zpar.hub.records import TaskTable
-from zpar.hub.store import PENDING_GRACE, STORE_FLUSH_INTERVAL, MemoryStore, StoreError
+from zpar.hub.stores import PENDING_GRACE, STORE_FLUSH_INTERVAL, MemoryStore, StoreError
 
 
 class FlakyStore(MemoryStore):
@@ -67,7 +67,7 @@ def test_pending_records_are_written_once_done_or_after_the_grace(monkeypatch):
 
 
 def test_a_read_only_sqlite_store_is_reported_and_recovers(tmp_path, caplog):
-    from zpar.hub.store import open_store
+    from zpar.hub.stores import open_store
 
     store = open_store("", tmp_path / "tasks.db")
     table = TaskTable()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from zpar.hub.store import LOST_IN_RESTART, MemoryStore, StoreError, check_query, open_store
+from zpar.hub.stores import LOST_IN_RESTART, MemoryStore, StoreError, check_query, open_store
 
 
 def row(i, **kw):
@@ -137,8 +137,8 @@ def test_sqlite_store_tables_are_sqlstores():
     from sqlalchemy.dialects import sqlite
     from sqlalchemy.schema import CreateIndex, CreateTable
 
-    from zpar.hub.sqlitestore import DDL
-    from zpar.hub.sqlstore import metadata
+    from zpar.hub.stores.sql import metadata
+    from zpar.hub.stores.sqlite import DDL
 
     def words(sql):
         return " ".join(sql.replace(" IF NOT EXISTS", "").split())
@@ -154,8 +154,8 @@ def test_sqlite_store_tables_are_sqlstores():
 
 
 def test_one_file_read_by_both_stores(tmp_path):
-    from zpar.hub.sqlitestore import SQLiteStore
-    from zpar.hub.sqlstore import SQLStore
+    from zpar.hub.stores.sql import SQLStore
+    from zpar.hub.stores.sqlite import SQLiteStore
 
     path = tmp_path / "both.db"
     a = open_store("", path)
@@ -175,7 +175,7 @@ def test_one_file_read_by_both_stores(tmp_path):
 
 
 def test_sqlite_urls_that_need_sqlalchemy_go_to_it():
-    from zpar.hub.sqlitestore import sqlite_path
+    from zpar.hub.stores.sqlite import sqlite_path
 
     assert sqlite_path("sqlite:////tmp/a.db") == "/tmp/a.db"
     assert sqlite_path("sqlite:///rel.db") == "rel.db"

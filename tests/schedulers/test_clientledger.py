@@ -1,5 +1,5 @@
-"""ClientLedger without sockets: a slow client's replies park and its tasks wait, nothing is
-lost or reordered, a gone client's state is dropped, connections map to clients."""
+"""ClientLedger without sockets: a slow client's replies park and its tasks are not admitted,
+nothing is lost or reordered, a gone client's state is dropped, connections map to clients."""
 
 from __future__ import annotations
 
@@ -38,16 +38,16 @@ class FakePipes:
 
 
 def test_replies_go_straight_out_while_the_pipe_has_room():
-    ledger: ClientLedger[str] = ClientLedger()
+    ledger = ClientLedger()
     send = FakePipes(a=5)
     assert [ledger.deliver(A, i, send) for i in range(3)] == [Delivery.SENT] * 3
     assert send.out[A] == [0, 1, 2]
     assert not ledger.stalled(A) and not ledger.busy
-    assert ledger.hold(A, "t1") is False  # not stalled: the caller places it
+    assert ledger.admit(A)  # its tasks may run
 
 
 def test_a_full_pipe_parks_the_reply_and_every_later_one_in_order():
-    ledger: ClientLedger[str] = ClientLedger()
+    ledger = ClientLedger()
     send = FakePipes(a=2)
     outcomes = [ledger.deliver(A, i, send) for i in range(6)]
     assert outcomes == [Delivery.SENT] * 2 + [Delivery.PARKED] * 4
@@ -55,65 +55,66 @@ def test_a_full_pipe_parks_the_reply_and_every_later_one_in_order():
     assert ledger.parked_of(A) == 4
     # parked replies behind the first are not even tried: order is kept
     assert send.calls == 3
-    assert ledger.counts() == {"stalled": 1, "parked": 4, "held": 0, "connections": 0}
+    assert ledger.counts() == {"stalled": 1, "parked": 4, "connections": 0}
 
 
-def test_a_stalled_clients_tasks_are_held_and_come_back_in_order_when_it_reads():
-    ledger: ClientLedger[str] = ClientLedger()
+def test_a_stalled_clients_tasks_are_not_admitted_until_its_replies_are_out():
+    ledger = ClientLedger()
     send = FakePipes(a=0)
     assert ledger.deliver(A, "r0", send) is Delivery.PARKED
-    assert [ledger.hold(A, t) for t in ("t1", "t2", "t3")] == [True] * 3
-    assert ledger.counts()["held"] == 3
-    # still full: nothing released, nothing lost
+    assert not ledger.admit(A)
+    ledger.placed(A)  # the book's other calls change nothing: the limit is the pipe
+    ledger.answered(A)
+    assert not ledger.admit(A)
+    # still full: nobody caught up, nothing lost
     assert ledger.flush(send) == ([], [])
     assert ledger.parked_of(A) == 1
     send.drain(A, 1)
     assert ledger.deliver(A, "r1", send) is Delivery.PARKED  # behind r0 even with room
-    released, gone = ledger.flush(send)
-    # room for one: r0 goes, r1 waits, tasks still held
-    assert (released, gone) == ([], [])
-    assert send.out[A] == ["r0"]
+    caught_up, gone = ledger.flush(send)
+    # room for one: r0 goes, r1 waits, its tasks still wait
+    assert (caught_up, gone) == ([], [])
+    assert send.out[A] == ["r0"] and not ledger.admit(A)
     send.drain(A, 10)
-    released, gone = ledger.flush(send)
-    assert released == ["t1", "t2", "t3"] and gone == []
+    caught_up, gone = ledger.flush(send)
+    assert caught_up == [A] and gone == []
     assert send.out[A] == ["r0", "r1"]
-    assert not ledger.stalled(A) and not ledger.busy
-    assert ledger.counts() == {"stalled": 0, "parked": 0, "held": 0, "connections": 0}
+    assert not ledger.stalled(A) and not ledger.busy and ledger.admit(A)
+    assert ledger.counts() == {"stalled": 0, "parked": 0, "connections": 0}
     # caught up: its next reply goes straight out again
     assert ledger.deliver(A, "r2", send) is Delivery.SENT
 
 
 def test_other_clients_are_served_while_one_is_stalled():
-    ledger: ClientLedger[str] = ClientLedger()
+    ledger = ClientLedger()
     send = FakePipes(a=0, b=100)
     assert ledger.deliver(A, "a0", send) is Delivery.PARKED
-    assert ledger.hold(A, "ta") is True
-    assert ledger.hold(B, "tb") is False
+    assert not ledger.admit(A)
+    assert ledger.admit(B)
     assert ledger.deliver(B, "b0", send) is Delivery.SENT
     assert ledger.flush(send) == ([], [])
     assert send.out == {B: ["b0"]}
 
 
 def test_a_client_found_gone_while_flushing_is_reported_and_forgotten():
-    ledger: ClientLedger[str] = ClientLedger()
+    ledger = ClientLedger()
     send = FakePipes(a=0)
     ledger.deliver(A, "r0", send)
     ledger.deliver(A, "r1", send)
-    ledger.hold(A, "t1")
     send.closed.add(A)
-    released, gone = ledger.flush(send)
-    assert released == [] and gone == [A]
-    assert ledger.forget(A) == ["t1"]  # the caller cancels them
+    caught_up, gone = ledger.flush(send)
+    assert caught_up == [] and gone == [A]
+    ledger.forget(A)  # the caller cancels its tasks
     assert not ledger.busy and ledger.counts()["parked"] == 0
     assert ledger.is_gone(A)
     calls = send.calls
     assert ledger.deliver(A, "late", send) is Delivery.DROPPED
     assert send.calls == calls  # a gone client is not even tried
-    assert ledger.hold(A, "t2") is False
+    assert not ledger.admit(A)  # never again
 
 
 def test_send_answering_gone_drops_the_reply():
-    ledger: ClientLedger[str] = ClientLedger()
+    ledger = ClientLedger()
     send = FakePipes()
     send.closed.add(B)
     assert ledger.deliver(B, "r", send) is Delivery.DROPPED
@@ -121,7 +122,7 @@ def test_send_answering_gone_drops_the_reply():
 
 
 def test_a_closed_connection_names_the_client_last_seen_on_it():
-    ledger: ClientLedger[str] = ClientLedger()
+    ledger = ClientLedger()
     assert not ledger.known(A, 7)
     ledger.seen(A, 7)
     ledger.seen(B, 8)
@@ -134,7 +135,7 @@ def test_a_closed_connection_names_the_client_last_seen_on_it():
 
 
 def test_a_reused_fd_belongs_to_its_new_client_once_the_old_close_was_noted():
-    ledger: ClientLedger[str] = ClientLedger()
+    ledger = ClientLedger()
     ledger.seen(A, 7)
     assert ledger.closed(7) == A
     ledger.forget(A)
@@ -146,7 +147,7 @@ def test_a_reused_fd_belongs_to_its_new_client_once_the_old_close_was_noted():
 
 
 def test_a_client_seen_on_another_connection_moves_there():
-    ledger: ClientLedger[str] = ClientLedger()
+    ledger = ClientLedger()
     ledger.seen(A, 7)
     ledger.seen(A, 9)
     assert ledger.closed(7) is None
@@ -157,9 +158,9 @@ def test_a_client_seen_on_another_connection_moves_there():
 
 
 def test_forget_drops_the_clients_connection_and_bounds_the_gone_memory():
-    ledger: ClientLedger[str] = ClientLedger(gone_remembered=3)
+    ledger = ClientLedger(gone_remembered=3)
     ledger.seen(A, 5)
-    assert ledger.forget(A) == []
+    ledger.forget(A)
     assert ledger.closed(5) is None  # its close, reported after, is nobody's
     for i in range(5):
         ledger.forget(bytes([i]))
@@ -170,21 +171,21 @@ def test_forget_drops_the_clients_connection_and_bounds_the_gone_memory():
 @pytest.mark.parametrize("room", [0, 1, 3])
 def test_every_reply_arrives_exactly_once_whatever_the_pipe_room(room):
     """A long exchange: the client reads ``room`` replies between flushes; in the end it
-    has every reply once, in order, and every held task came back once."""
-    ledger: ClientLedger[int] = ClientLedger()
+    has every reply once, in order, and it was admitted again each time it caught up."""
+    ledger = ClientLedger()
     send = FakePipes(a=room)
-    released: list[int] = []
+    stalls = catch_ups = 0
     for i in range(50):
-        if not ledger.hold(A, i):
-            released.append(i)
+        was_admitted = ledger.admit(A)
         ledger.deliver(A, i, send)
+        stalls += was_admitted and not ledger.admit(A)
         send.drain(A, room)
-        back, gone = ledger.flush(send)
+        caught_up, gone = ledger.flush(send)
         assert gone == []
-        released.extend(back)
+        catch_ups += len(caught_up)
+        assert ledger.admit(A) == (not ledger.stalled(A))
     while ledger.busy:
         send.drain(A, 1)
-        back, _ = ledger.flush(send)
-        released.extend(back)
+        catch_ups += len(ledger.flush(send)[0])
     assert send.out[A] == list(range(50))
-    assert sorted(released) == list(range(50))
+    assert ledger.admit(A) and catch_ups == stalls

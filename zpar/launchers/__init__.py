@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import importlib
 
-from .base import EngineSet, LaunchContext, LaunchError
+from zpar.errors import LaunchError
+
+from .base import EngineSet, LaunchContext
 
 KINDS = ("local", "mpi", "ssh", "slurm", "pbs")
 

@@ -20,17 +20,12 @@ from typing import Any, ClassVar
 
 import psutil
 
-from zpar.errors import ZparError
 from zpar.settings import Settings
 
 log = logging.getLogger(__name__)
 
 #: Old log files kept per process (name.log.1 … name.log.3), rotated at each start.
 LOG_BACKUPS = 3
-
-
-class LaunchError(ZparError):
-    """A controller or engine could not be started (or stopped)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from zpar.connection import profile_dir
+from zpar.errors import LaunchError
 
-from .base import EngineSet, LaunchError
+from .base import EngineSet
 
 #: Seconds sbatch / qsub / scancel / qdel may take (a busy batch server is slow, not dead).
 BATCH_TIMEOUT = 60.0

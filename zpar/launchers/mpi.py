@@ -14,7 +14,9 @@ from typing import Any
 
 import psutil
 
-from .base import EngineSet, LaunchError, alive, spawn, stop_processes
+from zpar.errors import LaunchError
+
+from .base import EngineSet, alive, spawn, stop_processes
 
 
 class MPIEngines(EngineSet):

@@ -23,8 +23,9 @@ from typing import Any
 import psutil
 
 from zpar.connection import read_connection_file
+from zpar.errors import LaunchError
 
-from .base import EngineSet, LaunchError, alive, ident, spawn, stop_processes
+from .base import EngineSet, alive, ident, spawn, stop_processes
 
 log = logging.getLogger(__name__)
 

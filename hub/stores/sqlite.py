@@ -16,12 +16,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .records import jsonable
-from .store import (
+from zpar.errors import StoreError
+
+from ..records import jsonable
+from .base import (
     JSON_KEYS,
     LOST_IN_RESTART,
     RECORD_KEYS,
-    StoreError,
     TaskStore,
     lost_marking_error,
 )

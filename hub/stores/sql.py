@@ -1,5 +1,5 @@
 """SQLStore: the task store through SQLAlchemy Core, for every URL but a plain SQLite file
-(PostgreSQL…; the default SQLite file has its own store, hub.sqlitestore, on these tables).
+(PostgreSQL…; the default SQLite file has its own store, hub.stores.sqlite, on these tables).
 
 Core, not the ORM: the hub writes thousands of rows a second in batches, as plain dicts.
 Upserts use each dialect's ON CONFLICT; SQLite runs in WAL mode so readers never block the
@@ -15,12 +15,14 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 
-from .records import jsonable
-from .store import (
+from zpar.errors import StoreError
+
+from ..records import jsonable
+from .base import (
     JSON_KEYS,
+    LOST_IN_RESTART,
     OPERATORS,
     RECORD_KEYS,
-    StoreError,
     TaskStore,
     lost_marking_error,
 )
@@ -158,8 +160,6 @@ class SQLStore(TaskStore):
             return [r[0] for r in c.execute(q)]
 
     def mark_lost(self, now: float) -> int:
-        from .store import LOST_IN_RESTART
-
         # the first write at start: a store another process holds locked fails here, with
         # a message that says so rather than a traceback from deep in SQLAlchemy
         try:

@@ -1,0 +1,140 @@
+"""What every task store is: the TaskStore interface, the record's columns, and the checks
+of a db_request's query and keys. The backends (memory, sqlite, sql) build on this module
+only; the factory that picks one is the package's ``open_store``.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from zpar.errors import StoreError
+
+log = logging.getLogger(__name__)
+
+#: Seconds between store writes, and records that force one sooner.
+STORE_FLUSH_INTERVAL = 0.05
+STORE_FLUSH_RECORDS = 1000
+
+#: A submitted task's record is first written once it has been pending this long (or when
+#: it completes, whichever comes first): most tasks finish sooner and are written once, not
+#: twice. Completed records are written within STORE_FLUSH_INTERVAL.
+PENDING_GRACE = 1.0
+
+#: Status given at start-up to tasks that were pending when the controller stopped.
+LOST_IN_RESTART = "lost"
+
+#: Columns of a record: what db queries filter on and return.
+RECORD_KEYS = (
+    "msg_id",
+    "session",
+    "client",
+    "engine_uuid",
+    "msg_type",
+    "queue",
+    "submitted",
+    "started",
+    "completed",
+    "status",
+    "retries",
+    "header",
+    "metadata",
+    "result_content",
+    "stdout",
+    "stderr",
+    "result_size",
+)
+
+#: Record keys holding msgpack-decoded structures, kept as JSON (records.jsonable).
+JSON_KEYS = frozenset({"header", "metadata", "result_content"})
+
+OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
+    "$lt": operator.lt,
+    "$gt": operator.gt,
+    "$lte": operator.le,
+    "$gte": operator.ge,
+    "$eq": operator.eq,
+    "$ne": operator.ne,
+    "$in": lambda a, b: a in b,
+    "$nin": lambda a, b: a not in b,
+}
+
+
+def lost_marking_error(url: str, reason: str) -> StoreError:
+    """The start-up write failed: say so, and what a locked database most likely means."""
+    hint = ""
+    if "locked" in reason:
+        hint = (
+            " (another process holds the database: is another controller using this file? "
+            "Give this one its own with --db or --cluster-id)"
+        )
+    return StoreError(f"cannot write to the task store {url}: {reason}{hint}")
+
+
+def check_query(query: Any) -> dict[str, dict[str, Any]]:
+    """Normalize a Mongo-style filter: {key: value | {"$op": value}}; ValueError if bad."""
+    if not isinstance(query, dict):
+        raise ValueError(f"a db query must be a map of record keys to conditions, got {query!r}")
+    out = {}
+    for key, cond in query.items():
+        if key not in RECORD_KEYS:
+            raise ValueError(f"unknown record key {key!r}; keys: {', '.join(RECORD_KEYS)}")
+        if not isinstance(cond, dict):
+            cond = {"$eq": cond}
+        for op, value in cond.items():
+            if op not in OPERATORS:
+                raise ValueError(f"unknown operator {op!r}; operators: {', '.join(OPERATORS)}")
+            if op in ("$in", "$nin") and not isinstance(value, list | tuple):
+                raise ValueError(f"{op} needs a list, got {value!r}")
+        out[key] = cond
+    return out
+
+
+def check_keys(keys: Any) -> list[str]:
+    if keys is None:
+        return list(RECORD_KEYS)
+    if not isinstance(keys, list | tuple) or not all(k in RECORD_KEYS for k in keys):
+        raise ValueError(f"keys must be a list of record keys ({', '.join(RECORD_KEYS)})")
+    return ["msg_id", *[k for k in keys if k != "msg_id"]]
+
+
+class TaskStore(ABC):
+    """What the hub needs of a store."""
+
+    url = ""
+    #: the last write failure, None while writes succeed
+    error: str | None = None
+
+    @abstractmethod
+    def save(self, rows: list[dict[str, Any]], buffers: dict[str, list[bytes]]) -> None:
+        """Upsert whole rows, and replace the result buffers of the msg_ids given."""
+
+    @abstractmethod
+    def get(self, msg_ids: Iterable[str], with_buffers: bool) -> dict[str, dict[str, Any]]:
+        """{msg_id: row} of the known ones; rows carry "buffers" when asked."""
+
+    @abstractmethod
+    def find(self, query: dict[str, Any], keys: list[str]) -> list[dict[str, Any]]:
+        """Rows (only ``keys``) matching a check_query() filter, in submission order."""
+
+    @abstractmethod
+    def delete(self, msg_ids: list[str] | None, engine_uuids: list[str] | None) -> int:
+        """Delete completed records (msg_ids None: all, or those of engine_uuids)."""
+
+    @abstractmethod
+    def history(self) -> list[str]:
+        """Every msg_id, in submission order."""
+
+    @abstractmethod
+    def mark_lost(self, now: float) -> int:
+        """Records left pending by a previous controller: they will never complete."""
+
+    @abstractmethod
+    def count(self) -> int:
+        """Number of records."""
+
+    def close(self) -> None:  # noqa: B027 - optional: most stores hold nothing to release
+        """Release connections."""

@@ -1,0 +1,84 @@
+"""What the task book asks its driver to do: the instructions of the sans-IO scheduler.
+
+The book (schedulers/book.py) never touches a socket or a key: each event it is fed
+appends instructions to ``TaskBook.out``, and the driver (schedulers/task.py) carries them
+out in order. The only answer a driver owes the book is ``TaskBook.undeliverable`` when a
+SendTask found no connected engine (ROUTER_MANDATORY's EHOSTUNREACH).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from zpar.monitor import TaskEvent
+from zpar.wire import Message
+
+if TYPE_CHECKING:
+    from .book import Task
+    from .schemes import EngineSlot
+
+
+@dataclass(frozen=True, slots=True)
+class SendTask:
+    """Sign ``task``'s request for ``engine`` alone (its dest, this attempt) and send it;
+    once sent, tell the hub the task's destination."""
+
+    task: Task
+    engine: EngineSlot
+
+
+@dataclass(frozen=True, slots=True)
+class RelayReply:
+    """Pass an engine's checked reply to the client, and its copy to the hub."""
+
+    client: bytes
+    engine: bytes
+    reply: Message
+
+
+@dataclass(frozen=True, slots=True)
+class FailTask:
+    """Answer a task in the engine's stead with a signed zpar error (and tell the hub)."""
+
+    client: bytes
+    header: dict[str, Any]
+    engine: EngineSlot | None
+    ename: str
+    evalue: str
+    status: str
+
+
+@dataclass(frozen=True, slots=True)
+class AbortReply:
+    """Answer a client's abort_request with the ids aborted while still in our hands."""
+
+    client: bytes
+    parent: dict[str, Any]
+    aborted: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class RevokeTasks:
+    """Ask an engine to give back tasks it holds but has not started (prefetch steal)."""
+
+    engine: EngineSlot
+    msg_ids: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class HubEvent:
+    """A task event for the hub's record (batched by the driver's HubReport)."""
+
+    event: TaskEvent
+
+
+@dataclass(frozen=True, slots=True)
+class Refuse:
+    """A signed request the book refuses (counted by reason, like the Session's refusals)."""
+
+    reason: str
+    detail: str
+
+
+Instruction = SendTask | RelayReply | FailTask | AbortReply | RevokeTasks | HubEvent | Refuse
