@@ -24,6 +24,7 @@ from zpar.wire import Message
 
 from .futurestate import FutureStateMixin
 from .outputs import OutputsMixin
+from .request import request_of
 from .resultmeta import MetadataMixin
 
 _UNSET = object()
@@ -53,6 +54,13 @@ def _future_failed(f: concurrent.futures.Future) -> bool:
     if f.exception() is not None:
         return True
     return f.result().content.get("status") != Status.OK
+
+
+def _sent(f: concurrent.futures.Future) -> bool:
+    """Whether a future's request has left the client (one that came from elsewhere, the
+    hub's store or its own thread, has nothing left to send)."""
+    request = request_of(f)
+    return request is None or request.sent is not None
 
 
 def _timeout(timeout: float | None) -> float | None:
@@ -106,7 +114,7 @@ class AsyncResult(FutureStateMixin, MetadataMixin, OutputsMixin, concurrent.futu
         self._postprocess = postprocess
         self._trackers = tuple(trackers)
         if submitted is None:  # when the first message was made (its header's date)
-            dates = [getattr(f, "zpar_submitted", None) for f in self._futures]
+            dates = [r.submitted for f in self._futures if (r := request_of(f)) is not None]
             submitted = min((d for d in dates if d is not None), default=None) or time.time()
         self._submitted = submitted
         self._values: list[Any] | None = None
@@ -194,7 +202,7 @@ class AsyncResult(FutureStateMixin, MetadataMixin, OutputsMixin, concurrent.futu
     @property
     def sent(self) -> bool:
         """True once every message has left the client (handed to zmq by the I/O thread)."""
-        return all(getattr(f, "zpar_sent", None) is not None for f in self._futures)
+        return all(_sent(f) for f in self._futures)
 
     def wait_for_send(self, timeout: float | None = -1) -> bool:
         """Wait until zmq no longer reads the memory of the arguments (``track=True``);
@@ -211,7 +219,9 @@ class AsyncResult(FutureStateMixin, MetadataMixin, OutputsMixin, concurrent.futu
             time.sleep(0.0005)
         trackers = list(self._trackers)
         for f in self._futures:
-            trackers.extend(getattr(f, "zpar_trackers", ()))
+            request = request_of(f)
+            if request is not None and request.trackers:
+                trackers.extend(request.trackers)
         for t in trackers:
             remaining = -1 if deadline is None else max(0.0, deadline - time.monotonic())
             try:

@@ -15,6 +15,8 @@ from typing import Any
 
 from zpar.connection import ConnectionInfo, write_connection_file
 
+from .taskstore import msg_ids_of
+
 log = logging.getLogger(__name__)
 
 #: Client arguments for an ssh tunnel: zpar does not tunnel (an ssh -L forward, a VPN, or
@@ -122,16 +124,16 @@ class ClientCompatMixin:
         RuntimeError if one of them is still outstanding (as in ipyparallel)."""
         if not jobs and not targets:
             raise ValueError("Must specify at least one of `targets` and `jobs`")
-        results = self._results  # type: ignore[attr-defined]
+        results = self.sender.handles  # type: ignore[attr-defined]
         outstanding = self.outstanding  # type: ignore[attr-defined]
         if jobs == "all":
             if outstanding:
                 raise RuntimeError(f"Can't purge outstanding tasks: {outstanding}")
             results.clear()
             return
-        ids = set(self._msg_ids(jobs)) if jobs else set()  # type: ignore[attr-defined]
+        ids = set(msg_ids_of(jobs)) if jobs else set()
         if targets:
-            wanted = set(self._resolve_targets(targets))  # type: ignore[attr-defined]
+            wanted = set(self.sender.resolve_targets(targets))  # type: ignore[attr-defined]
             for m, ar in list(results.items()):
                 if ar.ready() and set(_as_list(ar.engine_id)) & wanted:
                     ids.add(m)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 import zmq
@@ -22,6 +23,7 @@ from zpar.transport import direct_address, usable_ipc
 from zpar.wire import Session, recv_message, send_frames
 
 from .futures import ReplyFuture, resolve
+from .request import Request
 
 log = logging.getLogger(__name__)
 
@@ -86,21 +88,23 @@ class DirectCaller:
     def reachable(self, uuid: str) -> bool:
         return self._socket(uuid) is not None
 
-    def call(self, uuid: str, frames: list[Any], msg_id: str) -> ReplyFuture:
-        """Send the signed ``frames`` to engine ``uuid`` and wait for the reply to msg_id;
-        the future is done when this returns (with the reply, or the engine's death)."""
+    def call(self, request: Request) -> ReplyFuture:
+        """Send a request's signed frames to its engine and wait for the reply; its
+        future is done when this returns (with the reply, or the engine's death)."""
+        uuid, frames, msg_id = request.engine_uuid or "", request.frames or [], request.msg_id
         sock = self._socket(uuid)
         if sock is None:
             raise EngineError(f"engine {uuid} has no direct endpoint on this host")
         me = threading.current_thread()
         checker = self._checkers[me]
-        fut = ReplyFuture()
-        fut.engine_uuid = uuid  # type: ignore[attr-defined]
+        fut = request.future
         with self._lock:
             self._busy.add(sock)
         self._io.watch_direct(uuid, fut)
         try:
             send_frames(sock, frames)
+            request.sent = time.time()
+            request.frames = None
             while not fut.done():
                 if not sock.poll(POLL_MS):
                     continue

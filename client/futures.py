@@ -79,15 +79,25 @@ class _LightCondition:
 
 
 class ReplyFuture(Future):
-    """A Future whose condition is a _LightCondition (see the module docstring)."""
+    """A Future whose condition is a _LightCondition (see the module docstring), tied to
+    the client.request.Request it answers (None: made elsewhere) and the engine its reply
+    comes from. (Not typed as Request: client.request imports this module.)"""
 
-    def __init__(self) -> None:
+    def __init__(self, request: Any = None, engine_uuid: str | None = None) -> None:
         self._condition = _LightCondition()  # type: ignore[assignment]
         self._state = "PENDING"
         self._result = None
         self._exception = None
         self._waiters = []
         self._done_callbacks = []
+        self.request = request
+        #: the engine whose reply this is (a direct call's, or one engine of a broadcast)
+        self.engine_uuid = engine_uuid or (request.engine_uuid if request else None)
+
+    def __repr__(self) -> str:
+        # without the lock: Future.set_result raises InvalidStateError with repr(self)
+        # while holding its condition, which is not reentrant here (resolve() races)
+        return f"<ReplyFuture at {id(self):#x} state={self._state.lower()}>"
 
 
 def resolve(fut: Future, value: Any = None, error: BaseException | None = None) -> None:

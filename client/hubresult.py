@@ -33,9 +33,9 @@ class HubResultFetcher(threading.Thread):
     def run(self) -> None:
         delay = POLL_START
         grace = time.monotonic() + UNKNOWN_GRACE
-        while self.wanted and not self.client._closed:
+        while self.wanted and not self.client.sender.closed:
             try:
-                reply = self.client._query(
+                reply = self.client.sender.query(
                     MsgType.RESULT_REQUEST, {"msg_ids": list(self.wanted), "statusonly": False}
                 )
             except HubRefused as e:

@@ -33,7 +33,6 @@ class FaultHandling:
     _sockets: dict[str, zmq.Socket]
     _pending: dict[str, Any]
     _by_engine: dict[str, set[str]]
-    _task_path: dict[str, list[Any] | None]
     _controller_monitor: zmq.Socket | None
     wrong_key: ZparError | None
     where: str
@@ -68,7 +67,6 @@ class FaultHandling:
             resolve(fut, error=error)
         self._pending.clear()
         self._by_engine.clear()
-        self._task_path.clear()
         self._fail_direct(None, str(error))
 
     def _on_scheduler_restarted(self, reason: str) -> None:
@@ -77,22 +75,19 @@ class FaultHandling:
         the others at once, naming what happened."""
         sock = self._sockets.get("task")
         resent = failed = 0
-        for msg_id, frames in list(self._task_path.items()):
-            entry = self._pending.get(msg_id)
-            if entry is None:
-                del self._task_path[msg_id]
-                continue
-            if frames is not None and sock is not None:
-                send_frames(sock, frames)
+        for msg_id, request in list(self._pending.items()):
+            if request.channel != "task" or request.sent is None:
+                continue  # not on the task path, or still queued: goes to the new one
+            if request.resend and request.frames is not None and sock is not None:
+                send_frames(sock, request.frames)
                 resent += 1
                 continue
-            del self._task_path[msg_id]
-            self._pending.pop(msg_id, None)
+            del self._pending[msg_id]
             error = SchedulerLost(
                 f"{reason} while it held task {msg_id}, which had no retries; a new task "
                 "scheduler runs: resubmit it (or give tasks retries to have them resent)"
             )
-            for fut in entry.values() if isinstance(entry, dict) else (entry,):
+            for fut in request.reply_futures():
                 resolve(fut, error=error)
             failed += 1
         log.warning(

@@ -1,17 +1,21 @@
 """The client's background I/O thread: it alone touches the client's zmq sockets.
 
 ```
- user threads                    ClientIO thread                           controller
- ------------                    ---------------                           ----------
- submit(channel, frames, fut) -> deque + wake pipe -> DEALER mux/control/task/query ->
-                                 futures[msg_id].set_result(reply)  <- replies
-                                 engines, EngineError on death       <- SUB notification
+ user threads                ClientIO thread                                 controller
+ ------------                ---------------                                 ----------
+ submit(Request)   ->  deque + wake pipe -> DEALER mux/control/task/query ->
+                       pending[msg_id].future.set_result(reply)        <- replies
+                       engines, EngineError on death                   <- SUB notification
 ```
 
-User calls serialize and sign in their own thread, then hand finished frames over; replies
-are checked (signature, replay) here, routed by their parent header (the rest is decoded when
-read: wire.LazyMessage) and resolve concurrent.futures.Future objects (client.futures'
-lighter ReplyFuture), which plain scripts block on, and asyncio wraps (``await ar``).
+User calls serialize and sign in their own thread, then hand the finished frames over in a
+client.request.Request, which this thread owns from then on. What is queued when the thread
+wakes goes out together: the load-balanced requests as one batch (wire.batch) to the task
+scheduler, so a burst of submissions costs one multipart, not one each; a lone request is
+sent at once, as itself (no timer ever holds it back). Replies are checked (signature,
+replay) here, one by one even when they come batched, routed by their parent header (the
+rest is decoded when read: wire.LazyMessage) and resolve the Request's future (a
+client.futures.ReplyFuture), which plain scripts block on, and asyncio wraps (``await ar``).
 """
 
 from __future__ import annotations
@@ -40,14 +44,19 @@ from zpar.messages import MsgType, Status
 from zpar.privacy import iopub_topic
 from zpar.sockets import configure
 from zpar.transport import direct_address, usable_ipc
-from zpar.wire import Message, Session, recv_message, send_frames
+from zpar.wire import Message, Session, batches, recv_message, send_frames
 
-from .futures import ReplyFuture, resolve
+from .futures import resolve
 from .iofaults import HANDSHAKE_FAILED, FaultHandling
+from .request import Request, engine_of
 
 log = logging.getLogger(__name__)
 
 CHANNELS = ("query", "mux", "control", "task")
+
+#: Channels whose queued requests go out as one batch. The task scheduler takes batches
+#: (wire.Session.each_message); engines take MUX and control messages one at a time.
+BATCHED_CHANNELS = frozenset({"task"})
 
 
 #: Notifications that change the set of engines; the hub may publish others.
@@ -57,14 +66,18 @@ _ENGINE_NOTIFICATIONS = frozenset(
 
 
 class ClientIO(FaultHandling):
-    """Owns the sockets; everything else talks to it through submit() and futures."""
+    """Owns the sockets and the pending Requests; the Client talks to it through its
+    public methods (submit, request, outstanding, pending_futures, has_channel, engines,
+    watch_*), never through its members."""
 
     def __init__(self, session: Session, context: zmq.Context | None = None) -> None:
         self.session = session
         self.context = context or zmq.Context.instance()
         self._sockets: dict[str, zmq.Socket] = {}
-        self._outbox: deque[tuple[str, list[Any], Future | None]] = deque()
-        self._pending: dict[str, Future] = {}
+        #: Requests to send and functions to call in this thread, in order
+        self._outbox: deque[Request | Callable[[], None]] = deque()
+        #: every Request not answered yet, by msg_id (a broadcast until every engine replied)
+        self._pending: dict[str, Request] = {}
         self._by_engine: dict[str, set[str]] = {}  # engine uuid -> outstanding direct msg_ids
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
@@ -88,9 +101,6 @@ class ClientIO(FaultHandling):
         self.direct_dir: str | None = None
         self._direct: dict[bytes, zmq.Socket | None] = {}
         self._output_watchers: dict[str, Callable[[str, Message], None]] = {}
-        #: direct calls that load-balanced tasks wait on: the scheduler never sees their
-        #: replies, so we tell it (task_outcomes) when they finish
-        self._outcome_watch: dict[str, Future] = {}
         # blocking calls another thread sends and awaits itself (client.directcall): failed
         # here when their engine dies or the client closes
         self._direct_watch: dict[str, set[Future]] = {}
@@ -105,9 +115,6 @@ class ClientIO(FaultHandling):
         self._controller_monitor: zmq.Socket | None = None
         #: set once the controller refused our key, or is gone: every later request fails
         self.wrong_key: ZparError | None = None
-        #: load-balanced requests not answered yet: their frames when they carry retries
-        #: (resent if the task scheduler dies), else None (failed then)
-        self._task_path: dict[str, list[Any] | None] = {}
         #: the controller's registration address and pid, named when it is lost
         self.controller = ""
 
@@ -185,52 +192,35 @@ class ClientIO(FaultHandling):
 
     # -- user side ------------------------------------------------------------------------
 
-    def submit(
-        self,
-        channel: str,
-        frames: list[Any],
-        msg_id: str,
-        engine_uuid: str | None = None,
-        track: bool = False,
-        broadcast: list[str] | None = None,
-        resubmit: bool = False,
-    ) -> Future:
-        """Queue signed frames for sending; the future resolves with the reply (a LazyMessage).
-
-        track: keep zmq's MessageTrackers of the zero-copy frames on the future
-        (``zpar_trackers``), to know when the caller may modify the arrays sent.
-        broadcast: engine uuids that will each reply; the returned future only tracks the
-        send, ``fut.zpar_broadcast`` maps each uuid to the future of its reply.
-        resubmit: a load-balanced request with retries, sent again (these frames) if the
-        task scheduler dies before it is answered; others on the task path fail then."""
-        fut: Future = ReplyFuture()
+    def submit(self, request: Request) -> Request:
+        """Queue a signed request for sending; from now on the I/O thread owns it. Its
+        ``future`` resolves with the reply (a LazyMessage), or each of ``replies`` for a
+        broadcast; a wrong key fails it at once."""
         if self.wrong_key is not None:
-            fut.set_exception(self.wrong_key)
-            return fut
-        if channel == "task":
-            self._task_path[msg_id] = frames if resubmit else None
-        if track:
-            fut.zpar_trackers = []  # type: ignore[attr-defined]
-        if broadcast:
-            # one request, one reply per engine: a future per engine, by engine uuid
-            futs = {u: ReplyFuture() for u in broadcast}
-            for u, f in futs.items():
-                f.engine_uuid = u  # type: ignore[attr-defined]
-                self._by_engine.setdefault(u, set()).add(msg_id)
-            self._pending[msg_id] = futs  # type: ignore[assignment]
-            # a copy: the I/O thread pops from futs as replies come, maybe before the
-            # caller has read it
-            fut.zpar_broadcast = dict(futs)  # type: ignore[attr-defined]
-            self._outbox.append((channel, frames, fut))
-            self._wake()
-            return fut
-        self._pending[msg_id] = fut
-        if engine_uuid is not None:
-            self._by_engine.setdefault(engine_uuid, set()).add(msg_id)
-            fut.engine_uuid = engine_uuid  # type: ignore[attr-defined]
-        self._outbox.append((channel, frames, fut))
+            for fut in {request.future, *request.reply_futures()}:
+                resolve(fut, error=self.wrong_key)
+            return request
+        # registered here, in the caller's thread, so that a reply can never find it missing
+        self._pending[request.msg_id] = request
+        uuids = list(request.replies) if request.replies is not None else [request.engine_uuid]
+        for u in uuids:
+            if u is not None:
+                self._by_engine.setdefault(u, set()).add(request.msg_id)
+        self._outbox.append(request)
         self._wake()
-        return fut
+        return request
+
+    def request(self, msg_id: str) -> Request | None:
+        """The pending Request of ``msg_id`` (None once answered, or never sent here)."""
+        return self._pending.get(msg_id)
+
+    def outstanding(self) -> set[str]:
+        """msg_ids of every request still waiting for a reply."""
+        return set(self._pending)
+
+    def has_channel(self, channel: str) -> bool:
+        """Whether this client is connected to ``channel`` ("task", "mux", ...)."""
+        return channel in self._sockets
 
     def watch_outcomes(self, futs: dict[str, Future]) -> None:
         """Tell the task scheduler when these direct calls finish."""
@@ -238,10 +228,11 @@ class ClientIO(FaultHandling):
         def _watch() -> None:
             done = {}
             for m, f in futs.items():
-                if f.done():
+                request = self._pending.get(m)
+                if request is not None and not f.done():
+                    request.report_outcome = True
+                else:  # answered (here, or by its own thread: client.directcall)
                     done[m] = outcome_of(f)
-                else:
-                    self._outcome_watch[m] = f
             self._send_outcomes(done)
 
         self.call_soon(_watch)
@@ -256,8 +247,8 @@ class ClientIO(FaultHandling):
         send_frames(sock, frames)
 
     def call_soon(self, fn: Callable[[], None]) -> None:
-        """Run fn in the I/O thread (for work that touches sockets)."""
-        self._outbox.append(("__call__", [fn], None))
+        """Run fn in the I/O thread (for work that touches sockets), after what is queued."""
+        self._outbox.append(fn)
         self._wake()
 
     def _wake(self) -> None:
@@ -301,13 +292,7 @@ class ClientIO(FaultHandling):
 
     def pending_futures(self) -> list[Future]:
         """Every future still waiting for a reply (broadcasts count once per engine)."""
-        out: list[Future] = []
-        for entry in list(self._pending.values()):
-            if isinstance(entry, dict):
-                out.extend(entry.values())
-            else:
-                out.append(entry)
-        return out
+        return [f for r in list(self._pending.values()) for f in r.reply_futures()]
 
     def close(self) -> None:
         if self._thread is None or self._stop:
@@ -380,23 +365,50 @@ class ClientIO(FaultHandling):
                 return
 
     def _flush_outbox(self) -> None:
+        """Send what is queued, in order per socket: the requests for a BATCHED_CHANNELS
+        socket together, as few batches as wire.MAX_BATCH allows (one request alone goes
+        as itself). A function queued by call_soon runs after everything queued before
+        it has been sent."""
         outbox = self._outbox
+        runs: dict[str, list[Request]] = {}
         while outbox:
-            channel, frames, fut = outbox.popleft()
-            if channel == "__call__":
-                frames[0]()
+            item = outbox.popleft()
+            if type(item) is not Request:
+                self._send_runs(runs)
+                item()  # type: ignore[operator]
                 continue
-            if channel == "mux" and self.direct_dir is not None:
-                direct = self._direct_socket(frames[0])
-                if direct is not None:
-                    # the engine uuid routes nothing here
-                    send_frames(direct, frames[1:], getattr(fut, "zpar_trackers", None))
-                    if fut is not None:
-                        fut.zpar_sent = time.time()  # type: ignore[attr-defined]
-                    continue
-            send_frames(self._sockets[channel], frames, getattr(fut, "zpar_trackers", None))
-            if fut is not None:
-                fut.zpar_sent = time.time()  # type: ignore[attr-defined]
+            if item.channel in BATCHED_CHANNELS and item.trackers is None:
+                runs.setdefault(item.channel, []).append(item)
+            else:
+                self._send_one(item)
+        self._send_runs(runs)
+
+    def _send_runs(self, runs: dict[str, list[Request]]) -> None:
+        if not runs:
+            return
+        for channel, requests in runs.items():
+            sock = self._sockets[channel]
+            for frames in batches([r.frames for r in requests]):  # type: ignore[misc]
+                send_frames(sock, frames)
+            now = time.time()
+            for r in requests:
+                r.sent = now
+                if not r.resend:
+                    r.frames = None
+        runs.clear()
+
+    def _send_one(self, request: Request) -> None:
+        frames = request.frames
+        assert frames is not None
+        sock = self._sockets[request.channel]
+        if request.channel == "mux" and self.direct_dir is not None:
+            direct = self._direct_socket(frames[0])
+            if direct is not None:
+                sock, frames = direct, frames[1:]  # the engine uuid routes nothing here
+        send_frames(sock, frames, request.trackers)
+        request.sent = time.time()
+        if not request.resend:
+            request.frames = None
 
     def _direct_socket(self, uuid: Any) -> zmq.Socket | None:
         """This engine's direct socket, made on first use; None if it has none."""
@@ -435,27 +447,29 @@ class ClientIO(FaultHandling):
                 )
             )
             return
-        msg = self.session.feed_lazy(frames, where="client", private=private)
-        if msg is None:
-            return
+        for msg in self.session.feed_lazy_all(frames, where="client", private=private):
+            self._route_reply(msg)
+
+    def _route_reply(self, msg: Any) -> None:
+        """Resolve the future a checked reply answers (a broadcast's: its engine's)."""
         msg_id = msg.parent_msg_id
-        if self._task_path:
-            self._task_path.pop(msg_id, None)
-        fut = self._pending.pop(msg_id, None)
-        if isinstance(fut, dict):  # a broadcast: this engine's reply
-            futs = fut
-            uuid_b = msg.idents[0] if msg.idents else b""
-            fut = futs.pop(uuid_b.decode("ascii", "replace"), None)
-            if futs:
-                self._pending[msg_id] = futs  # type: ignore[assignment]
-        if fut is None:
+        request = self._pending.get(msg_id)
+        if request is None:
             log.debug("reply to unknown msg_id %s dropped", msg_id)
             return
-        uuid = getattr(fut, "engine_uuid", None)
-        if uuid is not None:
-            self._by_engine.get(uuid, set()).discard(msg_id)
+        uuid_b = msg.idents[0] if request.replies is not None and msg.idents else b""
+        fut = request.reply_future(uuid_b.decode("ascii", "replace"))  # a broadcast: by engine
+        if fut is None:
+            log.debug("second reply to %s, or from an engine not asked, dropped", msg_id)
+            return
+        request.unanswered -= 1
+        if not request.unanswered:
+            del self._pending[msg_id]
+        if fut.engine_uuid is not None:
+            self._by_engine.get(fut.engine_uuid, set()).discard(msg_id)
+        request.frames = None
         fut.set_result(msg)
-        if self._outcome_watch and self._outcome_watch.pop(msg_id, None) is not None:
+        if request.report_outcome:
             self._send_outcomes({msg_id: outcome_of(fut)})
 
     def _on_iopub(self, sock: zmq.Socket) -> None:
@@ -536,27 +550,26 @@ class ClientIO(FaultHandling):
             uuid, f"engine {eid} ({uuid}) died before replying" + (f": {reason}" if reason else "")
         )
         for msg_id in self._by_engine.pop(uuid, set()):
-            fut = self._pending.pop(msg_id, None)
-            if isinstance(fut, dict):
-                futs = fut
-                fut = futs.pop(uuid, None)
-                if futs:
-                    self._pending[msg_id] = futs  # type: ignore[assignment]
-            if fut is not None and not fut.done():
+            request = self._pending.get(msg_id)
+            fut = request.reply_future(uuid) if request is not None else None
+            if request is not None and fut is not None:
+                request.unanswered -= 1
+                if not request.unanswered:
+                    del self._pending[msg_id]
                 fut.set_exception(
                     EngineError(
                         f"engine {eid} ({uuid}) died before replying to {msg_id}"
                         + (f": {reason}" if reason else "")
                     )
                 )
-                if self._outcome_watch.pop(msg_id, None) is not None:
+                if request.report_outcome:
                     self._send_outcomes({msg_id: [False, uuid]})
 
 
 def outcome_of(fut: Future) -> list[Any]:
     """[succeeded, engine_uuid] of a finished call, as the task scheduler counts them."""
     if fut.exception() is not None:
-        return [False, getattr(fut, "engine_uuid", "") or ""]
+        return [False, engine_of(fut) or ""]
     msg = fut.result()
     try:
         ok = msg.content.get("status") == Status.OK

@@ -228,10 +228,10 @@ def ensure_iopub(view: Any, timeout: float = 10.0) -> None:
     client = view.client
     if getattr(client, "_iopub_live", False):
         return
-    io = client._io
+    io = client.sender
     heard = threading.Event()
     deadline = time.monotonic() + timeout
-    eid = client._resolve_targets(view.targets)[0]
+    eid = client.sender.resolve_targets(view.targets)[0]
     while not heard.is_set() and time.monotonic() < deadline:
         probe = client[eid].execute("", block=False)
         io.watch_output(probe.msg_ids, lambda msg_id, msg: heard.set())

@@ -86,7 +86,7 @@ class OutputsMixin:
         client = self._client  # type: ignore[attr-defined]
         if client is None:
             raise RuntimeError("this AsyncResult has no client to stream through")
-        stream = OutputStream(self, client._io, callback)
+        stream = OutputStream(self, client.sender, callback)
         stream.start()
         return stream
 

@@ -13,6 +13,8 @@ from typing import Any
 from zpar.errors import TimeoutError
 from zpar.util import as_datetime
 
+from .request import request_of
+
 #: Metadata keys every result has (ipyparallel's Metadata), with their value until known.
 METADATA_DEFAULTS: dict[str, Any] = {
     "msg_id": None,
@@ -68,7 +70,9 @@ class MetadataMixin:
         out = []
         for m, f in zip(self.msg_ids, self._futures, strict=True):
             md = Metadata(METADATA_DEFAULTS, outputs=[], data={})
-            md.update(msg_id=m, submitted=getattr(f, "zpar_submitted", None) or self._submitted)
+            request = request_of(f)
+            submitted = request.submitted if request is not None else None
+            md.update(msg_id=m, submitted=submitted or self._submitted)
             if f.done():
                 if f.exception() is None:
                     reply = f.result()

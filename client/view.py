@@ -42,7 +42,7 @@ class DirectView(View):
         return iter(self.map_async(f, *sequences, **kwargs))
 
     def _ids(self, targets: Any = None) -> list[int]:
-        return self.client._resolve_targets(self.targets if targets is None else targets)
+        return self.client.sender.resolve_targets(self.targets if targets is None else targets)
 
     def engine_ids(self) -> list[int]:
         return self._ids()
@@ -71,13 +71,13 @@ class DirectView(View):
         track = self.track if track is None else track
         for eid in ids:
             if msg_type == MsgType.APPLY_REQUEST:
-                m, fut = self.client.apply_to(
+                r = self.client.sender.apply(
                     "mux", eid, None, (), {}, metadata=md, buffers=buffers, track=track
                 )
             else:
-                m, fut = self.client._send("mux", msg_type, content, engine_id=eid, metadata=md)
-            msg_ids.append(m)
-            futs.append(fut)
+                r = self.client.sender.send("mux", msg_type, content, engine_id=eid, metadata=md)
+            msg_ids.append(r.msg_id)
+            futs.append(r.future)
         return msg_ids, futs
 
     def _result(
@@ -94,7 +94,7 @@ class DirectView(View):
         targets = self.targets if targets is None else targets
         single = isinstance(targets, int) and not isinstance(targets, bool)
         ar = cls(self.client, msg_ids, futs, fname=fname, targets=targets, single=single, **kw)
-        return self._finish(self.client._track(ar), block, track)
+        return self._finish(self.client.sender.remember(ar), block, track)
 
     def _apply(
         self,
@@ -112,9 +112,9 @@ class DirectView(View):
         track = self.track if track is None else track
         if block and len(ids) == 1 and not track:
             # one engine, waited for: this thread sends and waits itself when it can
-            done = self.client._call_here(ids[0], buffers, self._metadata_flags() or None)
+            done = self.client.sender.call_here(ids[0], buffers, self._metadata_flags() or None)
             if done is not None:
-                return self._result([done[0]], [done[1]], fname, block, targets=targets)
+                return self._result([done.msg_id], [done.future], fname, block, targets=targets)
         msg_ids, futs = self._send_each(MsgType.APPLY_REQUEST, None, buffers, ids, track=track)
         return self._result(msg_ids, futs, fname, block, targets=targets, track=track)
 
@@ -137,11 +137,11 @@ class DirectView(View):
         for eid, sl in zip(ids, partition(n, len(ids)), strict=True):
             if sl.stop == sl.start and n:
                 continue  # fewer items than engines: nothing for this one
-            m, fut = self.client.apply_to(
+            r = self.client.sender.apply(
                 "mux", eid, map_chunk, (f, *(s[sl] for s in seqs)), {}, metadata=md, track=track
             )
-            msg_ids.append(m)
-            futs.append(fut)
+            msg_ids.append(r.msg_id)
+            futs.append(r.future)
             sizes.append(sl.stop - sl.start)
         ar = AsyncMapResult(
             self.client,
@@ -153,7 +153,7 @@ class DirectView(View):
         )
         if track:
             ar.wait_for_send()
-        return self.client._track(ar)
+        return self.client.sender.remember(ar)
 
     def execute(
         self,
@@ -308,9 +308,9 @@ class DirectView(View):
         track = self.track if track is None else track
         for eid, part in zip(ids, parts, strict=True):
             value = part[0] if flatten and len(part) == 1 else part
-            m, fut = self.client.apply_to("mux", eid, push, ({key: value},), {}, track=track)
-            msg_ids.append(m)
-            futs.append(fut)
+            r = self.client.sender.apply("mux", eid, push, ({key: value},), {}, track=track)
+            msg_ids.append(r.msg_id)
+            futs.append(r.future)
         ar = AsyncResult(self.client, msg_ids, futs, fname="scatter", targets=ids)
         if track:
             ar.wait_for_send()
@@ -331,9 +331,9 @@ class DirectView(View):
         ids = self._ids(targets)
         msg_ids, futs = [], []
         for eid in ids:
-            m, fut = self.client.apply_to("mux", eid, pull, (key,), {})
-            msg_ids.append(m)
-            futs.append(fut)
+            r = self.client.sender.apply("mux", eid, pull, (key,), {})
+            msg_ids.append(r.msg_id)
+            futs.append(r.future)
 
         def join(parts: list[Any]) -> Any:
             return join_parts(parts, dist)
@@ -368,7 +368,7 @@ class BroadcastView(DirectView):
         track: bool | None = None,
     ) -> tuple[list[str], list[Any]]:
         md = {**self._metadata_flags(label), "broadcast": ids}
-        m, fut = self.client._send(
+        r = self.client.sender.send(
             "task",
             msg_type,
             content or {},
@@ -377,8 +377,9 @@ class BroadcastView(DirectView):
             broadcast=ids,
             track=self.track if track is None else track,
         )
-        replies = fut.zpar_broadcast
-        return [m] * len(ids), [replies[self.client._engine_uuid(i)] for i in ids]
+        replies = r.replies or {}
+        uuid = self.client.sender.engine_uuid
+        return [r.msg_id] * len(ids), [replies[uuid(i)] for i in ids]
 
 
 #: A load-balanced map without a chunksize sends about this many chunks per engine: few
@@ -425,22 +426,22 @@ class LoadBalancedView(View):
     def _metadata(self, label: str | None = None) -> dict[str, Any] | None:
         md = self._metadata_flags(label)
         if self.targets is not None:
-            md["targets"] = self.client._resolve_targets(self.targets)
+            md["targets"] = self.client.sender.resolve_targets(self.targets)
         if self.retries:
             md["retries"] = self.retries
         if self.timeout is not None:
             md["timeout"] = float(self.timeout)
         if self.after is not None or self.follow is not None:
-            self.client._dependency_metadata(md, self.after, self.follow)
+            self.client.sender.dependency_metadata(md, self.after, self.follow)
         return md or None
 
     def _apply(self, f: Any, args: Any, kwargs: Any, block: bool) -> Any:
         _check_callable(f)
-        m, fut = self.client.apply_to(
+        r = self.client.sender.apply(
             "task", None, f, args, kwargs, metadata=self._metadata(), track=self.track
         )
-        ar = AsyncResult(self.client, [m], [fut], fname=_fname(f), single=True)
-        return self._finish(self.client._track(ar), block)
+        ar = AsyncResult(self.client, [r.msg_id], [r.future], fname=_fname(f), single=True)
+        return self._finish(self.client.sender.remember(ar), block)
 
     def _map(
         self,
@@ -467,13 +468,13 @@ class LoadBalancedView(View):
         msg_ids, futs, sizes = [], [], []
         for start in range(0, n, chunksize):
             sl = slice(start, start + chunksize)
-            m, fut = self.client.apply_to(
+            r = self.client.sender.apply(
                 "task", None, map_chunk, (f, *(s[sl] for s in seqs)), {}, metadata=md
             )
-            msg_ids.append(m)
-            futs.append(fut)
+            msg_ids.append(r.msg_id)
+            futs.append(r.future)
             sizes.append(min(n, start + chunksize) - start)
-        return self.client._track(
+        return self.client.sender.remember(
             AsyncMapResult(
                 self.client,
                 msg_ids,

@@ -58,6 +58,7 @@ from .heart import Heart
 from .kernel import Kernel, Reply
 from .monitorcopies import MonitorCopies
 from .registration import register
+from .revoke import RevokeGate
 from .signals import SignalListener
 from .timelimit import REPLY_FLUSH_WAIT, TimeLimitWatchdog
 
@@ -151,6 +152,8 @@ class Engine:
         #: set by the engine's entry point: re-execute this process as a fresh engine
         self.restart_now: Callable[[], None] | None = None
         self._current: tuple[zmq.Socket, Message] | None = None
+        #: tasks the scheduler took back before they started (the signal thread's)
+        self._gate: RevokeGate | None = None
 
     # -- start-up ---------------------------------------------------------------------------
 
@@ -209,12 +212,16 @@ class Engine:
         self.silence_limit = max(MIN_CONTROLLER_SILENCE, 10 * float(reply.hb_period or 0))
         self.signals = SignalListener(self.ctx, self.info.key, self.info.registration, self.ident)
         secure(self.signals.socket, self.info)
+        # the task scheduler asks for prefetched tasks back on this one (engine/revoke.py)
+        revoke = secure(self.signals.revoke_socket(), self.info)
+        self._gate = self.signals.gate
         connect_and_wait(
             [
                 (self.mux, addrs["mux"]),
                 (self.control, addrs["control"]),
                 (self.task, addrs["task"]),
                 (self.signals.socket, self.info.registration),
+                (revoke, addrs["task"]),
             ],
             HUB_TIMEOUT,
         )
@@ -330,6 +337,8 @@ class Engine:
         msg = self._receive(sock, frames, where)
         if msg is None:
             return
+        if sock is self.task and not self._may_start(msg):
+            return
         if sock is self.direct and self.monitor is not None and msg.idents:
             # what the relay's monitor would have told the hub (headers, no buffers)
             copy = checkable_copy(msg.frames, detach=True)
@@ -361,6 +370,14 @@ class Engine:
             self.restart = reply.restart
             self._stopping = True
             self._linger = SHUTDOWN_LINGER_MS
+
+    def _may_start(self, msg: Message) -> bool:
+        """A task from the scheduler runs unless the scheduler took it back meanwhile (it
+        is placed elsewhere: dropped unanswered, see engine/revoke.py)."""
+        if self._gate is None or self._gate.start(msg.msg_id):
+            return True
+        log.info("engine %d: %s was revoked by the scheduler; dropped unrun", self.id, msg.msg_id)
+        return False
 
     # -- time limits (engine.timelimit) ---------------------------------------------------------
 
@@ -422,6 +439,8 @@ class Engine:
                 continue
             while sock.get(zmq.EVENTS) & zmq.POLLIN:
                 msg = self._receive(sock, recv_message(sock), where)
+                if msg is not None and sock is self.task and not self._may_start(msg):
+                    continue
                 reply = None if msg is None else self.kernel.aborted_reply(msg)
                 if msg is not None and reply is not None:
                     self._send(sock, msg, reply)

@@ -1,8 +1,10 @@
 """The engine's signal thread: takes signal_request messages from the hub while the main
-thread runs user code, and raises the signal in this process.
+thread runs user code, and raises the signal in this process; and answers the task
+scheduler's revoke_request (prefetched tasks not started yet, engine/revoke.py).
 
     hub query ROUTER ──signal_request──► DEALER (IDENTITY=uuid + SIGNAL_SUFFIX) ── thread
                                                              os.kill(own pid, signum)
+    task scheduler engine ROUTER ◄─revoke_request/reply─► DEALER (uuid + REVOKE_SUFFIX)
 
 A control message would wait behind the running task (the main thread reads control between
 requests); this thread only needs the GIL for a moment, which the interpreter hands over
@@ -18,12 +20,15 @@ import os
 import signal
 import threading
 
+import msgpack
 import zmq
 
-from zpar.constants import SIGNAL_REPLAY_HISTORY, SIGNAL_SUFFIX
-from zpar.messages import MsgType
+from zpar.constants import REVOKE_SUFFIX, SIGNAL_REPLAY_HISTORY, SIGNAL_SUFFIX
+from zpar.messages import MsgType, Status
 from zpar.sockets import configure
-from zpar.wire import Session
+from zpar.wire import Session, send_frames
+
+from .revoke import RevokeGate
 
 log = logging.getLogger(__name__)
 
@@ -46,10 +51,22 @@ class SignalListener:
         self.session = Session(key, allow_insecure=not key, replay_history=SIGNAL_REPLAY_HISTORY)
         self.address = address
         self.socket = configure(context.socket(zmq.DEALER), uuid + SIGNAL_SUFFIX)
+        #: the revoke socket (to the task scheduler) and the gate it shares with the main
+        #: thread; made by ``revoke_socket`` before ``start``
+        self.revoke: zmq.Socket | None = None
+        self.gate = RevokeGate()
+        self._uuid = uuid
+        self._packb = msgpack.Packer(use_bin_type=True).pack  # this thread's own
         self._stop_addr = f"inproc://zpar-signals-{id(self):x}"
         self._stop: zmq.Socket | None = None
         self._thread: threading.Thread | None = None
         self.engine_id = -1
+
+    def revoke_socket(self) -> zmq.Socket:
+        """The DEALER for revoke requests, for the engine to connect to the task
+        scheduler's engine address (and await its handshake) before ``start``."""
+        self.revoke = configure(self._ctx.socket(zmq.DEALER), self._uuid + REVOKE_SUFFIX)
+        return self.revoke
 
     def start(self, engine_id: int) -> None:
         self.engine_id = engine_id
@@ -66,6 +83,9 @@ class SignalListener:
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
         poller.register(wake, zmq.POLLIN)
+        revoke = self.revoke
+        if revoke is not None:
+            poller.register(revoke, zmq.POLLIN)
         try:
             while True:
                 ready = dict(poller.poll())
@@ -73,11 +93,40 @@ class SignalListener:
                     return
                 if sock in ready:
                     self._handle(sock.recv_multipart())
+                if revoke is not None and revoke in ready:
+                    self._handle_revoke(revoke, revoke.recv_multipart())
         except zmq.ContextTerminated:
             pass
         finally:
             sock.close(linger=0)
             wake.close(linger=0)
+            if revoke is not None:
+                revoke.close(linger=0)
+
+    def _handle_revoke(self, sock: zmq.Socket, frames: list[bytes]) -> None:
+        msg = self.session.feed(frames, "revoke socket")
+        if msg is None:
+            return
+        msg_ids = msg.content.get("msg_ids")
+        if msg.msg_type != MsgType.REVOKE_REQUEST or not (
+            isinstance(msg_ids, list) and all(isinstance(m, str) for m in msg_ids)
+        ):
+            log.warning(
+                "engine %d: ignored a %r message (%s) on the revoke socket",
+                self.engine_id,
+                msg.msg_type,
+                msg.msg_id,
+            )
+            return
+        revoked = self.gate.revoke(msg_ids)
+        log.debug("engine %d: revoked %d of %d task(s)", self.engine_id, len(revoked), len(msg_ids))
+        _, out = self.session.serialize(
+            MsgType.REVOKE_REPLY,
+            {"status": Status.OK, "revoked": revoked},
+            parent=msg.header,
+            packb=self._packb,
+        )
+        send_frames(sock, out)
 
     def _handle(self, frames: list[bytes]) -> None:
         msg = self.session.feed(frames, "signal socket")
@@ -113,6 +162,8 @@ class SignalListener:
         if self._stop is None:
             if self._thread is None and not self.socket.closed:
                 self.socket.close(linger=0)
+                if self.revoke is not None:
+                    self.revoke.close(linger=0)
             return
         try:
             self._stop.send(b"")

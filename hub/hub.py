@@ -486,7 +486,10 @@ class Hub:
         tasks = self.tasks
         for event in unpack_batch(frames[0]):
             if isinstance(event, TaskDest):
-                tasks.assigned(event.msg_id, event.engine)
+                if event.engine:
+                    tasks.assigned(event.msg_id, event.engine)
+                else:  # taken back from its engine unstarted (prefetch)
+                    tasks.requeued(event.msg_id)
             elif isinstance(event, TaskIn):
                 tasks.submitted(event.header, "task", event.client, None, event.metadata)
             elif isinstance(event, TaskOut):

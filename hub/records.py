@@ -143,20 +143,30 @@ class TaskTable:
         if rec is None:  # the destination overtook the submission (two sockets): keep it
             rec = self.records[msg_id] = TaskRecord(msg_id, "", "task")
         self.unassigned.discard(msg_id)
+        moved = rec.engine_uuid is not None and rec.engine_uuid != engine_uuid
+        if moved and rec.metadata.get("broadcast") is None:
+            self._unindex(rec)  # the scheduler took it back unstarted (prefetch revoke)
         self._assign(rec, engine_uuid)
         self.dirty[msg_id] = rec
 
     def retried(self, msg_id: str) -> None:
         """The task left its engine (error or death) and waits for another one."""
+        rec = self.requeued(msg_id)
+        if rec is not None:
+            rec.retries += 1
+            self.counts["retried"] += 1
+
+    def requeued(self, msg_id: str) -> TaskRecord | None:
+        """The task is back in the scheduler's queue, unassigned (a retry, or a prefetched
+        task the scheduler took back unstarted); the record if it was pending."""
         rec = self.records.get(msg_id)
         if rec is None or not rec.pending:
-            return
+            return None
         self._unindex(rec)
         rec.engine_uuid = None
-        rec.retries += 1
         self.unassigned.add(msg_id)
         self.dirty[msg_id] = rec
-        self.counts["retried"] += 1
+        return rec
 
     def _assign(self, rec: TaskRecord, engine_uuid: str) -> None:
         rec.engine_uuid = engine_uuid

@@ -21,18 +21,25 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
-from zpar.constants import TASK_HWM, TASK_SCHEME
-from zpar.errors import TaskCancelled
+from zpar.constants import STEAL_AFTER, TASK_HWM, TASK_SCHEME
+from zpar.errors import (
+    EngineError,
+    ImpossibleDependency,
+    ProtocolError,
+    TaskAborted,
+    TaskCancelled,
+    TaskTimeout,
+    UnmetDependency,
+    ZparError,
+)
 from zpar.messages import TASK_REQUESTS, MsgType, Status
-from zpar.monitor import TaskIn, TaskRetry
+from zpar.monitor import TaskDest, TaskIn, TaskRetry
 from zpar.wire import Message
 
 from .flags import parse_gates, parse_outcomes, parse_retries, parse_timeout
-from .graph import DependencyGraph, Gate
+from .graph import DependencyGraph
 from .instructions import (
     AbortReply,
     FailTask,
@@ -40,23 +47,15 @@ from .instructions import (
     Instruction,
     Refuse,
     RelayReply,
+    RevokeTasks,
     SendTask,
 )
 from .ledger import Ledger, OpenLedger
 from .schemes import EngineSlot, get_scheme
+from .state import DONE, HELD, QUEUED, RUNNING, WAITING, Task
 
 log = logging.getLogger(__name__)
 
-
-class TaskState(StrEnum):
-    WAITING = "waiting"  # for its dependencies
-    QUEUED = "queued"  # for room on an engine
-    HELD = "held"  # by the ledger: its client may not have more tasks placed now
-    RUNNING = "running"  # on an engine (sent, not answered)
-    DONE = "done"  # answered
-
-
-WAITING, QUEUED, HELD, RUNNING, DONE = TaskState
 
 #: The ``dest`` a client binds a load-balanced request to (the driver then binds each
 #: placement to its engine: see TaskScheduler._send_task).
@@ -65,30 +64,6 @@ TASK_DEST_NAME = "task"
 #: Seconds an engine the hub told us of may take to connect its task socket (a restarted
 #: scheduler's engines reconnect within libzmq's 100 ms reconnect interval).
 CONNECT_GRACE = 10.0
-
-
-@dataclass(slots=True, eq=False)
-class Task:
-    msg_id: str
-    client: bytes
-    msg: Message | None  # the checked request (None once answered)
-    targets: frozenset[bytes] | None  # engine uuids allowed, None for any
-    engine: EngineSlot | None = None
-    state: TaskState = QUEUED
-    gates: list[Gate] | tuple[()] = ()  # after / follow, while waiting
-    retries: int = 0
-    avoid: set[bytes] | None = None  # engines it failed on: others are preferred
-    unmet: set[bytes] | None = None  # engines where its depend/require does not hold
-    attempt: int = 0  # times it was sent to another engine
-    broadcast: bool = False  # one engine's copy of a broadcast request
-
-    @property
-    def header(self) -> dict[str, Any]:
-        return self.msg.header if self.msg is not None else {"msg_id": self.msg_id}
-
-    @property
-    def restricted(self) -> bool:
-        return self.targets is not None or bool(self.avoid) or bool(self.unmet)
 
 
 class TaskBook:
@@ -106,6 +81,11 @@ class TaskBook:
             raise ValueError(f"hwm must be >= 0 (0: unlimited), got {hwm}")
         self.choose = get_scheme(scheme)
         self.hwm = hwm
+        self._depth = hwm or (1 << 62)  # an engine's room while it answers (0: no limit)
+        #: prefetch depth > 1 takes tasks back from stalled engines; unlimited (0) asked
+        #: for every task on the engines at once, and 1 prefetches nothing
+        self.steals = hwm > 1
+        self.steal_after = STEAL_AFTER
         self.ledger: Ledger = ledger or OpenLedger()
         self.clock = clock
         self.out: deque[Instruction] = deque()
@@ -126,8 +106,16 @@ class TaskBook:
         self.paused: set[bytes] = set()
 
     def next_deadline(self) -> float | None:
-        """When ``tick`` next has something to do (clock time), None if never."""
-        return self.deadlines[0][0] if self.deadlines else None
+        """When ``tick`` next has something to do (clock time), None if never: a task's
+        timeout, or the moment an engine holding prefetched tasks counts as stalled."""
+        due = self.deadlines[0][0] if self.deadlines else None
+        if self.steals:
+            for e in self.engines.values():
+                if e.load > 1 and e.depth > 1 and not e.revoking:
+                    at = e.since + self.steal_after
+                    if due is None or at < due:
+                        due = at
+        return due
 
     # -- submissions ------------------------------------------------------------------------
 
@@ -151,7 +139,7 @@ class TaskBook:
         self.out.append(HubEvent(TaskIn(client, header, msg.metadata)))
         task = Task(msg_id, client, msg, None)
         if msg_type not in TASK_REQUESTS:
-            self._fail(task, "ProtocolError", f"{msg_type!r} is not a task request")
+            self._fail(task, ProtocolError, f"{msg_type!r} is not a task request")
             return
         md = msg.metadata
         broadcast = md.get("broadcast")
@@ -171,13 +159,13 @@ class TaskBook:
             task.retries = parse_retries(md)
             timeout = parse_timeout(md)
         except ValueError as e:
-            self._fail(task, "ProtocolError", f"task {task.msg_id}: {e}")
+            self._fail(task, ProtocolError, f"task {task.msg_id}: {e}")
             return False
         targets = md.get("targets")
         if targets is not None:
             uuids = self._target_uuids(targets)
             if isinstance(uuids, str):
-                self._fail(task, "ImpossibleDependency", uuids)
+                self._fail(task, ImpossibleDependency, uuids)
                 return False
             task.targets = uuids
         if timeout is not None:
@@ -191,7 +179,7 @@ class TaskBook:
             task.state = WAITING
             return False
         if verdict:
-            self._fail(task, "ImpossibleDependency", f"task {task.msg_id}: {verdict}")
+            self._fail(task, ImpossibleDependency, f"task {task.msg_id}: {verdict}")
             return False
         return self._follow(task)
 
@@ -204,7 +192,7 @@ class TaskBook:
                 if not task.targets & self.engines.keys():
                     self._fail(
                         task,
-                        "ImpossibleDependency",
+                        ImpossibleDependency,
                         f"task {task.msg_id} follows tasks whose engines are gone "
                         "(or not among its targets)",
                     )
@@ -233,7 +221,7 @@ class TaskBook:
         client sent its payload once, whatever the number of engines."""
         uuids = self._target_uuids(targets)
         if isinstance(uuids, str):
-            self._fail(task, "ImpossibleDependency", uuids)
+            self._fail(task, ImpossibleDependency, uuids)
             return
         for uuid in sorted(uuids, key=lambda u: self.engines[u].id):
             engine = self.engines[uuid]
@@ -270,7 +258,7 @@ class TaskBook:
             if unmet:
                 self._fail(
                     task,
-                    "ImpossibleDependency",
+                    ImpossibleDependency,
                     f"task {task.msg_id}: its depend/require holds on none of the "
                     f"{len(self.engines)} engine(s) (tried {len(unmet)})",
                 )
@@ -278,7 +266,7 @@ class TaskBook:
             if targets is not None:
                 self._fail(
                     task,
-                    "ImpossibleDependency",
+                    ImpossibleDependency,
                     f"none of the target engines of task {task.msg_id} is registered any more",
                 )
                 return None
@@ -297,11 +285,7 @@ class TaskBook:
                 return True
         else:
             pool = self.engines.values()  # type: ignore[assignment]
-        hwm = self.hwm
-        if hwm:
-            candidates = [e for e in pool if e.load < hwm and not e.paused]
-        else:
-            candidates = [e for e in pool if not e.paused]
+        candidates = [e for e in pool if e.load < e.depth and not e.paused]
         if not candidates:
             return False
         if not self.ledger.admit(task.client):
@@ -309,6 +293,8 @@ class TaskBook:
             self.held.setdefault(task.client, deque()).append(task)
             return True
         engine = self.choose(candidates)
+        if not engine.load:
+            engine.since = self.clock()  # its stall clock starts with its first task
         engine.load += 1
         self.dispatched += 1
         engine.last_given = self.dispatched
@@ -345,7 +331,7 @@ class TaskBook:
             engine.load -= 1
             engine.tasks.discard(task.msg_id)
             self.broadcasts.pop((task.msg_id, engine.uuid), None)
-            self._fail(task, "EngineError", f"engine {engine.id} is not connected")
+            self._fail(task, EngineError, f"engine {engine.id} is not connected")
             return
         self._unplace(task, engine)
         self._enqueue(task, front=True)
@@ -428,7 +414,7 @@ class TaskBook:
             while self._settle:
                 task, verdict = self._settle.popleft()
                 if verdict:
-                    self._fail(task, "ImpossibleDependency", f"task {task.msg_id}: {verdict}")
+                    self._fail(task, ImpossibleDependency, f"task {task.msg_id}: {verdict}")
                 elif self._follow(task):
                     self._submit(task)
         finally:
@@ -461,7 +447,7 @@ class TaskBook:
                 self._withdraw(task)
                 self._fail(
                     task,
-                    "TaskAborted",
+                    TaskAborted,
                     f"task {task.msg_id} was aborted before it ran",
                     Status.ABORTED,
                 )
@@ -471,15 +457,60 @@ class TaskBook:
         self._drain_queue()
 
     def tick(self) -> None:
-        """Fail tasks whose timeout passed before they reached an engine."""
+        """Fail tasks whose timeout passed before they reached an engine; take back the
+        unstarted tasks of engines stalled on a long one."""
         heap = self.deadlines
         now = self.clock()
+        if self.steals:
+            self._steal(now)
         while heap and heap[0][0] <= now:
             _, _, task = heapq.heappop(heap)
             if task.state in (WAITING, QUEUED, HELD):
                 self._withdraw(task)
                 why = "its dependencies" if task.state == WAITING else "a free engine"
-                self._fail(task, "TaskTimeout", f"task {task.msg_id} timed out waiting for {why}")
+                self._fail(task, TaskTimeout, f"task {task.msg_id} timed out waiting for {why}")
+
+    # -- prefetch: taking back what a stalled engine has not started ------------------------
+
+    def _steal(self, now: float) -> None:
+        """An engine holding more than one task that has not answered for ``steal_after``
+        is stalled on a long task: it gets one task at a time until it answers, and the
+        tasks waiting behind the long one are asked back, to run elsewhere."""
+        for engine in self.engines.values():
+            if engine.load < 2 or engine.revoking or now - engine.since < self.steal_after:
+                continue
+            if engine.depth > 1:
+                log.info("engine %d stalled: one task at a time until it answers", engine.id)
+            engine.depth = 1
+            held = [m for m in engine.tasks if self._placed_on(m, engine)]
+            if held:
+                engine.revoking = True
+                self.out.append(RevokeTasks(engine, held))
+
+    def _placed_on(self, msg_id: str, engine: EngineSlot) -> bool:
+        task = self.live.get(msg_id)
+        return task is not None and task.engine is engine and task.state == RUNNING
+
+    def revoked(self, uuid: bytes, msg_ids: list[str]) -> None:
+        """An engine's revoke_reply: ``msg_ids`` will never run there; place them again
+        (signed anew: the engine drops the copy it holds)."""
+        engine = self.engines.get(uuid)
+        if engine is None:
+            return  # gone meanwhile: its tasks were retried or failed with it
+        engine.revoking = False
+        back = []
+        for msg_id in msg_ids:
+            if isinstance(msg_id, str) and self._placed_on(msg_id, engine):
+                task = self.live[msg_id]
+                self._unplace(task, engine)
+                task.attempt += 1
+                back.append(task)
+                self.out.append(HubEvent(TaskDest(msg_id, "")))  # unassigned again
+        if back:
+            log.info("engine %d gave back %d unstarted task(s)", engine.id, len(back))
+        for task in reversed(back):
+            self._enqueue(task, front=True)
+        self._drain_queue()
 
     # -- replies ----------------------------------------------------------------------------
 
@@ -492,6 +523,7 @@ class TaskBook:
             if copy is None:  # not ours to relay: its task was answered, or never existed
                 log.warning("reply from %s to unknown task %r dropped", uuid, msg_id)
                 return
+            self._answered_by(copy.engine)  # type: ignore[arg-type]
             copy.engine.load -= 1  # type: ignore[union-attr]
             copy.engine.tasks.discard(msg_id)  # type: ignore[union-attr]
             self.out.append(RelayReply(client, uuid, reply))
@@ -508,13 +540,14 @@ class TaskBook:
             # duplicate and this signed reply is the task's answer, for the client as it is now
             log.info("reply to %s placed by our predecessor: sent to its client", msg_id)
             client = task.client
+        self._answered_by(engine)
         engine.load -= 1
         engine.tasks.discard(msg_id)
         self.ledger.answered(task.client)
         content = reply.content
         status = content.get("status")
         if status == Status.ERROR and not content.get("zpar_error"):
-            if content.get("ename") == "UnmetDependency":
+            if content.get("ename") == UnmetDependency.__name__:
                 task.unmet = (task.unmet or set()) | {uuid}
                 self._retry(task, f"unmet dependency on engine {engine.id}")
                 self._after_answer(task.client)
@@ -531,6 +564,12 @@ class TaskBook:
         self.out.append(RelayReply(client, uuid, reply))
         self._finished(msg_id, status == Status.OK, uuid)  # type: ignore[arg-type]
         self._after_answer(task.client)
+
+    def _answered_by(self, engine: EngineSlot) -> None:
+        """An engine answered: it is not stalled, its prefetch depth is back."""
+        engine.since = self.clock()
+        engine.depth = self._depth
+        engine.revoking = False  # a revoke still on its way is answered all the same
 
     def _after_answer(self, client: bytes) -> None:
         if self.held:
@@ -571,7 +610,7 @@ class TaskBook:
                 self.graph.remove(task)
             self._fail(
                 task,
-                TaskCancelled.__name__,
+                TaskCancelled,
                 f"task {task.msg_id} was cancelled before it ran: its client's connection closed",
                 Status.CANCELLED,
             )
@@ -583,7 +622,7 @@ class TaskBook:
     def engine_up(self, engine_id: int, uuid: bytes) -> None:
         if uuid in self.engines:  # told again after a restart of ours: nothing new
             return
-        self.engines[uuid] = EngineSlot(engine_id, uuid, joined=self.clock())
+        self.engines[uuid] = EngineSlot(engine_id, uuid, joined=self.clock(), depth=self._depth)
         self.ids[engine_id] = uuid
         log.info("engine %s joined (%d engines)", engine_id, len(self.engines))
         self._drain_queue()
@@ -616,7 +655,7 @@ class TaskBook:
                 continue
             self._fail(
                 task,
-                "EngineError",
+                EngineError,
                 f"engine {engine.id} ({uuid.decode()}) died while running task {task.msg_id}: "
                 f"{reason}",
             )
@@ -626,10 +665,12 @@ class TaskBook:
                     self._release(client)
             self._drain_queue()  # also fails queued tasks only a gone engine could run
 
-    def _fail(self, task: Task, ename: str, evalue: str, status: str = Status.ERROR) -> None:
+    def _fail(
+        self, task: Task, error: type[ZparError], evalue: str, status: str = Status.ERROR
+    ) -> None:
         """Answer a task in the engine's stead with a zpar error."""
-        log.info("task %s failed in the scheduler: %s: %s", task.msg_id, ename, evalue)
-        self.out.append(FailTask(task.client, task.header, task.engine, ename, evalue, status))
+        log.info("task %s failed in the scheduler: %s: %s", task.msg_id, error.__name__, evalue)
+        self.out.append(FailTask(task.client, task.header, task.engine, error, evalue, status))
         task.state = DONE
         if self.live.pop(task.msg_id, None) is task:
             task.msg = None

@@ -11,12 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from zpar.errors import ZparError
 from zpar.monitor import TaskEvent
 from zpar.wire import Message
 
 if TYPE_CHECKING:
-    from .book import Task
     from .schemes import EngineSlot
+    from .state import Task
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,9 +45,13 @@ class FailTask:
     client: bytes
     header: dict[str, Any]
     engine: EngineSlot | None
-    ename: str
+    error: type[ZparError]
     evalue: str
     status: str
+
+    @property
+    def ename(self) -> str:
+        return self.error.__name__
 
 
 @dataclass(frozen=True, slots=True)

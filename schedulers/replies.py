@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from zpar.errors import ZparError, error_content
 from zpar.messages import REPLY_TYPE, MsgType, Status
 from zpar.wire import Message, Session
 
@@ -15,7 +16,7 @@ def error_reply(
     session: Session,
     header: dict[str, Any],
     engine: EngineSlot | None,
-    ename: str,
+    error: type[ZparError],
     evalue: str,
     status: str = Status.ERROR,
 ) -> Message:
@@ -25,14 +26,14 @@ def error_reply(
     uuid = engine.uuid.decode() if engine is not None else ""
     msg_type = header.get("msg_type")
     reply_type = REPLY_TYPE.get(msg_type, MsgType.APPLY_REPLY)  # type: ignore[call-overload]
-    content = {
-        "status": status,
-        "ename": ename,
-        "evalue": evalue,
-        "traceback": [],
-        "engine_info": {"engine_id": engine_id, "engine_uuid": uuid, "method": msg_type},
-        "zpar_error": True,
-    }
+    content = error_content(
+        error,
+        evalue,
+        status=status,
+        traceback=[],
+        engine_info={"engine_id": engine_id, "engine_uuid": uuid, "method": msg_type},
+        zpar_error=True,
+    )
     metadata = {
         "engine_id": engine_id,
         "engine_uuid": uuid,

@@ -24,6 +24,9 @@ class EngineSlot:
     joined: float = 0.0  # monotonic time the hub told us of it
     reached: bool = False  # a task was sent to it (its task connection is up)
     paused: bool = False  # told of it before its connection came up: placed nothing yet
+    depth: int = 1  # tasks it may hold now: the prefetch depth, 1 while stalled
+    since: float = 0.0  # monotonic time of its last reply, or of its first task after idling
+    revoking: bool = False  # a revoke_request is on its way: none other until answered
 
 
 def leastload(candidates: Sequence[EngineSlot]) -> EngineSlot:

@@ -5,6 +5,8 @@
     client DEALER ──[msg]──► ROUTER client ─┐                 ┌─► ROUTER engine ──► engine DEALER
                                             TaskScheduler ─────┤   [uuid, client, msg for uuid]
     client ◄──[uuid, reply]── ROUTER client ◄┘                 └── [uuid, client, reply]
+                                                   ROUTER engine ◄──► engine signal thread
+                                [uuid + REVOKE_SUFFIX, revoke_request / revoke_reply]
     hub PUSH ──[engine_event]──► PULL events          monitor PUSH ──► hub (task events)
 
 A thin poll loop around the TaskBook (schedulers/book.py), which makes every decision: the
@@ -22,14 +24,20 @@ from typing import Any
 
 import zmq
 
-from zpar.constants import PARK_RETRY, STORE_RESULT_LIMIT, TASK_HWM, TASK_SCHEME
+from zpar.constants import (
+    PARK_RETRY,
+    REVOKE_SUFFIX,
+    STORE_RESULT_LIMIT,
+    TASK_HWM,
+    TASK_SCHEME,
+)
 from zpar.curve import secure
 from zpar.errors import RemoteProtocolError
 from zpar.memory import Trimmer
 from zpar.messages import MsgType, Status
 from zpar.monitor import TaskDest, TaskOut
 from zpar.sockets import bind_port, configure
-from zpar.wire import Session, buffers_size, recv_message, routing, send_frames
+from zpar.wire import Message, Session, buffers_size, recv_message, send_frames, split_messages
 
 from .book import TASK_DEST_NAME, Task, TaskBook
 from .clientlink import ClientLink
@@ -41,6 +49,7 @@ from .instructions import (
     Instruction,
     Refuse,
     RelayReply,
+    RevokeTasks,
     SendTask,
 )
 from .ledger import Ledger
@@ -204,10 +213,11 @@ class TaskScheduler:
                 frames = recv(zmq.NOBLOCK)
             except zmq.Again:
                 return
-            try:
-                handler(frames)
-            except Exception:  # one bad message must never stop the scheduler
-                log.exception("error handling a message of %d frames; dropped", len(frames))
+            for one in self.session.each_message(frames, "task scheduler"):  # batches too
+                try:
+                    handler(one)
+                except Exception:  # one bad message must never stop the scheduler
+                    log.exception("error handling a message of %d frames; dropped", len(one))
             self._carry_out()
 
     def _unpause(self, now: float) -> None:
@@ -236,27 +246,56 @@ class TaskScheduler:
         self.book.client_gone(client)
 
     def _on_submission(self, frames: list[Any]) -> None:
-        msg = self.session.feed(frames, "task scheduler (client)")
-        if msg is not None:
+        # one message, or a batch of them (zpar.wire.batch), each checked on its own
+        client = None
+        for msg in self.session.feed_all(frames, "task scheduler (client)"):
             client = msg.idents[0] if msg.idents else b""
             self.book.submission(client, msg)
-            if self.link.is_gone(client):  # sent just before its connection closed
-                self.book.client_gone(client)
+        if client is not None and self.link.is_gone(client):  # sent just before it closed
+            self.book.client_gone(client)
 
     def _on_reply(self, frames: list[Any]) -> None:
-        # [engine_uuid, client_ident, <ZPAR|MSG>, signature, envelope, buffers…]
-        framed = routing(frames)
-        if framed is None or len(framed[0]) != 2:
+        # [engine_uuid, client_ident, <ZPAR|MSG>, signature, envelope, buffers…], or a batch
+        # of replies to one client: [engine_uuid, client_ident, <ZPAR|BATCH>, index, …]
+        where = "task scheduler (engine)"
+        try:
+            idents, messages = split_messages(frames)
+        except RemoteProtocolError as e:
+            self.session._refuse(e, where)
+            return
+        if len(idents) == 1:
+            self._on_revoke_reply(frames)
+            return
+        if len(idents) != 2:
             log.warning("malformed reply from an engine (%d frames) dropped", len(frames))
             return
-        # result buffers the hub may store are checked here; larger ones by the client
-        small = buffers_size(framed[1]) <= STORE_RESULT_LIMIT
-        reply = self.session.feed(frames, "task scheduler (engine)", buffers=small)
-        if reply is None:
+        uuid, client = idents
+        for m in messages:
+            # result buffers the hub may store are checked here; larger ones by the client
+            small = buffers_size(m) <= STORE_RESULT_LIMIT
+            try:
+                reply = self.session.unpack(m, [uuid, client], buffers=small)
+            except RemoteProtocolError as e:
+                self.session._refuse(e, where)
+                continue
+            self._trimmer.count()
+            self.book.reply(uuid, client, reply)
+
+    def _on_revoke_reply(self, frames: list[Any]) -> None:
+        for msg in self.session.feed_all(frames, "task scheduler (engine revoke)"):
+            self._revoke_reply(msg)
+
+    def _revoke_reply(self, msg: Message) -> None:
+        ident = msg.idents[0]
+        revoked = msg.content.get("revoked")
+        if (
+            msg.msg_type != MsgType.REVOKE_REPLY
+            or not ident.endswith(REVOKE_SUFFIX)
+            or not isinstance(revoked, list)
+        ):
+            log.warning("malformed %r from %r dropped", msg.msg_type, ident)
             return
-        self._trimmer.count()
-        uuid, client = reply.idents
-        self.book.reply(uuid, client, reply)
+        self.book.revoked(ident[: -len(REVOKE_SUFFIX)], revoked)
 
     def _on_event(self, frames: list[Any]) -> None:
         msg = self.session.feed(frames, "task scheduler (hub events)")
@@ -300,6 +339,8 @@ class TaskScheduler:
                     MsgType.ABORT_REPLY, {"status": Status.OK, "aborted": aborted}, parent=parent
                 )
                 self.link.send(client, frames)
+            case RevokeTasks(engine, msg_ids):
+                self._send_revoke(engine, msg_ids)
             case Refuse(reason, detail):
                 self.session._refuse(RemoteProtocolError(reason, detail), "task scheduler (client)")
             case _:
@@ -333,10 +374,24 @@ class TaskScheduler:
             book.delivered(engine)
         self.hub.event(TaskDest(task.msg_id, uuid.decode()))
 
+    def _send_revoke(self, engine: EngineSlot, msg_ids: list[str]) -> None:
+        try:
+            self.session.send(
+                self.engine,
+                MsgType.REVOKE_REQUEST,
+                {"msg_ids": msg_ids},
+                idents=[engine.uuid + REVOKE_SUFFIX],
+            )
+        except zmq.ZMQError as e:
+            if e.errno != zmq.EHOSTUNREACH:
+                raise
+            log.info("engine %d has no revoke socket: its tasks stay there", engine.id)
+            self.book.revoked(engine.uuid, [])
+
     def _send_error(self, fail: FailTask) -> None:
         engine = fail.engine
         uuid = engine.uuid if engine is not None else b""
-        reply = error_reply(self.session, fail.header, engine, fail.ename, fail.evalue, fail.status)
+        reply = error_reply(self.session, fail.header, engine, fail.error, fail.evalue, fail.status)
         self.link.send(fail.client, [uuid, *reply.frames])
         self.hub.event(
             TaskOut(

@@ -306,9 +306,9 @@ class TypedCalls:
             }
             here = None
             if block and eid is not None and len(plan) == 1 and not view.track:
-                here = client._call_here(eid, frames, md, MsgType.TYPED_REQUEST, content)
+                here = client.sender.call_here(eid, frames, md, MsgType.TYPED_REQUEST, content)
             if here is None:
-                here = client._send(
+                here = client.sender.send(
                     channel,
                     MsgType.TYPED_REQUEST,
                     content,
@@ -316,11 +316,10 @@ class TypedCalls:
                     metadata=md,
                     engine_id=eid,
                 )
-            m, fut = here
-            msg_ids.append(m)
-            futs.append(fut)
+            msg_ids.append(here.msg_id)
+            futs.append(here.future)
             chunks.append((call_id, a, b - a))
-        return client._track(TypedResult(client, msg_ids, futs, sig, chunks))
+        return client.sender.remember(TypedResult(client, msg_ids, futs, sig, chunks))
 
     def __repr__(self) -> str:
         return f"<typed calls of {self._view!r}: {', '.join(sorted(self._signatures.by_name)) or 'none known yet'}>"

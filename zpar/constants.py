@@ -66,11 +66,17 @@ REGISTRATION_TIMEOUT = 10.0
 #: Seconds a client or engine waits for the hub to answer a registration or connection request.
 HUB_TIMEOUT = 10.0
 
-#: Default high-water mark of the task scheduler: unfinished tasks one engine may hold.
-#: 0 means unlimited. 1 (as ipyparallel): a task waits in the scheduler, not behind a long
-#: task on a busy engine. 2 runs no-op tasks ~30% faster (the engine is not idle during the
-#: scheduler round trip) at the price of that hoarding; see docs/decisions.md.
-TASK_HWM = 1
+#: Default high-water mark of the task scheduler: unfinished tasks one engine may hold (its
+#: prefetch depth). 0 means unlimited. Above 1 the engine is not idle during the scheduler's
+#: round trip; a task trapped behind a long one is taken back (STEAL_AFTER). See
+#: docs/decisions.md, "Prefetch", for the measurements that chose the value.
+TASK_HWM = 2
+
+#: Seconds an engine holding prefetched tasks may go without answering before the scheduler
+#: takes its unstarted tasks back (revoke_request) and gives it one at a time until it
+#: answers: short against the 10 ms tasks a blocked engine must not trap, long against the
+#: ~1 ms round trip of a busy engine streaming short tasks (no revoke traffic then).
+STEAL_AFTER = 0.05
 
 #: Load-balancing schemes of the task scheduler (ipyparallel's names).
 #: leastload: fewest unfinished tasks; lru: least recently given a task; plainrandom: any
@@ -119,6 +125,10 @@ STORE_INLINE_LIMIT = 64 * 2**10
 #: Appended to an engine's uuid: the identity of its signal socket on the hub's query
 #: ROUTER, through which signal_request reaches a thread the running task does not block.
 SIGNAL_SUFFIX = b"/signal"
+
+#: Appended to an engine's uuid: the identity of its revoke socket on the task scheduler's
+#: engine ROUTER, answered by the same thread as signals (engine/revoke.py).
+REVOKE_SUFFIX = b"/revoke"
 
 #: --ip values that mean "every interface" (bound as ``*``, advertised by host name).
 WILDCARDS = ("0.0.0.0", "*", "::", "")

@@ -85,6 +85,10 @@ class MsgType(StrEnum):
     ENGINE_INFO_REPLY = "engine_info_reply"
     # faults (issue 13): the controller restarted its task scheduler (hub notification PUB)
     SCHEDULER_RESTARTED = "scheduler_restarted"
+    # prefetch (issue 12, sched): the task scheduler asks an engine's signal thread for
+    # tasks it was given but has not started (engine/revoke.py), to place them elsewhere
+    REVOKE_REQUEST = "revoke_request"
+    REVOKE_REPLY = "revoke_reply"
 
 
 class Status(StrEnum):
@@ -651,6 +655,26 @@ class EngineInfoReply(Content):
     msg_type = MsgType.ENGINE_INFO_REPLY
     status: str
     engines: dict = field(default_factory=dict)
+
+
+# -- prefetch (issue 12, sched): revoking an engine's unstarted tasks ---------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RevokeRequest(Content):
+    """Task scheduler -> engine revoke socket: give these tasks back if not started."""
+
+    msg_type = MsgType.REVOKE_REQUEST
+    msg_ids: list
+
+
+@dataclass(frozen=True, slots=True)
+class RevokeReply(Content):
+    """``revoked``: the ids never started, which the engine will now drop unrun."""
+
+    msg_type = MsgType.REVOKE_REPLY
+    status: str
+    revoked: list = field(default_factory=list)
 
 
 #: msg_type -> content class, for validation and docs.

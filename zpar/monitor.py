@@ -36,7 +36,7 @@ class TaskIn:
 
 @dataclass(frozen=True, slots=True)
 class TaskDest:
-    """The scheduler placed a task on an engine."""
+    """The scheduler placed a task on an engine (engine "": took it back unstarted)."""
 
     msg_id: str
     engine: str

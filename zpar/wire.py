@@ -745,6 +745,31 @@ class Session:
                 self._refuse(e, where)
         return accepted
 
+    def each_message(self, frames: list[Any], where: str = "") -> list[list[Any]]:
+        """The messages of a received multipart, each a multipart of its own (the
+        identities, then the message from its delimiter on), for a receiver whose handler
+        takes one message: a lone message (or garbage, for the handler to refuse) as it
+        is, a batch split; a batch whose framing is wrong is refused whole (logged,
+        counted) and gives none. Each message is then checked by the handler, on its own."""
+        for f in frames:
+            if type(f) is bytes:
+                if f == DELIM:
+                    return [frames]
+                if f == BATCH_DELIM:
+                    break
+            elif _is_marker(f):
+                if is_batch([f]):
+                    break
+                return [frames]
+        else:
+            return [frames]
+        try:
+            idents, messages = split_messages(frames)
+        except RemoteProtocolError as e:
+            self._refuse(e, where)
+            return []
+        return [[*idents, *m] for m in messages]
+
     def feed_lazy_all(
         self, frames: Sequence[Any], where: str = "", *, private: bool = False
     ) -> list[LazyMessage]:

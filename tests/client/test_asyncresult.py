@@ -205,10 +205,14 @@ def test_wait_interactive_shows_progress(capsys):
 
 
 def test_sent_and_wait_for_send():
-    f = Future()
-    ar = AsyncResult(None, ["a"], [f])
-    assert not ar.sent
+    from zpar.client.request import Request
+
+    request = Request("a", "task", [b"frames"], submitted=5.0)
+    ar = AsyncResult(None, ["a"], [request.future])
+    assert not ar.sent and ar._submitted == 5.0
     with pytest.raises(TimeoutError, match="sent"):  # as ipyparallel
         ar.wait_for_send(0.01)
-    f.zpar_sent = 1.0
+    request.sent = 6.0  # what the I/O thread stamps once zmq has the frames
     assert ar.sent and ar.wait_for_send(0.01)
+    # a future of another origin (the hub's store) has nothing left to send
+    assert AsyncResult(None, ["b"], [Future()]).sent

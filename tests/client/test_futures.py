@@ -104,3 +104,18 @@ def test_a_timed_out_waiter_does_not_linger():
     assert not f._condition._waiters
     f.set_result(1)
     assert f.result() == 1
+
+
+def test_resolving_a_done_future_again_raises_instead_of_deadlocking():
+    """Future.set_result formats repr(self) under its condition for InvalidStateError;
+    ReplyFuture's lock is not reentrant, so its repr must not take it."""
+    from concurrent.futures import InvalidStateError
+
+    from zpar.client.futures import resolve
+
+    f = ReplyFuture()
+    f.set_result(1)
+    with pytest.raises(InvalidStateError, match="ReplyFuture"):
+        f.set_result(2)
+    resolve(f, error=RuntimeError("late"))  # a race lost quietly
+    assert f.result() == 1

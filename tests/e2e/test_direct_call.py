@@ -24,9 +24,7 @@ def _sleep_then(t, value):
 def test_blocking_call_on_one_engine_skips_the_io_thread(rc, monkeypatch):
     handed = []
     real_submit = rc._io.submit
-    monkeypatch.setattr(
-        rc._io, "submit", lambda *a, **k: handed.append(a[0]) or real_submit(*a, **k)
-    )
+    monkeypatch.setattr(rc._io, "submit", lambda r: handed.append(r.channel) or real_submit(r))
     assert rc[1].apply_sync(lambda x: x + 1, 41) == 42
     assert handed == []  # never handed to the I/O thread
     msg_id = rc.history[-1]

@@ -153,8 +153,8 @@ def test_bad_columns_fail_before_anything_is_sent(rc, monkeypatch):
     dv = rc[:]
     dv.typed.register(fxyz, args=XYZ, returns="float64")
     sent = []
-    real_send = rc._send
-    monkeypatch.setattr(rc, "_send", lambda *a, **k: sent.append(a) or real_send(*a, **k))
+    real_send = rc.sender.send
+    monkeypatch.setattr(rc.sender, "send", lambda *a, **k: sent.append(a) or real_send(*a, **k))
     with pytest.raises(TypeError, match="argument 'y' is float64"):
         dv.typed.fxyz([1.0], ["a"], 1.0)
     with pytest.raises(ValueError, match="argument 'x' has 2 values but 'z' has 3"):

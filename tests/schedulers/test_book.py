@@ -16,6 +16,7 @@ from zpar.schedulers.instructions import (
     HubEvent,
     Refuse,
     RelayReply,
+    RevokeTasks,
     SendTask,
 )
 from zpar.wire import Message
@@ -329,3 +330,112 @@ def test_every_scheme_places_every_task_exactly_once(scheme):
         pending += [(i.task.msg_id, i.engine.uuid) for i in out if isinstance(i, SendTask)]
     assert sorted(answered) == sorted(f"t{n}" for n in range(50))
     assert not book.live and all(e.load == 0 for e in book.engines.values())
+
+
+# -- prefetch: depth > 1, and taking back what a stalled engine has not started -----------
+
+
+def prefetching(clock: Clock) -> TaskBook:
+    book = TaskBook("leastload", 2, clock=clock)
+    book.engine_up(0, A)
+    book.engine_up(1, B)
+    return book
+
+
+def test_prefetch_gives_each_engine_its_depth():
+    book = prefetching(Clock())
+    for n in range(5):
+        book.submission(b"client", request(f"t{n}"))
+    placed = sends(book)
+    assert sorted(u for _, u in placed) == [A, A, B, B]
+    assert book.live["t4"].state == QUEUED
+
+
+def test_a_stalled_engine_is_asked_for_its_unstarted_tasks():
+    clock = Clock()
+    book = prefetching(clock)
+    for name in ("long", "short-1", "short-2", "short-3"):
+        book.submission(b"client", request(name))
+    assert sends(book) == [("long", A), ("short-1", B), ("short-2", A), ("short-3", B)]
+    clock.now += book.steal_after / 2
+    book.reply(B, b"client", reply("short-1"))  # B answers: it is not stalled
+    take(book)
+    clock.now += book.steal_after
+    assert book.next_deadline() <= clock.now
+    book.tick()
+    (revoke,) = take(book, RevokeTasks)
+    assert revoke.engine.uuid == A and sorted(revoke.msg_ids) == ["long", "short-2"]
+    assert book.engines[A].depth == 1
+    book.tick()  # asked once, not again while the answer is on its way
+    assert take(book, RevokeTasks) == []
+    book.revoked(A, ["short-2"])  # "long" had started
+    assert book.live["short-2"].attempt == 1  # signed anew for its next engine
+    assert sends(book) == [("short-2", B)]  # B has room; A, stalled, keeps only "long"
+    assert book.engines[A].load == 1
+
+
+def test_a_stalled_engine_gets_no_second_task_until_it_answers():
+    clock = Clock()
+    book = prefetching(clock)
+    book.submission(b"client", request("long"))
+    book.submission(b"client", request("other"))
+    book.submission(b"client", request("third"))
+    sends(book)  # long on A, other on B, third on A
+    clock.now += 1
+    book.tick()
+    revoke = take(book, RevokeTasks)[0]
+    book.revoked(A, [m for m in revoke.msg_ids if m != "long"])
+    for n in range(4):
+        book.submission(b"client", request(f"more-{n}"))
+    placed = sends(book)
+    assert all(u == B for _, u in placed)
+    book.reply(A, b"client", reply("long"))
+    assert book.engines[A].depth == 2
+    assert [u for _, u in sends(book)].count(A) == 2
+
+
+def test_a_revoke_crossing_the_reply_changes_nothing():
+    clock = Clock()
+    book = prefetching(clock)
+    book.submission(b"client", request("t1"))
+    book.submission(b"client", request("t2"))
+    book.submission(b"client", request("t3"))
+    sends(book)
+    clock.now += 1
+    book.tick()
+    take(book)
+    book.reply(A, b"client", reply("t1"))
+    take(book)
+    book.revoked(A, ["t1"])  # answered already: not placed again
+    assert "t1" not in book.live and take(book, SendTask) == []
+
+
+def test_revoked_tasks_of_a_gone_engine_are_not_placed_twice():
+    clock = Clock()
+    book = prefetching(clock)
+    for n in range(3):
+        book.submission(b"client", request(f"t{n}", retries=1))
+    sends(book)
+    clock.now += 1
+    book.tick()
+    take(book)
+    book.engine_down(A, "gone")  # its tasks are retried on B (or wait for it)
+    take(book)
+    book.revoked(A, ["t2"])  # the answer of the dead engine's thread, late
+    assert take(book) == []
+    assert sum(1 for t in book.live.values() if t.state == RUNNING) <= 2
+
+
+@pytest.mark.parametrize("hwm", [1, 0])
+def test_no_steal_without_a_prefetch_depth(hwm):
+    """hwm 1 prefetches nothing; hwm 0 (unlimited) asked for every task on the engines."""
+    clock = Clock()
+    book = TaskBook("leastload", hwm, clock=clock)
+    book.engine_up(0, A)
+    for n in range(3):
+        book.submission(b"client", request(f"t{n}"))
+    sends(book)
+    clock.now += 60
+    assert book.next_deadline() is None
+    book.tick()
+    assert take(book) == []

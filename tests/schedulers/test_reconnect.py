@@ -56,6 +56,10 @@ def test_tasks_wait_for_an_engine_that_connects_late():
         msg = session.feed(frames)
         assert msg is not None and msg.msg_id == header["msg_id"]
         assert msg.metadata.get("scheduler") == 1  # signed apart from a predecessor's copy
+        # the scheduler's thread marks the engine reached once its send returned
+        deadline = time.monotonic() + 30
+        while not sched.engines[b"eng-0"].reached and time.monotonic() < deadline:
+            time.sleep(0.005)
         assert not sched.paused and sched.engines[b"eng-0"].reached
     finally:
         sched.stopping = True

@@ -1,0 +1,168 @@
+"""The Client's hold on engines' lives: waiting for them to register, shutting them down
+or restarting them, signalling them. A part of client.Client."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import signal
+import threading
+import time
+from typing import Any
+
+from zpar.constants import HUB_TIMEOUT
+from zpar.errors import TimeoutError
+from zpar.messages import MsgType
+
+log = logging.getLogger(__name__)
+
+
+def signal_number(sig: int | str) -> int:
+    """The number of a signal given as a number, a Signals member, 'SIGINT' or 'INT'."""
+    if isinstance(sig, str):
+        name = sig.upper() if sig.upper().startswith("SIG") else "SIG" + sig.upper()
+        try:
+            return int(signal.Signals[name])
+        except KeyError:
+            raise ValueError(f"unknown signal name {sig!r}") from None
+    if isinstance(sig, int) and not isinstance(sig, bool):
+        if sig not in signal.valid_signals():
+            raise ValueError(f"{sig} is not a valid signal number")
+        return int(sig)
+    raise TypeError(f"a signal is a number or a name like 'SIGINT', not {sig!r}")
+
+
+class EngineControlMixin:
+    """Mixed into Client (which provides ``sender``, ``cluster``, ``_io`` and
+    ``_control``)."""
+
+    sender: Any
+    cluster: Any
+    _io: Any
+    _control: Any
+
+    def wait_for_engines(
+        self,
+        n: int | None = None,
+        timeout: float | None = -1,
+        *,
+        block: bool = True,
+        interactive: bool | None = None,
+        widget: bool | None = None,
+    ) -> Any:
+        """Block until at least n engines are registered (n=None: as many as the Cluster
+        this client came from starts); TimeoutError after ``timeout`` s (-1/None: never).
+        block=False returns a Future; ``interactive`` shows a progress bar."""
+        if n is None:
+            launcher = getattr(self.cluster, "launcher", None)
+            n = getattr(launcher, "n", None) or len(self._io.engines)
+        if timeout is not None and timeout < 0:
+            timeout = None
+        if not block:
+            fut: concurrent.futures.Future = concurrent.futures.Future()
+
+            def wait_in_thread() -> None:
+                try:
+                    self.wait_for_engines(n, timeout, interactive=interactive, widget=widget)
+                except BaseException as e:
+                    fut.set_exception(e)
+                else:
+                    fut.set_result(None)
+
+            threading.Thread(target=wait_in_thread, name="zpar-wait-engines", daemon=True).start()
+            return fut
+        bar = None
+        if interactive:
+            from zpar.util import progress
+
+            bar = progress(total=n, unit="engine", desc="engines", widget=widget)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            with self._io.engines_changed:
+                while len(self._io.engines) < n:
+                    if bar is not None:
+                        bar.update(min(n, len(self._io.engines)) - bar.n)
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        raise TimeoutError(
+                            f"{len(self._io.engines)} of {n} engines registered within {timeout} s"
+                        )
+                    self._io.engines_changed.wait(remaining)
+        finally:
+            if bar is not None:
+                bar.update(min(n, len(self._io.engines)) - bar.n)
+                bar.close()
+        return None
+
+    def shutdown(
+        self,
+        targets: Any = "all",
+        restart: bool = False,
+        hub: bool = False,
+        block: bool | None = None,
+        timeout: float = HUB_TIMEOUT,
+    ) -> None:
+        """Stop engines (and the controller with hub=True, which implies all engines).
+
+        With block (the default), returns once the engines are gone from ``ids``.
+        restart=True: each engine starts afresh in its own process (same pid, new namespace,
+        same id); with block, returns once all are registered again. Unlike ipyparallel,
+        where restart is not implemented."""
+        block = True if block is None else block
+        if hub:
+            targets = "all"
+        if restart and hub:
+            raise ValueError(
+                "restart applies to engines: a controller cannot restart itself "
+                "(stop it with hub=True, then start it again with zpar controller)"
+            )
+        if self._io.engines and targets is not None:
+            old = {i: self.sender.engine_uuid(i) for i in self.sender.resolve_targets(targets)}
+            content = {"restart": bool(restart)}
+            ar = self._control(MsgType.SHUTDOWN_REQUEST, content, list(old), block=False)
+            if block:
+                ar.get(timeout) if restart else ar.wait(timeout)
+                if restart:
+                    self._wait_for_restart(old, timeout)
+                else:
+                    self._wait_for_unregistration(old, timeout)
+        if hub:
+            fut = self.sender.send("query", MsgType.SHUTDOWN_HUB_REQUEST, {}).future
+            if block:
+                fut.result(timeout)
+
+    def _wait_for_restart(self, old: dict[int, str], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        with self._io.engines_changed:
+            while waiting := [i for i, u in old.items() if self._io.engines.get(i) in (None, u)]:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(
+                        f"engines {waiting} did not register again within {timeout:g} s of "
+                        "their restart: see their logs"
+                    )
+                self._io.engines_changed.wait(remaining)
+
+    def _wait_for_unregistration(self, old: dict[int, str], timeout: float) -> None:
+        """Until the hub has told us the engines are gone (so ``ids`` no longer lists them)."""
+        deadline = time.monotonic() + timeout
+        with self._io.engines_changed:
+            while any(self._io.engines.get(i) == u for i, u in old.items()):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    log.warning("engines %s still registered %g s after shutdown", old, timeout)
+                    return
+                self._io.engines_changed.wait(remaining)
+
+    def send_signal(self, sig: int | str, targets: Any = None, block: bool = True) -> Any:
+        """Raise signal ``sig`` (a number or a name, 'SIGINT' or 'INT') in engine processes,
+        even while they run a task: SIGINT interrupts the task (its error is
+        KeyboardInterrupt). Returns the ids the hub relayed it to (a Future of them when
+        block=False)."""
+        signum = signal_number(sig)
+        ids = self.sender.resolve_targets(targets)
+        content = {"signum": signum, "targets": ids}
+        if not block:
+            fut = self.sender.send("query", MsgType.SIGNAL_REQUEST, content).future
+            return fut
+        return list(self.sender.query(MsgType.SIGNAL_REQUEST, content).content["engines"])

@@ -1,0 +1,293 @@
+"""RequestSender: the send side of a Client, the interface views and capabilities use.
+
+Views (client.view), typed calls, distributed arrays and the magics build their calls
+through it: they name engines by id and get back a client.request.Request (msg_id, the
+reply's future, a broadcast's futures per engine), never touching the Client's or the I/O
+thread's members. Everything here runs in the calling thread; the signed frames are
+handed to the I/O thread (ClientIO.submit), which owns the Request from then on.
+"""
+
+from __future__ import annotations
+
+import builtins
+import collections
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+from zpar.constants import HUB_TIMEOUT
+from zpar.dependency import to_wire
+from zpar.errors import (
+    HubRefused,
+    InvalidDependency,
+    NoEnginesRegistered,
+    NoSuchEngine,
+    TimeoutError,
+)
+from zpar.messages import MsgType, Status
+from zpar.serialize import pack_apply
+from zpar.wire import Message, Session
+
+from .directcall import DirectCaller
+from .ioloop import ClientIO, outcome_of
+from .request import Request, engine_of
+
+#: Requests remembered in Client.history: the work sent, which get_result(-1) refers to.
+HISTORY_TYPES = frozenset({MsgType.APPLY_REQUEST, MsgType.EXECUTE_REQUEST})
+
+
+class RequestSender:
+    """Builds, signs and submits requests for one Client (``client.sender``)."""
+
+    def __init__(
+        self,
+        session: Session,
+        io: ClientIO,
+        direct_caller: DirectCaller,
+        history: collections.deque[str],
+        where: str,
+    ) -> None:
+        self.session = session
+        self._io = io
+        self._direct_caller = direct_caller
+        self._history = history
+        self._where = where
+        #: set when the Client closes: nothing is sent after that
+        self.closed = False
+        #: AsyncResults the user still holds, by msg_id (weakly: results are kept by their
+        #: handles, never by the client; ipyparallel's grows with every result it ever got)
+        self.handles: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
+
+    # -- engines ------------------------------------------------------------------------
+
+    @property
+    def ids(self) -> list[int]:
+        """Ids of the engines registered now, ascending."""
+        return sorted(self._io.engines)
+
+    def engine_uuid(self, eid: int) -> str:
+        """The uuid of engine ``eid``; NoSuchEngine (NoEnginesRegistered) if it is not
+        registered."""
+        engines = self._io.engines
+        if not isinstance(eid, int) or isinstance(eid, bool):
+            raise TypeError(f"engine ids are ints, got {eid!r}")
+        if eid not in engines:
+            if not engines:
+                raise NoEnginesRegistered(f"engine {eid} is not registered: no engines are")
+            raise NoSuchEngine(f"engine {eid} is not registered; registered ids: {sorted(engines)}")
+        return engines[eid]
+
+    def resolve_targets(self, targets: Any) -> list[int]:
+        """Engine ids of ``targets``: None or 'all', an int (negative: from the end of
+        ids), a slice of ids, or a sequence of ints; each checked to be registered."""
+        if targets is None or targets == "all":
+            ids = self.ids
+            if not ids:
+                raise NoEnginesRegistered("no engines are registered")
+            return ids
+        if isinstance(targets, slice):
+            return self.ids[targets]
+        if isinstance(targets, int):
+            targets = [targets]
+        ids = None
+        out = []
+        for t in targets:
+            if isinstance(t, int) and not isinstance(t, bool) and t < 0:
+                ids = ids or self.ids  # negative: from the end of ids, as rc[-1]
+                if -t > len(ids):
+                    raise IndexError(f"engine index {t} out of range: ids are {ids}")
+                t = ids[t]
+            self.engine_uuid(t)
+            out.append(t)
+        return out
+
+    # -- sending ------------------------------------------------------------------------
+
+    def send(
+        self,
+        channel: str,
+        msg_type: str,
+        content: dict[str, Any] | None = None,
+        *,
+        buffers: Sequence[Any] = (),
+        metadata: dict[str, Any] | None = None,
+        engine_id: int | None = None,
+        track: bool = False,
+        broadcast: list[int] | None = None,
+    ) -> Request:
+        """Sign a request and queue it on ``channel`` ("mux", "control", "task",
+        "query"), bound to engine ``engine_id`` or, on "task", to the task scheduler.
+        broadcast: engine ids each of which replies (``Request.replies``)."""
+        if self.closed:
+            raise RuntimeError("this Client is closed")
+        uuid = self.engine_uuid(engine_id) if engine_id is not None else None
+        # bound to where it may run: that engine, or the task scheduler's choice
+        dest = uuid if uuid is not None else "task" if channel == "task" else None
+        header, frames = self.session.serialize(
+            msg_type, content, metadata=metadata, buffers=buffers, dest=dest
+        )
+        msg_id = header["msg_id"]
+        if uuid is not None:
+            frames = [uuid.encode(), *frames]
+        uuids = [self.engine_uuid(i) for i in broadcast] if broadcast is not None else None
+        request = Request(
+            msg_id,
+            channel,
+            frames,
+            engine_uuid=uuid,
+            submitted=header["date"],
+            track=track,
+            broadcast=uuids,
+            resend=channel == "task" and bool(metadata and metadata.get("retries")),
+        )
+        self._io.submit(request)
+        if msg_type in HISTORY_TYPES:  # work, not queries and control (as ipyparallel)
+            self._history.append(msg_id)
+        return request
+
+    def apply(
+        self,
+        channel: str,
+        engine_id: int | None,
+        f: Any,
+        args: Sequence[Any],
+        kwargs: dict[str, Any],
+        metadata: dict[str, Any] | None = None,
+        buffers: list[Any] | None = None,
+        track: bool = False,
+    ) -> Request:
+        """An apply_request of ``f(*args, **kwargs)`` (or of ready ``buffers``)."""
+        if buffers is None:
+            buffers = pack_apply(f, args, kwargs)
+        return self.send(
+            channel,
+            MsgType.APPLY_REQUEST,
+            {},
+            buffers=buffers,
+            metadata=metadata,
+            engine_id=engine_id,
+            track=track,
+        )
+
+    def call_here(
+        self,
+        engine_id: int,
+        buffers: list[Any],
+        metadata: dict[str, Any] | None,
+        msg_type: str = MsgType.APPLY_REQUEST,
+        content: dict[str, Any] | None = None,
+    ) -> Request | None:
+        """A blocking request (apply, or a capability's, e.g. typed_request) on one engine,
+        sent and awaited by the calling thread (client.directcall): its Request, answered,
+        or None when the engine has no endpoint on this host and the call must go through
+        the I/O thread."""
+        if self.closed:
+            raise RuntimeError("this Client is closed")
+        uuid = self.engine_uuid(engine_id)
+        if not self._direct_caller.reachable(uuid):
+            return None
+        header, frames = self.session.serialize(
+            msg_type,
+            content or {},
+            metadata=metadata,
+            buffers=buffers,
+            dest=uuid,
+            private=True,  # the engine's own ipc socket in the controller's 0700 directory
+        )
+        msg_id = header["msg_id"]
+        if msg_type in HISTORY_TYPES:
+            self._history.append(msg_id)
+        request = Request(msg_id, "direct", frames, engine_uuid=uuid, submitted=header["date"])
+        self._direct_caller.call(request)
+        return request
+
+    def query(
+        self, msg_type: str, content: dict[str, Any], timeout: float = HUB_TIMEOUT
+    ) -> Message:
+        """Ask the hub and wait for its answer; HubRefused when it answers an error."""
+        request = self.send("query", msg_type, content)
+        try:
+            reply: Message = request.future.result(timeout)
+        except builtins.TimeoutError:
+            raise TimeoutError(
+                f"the hub at {self._where} did not answer {msg_type} within {timeout} s: "
+                "is the controller running?"
+            ) from None
+        if reply.content.get("status") == Status.ERROR:
+            raise HubRefused(
+                f"hub refused {msg_type}: {reply.content.get('evalue', '')}", reply.content
+            )
+        return reply
+
+    # -- output -------------------------------------------------------------------------
+
+    def watch_output(self, msg_ids: list[str], callback: Any) -> None:
+        """Have ``callback(msg_id, message)`` called (in the I/O thread) for the IOPub
+        stream messages of these requests (ClientIO.watch_output)."""
+        self._io.watch_output(msg_ids, callback)
+
+    def unwatch_output(self, msg_ids: list[str]) -> None:
+        self._io.unwatch_output(msg_ids)
+
+    # -- results ------------------------------------------------------------------------
+
+    def remember(self, ar: Any) -> Any:
+        """Remember ``ar`` (weakly) under its msg_ids: rc.results, rc.metadata, rc.wait()."""
+        for m in ar.msg_ids:
+            self.handles[m] = ar
+        return ar
+
+    def future_of(self, msg_id: str) -> Any:
+        """The future of one of this client's requests (pending, or held by an
+        AsyncResult); None for a broadcast, or a msg_id this client no longer knows."""
+        request = self._io.request(msg_id)
+        if request is not None:
+            return None if request.replies is not None else request.future
+        ar = self.handles.get(msg_id)
+        if ar is None:
+            return None
+        return ar._futures[ar.msg_ids.index(msg_id)]
+
+    # -- dependencies -------------------------------------------------------------------
+
+    def dependency_metadata(self, md: dict[str, Any], after: Any, follow: Any) -> None:
+        """Put after / follow in ``md`` with the outcomes this client already knows, and
+        have direct calls among them reported to the scheduler when they finish."""
+        outcomes: dict[str, list[Any]] = {}
+        watch = {}
+        strangers: list[str] = []
+        for key, deps in (("after", after), ("follow", follow)):
+            wire = to_wire(deps)
+            if wire is None:
+                continue
+            md[key] = wire
+            for m in wire["ids"]:
+                fut = self.future_of(m)
+                if fut is None:
+                    if m not in self._history:
+                        strangers.append(m)
+                    continue  # not ours, or forgotten: the scheduler may still know it
+                if fut.done():
+                    outcomes[m] = outcome_of(fut)
+                elif engine_of(fut) is not None:
+                    watch[m] = fut  # a direct call: the scheduler will not see its reply
+        if outcomes:
+            md["outcomes"] = outcomes
+        if watch:
+            self._io.watch_outcomes(watch)
+        if strangers:
+            self._check_known(strangers)
+
+    def _check_known(self, msg_ids: list[str]) -> None:
+        """InvalidDependency, before sending, for dependencies on msg_ids that neither this
+        client nor the hub ever saw (a task would wait for them forever)."""
+        try:
+            self.query(MsgType.RESULT_REQUEST, {"msg_ids": msg_ids, "statusonly": True})
+        except HubRefused as e:
+            unknown = e.content.get("unknown")
+            if unknown:
+                raise InvalidDependency(
+                    f"dependency on unknown msg_ids {unknown}: no task of this or any client "
+                    "has them (nothing was sent)"
+                ) from None
+            raise

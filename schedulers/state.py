@@ -1,0 +1,47 @@
+"""A task in the task book: its state and what the book knows of it (schedulers/book.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from zpar.wire import Message
+
+from .graph import Gate
+from .schemes import EngineSlot
+
+
+class TaskState(StrEnum):
+    WAITING = "waiting"  # for its dependencies
+    QUEUED = "queued"  # for room on an engine
+    HELD = "held"  # by the ledger: its client may not have more tasks placed now
+    RUNNING = "running"  # on an engine (sent, not answered)
+    DONE = "done"  # answered
+
+
+WAITING, QUEUED, HELD, RUNNING, DONE = TaskState
+
+
+@dataclass(slots=True, eq=False)
+class Task:
+    msg_id: str
+    client: bytes
+    msg: Message | None  # the checked request (None once answered)
+    targets: frozenset[bytes] | None  # engine uuids allowed, None for any
+    engine: EngineSlot | None = None
+    state: TaskState = QUEUED
+    gates: list[Gate] | tuple[()] = ()  # after / follow, while waiting
+    retries: int = 0
+    avoid: set[bytes] | None = None  # engines it failed on: others are preferred
+    unmet: set[bytes] | None = None  # engines where its depend/require does not hold
+    attempt: int = 0  # times it was sent to another engine
+    broadcast: bool = False  # one engine's copy of a broadcast request
+
+    @property
+    def header(self) -> dict[str, Any]:
+        return self.msg.header if self.msg is not None else {"msg_id": self.msg_id}
+
+    @property
+    def restricted(self) -> bool:
+        return self.targets is not None or bool(self.avoid) or bool(self.unmet)
