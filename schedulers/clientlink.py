@@ -27,7 +27,7 @@ from typing import Any
 
 import zmq
 
-from zpar.constants import CLIENT_SNDHWM
+from zpar.constants import CLIENT_KEEPALIVE, CLIENT_SNDHWM
 from zpar.sockets import recv_monitor_event
 from zpar.wire import recv_message, send_frames
 
@@ -65,6 +65,11 @@ class ClientLink:
             raise ValueError(f"the client high-water mark must be > 0 messages, got {hwm}")
         sock.setsockopt(zmq.SNDHWM, hwm)
         sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        idle, interval, probes = CLIENT_KEEPALIVE  # a vanished host closes its connections too
+        sock.setsockopt(zmq.TCP_KEEPALIVE, 1)
+        sock.setsockopt(zmq.TCP_KEEPALIVE_IDLE, idle)
+        sock.setsockopt(zmq.TCP_KEEPALIVE_INTVL, interval)
+        sock.setsockopt(zmq.TCP_KEEPALIVE_CNT, probes)
         self.sock = sock
         self.hwm = hwm
         self.on_gone = on_gone

@@ -185,3 +185,9 @@ CLIENT_SNDHWM = 256
 
 #: Seconds between tries to send the replies parked for a client that is not reading.
 PARK_RETRY = 0.01
+
+#: TCP keepalive on the task scheduler's client connections (idle seconds, probe interval,
+#: probes): a client whose host vanished without closing its connection is found gone after
+#: about 60 + 6 x 10 s. The kernel answers probes for a stopped process, so a SIGSTOPped
+#: client stays connected (slow, not gone).
+CLIENT_KEEPALIVE = (60, 10, 6)

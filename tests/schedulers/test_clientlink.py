@@ -215,3 +215,26 @@ def test_a_new_client_on_a_reused_fd_is_not_taken_for_the_dead_one(ctx):
         assert gone == [a, b]
     finally:
         link.close()
+
+
+def test_the_link_bounds_the_pipe_and_keeps_tcp_alive_before_binding(ctx):
+    """Options a listener copies when it binds: the link sets them on the socket it is
+    given before the scheduler binds it."""
+    from zpar.constants import CLIENT_KEEPALIVE, CLIENT_SNDHWM
+
+    link, _ = _router(ctx, link=lambda r: ClientLink(r, lambda c: None))
+    try:
+        sock = link.sock
+        assert sock.getsockopt(zmq.SNDHWM) == CLIENT_SNDHWM
+        assert sock.getsockopt(zmq.TCP_KEEPALIVE) == 1
+        assert (
+            sock.getsockopt(zmq.TCP_KEEPALIVE_IDLE),
+            sock.getsockopt(zmq.TCP_KEEPALIVE_INTVL),
+            sock.getsockopt(zmq.TCP_KEEPALIVE_CNT),
+        ) == CLIENT_KEEPALIVE
+        other = ctx.socket(zmq.ROUTER)
+        _OPEN.append(other)
+        with pytest.raises(ValueError, match="high-water mark"):
+            ClientLink(other, lambda c: None, hwm=0)
+    finally:
+        link.close()
