@@ -1,10 +1,11 @@
 """``python -m bench.darray [--n 8000] [--engines 2,4] [--repeat 3] [--systems zpar,dask]``
 
 A 2-d n x n float64 array over 2 and 4 engines (dask: worker processes, one thread each),
-the same grid of blocks for both: creation (``ones``, and ``fromfunction`` of a ramp: dask's
-``ones`` are stride-0 broadcast views that hold no memory, so the second row is the one that
-compares materialised arrays), ``a + b`` of two such ramps, ``a.sum()``, one halo
-exchange of one cell on every side (dask: ``dask.array.overlap.overlap`` with periodic
+the same grid of blocks for both: creation (``ones``: in both systems one value per
+section, no memory until needed -- dask's are stride-0 broadcast views, zpar's constant
+LocalArrays; and ``fromfunction`` of a ramp, the row that compares materialised arrays),
+``a + b`` of two such ramps, ``a.sum()``, ``a.sum(axis=0)`` (left distributed in both: a
+DistArray / a persisted dask array), one halo exchange of one cell on every side (dask: ``dask.array.overlap.overlap`` with periodic
 boundaries, its ghost-cell step) and ``toarray()`` (dask: ``compute()``). Each figure is the
 median of ``--repeat`` runs, in seconds; dask runs in ``bench/.venv-peers``.
 """
@@ -21,7 +22,7 @@ import sys
 import tempfile
 import time
 
-ROWS = ["ones", "fromfunction", "add", "sum", "halo", "toarray"]
+ROWS = ["ones", "fromfunction", "add", "sum", "sum_axis", "halo", "toarray"]
 
 
 def _timed(f, repeat):
@@ -72,6 +73,7 @@ def run_zpar(n: int, engines: int, repeat: int) -> dict[str, float]:
         w = rc.darray.ones((64, 64), padding=((1, 1), (1, 1)), **layout)
         w.exchange_halos()
         w.sum()
+        w.sum(axis=0).toarray()
         (w + w).toarray()
         w.free()
         figures["ones"] = _timed(ones, repeat)
@@ -85,6 +87,7 @@ def run_zpar(n: int, engines: int, repeat: int) -> dict[str, float]:
 
         figures["add"] = _timed(add, repeat)
         figures["sum"] = _timed(lambda rep: held["a"].sum(), repeat)
+        figures["sum_axis"] = _timed(lambda rep: held["a"].sum(axis=0).free(), repeat)
         held.pop("c").free()
         b.free()
         h = rc.darray.fromfunction(
@@ -129,6 +132,7 @@ def run_dask(n: int, engines: int, repeat: int) -> dict[str, float]:
             # warm-up, untimed: the workers import dask.array's chunk functions
             w = persisted(da.ones((64, 64), chunks=32))
             (w + w).sum().compute()
+            persisted(w.sum(axis=0)).compute()
             persisted(da.overlap.overlap(w, depth=1, boundary="periodic")).compute()
             del w
             figures["ones"] = _timed(ones, repeat)
@@ -143,6 +147,12 @@ def run_dask(n: int, engines: int, repeat: int) -> dict[str, float]:
 
             figures["add"] = _timed(add, repeat)
             figures["sum"] = _timed(lambda rep: held["a"].sum().compute(), repeat)
+
+            def sum_axis(rep):  # under a key of its own per repetition, as halo below
+                s = held["a"].sum(axis=0)
+                persisted(s.map_blocks(lambda x: x, dtype=float, name=f"sum0-{rep}"))
+
+            figures["sum_axis"] = _timed(sum_axis, repeat)
             held.pop("c")
             held.pop("b")
 

@@ -22,7 +22,7 @@ from zpar.messages import Status
 from zpar.serialize import deserialize_object
 from zpar.wire import Message
 
-from .futurestate import FutureStateMixin
+from .futurestate import FutureMachinery, FutureStateMixin
 from .outputs import OutputsMixin
 from .request import request_of
 from .resultmeta import MetadataMixin
@@ -123,7 +123,7 @@ class AsyncResult(FutureStateMixin, MetadataMixin, OutputsMixin, concurrent.futu
         self.owner = True  # compatibility with ipyparallel: results belong to this handle
         # a concurrent.futures.Future (as ipyparallel's): its lock and waiters are made only
         # if concurrent.futures.wait / asyncio.wrap_future ask (client.futurestate)
-        self._futurestate = None
+        self._futurestate: FutureMachinery | None = None
 
     # -- state ----------------------------------------------------------------------------
 

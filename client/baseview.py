@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from zpar.errors import SerializationError
+from zpar.messages import SchedulingFlags
 from zpar.tasklimits import parse_time_limit
 
 from .asyncresult import AsyncMapResult, AsyncResult
@@ -131,7 +132,7 @@ class View:
         ordered: bool = True,
         max_outstanding: int | str | None = "auto",
         return_exceptions: bool = False,
-    ) -> LazyMapIterator:
+    ) -> Iterator[Any]:
         """Results of f over lazily consumed iterables (infinite generators too), with at
         most ``max_outstanding`` calls in flight ('auto': one per engine of the view; 0:
         no limit). ``ordered=False`` yields results as they complete."""
@@ -161,12 +162,11 @@ class View:
             def take() -> AsyncResult:
                 if ordered:
                     return inflight.popleft()
-                futs = {id(ar._futures[0]): ar for ar in inflight}
+                # an AsyncResult is a concurrent.futures.Future (client.futurestate)
                 first, _ = concurrent.futures.wait(
-                    [ar._futures[0] for ar in inflight],
-                    return_when=concurrent.futures.FIRST_COMPLETED,
+                    list(inflight), return_when=concurrent.futures.FIRST_COMPLETED
                 )
-                ar = futs[id(next(iter(first)))]
+                ar = next(iter(first))
                 inflight.remove(ar)
                 return ar
 
@@ -250,12 +250,14 @@ class View:
         targets = self.targets if targets is None else targets
         return self.client.queue_status("all" if targets is None else targets, verbose)
 
-    def _metadata_flags(self, label: str | None = None) -> dict[str, Any]:
+    def _flags(self, label: str | None = None) -> SchedulingFlags:
+        """The flags every request of this view carries (label, time_limit)."""
         label = self.label if label is None else label
-        md: dict[str, Any] = {"label": label} if label else {}
-        if self.time_limit is not None:
-            md["time_limit"] = float(self.time_limit)
-        return md
+        limit = None if self.time_limit is None else float(self.time_limit)
+        return SchedulingFlags(label=label or None, time_limit=limit)
+
+    def _metadata_flags(self, label: str | None = None) -> dict[str, Any]:
+        return self._flags(label).as_metadata()
 
     def _finish(self, ar: AsyncResult, block: bool, track: bool | None = None) -> Any:
         if self.track if track is None else track:

@@ -23,9 +23,9 @@ from zpar.errors import (
     NoEnginesRegistered,
     TimeoutError,
 )
-from zpar.messages import MsgType
+from zpar.messages import AbortRequest, ClearRequest, MsgType, QueueRequest
 from zpar.transport import choose, direct_dir
-from zpar.wire import Message, Session
+from zpar.wire import Session
 
 from .asyncresult import AsyncResult
 from .clientcompat import (
@@ -189,6 +189,8 @@ class Client(TaskStoreMixin, EngineControlMixin, ClientCompatMixin):
                 key = ids[key]
             self.sender.engine_uuid(key)
             return DirectView(self, key)
+        if isinstance(key, bool):
+            raise TypeError(f"engines are named by int ids, not {key!r}")
         ids = self.ids
         if isinstance(key, slice):
             targets = ids[key]
@@ -223,34 +225,6 @@ class Client(TaskStoreMixin, EngineControlMixin, ClientCompatMixin):
         view.set_flags(**flags)
         return view
 
-    # -- for zpar's own modules and tests (darray, typed): use ``sender`` instead -----------
-
-    def _engine_uuid(self, eid: int) -> str:
-        return self.sender.engine_uuid(eid)
-
-    def _resolve_targets(self, targets: Any) -> list[int]:
-        return self.sender.resolve_targets(targets)
-
-    def _query(
-        self, msg_type: str, content: dict[str, Any], timeout: float = HUB_TIMEOUT
-    ) -> Message:
-        return self.sender.query(msg_type, content, timeout)
-
-    def apply_to(
-        self,
-        channel: str,
-        engine_id: int | None,
-        f: Any,
-        args: Sequence[Any],
-        kwargs: dict[str, Any],
-        metadata: dict[str, Any] | None = None,
-        buffers: list[Any] | None = None,
-        track: bool = False,
-    ) -> tuple[str, Any]:
-        """(msg_id, future) of an apply_request (see RequestSender.apply)."""
-        r = self.sender.apply(channel, engine_id, f, args, kwargs, metadata, buffers, track)
-        return r.msg_id, r.future
-
     # -- control ----------------------------------------------------------------------------
 
     def _control(
@@ -272,7 +246,7 @@ class Client(TaskStoreMixin, EngineControlMixin, ClientCompatMixin):
         """Abort work that has not started: queued on engines (``targets``, default all) and,
         for load-balanced tasks, still held by the task scheduler. jobs: msg_ids or
         AsyncResults, None for everything this client queued. Running tasks finish."""
-        content = {"msg_ids": None if jobs is None else msg_ids_of(jobs)}
+        content = AbortRequest(None if jobs is None else msg_ids_of(jobs)).as_dict()
         ids = self.sender.resolve_targets(targets)
         send = self.sender.send
         sent = [send("control", MsgType.ABORT_REQUEST, content, engine_id=i) for i in ids]
@@ -285,14 +259,15 @@ class Client(TaskStoreMixin, EngineControlMixin, ClientCompatMixin):
 
     def clear(self, targets: Any = None, block: bool = True) -> AsyncResult:
         """Clear the engines' namespaces."""
-        return self._control(MsgType.CLEAR_REQUEST, {}, targets, block)
+        return self._control(MsgType.CLEAR_REQUEST, ClearRequest().as_dict(), targets, block)
 
     def queue_status(self, targets: Any = "all", verbose: bool = False) -> dict[Any, Any]:
         """{engine_id: {'queue', 'completed', 'tasks'}, 'unassigned': n} (int and str keys,
         as in ipyparallel); one engine's dict alone when ``targets`` is one int."""
         all_ = targets is None or (isinstance(targets, str) and targets == "all")
         ids = None if all_ else self.sender.resolve_targets(targets)
-        reply = self.sender.query(MsgType.QUEUE_REQUEST, {"targets": ids, "verbose": verbose})
+        request = QueueRequest(targets=ids, verbose=verbose)
+        reply = self.sender.query(MsgType.QUEUE_REQUEST, request.as_dict())
         out: dict[Any, Any] = {int(k): v for k, v in reply.content.get("queues", {}).items()}
         out["unassigned"] = reply.content.get("unassigned", 0)
         if isinstance(targets, int) and not isinstance(targets, bool):

@@ -12,7 +12,7 @@ from typing import Any
 
 from zpar.constants import HUB_TIMEOUT
 from zpar.errors import TimeoutError
-from zpar.messages import MsgType
+from zpar.messages import MsgType, ShutdownRequest, SignalRequest
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +118,7 @@ class EngineControlMixin:
             )
         if self._io.engines and targets is not None:
             old = {i: self.sender.engine_uuid(i) for i in self.sender.resolve_targets(targets)}
-            content = {"restart": bool(restart)}
+            content = ShutdownRequest(restart=bool(restart)).as_dict()
             ar = self._control(MsgType.SHUTDOWN_REQUEST, content, list(old), block=False)
             if block:
                 ar.get(timeout) if restart else ar.wait(timeout)
@@ -161,7 +161,7 @@ class EngineControlMixin:
         block=False)."""
         signum = signal_number(sig)
         ids = self.sender.resolve_targets(targets)
-        content = {"signum": signum, "targets": ids}
+        content = SignalRequest(signum, targets=ids).as_dict()
         if not block:
             fut = self.sender.send("query", MsgType.SIGNAL_REQUEST, content).future
             return fut

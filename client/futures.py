@@ -11,6 +11,7 @@ take their condition twice, so a non-reentrant lock is enough.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from typing import Any
 
@@ -89,7 +90,7 @@ class ReplyFuture(Future):
         self._result = None
         self._exception = None
         self._waiters = []
-        self._done_callbacks = []
+        self._done_callbacks: list[Callable[[Future], object]] = []
         self.request = request
         #: the engine whose reply this is (a direct call's, or one engine of a broadcast)
         self.engine_uuid = engine_uuid or (request.engine_uuid if request else None)

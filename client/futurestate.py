@@ -9,11 +9,14 @@ nobody waits on that way carries no lock, no list and no extra callbacks.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 
-class _Machinery:
+class FutureMachinery:
+    """A Future's lock, waiters and state, for the result that needs them."""
+
     __slots__ = ("condition", "waiters", "state")
 
     def __init__(self) -> None:
@@ -28,21 +31,37 @@ class FutureStateMixin:
 
     __slots__ = ()
 
-    def _machinery(self) -> _Machinery:
-        m = self._futurestate  # type: ignore[attr-defined]
+    if TYPE_CHECKING:  # what the class it is mixed into (AsyncResult) provides
+        _futurestate: FutureMachinery | None
+
+        def add_done_callback(self, fn: Callable[[Any], object]) -> None: ...
+
+        def ready(self) -> bool: ...
+
+    def _machinery(self) -> FutureMachinery:
+        m = self._futurestate
         if m is None:
-            m = _Machinery()
-            self._futurestate = m  # type: ignore[attr-defined]
-            self.add_done_callback(_notify)  # type: ignore[attr-defined]
+            m = FutureMachinery()
+            self._futurestate = m  # type: ignore[misc]  # the slot is AsyncResult's
+            self.add_done_callback(_notify)
         return m
 
+    # settable, as a Future's attributes are; concurrent.futures only reads them
     @property
     def _condition(self) -> threading.Condition:
         return self._machinery().condition
 
+    @_condition.setter
+    def _condition(self, value: threading.Condition) -> None:
+        self._machinery().condition = value
+
     @property
     def _waiters(self) -> list[Any]:
         return self._machinery().waiters
+
+    @_waiters.setter
+    def _waiters(self, value: list[Any]) -> None:
+        self._machinery().waiters = value
 
     @property
     def _state(self) -> str:
@@ -61,7 +80,7 @@ class FutureStateMixin:
         return False
 
     def running(self) -> bool:
-        return not self.ready()  # type: ignore[attr-defined]
+        return not self.ready()
 
     def set_running_or_notify_cancel(self) -> bool:
         return True

@@ -9,7 +9,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from zpar.errors import EngineError, HubRefused, ResultNotStored, TaskLost, error_content
-from zpar.messages import MsgType
+from zpar.messages import MsgType, ResultRequest
 from zpar.wire import Message
 
 log = logging.getLogger(__name__)
@@ -36,7 +36,7 @@ class HubResultFetcher(threading.Thread):
         while self.wanted and not self.client.sender.closed:
             try:
                 reply = self.client.sender.query(
-                    MsgType.RESULT_REQUEST, {"msg_ids": list(self.wanted), "statusonly": False}
+                    MsgType.RESULT_REQUEST, ResultRequest(list(self.wanted)).as_dict()
                 )
             except HubRefused as e:
                 if self._not_heard_of_yet(e.content.get("unknown"), grace):

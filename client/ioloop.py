@@ -40,7 +40,7 @@ from zpar.errors import (
     WrongKey,
     ZparError,
 )
-from zpar.messages import MsgType, Status
+from zpar.messages import MsgType, Status, TaskOutcomes
 from zpar.privacy import iopub_topic
 from zpar.sockets import configure
 from zpar.transport import direct_address, usable_ipc
@@ -55,7 +55,7 @@ log = logging.getLogger(__name__)
 CHANNELS = ("query", "mux", "control", "task")
 
 #: Channels whose queued requests go out as one batch. The task scheduler takes batches
-#: (wire.Session.each_message); engines take MUX and control messages one at a time.
+#: (Session.feed_all in its handlers); engines take MUX and control messages one at a time.
 BATCHED_CHANNELS = frozenset({"task"})
 
 
@@ -164,7 +164,8 @@ class ClientIO(FaultHandling):
         """Call ``callback(msg_id, message)`` (in the I/O thread) for each IOPub stream
         message of these requests as it arrives. Output printed before the subscription
         took effect is not replayed: the reply's metadata always has all of it."""
-        if self.iopub_addr is None:
+        address = self.iopub_addr
+        if address is None:
             raise RuntimeError("this client does not know the IOPub address yet")
         done = threading.Event()
 
@@ -173,7 +174,7 @@ class ClientIO(FaultHandling):
                 sock = secure(configure(self.context.socket(zmq.SUB)), self.curve)
                 # the relay admits only the cluster's topic (hub.iopubgate)
                 sock.setsockopt(zmq.SUBSCRIBE, iopub_topic(self.session.key))
-                sock.connect(self.iopub_addr)
+                sock.connect(address)
                 self._sockets["iopub"] = sock
                 self._poller.register(sock, zmq.POLLIN)
             for m in msg_ids:
@@ -242,7 +243,7 @@ class ClientIO(FaultHandling):
         if not outcomes or sock is None:
             return
         _, frames = self.session.serialize(
-            MsgType.TASK_OUTCOMES, {"outcomes": outcomes}, packb=self._packb
+            MsgType.TASK_OUTCOMES, TaskOutcomes(outcomes).as_dict(), packb=self._packb
         )
         send_frames(sock, frames)
 
@@ -481,7 +482,7 @@ class ClientIO(FaultHandling):
             return
         msg_id = msg.parent_header.get("msg_id")
         callback = self._output_watchers.get(msg_id) if isinstance(msg_id, str) else None
-        if callback is not None:
+        if callback is not None and isinstance(msg_id, str):
             try:
                 callback(msg_id, msg)
             except Exception:

@@ -13,6 +13,8 @@ import sys
 import threading
 import time
 import warnings
+import weakref
+from collections.abc import Callable
 from typing import Any
 
 from zpar.errors import AlreadyDisplayedError, CompositeError, RemoteError
@@ -20,6 +22,9 @@ from zpar.errors import AlreadyDisplayedError, CompositeError, RemoteError
 from .asyncresult import AsyncResult
 
 log = logging.getLogger(__name__)
+
+#: Clients whose IOPub subscription is known to be live (see ensure_iopub).
+_IOPUB_LIVE: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def _parser(name: str) -> argparse.ArgumentParser:
@@ -76,7 +81,7 @@ class ParallelMagics:
         self.signal_on_interrupt: str | None = "SIGINT"
         self.last_result: AsyncResult | None = None
         self._autopx = False
-        self._transformer = None
+        self._transformer: Callable[[list[str]], list[str]] | None = None
 
     # -- the magics -----------------------------------------------------------------------
 
@@ -226,7 +231,7 @@ def ensure_iopub(view: Any, timeout: float = 10.0) -> None:
     (``ar.stdout`` had them: output also travels with the reply). Probe with an empty
     execute until its IOPub messages arrive; done once per client."""
     client = view.client
-    if getattr(client, "_iopub_live", False):
+    if client in _IOPUB_LIVE:
         return
     io = client.sender
     heard = threading.Event()
@@ -239,7 +244,7 @@ def ensure_iopub(view: Any, timeout: float = 10.0) -> None:
         heard.wait(min(0.2, max(0.0, deadline - time.monotonic())))
         io.unwatch_output(probe.msg_ids)
     if heard.is_set():
-        client._iopub_live = True
+        _IOPUB_LIVE.add(client)
     else:
         log.warning("IOPub of %s silent for %g s: streamed output may miss lines", eid, timeout)
 

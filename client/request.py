@@ -84,6 +84,7 @@ class Request:
     def reply_future(self, engine_uuid: str | None) -> ReplyFuture | None:
         """The future a reply from ``engine_uuid`` resolves, None if that engine was not
         asked (a broadcast) or has answered already."""
+        fut: ReplyFuture | None
         if self.replies is None:
             fut = self.future
         else:

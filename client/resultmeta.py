@@ -65,7 +65,7 @@ class MetadataMixin:
 
     # -- metadata -------------------------------------------------------------------------
 
-    def _metadatas(self) -> list[dict[str, Any]]:
+    def _metadatas(self) -> list[Metadata]:
         """One metadata dict per message, as known now (never waits)."""
         out = []
         for m, f in zip(self.msg_ids, self._futures, strict=True):

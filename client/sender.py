@@ -24,7 +24,7 @@ from zpar.errors import (
     NoSuchEngine,
     TimeoutError,
 )
-from zpar.messages import MsgType, Status
+from zpar.messages import MsgType, ResultRequest, Status
 from zpar.serialize import pack_apply
 from zpar.wire import Message, Session
 
@@ -89,14 +89,14 @@ class RequestSender:
             return self.ids[targets]
         if isinstance(targets, int):
             targets = [targets]
-        ids = None
+        known: list[int] | None = None
         out = []
         for t in targets:
             if isinstance(t, int) and not isinstance(t, bool) and t < 0:
-                ids = ids or self.ids  # negative: from the end of ids, as rc[-1]
-                if -t > len(ids):
-                    raise IndexError(f"engine index {t} out of range: ids are {ids}")
-                t = ids[t]
+                known = known or self.ids  # negative: from the end of ids, as rc[-1]
+                if -t > len(known):
+                    raise IndexError(f"engine index {t} out of range: ids are {known}")
+                t = known[t]
             self.engine_uuid(t)
             out.append(t)
         return out
@@ -282,7 +282,7 @@ class RequestSender:
         """InvalidDependency, before sending, for dependencies on msg_ids that neither this
         client nor the hub ever saw (a task would wait for them forever)."""
         try:
-            self.query(MsgType.RESULT_REQUEST, {"msg_ids": msg_ids, "statusonly": True})
+            self.query(MsgType.RESULT_REQUEST, ResultRequest(msg_ids, statusonly=True).as_dict())
         except HubRefused as e:
             unknown = e.content.get("unknown")
             if unknown:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from zpar.messages import MsgType
+from zpar.messages import MsgType, QueueRequest, ResultRequest
 
 from .asyncresult import AsyncHubResult, AsyncResult
 from .hubresult import HubResultFetcher
@@ -35,11 +35,15 @@ class TaskStoreMixin:
     history: Any
     block: bool
 
+    if TYPE_CHECKING:  # ClientCompatMixin's, mixed into Client beside this one
+
+        def purge_local_results(self, jobs: Any = (), targets: Any = ()) -> None: ...
+
     def result_status(self, msg_ids: Any, status_only: bool = True) -> dict[str, Any]:
         """{'pending': [...], 'completed': [...]} for tasks of any client, from the hub."""
         ids = msg_ids_of(msg_ids)
         reply = self.sender.query(
-            MsgType.RESULT_REQUEST, {"msg_ids": ids, "statusonly": status_only}
+            MsgType.RESULT_REQUEST, ResultRequest(ids, statusonly=status_only).as_dict()
         )
         out = {"pending": reply.content["pending"], "completed": reply.content["completed"]}
         if not status_only:
@@ -123,5 +127,5 @@ class TaskStoreMixin:
 
     def store_status(self) -> dict[str, Any]:
         """The hub's task store: url, ok, error (when writes fail), saved, unsaved."""
-        reply = self.sender.query(MsgType.QUEUE_REQUEST, {"targets": [], "verbose": False})
+        reply = self.sender.query(MsgType.QUEUE_REQUEST, QueueRequest(targets=[]).as_dict())
         return dict(reply.content.get("store", {}))

@@ -6,12 +6,13 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import zpar.serialize
 from zpar.dependency import to_wire
 from zpar.mapchunk import map_chunk
-from zpar.messages import MsgType
+from zpar.messages import ExecuteRequest, MsgType
 from zpar.serialize import pack_apply
 
 from .asyncresult import AsyncMapResult, AsyncResult
@@ -169,7 +170,11 @@ class DirectView(View):
         if not isinstance(code, str):
             raise TypeError(f"execute takes a code string, got {type(code).__name__}")
         msg_ids, futs = self._send_each(
-            MsgType.EXECUTE_REQUEST, {"code": code, "silent": False}, [], self._ids(targets), label
+            MsgType.EXECUTE_REQUEST,
+            ExecuteRequest(code).as_dict(),
+            [],
+            self._ids(targets),
+            label,
         )
         ar = self._result(msg_ids, futs, "execute", False, targets=targets)
         if self.block if block is None else block:
@@ -254,8 +259,11 @@ class DirectView(View):
                 return real_import(name, globals, locals, fromlist, level)
             return real_import(name.split(".")[0])
 
+        # the module whose ``with`` block this is: two frames up (contextmanager's __enter__)
         frame = inspect.currentframe()
-        caller = frame.f_back.f_back.f_globals.get("__name__") if frame else None
+        for _ in range(2):
+            frame = frame.f_back if frame is not None else None
+        caller = frame.f_globals.get("__name__") if frame is not None else None
         builtins.__import__ = recording_import
         try:
             yield
@@ -367,7 +375,7 @@ class BroadcastView(DirectView):
         label: str | None = None,
         track: bool | None = None,
     ) -> tuple[list[str], list[Any]]:
-        md = {**self._metadata_flags(label), "broadcast": ids}
+        md = replace(self._flags(label), broadcast=ids).as_metadata()
         r = self.client.sender.send(
             "task",
             msg_type,
@@ -424,13 +432,14 @@ class LoadBalancedView(View):
         return self
 
     def _metadata(self, label: str | None = None) -> dict[str, Any] | None:
-        md = self._metadata_flags(label)
-        if self.targets is not None:
-            md["targets"] = self.client.sender.resolve_targets(self.targets)
-        if self.retries:
-            md["retries"] = self.retries
-        if self.timeout is not None:
-            md["timeout"] = float(self.timeout)
+        md = replace(
+            self._flags(label),
+            targets=None
+            if self.targets is None
+            else self.client.sender.resolve_targets(self.targets),
+            retries=self.retries,
+            timeout=None if self.timeout is None else float(self.timeout),
+        ).as_metadata()
         if self.after is not None or self.follow is not None:
             self.client.sender.dependency_metadata(md, self.after, self.follow)
         return md or None

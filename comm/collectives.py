@@ -24,7 +24,11 @@ import numpy as np
 from .ops import Op
 from .p2p import P2P, unpickle
 from .peerwire import CTX_COLL, ENC_PICKLE, ENC_RAW
+from .schedules import blocks as _blocks
+from .schedules import recursive_doubling as _recursive_doubling
+from .schedules import subtree_span as _subtree_span
 from .topology import Topology, group_tree
+from .twophase import TwoPhase
 
 
 def _dumps(obj: Any) -> bytes:
@@ -49,6 +53,7 @@ class Collectives:
         self.last_algorithm = ""
         self.last_protocol = ""
         self.last_two_phase = False
+        self.two = TwoPhase(self)
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -341,6 +346,9 @@ class Collectives:
 
     def gather_obj(self, obj: Any, root: int) -> list[Any] | None:
         """Binomial (each node forwards its subtree's items) or linear."""
+        if self.two.applies:
+            items = self.two.gather(obj, root)
+            return None if items is None else [items[r] for r in range(self.size)]
         self._begin(self._tree_name())
         group = [(root + k) % self.size for k in range(self.size)]
         parent, children = group_tree(group, self.rank, self.logarithmic)
@@ -355,13 +363,16 @@ class Collectives:
         return [items[r] for r in range(self.size)]
 
     def scatter_obj(self, objs: Any, root: int) -> Any:
+        if self.rank == root:
+            objs = list(objs)
+            if len(objs) != self.size:
+                raise ValueError(f"scatter needs {self.size} items on the root, got {len(objs)}")
+        if self.two.applies:
+            return self.two.scatter(dict(enumerate(objs)) if self.rank == root else None, root)
         self._begin(self._tree_name())
         group = [(root + k) % self.size for k in range(self.size)]
         parent, children = group_tree(group, self.rank, self.logarithmic)
         if parent is None:
-            objs = list(objs)
-            if len(objs) != self.size:
-                raise ValueError(f"scatter needs {self.size} items on the root, got {len(objs)}")
             items = dict(enumerate(objs))
         else:
             r = self._irecv(parent)
@@ -378,10 +389,11 @@ class Collectives:
         return items[self.rank]
 
     def allgather_obj(self, obj: Any) -> list[Any]:
-        if not self.logarithmic:
+        if not self.logarithmic or self.two.applies:  # two-phase: gather, bcast both are
             items = self.gather_obj(obj, 0)
+            labels = self.last_algorithm, self.last_protocol, self.last_two_phase
             out = self.bcast_obj(items, 0)
-            self.last_algorithm = "linear"
+            self._label(*labels)
             return out
         return self._ring_allgather_obj(obj)
 
@@ -402,7 +414,14 @@ class Collectives:
 
     def gather_arr(self, send: np.ndarray, recv: np.ndarray | None, root: int) -> None:
         """Linear: the root receives each block straight into its place (long or short;
-        a tree would move every byte more than once)."""
+        a tree would move every byte more than once); short ones two-phase."""
+        if self.two.applies and send.nbytes < self.xsize:
+            items = self.two.gather(np.ascontiguousarray(send), root)
+            if items is not None:
+                assert recv is not None
+                for r, block in enumerate(_blocks(recv, self.size, "Gather")):
+                    block[...] = items[r].reshape(block.shape)
+            return
         self._begin("linear", "long" if send.nbytes >= self.xsize else "short")
         if self.rank != root:
             self._wait([self._isend(root, _flat(np.ascontiguousarray(send)))], "Gather")
@@ -414,6 +433,13 @@ class Collectives:
         self._wait(ops, "Gather")
 
     def scatter_arr(self, send: np.ndarray | None, recv: np.ndarray, root: int) -> None:
+        if self.two.applies and recv.nbytes < self.xsize:
+            items = None
+            if self.rank == root:
+                assert send is not None
+                items = dict(enumerate(b.copy() for b in _blocks(send, self.size, "Scatter")))
+            recv[...] = self.two.scatter(items, root).reshape(recv.shape)
+            return
         self._begin("linear", "long" if recv.nbytes >= self.xsize else "short")
         if self.rank != root:
             self._wait([self._irecv(root, recv)], "Scatter")
@@ -428,10 +454,11 @@ class Collectives:
         blocks = _blocks(recv, self.size, "Allgather")
         blocks[self.rank][...] = send.reshape(blocks[self.rank].shape)
         n, i = self.size, self.rank
-        if not self.logarithmic:
+        if not self.logarithmic or (self.two.applies and send.nbytes < self.xsize):
             self.gather_arr(send, recv if i == 0 else None, 0)
+            labels = self.last_algorithm, self.last_protocol, self.last_two_phase
             self.bcast_arr(recv, 0)
-            self.last_algorithm = "linear"
+            self._label(*labels)
             return
         if n & (n - 1) == 0 and send.nbytes < self.xsize:
             self._begin("recursive_doubling")
@@ -458,6 +485,8 @@ class Collectives:
         objs = list(objs)
         if len(objs) != self.size:
             raise ValueError(f"alltoall needs {self.size} items, got {len(objs)}")
+        if self.two.applies:
+            return self.two.alltoall(objs)
         self._begin("pairwise")
         out: list[Any] = [None] * self.size
         out[self.rank] = objs[self.rank]
@@ -491,8 +520,16 @@ class Collectives:
         recv[:] = blocks[root]
         self._wait(ops, "Scatterv")
 
-    def alltoallv_arr(self, send: list[memoryview], recv: list[memoryview]) -> None:
-        """Pairwise exchange of per-peer byte blocks (Alltoall and Alltoallv)."""
+    def alltoallv_arr(
+        self, send: list[memoryview], recv: list[memoryview], uniform: bool = False
+    ) -> None:
+        """Pairwise exchange of per-peer byte blocks (Alltoall and Alltoallv); two-phase for
+        ``uniform`` short blocks (Alltoall's: every rank then takes the same path)."""
+        if uniform and self.two.applies and len(send[0]) < self.xsize:
+            got = self.two.alltoall([bytes(b) for b in send])
+            for k, b in enumerate(got):
+                recv[k][:] = b
+            return
         self._begin("pairwise", "long" if len(send[0]) >= self.xsize else "short")
         recv[self.rank][:] = send[self.rank]
         for step in range(1, self.size):
@@ -502,6 +539,9 @@ class Collectives:
     # -- scan -------------------------------------------------------------------------------
 
     def scan_obj(self, obj: Any, op: Op, exclusive: bool = False) -> Any:
+        if self.two.applies and self.two.consecutive:
+            incl, excl, have = self.two.scan(obj, op)
+            return (excl if have else None) if exclusive else incl
         if not self.logarithmic:
             return self._chain_scan(obj, op, exclusive)
         self._begin("recursive_doubling")
@@ -541,6 +581,9 @@ class Collectives:
 
     def scan_arr(self, arr: np.ndarray, op: Op, exclusive: bool = False) -> np.ndarray | None:
         """Inclusive prefix (or exclusive: None on rank 0) along the chain of ranks."""
+        if self.two.applies and self.two.consecutive and arr.nbytes < self.xsize:
+            incl, excl, have = self.two.scan(np.ascontiguousarray(arr), op.combine)
+            return (excl if have else None) if exclusive else incl
         self._begin("linear", "long" if arr.nbytes >= self.xsize else "short")
         mine = np.ascontiguousarray(arr)
         prefix = None
@@ -551,46 +594,3 @@ class Collectives:
         if self.rank < self.size - 1:
             self._wait([self._isend(self.rank + 1, _flat(mine))], "Scan")
         return prefix if exclusive else mine
-
-
-def _recursive_doubling(group, me, val, exchange, combine, send, recv):  # noqa: ANN001, ANN202
-    """Allreduce by recursive doubling over ``group`` (MPICH's scheme for any size: the
-    first 2*rem members pair up so a power of two take part, then hand the result back).
-    Both partners combine lower-index operand first, so every rank gets identical bits."""
-    n = len(group)
-    i = group.index(me)
-    pof2 = 1 << (n.bit_length() - 1)
-    rem = n - pof2
-    if i < 2 * rem:
-        if i % 2 == 0:
-            send(group[i + 1], val)
-            return recv(group[i + 1])
-        val = combine(recv(group[i - 1]), val)
-        newrank = i // 2
-    else:
-        newrank = i - rem
-    mask = 1
-    while mask < pof2:
-        pn = newrank ^ mask
-        pi = pn * 2 + 1 if pn < rem else pn + rem
-        got = exchange(group[pi], val)
-        val = combine(got, val) if pi < i else combine(val, got)
-        mask <<= 1
-    if i < 2 * rem:
-        send(group[i - 1], val)
-    return val
-
-
-def _subtree_span(i: int, n: int) -> int:
-    if i == 0:
-        return n
-    low = i & -i
-    return min(low, n - i)
-
-
-def _blocks(buf: np.ndarray, n: int, what: str) -> list[np.ndarray]:
-    flat = buf.reshape(-1)
-    if flat.size % n:
-        raise ValueError(f"{what}: buffer of {flat.size} elements does not split in {n} blocks")
-    per = flat.size // n
-    return [flat[k * per : (k + 1) * per] for k in range(n)]

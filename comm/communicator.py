@@ -415,6 +415,7 @@ class Communicator:
         self._coll.alltoallv_arr(
             [sv[k * per : (k + 1) * per] for k in range(self.size)],
             [rv[k * per : (k + 1) * per] for k in range(self.size)],
+            uniform=True,
         )
 
     @_collective

@@ -12,19 +12,23 @@ packet of memory, and the rest lands straight in the posted buffer.
 from __future__ import annotations
 
 import logging
+import os
 import struct
 import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 from zpar.errors import RemoteProtocolError
 
+from . import cma
 from .flow import RecvCounter, SendWindow, check_window
 from .links import LinkError, PeerLinks
 from .peerwire import CTX_P2P, ENC_PICKLE, ENC_RAW, INLINE, Kind, Packet
+from .pending import Arrived as _Arrived
+from .pending import PendingRecv as _Recv
+from .pending import PendingSend as _Send
+from .pending import as_bytes_view
 from .requests import ANY_SOURCE, ANY_TAG, PROC_NULL, CommError, Request, Status, unpickle
 from .shm import ShmRing
 
@@ -35,104 +39,6 @@ _SHM_DESC = struct.Struct(">IQ")
 
 #: a payload at least this large is handed to zmq without a copy
 ZERO_COPY_MIN = 64 * 1024
-
-
-def as_bytes_view(buf: Any, writable: bool = False) -> memoryview:
-    """A flat byte view of a buffer spec: an array, or mpi4py's ``[array, ...]`` forms."""
-    if isinstance(buf, (list, tuple)):
-        if not buf:
-            raise TypeError("empty buffer specification")
-        buf = buf[0]
-    if isinstance(buf, np.ndarray):
-        if not buf.flags.c_contiguous:
-            raise ValueError("buffers must be C-contiguous numpy arrays (use np.ascontiguousarray)")
-        if writable and not buf.flags.writeable:
-            raise ValueError("receive buffer is read-only")
-        return memoryview(buf.reshape(-1).view(np.uint8))
-    mv = memoryview(buf)
-    if writable and mv.readonly:
-        raise ValueError("receive buffer is read-only")
-    return mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv
-
-
-class _Send:
-    __slots__ = (
-        "dest",
-        "data",
-        "tag",
-        "ctx",
-        "enc",
-        "track",
-        "msgid",
-        "offset",
-        "trackers",
-        "done",
-        "error",
-        "queued",
-    )
-
-    def __init__(self, dest: int, data: memoryview, tag: int, ctx: int, enc: int, track: bool):
-        self.dest, self.data, self.tag, self.ctx, self.enc = dest, data, tag, ctx, enc
-        self.track = track
-        self.msgid = 0
-        self.offset = 0  # next byte to send
-        self.trackers: list[Any] = []
-        self.done = False
-        self.error: BaseException | None = None
-        self.queued = False
-
-    def complete(self) -> bool:
-        if self.done and self.trackers:
-            self.trackers = [t for t in self.trackers if not t.done]
-        return self.done and not self.trackers
-
-
-class _Recv:
-    __slots__ = (
-        "source",
-        "tag",
-        "ctx",
-        "buf",
-        "data",
-        "total",
-        "got",
-        "done",
-        "error",
-        "status",
-        "enc",
-    )
-
-    def __init__(self, source: int, tag: int, ctx: int, buf: memoryview | None) -> None:
-        self.source, self.tag, self.ctx, self.buf = source, tag, ctx, buf
-        self.data: Any = None
-        self.total = 0
-        self.got = 0
-        self.done = False
-        self.error: BaseException | None = None
-        self.status = Status()
-        self.enc = ENC_RAW
-
-    def complete(self) -> bool:
-        return self.done
-
-    def matches(self, src: int, tag: int, ctx: int) -> bool:
-        return (
-            self.ctx == ctx
-            and (self.source == ANY_SOURCE or self.source == src)
-            and (self.tag == ANY_TAG or self.tag == tag)
-        )
-
-
-class _Arrived:
-    """A message whose first packet arrived before any receive matched it."""
-
-    __slots__ = ("src", "tag", "ctx", "enc", "msgid", "total", "first", "sync")
-
-    def __init__(self, pkt: Packet) -> None:
-        self.src, self.tag, self.ctx, self.enc = pkt.src, pkt.tag, pkt.ctx, pkt.enc
-        self.msgid, self.total = pkt.msgid, pkt.arg
-        self.first = pkt.payload
-        self.sync = pkt.kind == Kind.DATASYNC
 
 
 class P2P:
@@ -171,6 +77,12 @@ class P2P:
         self.shm = shm
         self._rings_out: dict[int, ShmRing | None] = {}
         self._rings_in: dict[int, ShmRing] = {}
+        #: long messages to ranks on this host go by cross-memory attach (comm.cma) unless
+        #: that peer could not read us once
+        self.cma = shm and cma.SUPPORTED
+        self._no_cma: set[int] = set()
+        #: long messages received by cross-memory attach so far
+        self.cma_reads = 0
 
     # -- posting ----------------------------------------------------------------------------
 
@@ -326,14 +238,18 @@ class P2P:
     def _send_packet(self, op: _Send, window: SendWindow) -> None:
         n = len(op.data)
         start = op.offset
+        if start == 0 and n > self.maxdatalen and not op.cma and self._cma_to(op.dest):
+            self._send_cma(op, window)
+            return
         stop = min(n, start + self.maxdatalen)
         chunk = op.data[start:stop]
-        if start == 0:
+        if start == 0 and not op.cma:
             kind = Kind.DATASYNC if n > self.maxdatalen else Kind.DATA
             arg = n
-        else:
+        else:  # a later packet, or the first one after the receiver refused CMA
             kind, arg = Kind.DATA, start
-        ring = self._ring_out(op.dest) if start and len(chunk) > INLINE else None
+        later = start or op.cma
+        ring = self._ring_out(op.dest) if later and len(chunk) > INLINE else None
         if ring is not None:
             k = ring.take()
             ring.slot(k)[: len(chunk)] = chunk
@@ -359,6 +275,25 @@ class P2P:
             self._await_sync[op.msgid] = op
         elif stop >= n:
             op.done = True
+
+    def _cma_to(self, peer: int) -> bool:
+        return self.cma and peer in self.links.same_host and peer not in self._no_cma
+
+    def _send_cma(self, op: _Send, window: SendWindow) -> None:
+        """Offer a long message for the receiver to read from our memory (CMASYNC: our
+        pid, the buffer's address, the message's encoding; signed)."""
+        desc = cma.describe(os.getpid(), op.data) + bytes([op.enc])
+        pkt = Packet(Kind.CMASYNC, op.ctx, ENC_PICKLE, self.rank, op.tag, 0, op.msgid, len(op.data))
+        pkt.payload = desc
+        pkt.acks = self.counters[op.dest].take()
+        try:
+            self.links.send(op.dest, pkt)
+        except LinkError as e:
+            self._break(str(e), e.ranks)
+            raise self.broken from e  # type: ignore[misc]
+        window.sent()
+        op.cma = 1
+        self._await_sync[op.msgid] = op
 
     def _ring_out(self, peer: int) -> ShmRing | None:
         if not self.shm or peer not in self.links.same_host:
@@ -412,7 +347,12 @@ class P2P:
         kind = pkt.kind
         if pkt.acks:
             self.windows[peer].acked(pkt.acks)
-        if kind == Kind.DATA or kind == Kind.DATASYNC or kind == Kind.SHMDATA:
+        if (
+            kind == Kind.DATA
+            or kind == Kind.DATASYNC
+            or kind == Kind.SHMDATA
+            or kind == Kind.CMASYNC
+        ):
             if kind == Kind.SHMDATA:
                 self._on_shmdata(peer, pkt)
             else:
@@ -428,8 +368,17 @@ class P2P:
             op = self._await_sync.pop(pkt.msgid, None)
             if op is None:
                 raise CommError(f"SYNCACK from rank {peer} for unknown message {pkt.msgid}")
+            if op.cma:  # it could not read our memory: send the bytes, now and from now on
+                op.cma = 2
+                self._no_cma.add(peer)
             self._queues[peer].append(op)
             self._busy.add(peer)
+        elif kind == Kind.CMADONE:
+            op = self._await_sync.pop(pkt.msgid, None)
+            if op is None or not op.cma:
+                raise CommError(f"CMADONE from rank {peer} for unknown message {pkt.msgid}")
+            op.offset = len(op.data)
+            op.done = True
         elif kind == Kind.FIN or kind == Kind.PING:
             pass  # FIN: links noted it
         elif kind == Kind.ABORT:
@@ -466,10 +415,31 @@ class P2P:
         else:
             op.data = memoryview(bytearray(msg.total))
         key = (msg.src, msg.msgid)
+        if msg.cma is not None:
+            self._read_cma(op, msg, key)
+            return
         if msg.sync:
             self._filling[key] = op
             self._control(msg.src, Kind.SYNCACK, msgid=msg.msgid)
         self._fill(op, 0, msg.first, key)
+
+    def _read_cma(self, op: _Recv, msg: _Arrived, key: tuple[int, int]) -> None:
+        """Read a CMASYNC message from the sender's memory and answer CMADONE; if the
+        kernel refuses, ask for the bytes with SYNCACK (the sender stops offering CMA)."""
+        assert msg.cma is not None
+        if op.error is None and not cma.read(msg.cma, op.data[: msg.total]):
+            log.info(
+                "rank %d: cannot read rank %d's memory: its long messages take the ring",
+                self.rank,
+                msg.src,
+            )
+            self._filling[key] = op
+            self._control(msg.src, Kind.SYNCACK, msgid=msg.msgid)
+            return
+        op.got = msg.total
+        op.done = True
+        self.cma_reads += op.error is None
+        self._control(msg.src, Kind.CMADONE, msgid=msg.msgid)
 
     def _fill(self, op: _Recv, offset: int, payload: Any, key: tuple[int, int]) -> None:
         if payload is not None:

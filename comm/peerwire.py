@@ -53,6 +53,8 @@ class Kind(enum.IntEnum):
     FIN = 8  #: the sender freed the communicator: its link closing next is no error
     PING = 9  #: ignored; completes the ROUTER's reachability probe of a live peer
     SHMDATA = 10  #: a later packet of a long message, its bytes in a shared-memory slot
+    CMASYNC = 11  #: first packet of a long message on one host: where to read it (comm.cma)
+    CMADONE = 12  #: the receiver read a CMASYNC message: the send is complete
 
 
 @dataclass(slots=True)

@@ -24,14 +24,14 @@ _pool: list[np.ndarray] = []
 
 
 def recycle(owner: Any) -> None:
-    """Keep ``owner.ndarray`` (a LocalArray just dropped from the namespace) if nothing
+    """Keep ``owner.memory`` (a LocalArray just dropped from the namespace) if nothing
     else refers to the LocalArray or to its buffer, it owns its memory and is large."""
     # references: the caller's variable, ``owner`` and getrefcount's argument
     if sys.getrefcount(owner) > 3:
         return
-    buf = owner.ndarray
-    # references: owner.ndarray, ``buf`` and getrefcount's argument
-    if sys.getrefcount(buf) > 3 or buf.nbytes < POOL_MIN_BYTES:
+    buf = owner.memory  # a constant section has none: nothing to keep
+    # references: the LocalArray's slot, ``buf`` and getrefcount's argument
+    if buf is None or sys.getrefcount(buf) > 3 or buf.nbytes < POOL_MIN_BYTES:
         return
     if not (buf.flags.owndata and buf.flags.c_contiguous and buf.flags.writeable):
         return  # views, and memory adopted from another library, are never reused

@@ -9,7 +9,6 @@ the exports form one array.
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -17,16 +16,11 @@ import numpy as np
 
 from . import onengine
 from .consistency import EngineExport, InconsistentExport, check_global
-from .distarray import DistArray
+from .distarray import DistArray, new_key
 from .layout import plan
 from .maps import Distribution, owned_piece
 
 log = logging.getLogger("zpar.darray")
-
-
-def new_key() -> str:
-    """A namespace name no user would pick: where each engine keeps its LocalArray."""
-    return f"_darray_{uuid.uuid4().hex[:12]}"
 
 
 def _filled_constructor(name: str, fill: Any, empty: bool, doc: str) -> Callable[..., DistArray]:
@@ -70,7 +64,7 @@ class DarrayClient:
         periodic: Any,
         targets: Any,
     ) -> tuple[tuple[int, ...], list[int], list[tuple[dict[str, Any], ...]]]:
-        ids = self.client._resolve_targets("all" if targets is None else targets)
+        ids = self.client.sender.resolve_targets("all" if targets is None else targets)
         shape, per_rank = plan(shape, dist, grid_shape, padding, periodic, len(ids))
         return shape, ids, per_rank
 
@@ -164,7 +158,7 @@ class DarrayClient:
         """Adopt the object ``name`` on each target engine (anything exporting
         ``__distarray__``): checked against the protocol and for global consistency, then
         shared (no copy) under a new key. Refusals name the engine and the broken rule."""
-        ids = self.client._resolve_targets("all" if targets is None else targets)
+        ids = self.client.sender.resolve_targets("all" if targets is None else targets)
         key = new_key()
         replies = self._each(ids, onengine.adopt, lambda r: (name, key))
         try:

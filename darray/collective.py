@@ -51,12 +51,34 @@ def identity(op: str, dtype: np.dtype) -> Any:
     return dtype.type(info.max if op == "min" else info.min)
 
 
+def _constant_partial(la: LocalArray, op: str, axis: int | None) -> Any:
+    """A constant section's partial without reading its cells: min and max are the value,
+    a sum is the sum of one line (numpy's own dtype rules) times the number of lines."""
+    c = la.constant_value
+    owned_shape = tuple(s.stop - s.start for s in la.owned_key)
+    n = int(np.prod(owned_shape)) if axis is None else owned_shape[axis]
+    if op == "sum":
+        one = np.sum(np.broadcast_to(c, (1,)))
+        value = one * one.dtype.type(n)
+    else:
+        value = c[()]
+    if axis is None:
+        return value
+    rest = owned_shape[:axis] + owned_shape[axis + 1 :]
+    return np.full(rest, value, dtype=np.asarray(value).dtype)
+
+
 def reduce_all(la: LocalArray, comm: Any, op: str, comm_op: Any) -> Any:
     """``op`` ("sum", "min", "max") over every owned cell of the array: each section
     reduces its own cells and the partials meet in ``comm.allreduce(partial, op=comm_op)``
     (``comm_op``: the communicator's SUM / MIN / MAX); every rank gets the result."""
-    owned = la.owned
-    partial = _LOCAL[op](owned) if owned.size else identity(op, owned.dtype)
+    owned = la.owned_values
+    if not owned.size:
+        partial = identity(op, owned.dtype)
+    elif la.constant_value is not None:
+        partial = _constant_partial(la, op, None)
+    else:
+        partial = _LOCAL[op](owned)
     return comm.allreduce(partial, op=comm_op)
 
 
@@ -66,9 +88,14 @@ def reduce_axis(
     """``op`` along ``axis``: each section reduces its owned cells along it, the sections
     in one grid line along ``axis`` send their partial to the line's first position, which
     combines them in grid order. Returns the combined partial on those first positions
-    (None elsewhere): it covers the owned cells of the other dimensions."""
-    owned = la.owned
-    partial = _LOCAL[op](owned, axis=axis) if owned.shape[axis] else None
+    (None elsewhere): it covers the owned cells of the other dimensions, in local order."""
+    owned = la.owned_values
+    if not owned.shape[axis] and op != "sum":
+        partial = None  # min / max of nothing: no partial (a sum of nothing is zeros)
+    elif la.constant_value is not None:
+        partial = _constant_partial(la, op, axis)
+    else:
+        partial = _LOCAL[op](owned, axis=axis)
     me = comm.rank
     mine = coords_of[me]
     if mine[axis] != 0:
@@ -87,9 +114,8 @@ def reduce_axis(
     result = partial
     for _, r in line:
         result = _combine(op, result, comm.recv(source=r, tag=TAG_REDUCE_AXIS))
-    if result is None:  # nothing owned along the whole line: an empty reduction
-        shape = owned.shape[:axis] + owned.shape[axis + 1 :]
-        result = np.zeros(shape, dtype=owned.dtype) if op == "sum" else None
+    if result is None:
+        raise ValueError(f"zero-size array to reduction operation {op} which has no identity")
     return result
 
 
@@ -214,7 +240,7 @@ def redistribute(
     in one all-to-all; returns this rank's new section (padding zero)."""
     me = comm.rank
     mine_g = [m.global_indices() for m in la.maps]
-    owned = la.owned
+    owned = la.owned_values
     outgoing: list[Any] = []
     for dd in new_dim_data:
         new_maps = [map_from_dim_dict(d) for d in dd]
@@ -233,7 +259,7 @@ def redistribute(
     incoming = comm.alltoall(outgoing)
     mine_new = new_dim_data[me]
     new_maps = [map_from_dim_dict(d) for d in mine_new]
-    buf = np.zeros(tuple(m.local_len for m in new_maps), dtype=la.ndarray.dtype)
+    buf = np.zeros(tuple(m.local_len for m in new_maps), dtype=la.dtype)
     result = LocalArray(buf, mine_new)
     target = result.owned
     for item in incoming:

@@ -19,7 +19,12 @@ from numpy.lib.mixins import NDArrayOperatorsMixin
 
 from . import onengine
 from .layout import plan
-from .maps import Distribution, block_bounds, global_keys, outer_key
+from .maps import Distribution, block_bounds, global_keys, outer_key, owned_dim_dict
+
+
+def new_key() -> str:
+    """A namespace name no user would pick: where each engine keeps its LocalArray."""
+    return f"_darray_{uuid.uuid4().hex[:12]}"
 
 
 def _free(client: Any, targets: list[int], key: str) -> None:
@@ -158,6 +163,14 @@ class DistArray(NDArrayOperatorsMixin):
 
     gather = toarray
 
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        """``numpy.asarray(da)``: the gathered array (as dask.array computes); always a
+        new array on the client, so ``copy=False`` is refused as numpy asks."""
+        if copy is False:
+            raise ValueError("a DistArray cannot become a numpy array without a copy")
+        out = self.toarray()
+        return out if dtype is None else out.astype(dtype, copy=False)
+
     def __getitem__(self, index: Any) -> Any:
         """Single elements and slices (ints, slices, Ellipsis), fetched from their owners."""
         keys = self._normalize_index(index)
@@ -227,8 +240,6 @@ class DistArray(NDArrayOperatorsMixin):
     def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
         if method != "__call__":
             return NotImplemented
-        if ufunc.nout != 1:
-            return NotImplemented
         operands: list[Any] = []
         for x in inputs:
             if isinstance(x, DistArray):
@@ -242,17 +253,25 @@ class DistArray(NDArrayOperatorsMixin):
                 return NotImplemented
         out = kwargs.pop("out", None)
         if out is not None:
-            target = out[0] if isinstance(out, tuple) else out
-            if not isinstance(target, DistArray):
+            target = out[0] if isinstance(out, tuple) and len(out) == 1 else out
+            if not isinstance(target, DistArray) or ufunc.nout != 1:
                 return NotImplemented
             self._compatible(target)
             kwargs["out"] = onengine.Ref(target.key)
-            dtypes = self._on_all(onengine.elementwise, None, ufunc, operands, kwargs)
+            self._on_all(onengine.elementwise, None, ufunc, operands, kwargs)
             return target
-        key = f"_darray_{uuid.uuid4().hex[:12]}"
-        dtypes = self._on_all(onengine.elementwise, key, ufunc, operands, kwargs)
+        if ufunc.nout == 1:
+            key = new_key()
+            dtypes = self._on_all(onengine.elementwise, key, ufunc, operands, kwargs)
+            return self._like(key, dtypes[0])
+        keys = [new_key() for _ in range(ufunc.nout)]  # divmod, modf, frexp: one each
+        dtypes = self._on_all(onengine.elementwise, keys, ufunc, operands, kwargs)
+        return tuple(self._like(k, dt) for k, dt in zip(keys, dtypes[0], strict=True))
+
+    def _like(self, key: str, dtype: Any) -> DistArray:
+        """A new handle on sections ``key`` distributed as this array's."""
         return DistArray(
-            self.client, key, self.targets, self.dim_data, np.dtype(dtypes[0]), self._distribution
+            self.client, key, self.targets, self.dim_data, np.dtype(dtype), self._distribution
         )
 
     def apply_local(self, func: Any, *args: Any) -> list[Any]:
@@ -262,18 +281,14 @@ class DistArray(NDArrayOperatorsMixin):
         return self._on_all(onengine.call_local, self.key, func, args)
 
     def astype(self, dtype: Any) -> DistArray:
-        key = f"_darray_{uuid.uuid4().hex[:12]}"
+        key = new_key()
         self._on_all(onengine.astype, self.key, key, np.dtype(dtype).str)
-        return DistArray(
-            self.client, key, self.targets, self.dim_data, np.dtype(dtype), self._distribution
-        )
+        return self._like(key, dtype)
 
     def copy(self) -> DistArray:
-        key = f"_darray_{uuid.uuid4().hex[:12]}"
+        key = new_key()
         self._on_all(onengine.copy, self.key, key)
-        return DistArray(
-            self.client, key, self.targets, self.dim_data, self.dtype, self._distribution
-        )
+        return self._like(key, self.dtype)
 
     # -- engine to engine -------------------------------------------------------------------
 
@@ -292,21 +307,38 @@ class DistArray(NDArrayOperatorsMixin):
     def _reduce(self, op: str, axis: int | None) -> Any:
         if self.size == 0 and op != "sum":
             raise ValueError(f"zero-size array to reduction operation {op} which has no identity")
-        if axis is None:
+        if axis is not None:
+            if not isinstance(axis, numbers.Integral) or isinstance(axis, bool):
+                raise TypeError(f"axis must be an int or None, not {type(axis).__name__}")
+            if not -self.ndim <= axis < self.ndim:
+                raise ValueError(f"axis {axis} is out of bounds for a {self.ndim}-d array")
+            axis = int(axis) % self.ndim
+        if axis is None or self.ndim == 1:  # one number, as numpy gives
             return self._collective(onengine.reduce_all, op)[0]
-        if not -self.ndim <= axis < self.ndim:
-            raise ValueError(f"axis {axis} is out of bounds for a {self.ndim}-d array")
-        axis %= self.ndim
+        return self._reduce_axis(op, axis)
+
+    def _reduce_axis(self, op: str, axis: int) -> DistArray:
+        """A distributed array over the other dimensions, as enthought/distarray's
+        reductions give: it lives on the grid positions at coordinate 0 along ``axis``
+        (each grid line's partials meet there, engine to engine), keeps the other
+        dimensions' distribution and grid, without padding."""
         coords = self._coords()
-        parts = self._collective(onengine.reduce_axis, op, axis, coords)
-        shape = self.shape[:axis] + self.shape[axis + 1 :]
-        out = np.zeros(shape, dtype=parts[0].dtype if parts[0] is not None else self.dtype)
-        for rank, part in enumerate(parts):
-            if part is None:
-                continue
-            maps = [m for i, m in enumerate(self.distribution.local_maps[rank]) if i != axis]
-            out[outer_key(global_keys(maps)) if maps else ()] = part
-        return out
+        result_dim_data: list[tuple[dict[str, Any], ...] | None] = [
+            tuple(owned_dim_dict(m) for i, m in enumerate(maps) if i != axis)
+            if coords[rank][axis] == 0
+            else None
+            for rank, maps in enumerate(self.distribution.local_maps)
+        ]
+        key = new_key()
+        dtypes = self._collective(onengine.reduce_axis, op, axis, coords, key, result_dim_data)
+        roots = [r for r, dd in enumerate(result_dim_data) if dd is not None]
+        return DistArray(
+            self.client,
+            key,
+            [self.targets[r] for r in roots],
+            [result_dim_data[r] for r in roots],  # type: ignore[misc]
+            np.dtype(dtypes[roots[0]]),
+        )
 
     @staticmethod
     def _plain_reduction(name: str, dtype: Any, out: Any, extra: dict[str, Any]) -> None:
@@ -317,8 +349,8 @@ class DistArray(NDArrayOperatorsMixin):
             raise TypeError(f"DistArray.{name}() does not take {', '.join(given)}")
 
     def sum(self, axis: int | None = None, dtype: Any = None, out: Any = None, **kw: Any) -> Any:
-        """Sum over every cell (a scalar) or along one axis (a numpy array on the client);
-        partial sums meet engine to engine."""
+        """Sum over every cell (a scalar) or along one axis (a DistArray over the other
+        dimensions; a scalar for a 1-d array); partial sums meet engine to engine."""
         self._plain_reduction("sum", dtype, out, kw)
         return self._reduce("sum", axis)
 
@@ -355,6 +387,6 @@ class DistArray(NDArrayOperatorsMixin):
         """The same values under another distribution on the same targets: every engine
         sends each other engine the cells it will own, in one all-to-all."""
         _, per_rank = plan(self.shape, dist, grid_shape, padding, periodic, len(self.targets))
-        key = f"_darray_{uuid.uuid4().hex[:12]}"
+        key = new_key()
         self._collective(onengine.redistribute, key, per_rank)
         return DistArray(self.client, key, self.targets, per_rank, self.dtype)

@@ -9,6 +9,7 @@ distributed: a block dimension on a grid of size 1, as the protocol puts it).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -170,11 +171,11 @@ def dim_data_for_all(
         ]
         for axis in range(ndim)
     ]
-    out = []
-    for rank in range(math.prod(grid)):
-        coords = np.unravel_index(rank, grid) if ndim else ()
-        out.append(tuple(dict(per_axis[a][int(c)]) for a, c in enumerate(coords)))
-    return out
+    # itertools.product runs the last coordinate fastest: grid ranks in C order
+    return [
+        tuple(dict(per_axis[a][c]) for a, c in enumerate(coords))
+        for coords in itertools.product(*(range(g) for g in grid))
+    ]
 
 
 def _dim_dict(

@@ -200,6 +200,22 @@ class UnstructuredMap(DimMap):
         return dd
 
 
+def owned_dim_dict(m: DimMap) -> dict[str, Any]:
+    """The dimension dictionary of a position's owned cells alone: a block without its
+    padding (nor periodic), cyclic and unstructured unchanged. What an axis reduction's
+    result keeps of each remaining dimension."""
+    if isinstance(m, BlockMap):
+        return {
+            "dist_type": "b",
+            "size": m.size,
+            "proc_grid_size": m.grid_size,
+            "proc_grid_rank": m.grid_rank,
+            "start": m.owned_start,
+            "stop": m.owned_stop,
+        }
+    return m.dim_dict()
+
+
 _MAPS = {"b": BlockMap, "c": CyclicMap, "u": UnstructuredMap}
 
 

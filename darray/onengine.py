@@ -55,13 +55,20 @@ def _store(key: str, la: LocalArray) -> None:
 def allocate(
     key: str, dim_data: Sequence[dict[str, Any]], dtype: str, fill: Any, empty: bool
 ) -> None:
-    """A new LocalArray: owned cells set to ``fill`` (ghost cells zero until a halo exchange)."""
-    shape = _local_shape(dim_data)
+    """A new LocalArray: owned cells set to ``fill`` (ghost cells zero until a halo
+    exchange). Without communication padding it is a constant section: no memory is
+    touched until something writes to it or exports it (zpar.darray.localarray)."""
+    from .maps import map_from_dim_dict
+
+    maps = [map_from_dim_dict(dd) for dd in dim_data]
+    shape = tuple(m.local_len for m in maps)
+    if all(m.owned_slice == slice(0, m.local_len) for m in maps):
+        _store(key, LocalArray.constant(shape, None if empty else fill, dtype, dim_data))
+        return
     buf = bufferpool.empty(shape, dtype)
     la = LocalArray(buf, dim_data)
     if not empty:
-        if la.owned.shape != buf.shape:
-            buf[...] = 0  # ghost cells
+        buf[...] = 0  # ghost cells
         la.owned[...] = fill
     _store(key, la)
 
@@ -110,53 +117,91 @@ def from_function(
 
 
 def owned(key: str) -> np.ndarray:
-    """The owned cells, contiguous (the buffer itself when unpadded: sent without a copy)."""
-    cells = local(key).owned
+    """The owned cells, contiguous (the buffer itself when unpadded: sent without a copy);
+    a constant section sends its one value (0-d), which the client broadcasts into place."""
+    la = local(key)
+    if la.constant_value is not None:
+        return la.constant_value
+    cells = la.owned
     return cells if cells.flags.c_contiguous else np.ascontiguousarray(cells)
 
 
 def take(key: str, local_keys: Sequence[slice | np.ndarray]) -> np.ndarray:
     """The cells at the outer product of local per-dimension indices."""
-    buf = local(key).ndarray
+    buf = local(key).values
     return np.ascontiguousarray(buf[outer_key(local_keys)] if local_keys else buf[()])
 
 
 def elementwise(
-    out: str | None, ufunc: np.ufunc, operands: Sequence[Any], kwargs: dict[str, Any]
-) -> str:
-    """``ufunc`` over whole buffers (owned and ghost cells alike); the result has the
-    operands' distribution. ``out``: a new key, or None to write into the first output
-    operand given in ``kwargs['out']`` (a Ref). Returns the result's dtype."""
-    args = [local(o.key).ndarray if isinstance(o, Ref) else o for o in operands]
-    template = next(local(o.key) for o in operands if isinstance(o, Ref))
+    out: str | Sequence[str] | None,
+    ufunc: np.ufunc,
+    operands: Sequence[Any],
+    kwargs: dict[str, Any],
+) -> str | list[str]:
+    """``ufunc`` over whole buffers (owned and ghost cells alike); the results have the
+    operands' distribution. ``out``: a new key (a sequence of keys for a ufunc with several
+    outputs, as ``divmod``), or None to write into the output operand given in
+    ``kwargs['out']`` (a Ref). Returns the result's dtype (a list: one per key).
+
+    Constant operands are read as stride-0 views; when every operand is a constant (or a
+    scalar) the result is a constant too, computed once."""
+    sections = [local(o.key) if isinstance(o, Ref) else None for o in operands]
+    template = next(la for la in sections if la is not None)
+
+    def each(of_section: Callable[[LocalArray], Any]) -> list[Any]:
+        return [
+            of_section(la) if la is not None else o
+            for la, o in zip(sections, operands, strict=True)
+        ]
+
+    consts = each(lambda la: la.constant_value)
+    all_constant = all(c is not None for c in consts) and "where" not in kwargs
     if "out" in kwargs:
         target = local(kwargs.pop("out").key)
-        ufunc(*args, out=target.ndarray, **kwargs)
-        return str(target.ndarray.dtype)
+        if all_constant and target.constant_value is not None:
+            target.set_constant(ufunc(*consts, out=np.empty((), target.dtype), **kwargs))
+        else:
+            ufunc(*each(lambda la: la.values), out=target.ndarray, **kwargs)
+        return str(target.dtype)
     assert out is not None
-    # the result's dtype, from empty operands (numpy's own promotion rules), so the result
-    # can be written into a recycled buffer
-    probe = ufunc(
-        *[
-            np.empty(0, a.dtype) if isinstance(o, Ref) else a
-            for o, a in zip(operands, args, strict=True)
-        ],
-        **kwargs,
-    )
-    shape = np.broadcast_shapes(*[np.shape(a) for a in args])
-    result = ufunc(*args, out=bufferpool.empty(shape, probe.dtype), **kwargs)
-    _store(out, LocalArray(result, template.dim_data))
-    return str(result.dtype)
+    keys = (out,) if isinstance(out, str) else tuple(out)
+    if all_constant:
+        values = ufunc(*consts, **kwargs)
+        values = [np.asarray(v) for v in (values if ufunc.nout > 1 else (values,))]
+        for k, v in zip(keys, values, strict=True):
+            _store(k, LocalArray.constant(template.shape, v, v.dtype, template.dim_data))
+    else:
+        args = each(lambda la: la.values)
+        # the results' dtypes, from empty operands (numpy's own promotion rules), so the
+        # results can be written into recycled buffers
+        probes = ufunc(*each(lambda la: np.empty(0, la.dtype)), **kwargs)
+        probes = probes if ufunc.nout > 1 else (probes,)
+        shape = np.broadcast_shapes(*[np.shape(a) for a in args])
+        bufs = tuple(bufferpool.empty(shape, p.dtype) for p in probes)
+        ufunc(*args, out=bufs, **kwargs)
+        values = list(bufs)
+        for k, v in zip(keys, values, strict=True):
+            _store(k, LocalArray(v, template.dim_data))
+    dtypes = [str(v.dtype) for v in values]
+    return dtypes[0] if isinstance(out, str) else dtypes
 
 
 def astype(key: str, out: str, dtype: str) -> None:
     la = local(key)
+    c = la.constant_value
+    if c is not None:
+        _store(out, LocalArray.constant(la.shape, c.astype(dtype), dtype, la.dim_data))
+        return
     _store(out, LocalArray(la.ndarray.astype(dtype), la.dim_data))
 
 
 def copy(key: str, out: str) -> None:
     la = local(key)
-    buf = bufferpool.empty(la.ndarray.shape, la.ndarray.dtype)
+    c = la.constant_value
+    if c is not None:
+        _store(out, LocalArray.constant(la.shape, c, c.dtype, la.dim_data))
+        return
+    buf = bufferpool.empty(la.shape, la.dtype)
     buf[...] = la.ndarray
     _store(out, LocalArray(buf, la.dim_data))
 
@@ -221,12 +266,26 @@ def reduce_all(key: str, comm_key: str, op: str) -> Any:
 
 
 def reduce_axis(
-    key: str, comm_key: str, op: str, axis: int, coords_of: Sequence[tuple[int, ...]]
-) -> Any:
-    """``op`` along ``axis``: the grid line's first position returns the combined partial."""
+    key: str,
+    comm_key: str,
+    op: str,
+    axis: int,
+    coords_of: Sequence[tuple[int, ...]],
+    out: str,
+    result_dim_data: Sequence[Sequence[dict[str, Any]] | None],
+) -> str | None:
+    """``op`` along ``axis``, engine to engine: the first position of each grid line along
+    ``axis`` keeps the line's combined result as its section of a new distributed array
+    (``out``, placed by ``result_dim_data[rank]``) and returns its dtype; others None."""
     from .collective import reduce_axis as run
 
-    return run(local(key), _comm(comm_key), op, axis, coords_of)
+    comm = _comm(comm_key)
+    part = run(local(key), comm, op, axis, coords_of)
+    if part is None:
+        return None
+    part = np.asarray(part)
+    _store(out, LocalArray(part, result_dim_data[comm.rank]))  # type: ignore[arg-type]
+    return str(part.dtype)
 
 
 def exchange_halos(

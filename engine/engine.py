@@ -37,11 +37,11 @@ from zpar.logs import setup_logging
 from zpar.messages import (
     MON_MUX_IN,
     MON_MUX_OUT,
-    REPLY_TYPE,
     MsgType,
     RegistrationReply,
     Status,
 )
+from zpar.msgtypes import reply_type_of
 from zpar.privacy import iopub_topic
 from zpar.sockets import configure, recv_monitor_event
 from zpar.tasklimits import parse_time_limit, timeout_content
@@ -61,6 +61,7 @@ from .registration import register
 from .revoke import RevokeGate
 from .signals import SignalListener
 from .timelimit import REPLY_FLUSH_WAIT, TimeLimitWatchdog
+from .watched import WatchedSockets
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +155,18 @@ class Engine:
         self._current: tuple[zmq.Socket, Message] | None = None
         #: tasks the scheduler took back before they started (the signal thread's)
         self._gate: RevokeGate | None = None
+        #: capabilities' sockets served by the loop (engine.watched)
+        self.watched = WatchedSockets()
+
+    # -- capabilities' sockets ----------------------------------------------------------------
+
+    def watch(self, socket: zmq.Socket, handler: Callable[[zmq.Socket], object]) -> None:
+        """Serve ``socket`` in this engine's loop: ``handler(socket)`` when it is readable,
+        between tasks, on this (the main) thread. Call it from that thread (a task)."""
+        self.watched.watch(socket, handler)
+
+    def unwatch(self, socket: zmq.Socket) -> None:
+        self.watched.unwatch(socket)
 
     # -- start-up ---------------------------------------------------------------------------
 
@@ -255,6 +268,8 @@ class Engine:
         restore = self._install_signals()
         try:
             self.connect(self.register())
+            self.watched.engine_id = self.id
+            self.watched.load(self)
             self._loop()
         except Stop:
             log.info("stopped by SIGTERM during a task")
@@ -271,6 +286,8 @@ class Engine:
             poller.register(s, zmq.POLLIN)
         if self._wakeup is not None:
             poller.register(self._wakeup, zmq.POLLIN)
+        watched = self.watched
+        watched.attach(poller)
         turn = 0
         nq = len(queues)
         events_opt, pollin = zmq.EVENTS, zmq.POLLIN
@@ -290,6 +307,8 @@ class Engine:
                     break
             if sock is not None:
                 self._execute(sock)
+                if watched.handlers:
+                    watched.serve_ready()
                 continue
             ready = poller.poll(timeout_ms)
             if not ready:
@@ -307,6 +326,8 @@ class Engine:
                     last_ping = time.monotonic()
                 elif s is self._wakeup:
                     self._wakeup.recv(4096)
+                else:
+                    watched.serve(s)
 
     def _drain_control(self) -> None:
         control = self.control
@@ -411,7 +432,7 @@ class Engine:
         now = time.time()
         md = dict(reply.metadata) if reply is not None else {"started": now, "completed": now}
         md.update(status=Status.ERROR, engine_id=self.id, engine_uuid=self.uuid)
-        return Reply(REPLY_TYPE[MsgType(msg.msg_type)], content, md)
+        return Reply(reply_type_of(msg.msg_type) or MsgType.APPLY_REPLY, content, md)
 
     def _on_stuck(self, msg_id: str, limit: float) -> None:
         """The watchdog thread's last word on a task that ignored its interrupt: answer
@@ -542,6 +563,7 @@ class Engine:
             self.signals.stop()
         if getattr(self, "monitor", None) is not None:
             self.monitor.stop()  # its last copies out before the context ends
+        self.watched.close()
         for s in self._sockets:
             s.close(linger=self._linger if s is not self.ping else 0)
         self._sockets.clear()

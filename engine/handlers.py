@@ -7,7 +7,8 @@ A package declares, in its pyproject.toml::
 
 name = the request's msg_type, value = "module:factory"; ``factory(kernel)`` returns
 ``handler(msg) -> (content, buffers)``, run by the kernel like apply_request (busy/idle,
-captured output, the reply type from zpar.messages.REPLY_TYPE). The kernel looks a type up
+captured output, the reply type from zpar.msgtypes.reply_type_of: a MsgType of the core
+or a type the capability declares in ``zpar.message_types``). The kernel looks a type up
 the first time it sees it, so the apply hot path never pays for this.
 """
 
@@ -18,7 +19,7 @@ from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any
 
-from zpar.messages import REPLY_TYPE
+from zpar.msgtypes import reply_type_of
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,7 @@ def find_handler(msg_type: str, kernel: Any) -> Handler | None:
     A handler that cannot be loaded becomes one that raises the load error, so the client
     gets an error reply naming it instead of no reply at all.
     """
-    if msg_type not in REPLY_TYPE:
+    if reply_type_of(msg_type) is None:
         return None
     found = list(entry_points(group=GROUP, name=msg_type))
     if not found:

@@ -14,7 +14,16 @@ from typing import Any
 
 import zpar.serialize
 from zpar.errors import SerializationError, TaskAborted, error_content
-from zpar.messages import REPLY_TYPE, MsgType, Status
+from zpar.messages import (
+    AbortReply,
+    ApplyReply,
+    ClearReply,
+    ExecuteReply,
+    MsgType,
+    ShutdownReply,
+    Status,
+)
+from zpar.msgtypes import reply_type_of
 from zpar.serialize import serialize_object, unpack_apply
 from zpar.wire import Message
 
@@ -36,11 +45,17 @@ _BUSY = {"execution_state": "busy"}
 _IDLE = {"execution_state": "idle"}
 
 
+#: the ok reply of each control request the kernel answers itself
+_OK_REPLIES: dict[str, type[ClearReply | AbortReply | ShutdownReply]] = {
+    cls.msg_type: cls for cls in (ClearReply, AbortReply, ShutdownReply)
+}
+
+
 @dataclass(slots=True)
 class Reply:
     """What to send back on the socket the request came on."""
 
-    msg_type: MsgType
+    msg_type: str  # a MsgType, or a capability's reply type (zpar.msgtypes.reply_type_of)
     content: dict[str, Any]
     metadata: dict[str, Any]
     buffers: list[Any] = field(default_factory=list)
@@ -125,7 +140,7 @@ class Kernel:
     def aborted_reply(self, msg: Message) -> Reply | None:
         """The reply telling a client its request was aborted before it ran."""
         msg_type = msg.header.get("msg_type")
-        reply_type = REPLY_TYPE.get(msg_type)  # type: ignore[call-overload]
+        reply_type = reply_type_of(msg_type) if isinstance(msg_type, str) else None
         if reply_type is None:
             return None
         msg_id = msg.header.get("msg_id")
@@ -168,7 +183,9 @@ class Kernel:
         md = self._metadata(started, completed, content["status"])
         md["stdout"] = stdout
         md["stderr"] = stderr
-        return Reply(REPLY_TYPE[msg_type], content, md, buffers)  # type: ignore[index]
+        reply_type = reply_type_of(msg_type)
+        assert reply_type is not None  # handlers exist only for requests (engine.handlers)
+        return Reply(reply_type, content, md, buffers)
 
     def _apply(self, msg: Message) -> tuple[dict[str, Any], list[Any]]:
         f, args, kwargs = unpack_apply(msg.buffers)
@@ -180,7 +197,7 @@ class Kernel:
                 f"cannot send the result back: {_type_name(result)} object is not "
                 f"serializable ({type(e).__name__}: {e})"
             ) from None
-        return {"status": Status.OK}, buffers
+        return ApplyReply(Status.OK).as_dict(), buffers
 
     def _execute(self, msg: Message) -> tuple[dict[str, Any], list[Any]]:
         code = msg.content.get("code", "")
@@ -189,11 +206,10 @@ class Kernel:
             self.execution_count += 1
         n = self.execution_count
         result = namespace.execute(code, self.ns, f"<zpar-execute-{n}>")
-        return {
-            "status": Status.OK,
-            "execution_count": n,
-            "execute_result": None if silent else result,
-        }, []
+        reply = ExecuteReply(
+            Status.OK, execution_count=n, execute_result=None if silent else result
+        )
+        return reply.as_dict(), []
 
     def _error_content(self, e: BaseException, msg_type: str) -> dict[str, Any]:
         content = error_content(
@@ -239,7 +255,8 @@ class Kernel:
 
     def _ok(self, reply_type: MsgType) -> Reply:
         now = time.time()
-        return Reply(reply_type, {"status": Status.OK}, self._metadata(now, now, Status.OK))
+        content = _OK_REPLIES[reply_type](Status.OK).as_dict()
+        return Reply(reply_type, content, self._metadata(now, now, Status.OK))
 
     def _engine_info(self, method: Any) -> dict[str, Any]:
         return {"engine_id": self.engine_id, "engine_uuid": self.engine_uuid, "method": method}

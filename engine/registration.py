@@ -14,7 +14,7 @@ from zpar.constants import BAD_KEY, HUB_TIMEOUT
 from zpar.curve import secure
 from zpar.errors import RegistrationRefused, TimeoutError, WrongKey
 from zpar.launchers.mpirank import mpi_rank
-from zpar.messages import MsgType, RegistrationReply, Status
+from zpar.messages import MsgType, RegistrationReply, RegistrationRequest, Status
 from zpar.sockets import configure
 from zpar.wire import Session
 
@@ -37,14 +37,10 @@ def register(
     sock = secure(configure(context.socket(zmq.DEALER)), curve)
     try:
         sock.connect(address)
-        request = {
-            "uuid": uuid,
-            "hostname": socket.gethostname(),
-            "pid": os.getpid(),
-            "id": requested_id,
-            "rank": mpi_rank(),
-        }
-        header = session.send(sock, MsgType.REGISTRATION_REQUEST, request)
+        request = RegistrationRequest(
+            uuid, socket.gethostname(), os.getpid(), id=requested_id, rank=mpi_rank()
+        )
+        header = session.send(sock, MsgType.REGISTRATION_REQUEST, request.as_dict())
         deadline = time.monotonic() + timeout
         while True:
             remaining = deadline - time.monotonic()

@@ -36,10 +36,20 @@ from zpar.messages import (
     MON_SCHEDULER,
     MON_TASK_BATCH,
     MON_TASK_RESULT,
+    ConnectionReply,
+    EngineEvent,
     MsgType,
+    QueueReply,
+    RegistrationNotification,
+    RegistrationReply,
+    ShutdownHubReply,
+    SignalReply,
+    SignalRequest,
     Status,
+    UnregistrationNotification,
 )
 from zpar.monitor import TaskDest, TaskIn, TaskOut, TaskRetry, split_monitor, unpack_batch
+from zpar.msgtypes import reply_type_of
 from zpar.wire import Message, Session, routing, send_frames
 
 from . import launcherqueries, queries
@@ -296,7 +306,7 @@ class Hub:
         rec.rank = c.get("rank", -1) if isinstance(c.get("rank"), int) else -1
         self.pending[key] = rec
         log.info("engine %d (uuid %s, %s pid %d) registering", eid, uuid, rec.hostname, rec.pid)
-        return {"status": Status.OK, "id": eid, **self.addresses.engine}
+        return RegistrationReply(Status.OK, id=eid, **self.addresses.engine).as_dict()
 
     def _engine_id_for(self, wanted: Any, hostname: str, pid: int) -> int:
         """The id asked for when it is free (an engine restarting itself asks for its old
@@ -316,7 +326,7 @@ class Hub:
 
     def _connection_request(self, msg: Message) -> dict[str, Any]:
         engines = {e.id: e.uuid for e in self.engines.values()}
-        return {"status": Status.OK, **self.addresses.client, "engines": engines}
+        return ConnectionReply(Status.OK, **self.addresses.client, engines=engines).as_dict()
 
     def _queue_request(self, msg: Message) -> dict[str, Any]:
         verbose = bool(msg.content.get("verbose", False))
@@ -325,12 +335,12 @@ class Hub:
             return error_content(HubRefused, ids)
         queues = {i: self.tasks.queue_status(self.engines[i].uuid, verbose) for i in ids}
         unassigned = self.tasks.unassigned
-        return {
-            "status": Status.OK,
-            "queues": queues,
-            "unassigned": sorted(unassigned) if verbose else len(unassigned),
-            "store": self.writer.status(),
-        }
+        return QueueReply(
+            Status.OK,
+            queues=queues,
+            unassigned=sorted(unassigned) if verbose else len(unassigned),
+            store=self.writer.status(),
+        ).as_dict()
 
     def _target_ids(self, targets: Any) -> list[int] | str:
         """Registered engine ids from a query's targets (None: all), or what is wrong."""
@@ -363,16 +373,16 @@ class Hub:
             self.session.send(
                 self.query,
                 MsgType.SIGNAL_REQUEST,
-                {"signum": signum},
+                SignalRequest(signum).as_dict(),
                 parent=msg.header,
                 idents=[rec.uuid.encode() + SIGNAL_SUFFIX],
             )
-        return {"status": Status.OK, "engines": ids}
+        return SignalReply(Status.OK, engines=ids).as_dict()
 
     def _shutdown_hub_request(self, msg: Message) -> dict[str, Any]:
         log.info("shutdown requested by client session %s", msg.header.get("session"))
         self.stopping = True
-        return {"status": Status.OK}
+        return ShutdownHubReply(Status.OK).as_dict()
 
     # -- engines ------------------------------------------------------------------------------
 
@@ -391,7 +401,9 @@ class Hub:
         log.info("engine %d registered (uuid %s); %d engines", rec.id, rec.uuid, len(self.engines))
         self._tell_scheduler("registered", rec)
         self.session.send(
-            self.notification, MsgType.REGISTRATION_NOTIFICATION, {"id": rec.id, "uuid": rec.uuid}
+            self.notification,
+            MsgType.REGISTRATION_NOTIFICATION,
+            RegistrationNotification(rec.id, rec.uuid).as_dict(),
         )
 
     def _on_heart_failure(self, uuid: bytes, reason: str = "stopped heartbeating") -> None:
@@ -420,7 +432,7 @@ class Hub:
         self.session.send(
             self.notification,
             MsgType.UNREGISTRATION_NOTIFICATION,
-            {"id": rec.id, "uuid": rec.uuid, "reason": reason},
+            UnregistrationNotification(rec.id, rec.uuid, reason).as_dict(),
         )
 
     def expire_registrations(self) -> None:
@@ -434,7 +446,7 @@ class Hub:
 
     def _tell_scheduler(self, event: str, rec: EngineRecord) -> None:
         self.session.send(
-            self.events, MsgType.ENGINE_EVENT, {"event": event, "id": rec.id, "uuid": rec.uuid}
+            self.events, MsgType.ENGINE_EVENT, EngineEvent(event, rec.id, rec.uuid).as_dict()
         )
 
     # -- monitor ------------------------------------------------------------------------------
@@ -546,7 +558,12 @@ def _ignore(frames: list[Any]) -> None:
     pass
 
 
-def _reply_type(msg_type: str) -> MsgType:
+def _reply_type(msg_type: str) -> str:
+    """The reply's type: declared (REPLY_TYPE, a capability's), else ``X_reply`` for
+    ``X_request``, else queue_reply (what a client waiting on an unknown type is told)."""
+    declared = reply_type_of(msg_type)
+    if declared is not None:
+        return declared
     name = msg_type.removesuffix("_request") + "_reply"
     try:
         return MsgType(name)

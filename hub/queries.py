@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from zpar.errors import HubRefused, error_content
-from zpar.messages import Status
+from zpar.messages import DbReply, HubHistoryReply, PurgeReply, ResultReply, Status
 from zpar.wire import Message
 
 from .queryapi import HubState
@@ -72,18 +72,18 @@ def result_request(hub: HubState, msg: Message) -> Any:
             HubRefused, f"no such task: {len(unknown)} unknown msg_id(s): {shown}", unknown=unknown
         )
     completed = [m for m in msg_ids if m not in set(pending)]
-    content: dict[str, Any] = {"status": Status.OK, "pending": pending, "completed": completed}
     if status_only:
-        return content
-    results, buffers = {}, []
+        return ResultReply(Status.OK, pending=pending, completed=completed).as_dict()
+    results: dict[str, Any] = {}
+    buffers: list[Any] = []
     for m in completed:
         row = rows[m]
         bufs = row.get("buffers") or []
         results[m] = {k: row.get(k) for k in RESULT_KEYS}
         results[m]["buffers"] = [len(buffers), len(bufs)]  # slice of the reply's buffers
         buffers.extend(bufs)
-    content["results"] = results
-    return content, buffers
+    reply = ResultReply(Status.OK, pending=pending, completed=completed, results=results)
+    return reply.as_dict(), buffers
 
 
 def purge_request(hub: HubState, msg: Message) -> dict[str, Any]:
@@ -120,7 +120,7 @@ def purge_request(hub: HubState, msg: Message) -> dict[str, Any]:
                 return _error(f"no such engine: {eid}")
             uuids.append(rec.uuid)
         purged += hub.store.delete(None, uuids)
-    return {"status": Status.OK, "purged": purged}
+    return PurgeReply(Status.OK, purged=purged).as_dict()
 
 
 def db_request(hub: HubState, msg: Message) -> dict[str, Any]:
@@ -132,11 +132,11 @@ def db_request(hub: HubState, msg: Message) -> dict[str, Any]:
     err = _sync(hub)
     if err:
         return _error(err)
-    return {"status": Status.OK, "records": hub.store.find(query, keys)}
+    return DbReply(Status.OK, records=hub.store.find(query, keys)).as_dict()
 
 
 def hub_history(hub: HubState, msg: Message) -> dict[str, Any]:
     err = _sync(hub)
     if err:
         return _error(err)
-    return {"status": Status.OK, "history": hub.store.history()}
+    return HubHistoryReply(Status.OK, history=hub.store.history()).as_dict()

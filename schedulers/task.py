@@ -213,11 +213,10 @@ class TaskScheduler:
                 frames = recv(zmq.NOBLOCK)
             except zmq.Again:
                 return
-            for one in self.session.each_message(frames, "task scheduler"):  # batches too
-                try:
-                    handler(one)
-                except Exception:  # one bad message must never stop the scheduler
-                    log.exception("error handling a message of %d frames; dropped", len(one))
+            try:
+                handler(frames)  # one message or a batch: each handler splits (feed_all)
+            except Exception:  # one bad message must never stop the scheduler
+                log.exception("error handling a message of %d frames; dropped", len(frames))
             self._carry_out()
 
     def _unpause(self, now: float) -> None:

@@ -80,7 +80,7 @@ def collect_exceptions(rdict_or_list: dict[Any, Any] | Iterable[Any], method: st
 def wrap_exception(engine_info: dict[str, Any] | None = None) -> dict[str, Any]:
     """The error content of the exception being handled (call inside ``except``)."""
     etype, evalue, tb = sys.exc_info()
-    if etype is None:
+    if etype is None or evalue is None:
         raise RuntimeError("wrap_exception() is called while an exception is being handled")
     return error_content(
         evalue,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+from collections.abc import Sequence
 from typing import Any
 
 from .messages import Status
@@ -188,7 +189,7 @@ class CompositeError(RemoteError):
 
     tb_limit = 4
 
-    def __init__(self, message: str, errors: list[BaseException]) -> None:
+    def __init__(self, message: str, errors: Sequence[BaseException]) -> None:
         self.errors = list(errors)
         self.msg = message
         super().__init__("CompositeError", message)

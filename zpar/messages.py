@@ -1,8 +1,10 @@
 """Every message type of the zpar protocol and its content fields, defined once.
 
-Hot paths build content dicts directly (``MsgType.APPLY_REQUEST`` and a plain dict), but
-the dataclasses here are the single source of truth for field names and defaults; the
-tests round-trip each of them, and docs/protocol.md describes the same list.
+The dataclasses here are what the hub, the engines and the views build and read
+(``Content.as_dict()`` is the map that travels); docs/protocol.md describes the same list.
+A field made with ``optional(default)`` is left out of the map while it holds its default
+(an ``evalue`` only errors carry, the error fields of an ok reply), so each dataclass packs
+to the same map the processes sent before they used it.
 """
 
 from __future__ import annotations
@@ -115,12 +117,36 @@ class Content:
                 )
 
     def as_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        """The content map that travels: every field, but optional ones at their default."""
+        out = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.metadata.get("optional") and value == _default_of(f):
+                continue
+            out[f.name] = value
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Content:
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
+
+
+def optional(default: Any = "") -> Any:
+    """A field left out of the content map while it holds ``default`` (a factory is used
+    for a list or dict default, as dataclasses require)."""
+    if isinstance(default, list | dict):
+        factory = type(default)
+        return field(default_factory=factory, metadata={"optional": True})
+    return field(default=default, metadata={"optional": True})
+
+
+def _default_of(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return dataclasses.MISSING  # a required field: never equal to a value
 
 
 _CHECKS: dict[str, type | tuple[type, ...]] = {
@@ -160,7 +186,7 @@ class RegistrationReply(Content):
     iopub: str = ""
     heartbeat: list = field(default_factory=list)
     hb_period: float = 0.0
-    evalue: str = ""
+    evalue: str = optional("")
     local: dict = field(default_factory=dict)  # ipc twins of the addresses, and "host"
 
 
@@ -228,7 +254,7 @@ class QueueReply(Content):
     queues: dict = field(default_factory=dict)
     unassigned: Any = 0
     store: dict = field(default_factory=dict)  # url, ok, error, saved, unsaved, dropped
-    evalue: str = ""
+    evalue: str = optional("")
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,8 +270,8 @@ class ResultReply(Content):
     status: str
     pending: list = field(default_factory=list)
     completed: list = field(default_factory=list)
-    results: dict = field(default_factory=dict)
-    evalue: str = ""
+    results: dict = optional({})  # absent for statusonly (readers default it to {})
+    evalue: str = optional("")
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,7 +286,7 @@ class PurgeReply(Content):
     msg_type = MsgType.PURGE_REPLY
     status: str
     purged: int = 0
-    evalue: str = ""
+    evalue: str = optional("")
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,7 +303,7 @@ class DbReply(Content):
     msg_type = MsgType.DB_REPLY
     status: str
     records: list = field(default_factory=list)
-    evalue: str = ""
+    evalue: str = optional("")
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,7 +335,7 @@ class SignalRequest(Content):
 
     msg_type = MsgType.SIGNAL_REQUEST
     signum: int
-    targets: list | None = None
+    targets: list | None = optional(None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,7 +345,7 @@ class SignalReply(Content):
     msg_type = MsgType.SIGNAL_REPLY
     status: str
     engines: list = field(default_factory=list)
-    evalue: str = ""
+    evalue: str = optional("")
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,7 +390,9 @@ class ApplyRequest(Content):
 
 @dataclass(frozen=True, slots=True)
 class SchedulingFlags:
-    """Metadata of a load-balanced request (all optional; absent means default).
+    """Metadata of a request (all optional; absent means default): the views build it
+    with as_metadata(), the task scheduler reads it (label and time_limit also go with
+    direct requests; the engine enforces time_limit).
 
     after / follow: {"ids", "all", "success", "failure"} (zpar.dependency.Dependency);
     outcomes: {msg_id: [succeeded, engine_uuid]} of dependencies the client saw finish;
@@ -378,6 +406,17 @@ class SchedulingFlags:
     outcomes: dict | None = None
     timeout: float | None = None
     retries: int = 0
+    label: str | None = None  # the view's label for the call, kept in the task's record
+    time_limit: float | None = None  # seconds the call may run (zpar.tasklimits)
+    broadcast: list | None = None  # engine ids of a BroadcastView call (one request for all)
+
+    def as_metadata(self) -> dict[str, Any]:
+        """The request metadata: only the flags that are set (absent means default)."""
+        return {
+            f.name: value
+            for f in dataclasses.fields(self)
+            if (value := getattr(self, f.name)) is not None and value != 0
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -394,10 +433,10 @@ class ApplyReply(Content):
 
     msg_type = MsgType.APPLY_REPLY
     status: str
-    ename: str = ""
-    evalue: str = ""
-    traceback: list = field(default_factory=list)
-    engine_info: dict = field(default_factory=dict)
+    ename: str = optional("")
+    evalue: str = optional("")
+    traceback: list = optional([])
+    engine_info: dict = optional({})
 
 
 @dataclass(frozen=True, slots=True)
@@ -415,10 +454,10 @@ class ExecuteReply(Content):
     status: str
     execution_count: int = 0
     execute_result: str | None = None
-    ename: str = ""
-    evalue: str = ""
-    traceback: list = field(default_factory=list)
-    engine_info: dict = field(default_factory=dict)
+    ename: str = optional("")
+    evalue: str = optional("")
+    traceback: list = optional([])
+    engine_info: dict = optional({})
 
 
 @dataclass(frozen=True, slots=True)
@@ -501,7 +540,7 @@ class TypedReply(Content):
     call_count: int = 0
     counts: list = field(default_factory=list)
     ename: str = ""
-    evalue: str = ""
+    evalue: str = optional("")
     traceback: list = field(default_factory=list)
     engine_info: dict = field(default_factory=dict)
     call_index: int = -1

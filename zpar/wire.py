@@ -62,6 +62,7 @@ from .constants import (
 )
 from .errors import LocalProtocolError, RemoteProtocolError
 from .messages import MsgType
+from .msgtypes import extension_type
 from .recent import RecentKeys
 
 log = logging.getLogger(__name__)
@@ -72,7 +73,8 @@ _packb = msgpack.Packer(use_bin_type=True).pack
 HEAD_FRAMES = 3
 #: Bytes of an HMAC-SHA256 signature.
 SIGNATURE_SIZE = 32
-#: msg_type names a receiver accepts: every MsgType (new ones join by being added there).
+#: msg_type names a receiver accepts: every MsgType (new ones join by being added there),
+#: and the capabilities' (msgtypes.extension_type), checked only when not one of these.
 KNOWN_TYPES = frozenset(m.value for m in MsgType)
 
 
@@ -345,7 +347,7 @@ def _check_header(h: Any, what: str, *, version: bool = True) -> None:
         raise RemoteProtocolError(
             "malformed", f"{what} msg_type must be a str, got {type(msg_type).__name__}"
         )
-    if msg_type not in KNOWN_TYPES:
+    if msg_type not in KNOWN_TYPES and not extension_type(msg_type):
         raise RemoteProtocolError("unknown-type", f"{what} msg_type {msg_type[:64]!r} is unknown")
     if not isinstance(h.get("session", ""), str):
         raise RemoteProtocolError("malformed", f"{what} session must be a str")
@@ -744,31 +746,6 @@ class Session:
             except RemoteProtocolError as e:
                 self._refuse(e, where)
         return accepted
-
-    def each_message(self, frames: list[Any], where: str = "") -> list[list[Any]]:
-        """The messages of a received multipart, each a multipart of its own (the
-        identities, then the message from its delimiter on), for a receiver whose handler
-        takes one message: a lone message (or garbage, for the handler to refuse) as it
-        is, a batch split; a batch whose framing is wrong is refused whole (logged,
-        counted) and gives none. Each message is then checked by the handler, on its own."""
-        for f in frames:
-            if type(f) is bytes:
-                if f == DELIM:
-                    return [frames]
-                if f == BATCH_DELIM:
-                    break
-            elif _is_marker(f):
-                if is_batch([f]):
-                    break
-                return [frames]
-        else:
-            return [frames]
-        try:
-            idents, messages = split_messages(frames)
-        except RemoteProtocolError as e:
-            self._refuse(e, where)
-            return []
-        return [[*idents, *m] for m in messages]
 
     def feed_lazy_all(
         self, frames: Sequence[Any], where: str = "", *, private: bool = False

@@ -1,6 +1,7 @@
 """Peer links: the dance order, signed and numbered packets, refusals."""
 
 import threading
+import time
 import uuid
 
 import pytest
@@ -13,9 +14,11 @@ from zpar.errors import RemoteProtocolError
 KEY = b"k" * 32
 
 
-def _open(n, key=KEY, ids=None, timeout=10):
+def _open(n, key=KEY, ids=None, timeout=10, mailboxes=True):
     ids = ids or [uuid.uuid4().hex] * n
     links = [PeerLinks(r, n, ids[r], key) for r in range(n)]
+    for lk in links:
+        lk.use_mailboxes = mailboxes
     table = [lk.bind() for lk in links]
     errors = []
 
@@ -76,8 +79,8 @@ def test_packets_are_signed_and_small_payloads_inline():
         s.unpack([b"short"])
 
 
-def test_out_of_sequence_packet_is_refused():
-    links, errors = _open(2)
+def test_out_of_sequence_packet_is_refused_on_the_socket():
+    links, errors = _open(2, mailboxes=False)
     try:
         assert errors == []
         lo, hi = links
@@ -89,6 +92,53 @@ def test_out_of_sequence_packet_is_refused():
             for _ in range(50):
                 got.extend(hi.poll(100))
         assert [p.kind for _, p in got] == [Kind.PING]
+    finally:
+        for lk in links:
+            lk.close()
+
+
+def test_a_gap_in_the_mailbox_is_refused_once_the_socket_stays_quiet(monkeypatch):
+    """A mailbox packet numbered ahead waits for the earlier ones from the socket; when
+    none comes for MAILBOX_GAP_S the link is refused, not left waiting forever."""
+    from zpar.comm import links as links_mod
+
+    monkeypatch.setattr(links_mod, "MAILBOX_GAP_S", 0.2)
+    links, errors = _open(2)
+    try:
+        assert errors == []
+        lo, hi = links
+        assert 1 in lo._outbox and 0 in hi._inbox  # same host: the mailbox path
+        lo.send(1, Packet(Kind.PING, 0, 0, 0, 0, 0, 0, 0))
+        lo._send_seq[1] += 5
+        lo.send(1, Packet(Kind.PING, 0, 0, 0, 0, 0, 0, 0))
+        got = []
+        deadline = time.monotonic() + 30
+        with pytest.raises(LinkError, match="out-of-sequence"):
+            while time.monotonic() < deadline:
+                got.extend(hi.poll(50))
+                hi.check_peers()
+        assert [p.kind for _, p in got] == [Kind.PING]
+    finally:
+        for lk in links:
+            lk.close()
+
+
+def test_mailbox_and_socket_packets_merge_in_sending_order():
+    """Small packets take the mailbox, large ones the socket: the receiver gets them in the
+    order sent, whatever path each took."""
+    links, errors = _open(2)
+    try:
+        assert errors == []
+        lo, hi = links
+        sizes = [10, INLINE + 100, 5, 7, INLINE * 3, 1, INLINE + 1, 3] * 10
+        for i, n in enumerate(sizes):
+            hi.send(0, Packet(Kind.DATA, 0, ENC_RAW, 1, i, 0, i, 0, b"x" * n))
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < len(sizes) and time.monotonic() < deadline:
+            got.extend(lo.poll(100))
+        assert [p.tag for _, p in got] == list(range(len(sizes)))
+        assert [len(bytes(p.payload)) for _, p in got] == sizes
     finally:
         for lk in links:
             lk.close()

@@ -660,23 +660,3 @@ def test_the_relay_forwards_a_batch_whole_and_copies_each_message_to_the_hub(pai
     finally:
         mon_out.close(linger=0)
         mon_in.close(linger=0)
-
-
-def test_each_message_hands_a_one_message_handler_every_message_of_a_batch():
-    """What a receiver's drain loop does (the task scheduler's): one multipart per message,
-    with the batch's identities, each then checked by the handler as if it came alone."""
-    receiver = Session(KEY)
-    messages = _batch_of(3)
-    lone = [b"client", *messages[0]]
-    assert receiver.each_message(lone) == [lone]  # as it is: no copy, no check
-    split = receiver.each_message([b"client", *batch(messages)])
-    assert split == [[b"client", *m] for m in messages]
-    assert [receiver.feed(m).content for m in split] == [{"x": 1}] * 3
-    frames = [zmq.Frame(f) for f in [b"client", *batch(_batch_of(2))]]
-    assert len(receiver.each_message(frames)) == 2  # zmq Frames, as relays receive them
-    garbage = [b"no", b"delimiter"]
-    assert receiver.each_message(garbage) == [garbage]  # the handler's to refuse
-    lying = batch(_batch_of(2))
-    lying[1] = msgpack.packb([7])
-    assert receiver.each_message([b"client", *lying], "test") == []
-    assert receiver.refused == {"batch-frames": 1}

@@ -26,6 +26,6 @@ def test_bench_darray_runs_tiny():
     p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     rows = [line.split()[0] for line in p.stdout.splitlines() if line.startswith("  ")]
-    assert rows == ["ones", "fromfunction", "add", "sum", "halo", "toarray"], (
+    assert rows == ["ones", "fromfunction", "add", "sum", "sum_axis", "halo", "toarray"], (
         p.stdout + p.stderr[-2000:]
     )

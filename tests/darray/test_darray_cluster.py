@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from zpar.darray import InconsistentExport, LocalArray, validate
+from zpar.darray import DistArray, InconsistentExport, LocalArray, validate
 from zpar.errors import RemoteError
 
 FULL = np.arange(45.0).reshape(5, 9)
@@ -142,6 +142,25 @@ def test_elementwise_against_numpy(rc):
     np.testing.assert_array_equal(a.toarray(), (a_np + 1) * 2)
 
 
+def test_ufuncs_with_two_outputs(rc):
+    a_np = np.linspace(-7.5, 9.25, 45).reshape(5, 9)
+    for make in (
+        lambda: rc.darray.fromarray(a_np, dist=("b", "c"), grid_shape=(2, 2)),
+        lambda: rc.darray.full((5, 9), -7.5, dist=("b", "c"), grid_shape=(2, 2)),  # constant
+    ):
+        a = make()
+        ref = a.toarray()
+        for name, got, want in (
+            ("divmod", divmod(a, 2), divmod(ref, 2)),
+            ("modf", np.modf(a), np.modf(ref)),
+            ("frexp", np.frexp(a), np.frexp(ref)),
+        ):
+            assert isinstance(got, tuple) and len(got) == 2, name
+            for g, w in zip(got, want, strict=True):
+                assert isinstance(g, DistArray) and g.dtype == w.dtype, name
+                np.testing.assert_array_equal(g.toarray(), w, err_msg=name)
+
+
 def test_elementwise_refuses_different_distributions(rc):
     a = rc.darray.zeros((6, 6), dist=("b", "b"))
     b = rc.darray.zeros((6, 6), dist=("c", "c"))
@@ -270,11 +289,11 @@ def test_reductions_against_numpy(rc, dist, grid):
     for name in ("sum", "min", "max", "mean"):
         assert getattr(da, name)() == pytest.approx(getattr(np, name)(data)), name
         for axis in (0, 1, -1):
-            np.testing.assert_allclose(
-                getattr(da, name)(axis=axis),
-                getattr(np, name)(data, axis=axis),
-                err_msg=f"{name} axis {axis}",
-            )
+            got = getattr(da, name)(axis=axis)
+            assert isinstance(got, DistArray)  # stays on the engines
+            want = getattr(np, name)(data, axis=axis)
+            assert got.shape == want.shape and got.dtype == want.dtype
+            np.testing.assert_allclose(got.toarray(), want, err_msg=f"{name} axis {axis}")
 
 
 def test_reductions_with_empty_sections_and_errors(rc):
@@ -367,4 +386,4 @@ def test_collectives_after_rc_clear(rc):
     rc.clear(block=True)  # every namespace emptied: the sections and the communicator
     for rank, eid in enumerate(da.targets):  # put the sections back, not the communicator
         rc[eid].push({da.key: saved[rank]}, block=True)
-    assert da.sum() == 120 and da.max(axis=0).tolist() == [12, 13, 14, 15]
+    assert da.sum() == 120 and da.max(axis=0).toarray().tolist() == [12, 13, 14, 15]

@@ -104,7 +104,7 @@ def test_fixed_ports_and_key_in_connection_files_and_a_client_connects(zpar_dir)
         from zpar import Client
 
         with Client(str(client_file), timeout=30) as c:  # signs with the fixed key
-            reply = c._query(MsgType.CONNECTION_REQUEST, {}, 30)
+            reply = c.sender.query(MsgType.CONNECTION_REQUEST, {}, 30)
             client_side = tcp_ports(reply.content, set()) - tcp_ports(reply.content["local"], set())
             order = {first + i: name for i, name in enumerate(PORT_ORDER)}
             assert {order[p] for p in client_side} == {

@@ -80,7 +80,7 @@ def test_a_reply_to_an_abandoned_call_is_dropped_as_stale(rc):
     """A call interrupted (Ctrl-C) leaves its reply to come later on the thread's socket:
     the next call must get its own answer, not that one."""
     rc[0].apply_sync(os.getpid)  # this thread's socket exists
-    uuid = rc._engine_uuid(0)
+    uuid = rc.sender.engine_uuid(0)
     sock = rc._direct_caller._socket(uuid)
     _, frames = rc.session.serialize("apply_request", {})
     send_frames(sock, [*frames, *pack_apply(_sleep_then, (0.2, "abandoned"), {})])

@@ -73,9 +73,9 @@ def test_hub_refuses_a_bad_signal_request(rc):
     from zpar.messages import MsgType
 
     with pytest.raises(RuntimeError, match="no such engines: \\[99\\]"):
-        rc._query(MsgType.SIGNAL_REQUEST, {"signum": 2, "targets": [99]})
+        rc.sender.query(MsgType.SIGNAL_REQUEST, {"signum": 2, "targets": [99]})
     with pytest.raises(RuntimeError, match="'x' is not a signal number"):
-        rc._query(MsgType.SIGNAL_REQUEST, {"signum": "x", "targets": None})
+        rc.sender.query(MsgType.SIGNAL_REQUEST, {"signum": "x", "targets": None})
 
 
 def test_sigterm_through_send_signal_stops_the_engine(make_cluster, tmp_path):

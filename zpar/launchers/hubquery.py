@@ -33,8 +33,9 @@ class HubLine:
         self._sock: zmq.Socket | None = None
         self._lock = threading.Lock()
 
-    def request(self, msg_type: MsgType, content: dict[str, Any], timeout: float = 5.0) -> dict:
-        """The reply's content; TimeoutError if the hub is silent, ZparError if it refuses."""
+    def request(self, msg_type: str, content: dict[str, Any], timeout: float = 5.0) -> dict:
+        """The reply's content; TimeoutError if the hub is silent, ZparError if it refuses.
+        ``msg_type``: a MsgType, or a capability's query (hub.queryapi)."""
         with self._lock:
             if self._sock is None:
                 self._sock = configure(self._ctx.socket(zmq.DEALER))

@@ -1,0 +1,155 @@
+"""Shared-memory mailboxes: small packets between two ranks on one host without a socket.
+
+A ZMQ message from Python costs tens of microseconds before any work (the send wakes ZMQ's
+I/O thread, the receiver's poll sleeps in the kernel); MPICH moves a small message in a few
+microseconds through shared memory with a receiver that polls. So each (sender, receiver)
+pair on one host gets a single-producer single-consumer ring of small slots in /dev/shm:
+
+    offset 0    written   u64  packets the sender has put (only the sender writes it)
+    offset 64   read      u64  packets the receiver has taken (only the receiver writes it)
+    offset 128  spinning  u64  1 while the receiver polls the mailbox, 0 when it may block
+    offset 192  slots     ``slots`` x ``slot_size``: u32 length, then the packet's bytes
+
+The sender copies a packed packet into slot ``written % slots`` and then bumps ``written``;
+the receiver reads ``written``, copies the slot out, then bumps ``read``. Each counter has one
+writer and the slot is written before the counter that publishes it, which x86-64's store
+order (TSO) keeps visible in that order to the other process: the mailbox is used only on
+x86-64 (``SUPPORTED``), elsewhere every packet goes through the socket.
+
+Waking: a receiver spins (polls its mailboxes) briefly before it blocks on its sockets; a
+sender that finds ``spinning`` at 0 after publishing a packet also sends an empty ZMQ frame,
+which wakes the blocked receiver. The receiver clears ``spinning`` *before* its last look at
+the mailbox, so of the two orders (publish, then read the flag; clear the flag, then look)
+one side always sees the other (see PeerLinks.poll).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import platform
+import struct
+import uuid
+
+#: the store order the mailbox relies on (see above); elsewhere the sockets carry everything
+SUPPORTED = platform.machine().lower() in ("x86_64", "amd64")
+
+SHM_DIR = "/dev/shm"
+#: bytes before the slots: three counters, each on a cache line of its own
+HEAD = 192
+#: slots per pair: the credit window (hiwater 8) bounds data packets; ACKs and the rest fit
+SLOTS = 32
+#: a slot holds a one-frame packet: 36-byte header, 32-byte signature, INLINE (2 KiB) payload
+SLOT_SIZE = 2176
+_LEN = struct.Struct("<I")
+_PREFIX = "zpar-mbox-"
+
+
+class Mailbox:
+    """One direction of one pair: the sender's ``put``, the receiver's ``peek``/``consume``."""
+
+    def __init__(self, path: str, mm: mmap.mmap, slots: int, slot_size: int) -> None:
+        self.path, self.slots, self.slot_size = path, slots, slot_size
+        self._mm = mm
+        self._mv = memoryview(mm)
+        self._ctl = self._mv[:HEAD].cast("Q")  # [0] written, [8] read, [16] spinning
+
+    @staticmethod
+    def size_for(slots: int, slot_size: int) -> int:
+        return HEAD + slots * slot_size
+
+    @classmethod
+    def create(cls, slots: int = SLOTS, slot_size: int = SLOT_SIZE) -> Mailbox:
+        """The sender's side: a new file, space reserved (ENOSPC now rather than SIGBUS
+        later), zeroed counters."""
+        path = os.path.join(SHM_DIR, f"{_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}")
+        size = cls.size_for(slots, slot_size)
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        try:
+            os.posix_fallocate(fd, 0, size)
+            mm = mmap.mmap(fd, size)
+        except BaseException:
+            os.unlink(path)
+            raise
+        finally:
+            os.close(fd)
+        return cls(path, mm, slots, slot_size)
+
+    @classmethod
+    def attach(cls, path: str, slots: int = SLOTS, slot_size: int = SLOT_SIZE) -> Mailbox:
+        """The receiver's side: map the sender's file, then unlink it (both hold the mapping,
+        nothing is left behind at exit)."""
+        if not path.startswith(f"{SHM_DIR}/{_PREFIX}") or "/" in path[len(SHM_DIR) + 1 :]:
+            raise ValueError(f"refusing mailbox path {path!r}")
+        size = cls.size_for(slots, slot_size)
+        fd = os.open(path, os.O_RDWR)
+        try:
+            if os.fstat(fd).st_size != size:
+                raise ValueError(f"mailbox {path} is not {size} bytes")
+            mm = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        return cls(path, mm, slots, slot_size)
+
+    # -- sender ---------------------------------------------------------------------------
+
+    def put(self, data: bytes) -> bool:
+        """Copy one packet in and publish it; False when it is full or ``data`` too big."""
+        n = len(data)
+        written = self._ctl[0]
+        if n + 4 > self.slot_size or written - self._ctl[8] >= self.slots:
+            return False
+        off = HEAD + (written % self.slots) * self.slot_size
+        _LEN.pack_into(self._mv, off, n)
+        self._mv[off + 4 : off + 4 + n] = data
+        self._ctl[0] = written + 1  # published: the slot was written first
+        return True
+
+    @property
+    def unread(self) -> int:
+        """Packets put and not yet taken."""
+        return self._ctl[0] - self._ctl[8]
+
+    @property
+    def receiver_spinning(self) -> bool:
+        return self._ctl[16] != 0
+
+    # -- receiver -------------------------------------------------------------------------
+
+    def ready(self) -> bool:
+        return self._ctl[0] != self._ctl[8]
+
+    def peek(self) -> memoryview | None:
+        """The oldest packet not yet consumed (a view valid until ``consume``), or None."""
+        read = self._ctl[8]
+        if self._ctl[0] == read:
+            return None
+        off = HEAD + (read % self.slots) * self.slot_size
+        (n,) = _LEN.unpack_from(self._mv, off)
+        if n + 4 > self.slot_size:
+            raise ValueError(f"mailbox {self.path}: slot length {n} out of range")
+        return self._mv[off + 4 : off + 4 + n]
+
+    def consume(self) -> None:
+        """Free the oldest slot for the sender."""
+        self._ctl[8] = self._ctl[8] + 1
+
+    def set_spinning(self, on: bool) -> None:
+        self._ctl[16] = 1 if on else 0
+
+    def close(self, unlink: bool = True) -> None:
+        self._ctl.release()
+        self._mv.release()
+        try:
+            self._mm.close()
+        except BufferError:  # a packet view is still alive somewhere: the GC frees it
+            pass
+        if unlink:
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
