@@ -8,7 +8,7 @@ import collections
 import concurrent.futures
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 from zpar.errors import SerializationError
 from zpar.messages import SchedulingFlags
@@ -166,7 +166,7 @@ class View:
                 first, _ = concurrent.futures.wait(
                     list(inflight), return_when=concurrent.futures.FIRST_COMPLETED
                 )
-                ar = next(iter(first))
+                ar = cast(AsyncResult, next(iter(first)))  # wait() returns what it was given
                 inflight.remove(ar)
                 return ar
 

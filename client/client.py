@@ -274,6 +274,13 @@ class Client(TaskStoreMixin, EngineControlMixin, ClientCompatMixin):
             return out[targets]
         return out
 
+    def controller_status(self) -> dict[str, Any]:
+        """The controller's pid, its registered engine ids and the messages every process
+        refused, by process and reason: {"pid", "engines", "refused": {process: {reason:
+        n}}, "total_refused"} (docs/security.md names the processes and reasons)."""
+        content = self.sender.query(MsgType.CONTROLLER_STATUS_REQUEST, {}).content
+        return {k: content.get(k) for k in ("pid", "engines", "refused", "total_refused")}
+
     @property
     def outstanding(self) -> set[str]:
         return self._io.outstanding()

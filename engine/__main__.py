@@ -6,11 +6,12 @@ import argparse
 import logging
 import os
 import sys
+import time
 
 from zpar.argparsing import Parser, checked
-from zpar.connection import default_url_file, wait_for_connection_file
-from zpar.constants import DEFAULT_PROFILE
-from zpar.errors import ZparError
+from zpar.connection import default_url_file, wait_for_connection_file, wait_for_new_controller
+from zpar.constants import DEFAULT_PROFILE, ENGINE_RECONNECT_WINDOW
+from zpar.errors import TimeoutError, ZparError
 from zpar.logs import setup_logging
 from zpar.names import log_level, profile_name
 
@@ -42,6 +43,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="wait this long for the connection file to appear (a controller starting up)",
     )
     p.add_argument(
+        "--reconnect",
+        type=float,
+        default=ENGINE_RECONNECT_WINDOW,
+        metavar="SECONDS",
+        help="when the controller goes silent, wait this long for a new one to write the "
+        f"connection file and register with it under the same id (default "
+        f"{ENGINE_RECONNECT_WINDOW:g}; 0: exit at once)",
+    )
+    p.add_argument(
         "--log-level",
         default="INFO",
         type=checked(log_level),
@@ -52,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 #: Environment variable through which a restarting engine asks the hub for its old id.
 RESTART_ID_ENV = "ZPAR_ENGINE_ID"
+#: Environment variable naming the pid of the controller an engine lost: it waits for a
+#: connection file of another controller.
+LOST_CONTROLLER_ENV = "ZPAR_LOST_CONTROLLER"
 
 
 def _requested_id() -> int:
@@ -63,14 +76,17 @@ def _requested_id() -> int:
         return -1
 
 
-def _restart(argv: list[str], engine_id: int) -> None:
+def _restart(argv: list[str], engine_id: int, lost_controller: int = 0) -> None:
     """Become a fresh engine in this same process (same pid, so launchers still track it):
-    a new interpreter, a new namespace, registered again under the same id."""
+    a new interpreter, a new namespace, registered again under the same id.
+    ``lost_controller``: the pid of a controller that went silent; wait for another."""
     logging.getLogger("zpar.engine").info("engine %d: restarting", engine_id)
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
     env = dict(os.environ, **{RESTART_ID_ENV: str(engine_id)})
+    if lost_controller:
+        env[LOST_CONTROLLER_ENV] = str(lost_controller)
     os.execve(sys.executable, [sys.executable, "-m", "zpar.engine", *argv], env)
 
 
@@ -86,14 +102,39 @@ def main(argv: list[str] | None = None) -> int:
         path = args.file or default_url_file(args.profile, "engine")
         if args.wait:
             logging.getLogger("zpar.engine").info("waiting up to %g s for %s", args.wait, path)
-        info = wait_for_connection_file(path, args.wait)
-        engine = Engine(info, log_level=level, restartable=True, requested_id=_requested_id())
+        lost = os.environ.pop(LOST_CONTROLLER_ENV, "")
+        if lost and args.reconnect > 0:
+            info = wait_for_new_controller(path, int(lost), args.reconnect)
+            if info is None:
+                logging.getLogger("zpar.engine").warning(
+                    "no new controller wrote %s within %g s of losing controller pid %s; exiting",
+                    path,
+                    args.reconnect,
+                    lost,
+                )
+                return EXIT_OK
+        else:
+            info = wait_for_connection_file(path, args.wait)
         restart_argv = sys.argv[1:] if argv is None else argv
-        # a task stuck past its time_limit: the watchdog thread re-executes the process
-        engine.restart_now = lambda: _restart(restart_argv, engine.id)
-        code = engine.run()
+        # reconnecting: a controller too busy to answer is asked again until the window ends
+        until = time.monotonic() + args.reconnect if lost else 0.0
+        while True:
+            engine = Engine(info, log_level=level, restartable=True, requested_id=_requested_id())
+            # a task stuck past its time_limit: the watchdog thread re-executes the process
+            engine.restart_now = lambda e=engine: _restart(restart_argv, e.id)
+            try:
+                code = engine.run()
+                break
+            except TimeoutError as e:
+                if time.monotonic() >= until:
+                    raise
+                logging.getLogger("zpar.engine").warning("%s; asking again", e)
+                info = wait_for_connection_file(path, max(0.0, until - time.monotonic()))
         if engine.restart:
-            _restart(sys.argv[1:] if argv is None else argv, engine.id)
+            _restart(restart_argv, engine.id)
+        if engine.controller_lost and args.reconnect > 0 and engine.id >= 0:
+            # issue 13: found again by a controller restarted on the same profile
+            _restart(restart_argv, engine.id, lost_controller=info.controller_pid or -1)
         return code
     except (ZparError, ValueError, zmq.ZMQError) as e:
         sys.stderr.write(f"zpar engine: {e}\n")

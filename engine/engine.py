@@ -43,6 +43,7 @@ from zpar.messages import (
 )
 from zpar.msgtypes import reply_type_of
 from zpar.privacy import iopub_topic
+from zpar.refusals import merged
 from zpar.sockets import configure, recv_monitor_event
 from zpar.tasklimits import parse_time_limit, timeout_content
 from zpar.transport import choose, direct_address, direct_dir
@@ -60,7 +61,7 @@ from .monitorcopies import MonitorCopies
 from .registration import register
 from .revoke import RevokeGate
 from .signals import SignalListener
-from .timelimit import REPLY_FLUSH_WAIT, TimeLimitWatchdog
+from .timelimit import REPLY_FLUSH_LIMIT, TimeLimitWatchdog
 from .watched import WatchedSockets
 
 log = logging.getLogger(__name__)
@@ -140,6 +141,8 @@ class Engine:
         self.restartable = restartable
         #: set when a shutdown_request asked for a restart: the caller re-executes
         self.restart = False
+        #: set when the controller went silent: the entry point may wait for a new one
+        self.controller_lost = False
         self.kernel: Kernel | None = None
         self.heart: Heart | None = None
         self.signals: SignalListener | None = None
@@ -224,6 +227,10 @@ class Engine:
         self.ping.connect(ping)
         self.silence_limit = max(MIN_CONTROLLER_SILENCE, 10 * float(reply.hb_period or 0))
         self.signals = SignalListener(self.ctx, self.info.key, self.info.registration, self.ident)
+        signal_session = self.signals.session
+        self.signals.refusals.counts = lambda: merged(
+            (self.session.refused, signal_session.refused)
+        )
         secure(self.signals.socket, self.info)
         # the task scheduler asks for prefetched tasks back on this one (engine/revoke.py)
         revoke = secure(self.signals.revoke_socket(), self.info)
@@ -314,9 +321,10 @@ class Engine:
             if not ready:
                 if time.monotonic() - last_ping > self.silence_limit:
                     log.warning(
-                        "controller gone: no heartbeat for %.1f s while idle; exiting",
+                        "controller gone: no heartbeat for %.1f s while idle; stopping",
                         time.monotonic() - last_ping,
                     )
+                    self.controller_lost = True
                     return
                 continue
             for s, _ in ready:
@@ -443,13 +451,40 @@ class Engine:
             sock, msg = current
             try:
                 self._send(sock, msg, self._timeout_reply(msg, limit, None))
-                # zmq's I/O thread writes it at once; exec would drop what it has not
-                time.sleep(REPLY_FLUSH_WAIT)
             except Exception:
                 log.exception("engine %d: could not answer %s before restarting", self.id, msg_id)
+            self._close_for_restart(sock)
         log.error("engine %d: restarting: %s holds the engine past its time_limit", self.id, msg_id)
         assert self.restart_now is not None
         self.restart_now()
+
+    def _close_for_restart(self, reply_sock: zmq.Socket) -> None:
+        """Close every socket (the reply's with a linger) and end the context, whose term
+        returns once zmq has written the reply: exec would drop what its I/O thread has
+        not. Waited for in a thread of its own, up to REPLY_FLUSH_LIMIT (a socket the
+        stuck task made on this context would hold term back for ever)."""
+        for part in (self.heart, self.signals, getattr(self, "monitor", None)):
+            if part is not None:
+                part.stop()
+        self.watched.close()
+        for s in self._sockets:
+            s.close(linger=int(REPLY_FLUSH_LIMIT * 1000) if s is reply_sock else 0)
+        self._sockets.clear()
+        if not self._own_context:
+            return
+        flushed = threading.Event()
+
+        def term() -> None:
+            self.ctx.term()
+            flushed.set()
+
+        threading.Thread(target=term, name="zpar-flush-reply", daemon=True).start()
+        if not flushed.wait(REPLY_FLUSH_LIMIT):
+            log.warning(
+                "engine %d: the context did not end within %g s; restarting anyway",
+                self.id,
+                REPLY_FLUSH_LIMIT,
+            )
 
     def _abort_queued(self) -> None:
         """Answer every mux/task request queued right now with an 'aborted' reply."""

@@ -19,12 +19,19 @@ import logging
 import os
 import signal
 import threading
+import time
 
 import msgpack
 import zmq
 
-from zpar.constants import REVOKE_SUFFIX, SIGNAL_REPLAY_HISTORY, SIGNAL_SUFFIX
+from zpar.constants import (
+    REFUSAL_REPORT_INTERVAL,
+    REVOKE_SUFFIX,
+    SIGNAL_REPLAY_HISTORY,
+    SIGNAL_SUFFIX,
+)
 from zpar.messages import MsgType, Status
+from zpar.refusals import RefusalReporter
 from zpar.sockets import configure
 from zpar.wire import Session, send_frames
 
@@ -61,6 +68,9 @@ class SignalListener:
         self._stop: zmq.Socket | None = None
         self._thread: threading.Thread | None = None
         self.engine_id = -1
+        #: the engine's refused messages, which this thread reports to the hub when they
+        #: change (zpar.refusals; the main thread may be busy in user code for hours)
+        self.refusals = RefusalReporter(lambda: dict(self.session.refused))
 
     def revoke_socket(self) -> zmq.Socket:
         """The DEALER for revoke requests, for the engine to connect to the task
@@ -88,13 +98,16 @@ class SignalListener:
             poller.register(revoke, zmq.POLLIN)
         try:
             while True:
-                ready = dict(poller.poll())
+                ready = dict(poller.poll(int(REFUSAL_REPORT_INTERVAL * 1000)))
                 if wake in ready:
                     return
                 if sock in ready:
                     self._handle(sock.recv_multipart())
                 if revoke is not None and revoke in ready:
                     self._handle_revoke(revoke, revoke.recv_multipart())
+                report = self.refusals.due(time.monotonic())
+                if report is not None:
+                    self.session.send(sock, MsgType.REFUSED_REPORT, report)
         except zmq.ContextTerminated:
             pass
         finally:

@@ -25,8 +25,10 @@ log = logging.getLogger(__name__)
 
 #: Seconds a task has to return after its interrupt before the engine is restarted.
 TIME_LIMIT_GRACE = 2.0
-#: Seconds a stuck engine gives zmq to write its TaskTimeout reply before it re-executes.
-REPLY_FLUSH_WAIT = 0.5
+#: Seconds at most a stuck engine waits for zmq to write its TaskTimeout reply (it closes
+#: its sockets and ends its context, which returns as soon as the reply is out) before it
+#: re-executes.
+REPLY_FLUSH_LIMIT = 5.0
 #: Seconds after ``grace`` at which a process whose watchdog thread could not run (the GIL
 #: held by C code) is ended by faulthandler's C-level timer.
 HARD_EXIT_AFTER = 10.0

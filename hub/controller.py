@@ -47,6 +47,7 @@ from .hub import Addresses, Hub
 from .relays import start_relays
 from .schedproc import ControllerConfig, SchedulerLaunch, launch_scheduler
 from .schedwatch import SchedulerWatch
+from .status import add_refusal_parts
 from .stores import TaskStore, open_store
 
 log = logging.getLogger(__name__)
@@ -196,6 +197,7 @@ class Controller:
             addresses=Addresses(engine_side, client_side),
             store=store,
         )
+        add_refusal_parts(self.hub.refusals, relays, self.zap)
         self._write_url_files(advertise(query_addr, host))
 
     def _wait_for_scheduler(self, monitor: zmq.Socket) -> dict[str, Any]:

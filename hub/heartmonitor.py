@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 
 import zmq
@@ -58,6 +59,8 @@ class HeartMonitor:
         self.on_heart_failure = on_heart_failure
         self.suspect_grace = suspect_grace
         self.counter = 0
+        #: heartbeats ignored, by reason (malformed, future-beat): the controller's status
+        self.refused: Counter[str] = Counter()
         self.probes = 0
         #: uuid -> newest ping counter it echoed
         self.hearts: dict[bytes, int] = {}
@@ -153,10 +156,12 @@ class HeartMonitor:
             except zmq.Again:
                 return
             if len(frames) != 2:
+                self.refused["malformed"] += 1
                 log.warning("malformed heartbeat of %d frames ignored", len(frames))
                 continue
             uuid, payload = frames[0].bytes, frames[1].bytes
             if not payload.startswith(PING):
+                self.refused["malformed"] += 1
                 log.warning("malformed heartbeat %r from %r ignored", payload[:32], uuid[:64])
                 continue
             known = uuid in self.hearts
@@ -171,9 +176,11 @@ class HeartMonitor:
         try:
             n = int(payload[len(PING) :])
         except ValueError:
+            self.refused["malformed"] += 1
             log.warning("malformed heartbeat %r from %r ignored", payload[:32], uuid[:64])
             return
         if n > self.counter:
+            self.refused["future-beat"] += 1
             log.warning("heartbeat %d > %d (sent) from %r ignored", n, self.counter, uuid[:64])
             return
         if not known:

@@ -50,9 +50,10 @@ from zpar.messages import (
 )
 from zpar.monitor import TaskDest, TaskIn, TaskOut, TaskRetry, split_monitor, unpack_batch
 from zpar.msgtypes import reply_type_of
+from zpar.refusals import merged
 from zpar.wire import Message, Session, routing, send_frames
 
-from . import launcherqueries, queries
+from . import launcherqueries, queries, status
 from .heartmonitor import HeartMonitor
 from .queryapi import QueryHandler, load_queries
 from .recorder import StoreWriter
@@ -135,7 +136,14 @@ class Hub:
             # issue 18: launchers
             MsgType.ENGINE_EXITED_REQUEST: lambda m: launcherqueries.engine_exited(self, m),
             MsgType.ENGINE_INFO_REQUEST: lambda m: launcherqueries.engine_info(self, m),
+            # issue 13: refusal counts (a report is never answered: its handler returns None)
+            MsgType.CONTROLLER_STATUS_REQUEST: lambda m: status.controller_status(self, m),
+            MsgType.REFUSED_REPORT: lambda m: status.engine_report(self, m),
         }
+        #: refused messages of every process (hub/status.py); the controller adds its parts
+        self.refusals = status.RefusalBook()
+        self.refusals.add_part("hub", lambda: merged((self.session.refused, self.copies.refused)))
+        self.refusals.add_part("heartbeat", lambda: heart.refused)
         self._monitor_handlers: dict[bytes, Callable[[list[Any]], None]] = {
             MON_MUX_IN: self._mux_in,
             MON_MUX_OUT: self._mux_out,
@@ -188,6 +196,8 @@ class Hub:
                 except Exception as e:  # a bad query must never kill the hub
                     log.exception("query %s (%s) failed", msg.msg_id, msg.msg_type)
                     content = error_content(e, f"{type(e).__name__}: {e}")
+                if content is None:  # a report, not a request
+                    continue
                 if isinstance(content, tuple):  # (content, result buffers)
                     content, buffers = content
             self.session.send(
@@ -552,6 +562,8 @@ class Hub:
             return
         if msg.msg_type == MsgType.SCHEDULER_READY and self.on_scheduler_ready is not None:
             self.on_scheduler_ready(msg.content)
+        elif msg.msg_type == MsgType.REFUSED_REPORT:
+            self.refusals.record("scheduler", msg.content)
 
 
 def _ignore(frames: list[Any]) -> None:

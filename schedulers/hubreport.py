@@ -20,10 +20,12 @@ from zpar.messages import (
     MON_TASK_RESULT,
     TASK_BATCH_INTERVAL,
     TASK_BATCH_MAX,
+    MsgType,
 )
 from zpar.monitor import TaskEvent, TaskOut, pack_batch
+from zpar.refusals import RefusalReporter
 from zpar.sockets import configure
-from zpar.wire import Message, frame_bytes, send_frames
+from zpar.wire import Message, Session, frame_bytes, send_frames
 
 
 class HubReport:
@@ -38,6 +40,7 @@ class HubReport:
         self.events: list[TaskEvent] = []
         self.due = 0.0  # when the unsent events must go (monotonic)
         self._sent = 0.0  # when the last batch went
+        self._refusals: RefusalReporter | None = None
 
     def scheduler_ready(self, frames: list[Any]) -> None:
         self.socket.send_multipart([MON_SCHEDULER, *frames])
@@ -87,6 +90,15 @@ class HubReport:
         if not self.events:
             return None
         return max(0, int((self.due - now) * 1000) + 1)
+
+    def report_refusals(self, session: Session, now: float) -> None:
+        """Tell the hub the scheduler's refused messages, when they changed (zpar.refusals)."""
+        if self._refusals is None:
+            self._refusals = RefusalReporter(lambda: dict(session.refused))
+        content = self._refusals.due(now)
+        if content is not None:
+            _, frames = session.serialize(MsgType.REFUSED_REPORT, content)
+            self.socket.send_multipart([MON_SCHEDULER, *frames])
 
     def close(self) -> None:
         self.socket.close(linger=0)

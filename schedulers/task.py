@@ -160,6 +160,7 @@ class TaskScheduler:
             self.engine_addr,
         )
         while not self.stopping:
+            self.hub.report_refusals(self.session, time.monotonic())  # issue 13: status
             ready = dict(poller.poll(self._wait_ms()))
             if self.link.busy:
                 self._flush_parked()
@@ -266,7 +267,8 @@ class TaskScheduler:
             self._on_revoke_reply(frames)
             return
         if len(idents) != 2:
-            log.warning("malformed reply from an engine (%d frames) dropped", len(frames))
+            why = f"a reply from an engine of {len(frames)} frames is not [engine, client, message]"
+            self.session._refuse(RemoteProtocolError("misframed", why), where)
             return
         uuid, client = idents
         for m in messages:

@@ -60,10 +60,15 @@ def build_parser() -> argparse.ArgumentParser:
     stop = csub.add_parser("stop", help="stop a cluster and every engine added to it")
     stop.add_argument("--all", action="store_true", help="stop every recorded cluster")
     lst = csub.add_parser("list", help="list running clusters")
-    for sp in (start, engines, stop, lst):
+    status = csub.add_parser(
+        "status", help="a running cluster's engines and refused messages by process and reason"
+    )
+    status.add_argument("--json", action="store_true", help="the status as one JSON object")
+    for sp in (start, engines, stop, lst, status):
         _profile(sp)
-    for sp in (start, engines, stop):
+    for sp in (start, engines, stop, status):
         _cluster_id(sp)
+    status.set_defaults(func=cc.cluster_status)
     start.set_defaults(func=cc.cluster_start)
     engines.set_defaults(func=cc.cluster_engines)
     stop.set_defaults(func=cc.cluster_stop)

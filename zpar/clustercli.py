@@ -258,6 +258,39 @@ def cluster_list(args: argparse.Namespace, argv: list[str]) -> int:
     return RET_OK
 
 
+def cluster_status(args: argparse.Namespace, argv: list[str]) -> int:
+    """The controller's status (hub/status.py): its pid, engines, refused messages."""
+    import json
+
+    from .launchers.hubquery import HubLine
+    from .messages import MsgType
+
+    cid = args.cluster_id or DEFAULT_CLUSTER_ID
+    client_file = url_dir(args.profile, cid) / "zpar-client.json"
+    if not client_file.exists():
+        say(f"no running cluster {cid!r} in profile {args.profile!r} ({client_file} missing)")
+        return RET_NOT_FOUND
+    line = HubLine(client_file)
+    try:
+        st = line.request(MsgType.CONTROLLER_STATUS_REQUEST, {})
+    except Exception as e:
+        say(f"cluster {cid!r}: the controller did not answer: {e}")
+        return RET_ERROR
+    finally:
+        line.close()
+    if args.json:
+        keys = ("pid", "engines", "refused", "total_refused")
+        print(json.dumps({k: st.get(k) for k in keys}, sort_keys=True))
+        return RET_OK
+    print(f"cluster {cid!r}: controller pid {st['pid']}, {len(st['engines'])} engines")
+    print(f"refused messages: {st['total_refused']}")
+    for process, counts in sorted(st["refused"].items()):
+        if counts:
+            reasons = ", ".join(f"{r} {n}" for r, n in sorted(counts.items()))
+            print(f"  {process:<16} {reasons}")
+    return RET_OK
+
+
 def profile_create(args: argparse.Namespace, argv: list[str]) -> int:
     d = create_profile(args.name)
     print(d)

@@ -123,6 +123,35 @@ def default_url_file(profile: str = DEFAULT_PROFILE, who: str = "client") -> Pat
     return profile_dir(profile) / "security" / name
 
 
+def _runs_here(pid: int) -> bool:
+    """A live process with this pid on this host (not a zombie waiting to be reaped)."""
+    import psutil
+
+    try:
+        return pid > 0 and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def wait_for_new_controller(
+    path: str | Path, lost_pid: int, timeout: float
+) -> ConnectionInfo | None:
+    """The connection file at ``path`` once a controller other than ``lost_pid`` wrote it
+    (an engine whose controller died, waiting for one restarted on the same profile), or
+    at once if that controller still runs on this host (it was only too busy to send
+    heartbeats: the engine registers with it again); None after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            info = read_connection_file(path)
+            if info.controller_pid != lost_pid or _runs_here(lost_pid):
+                return info
+        except ConnectionFileError:
+            pass  # not written yet, or being written
+        time.sleep(0.1)
+    return None
+
+
 def wait_for_connection_file(path: str | Path, timeout: float) -> ConnectionInfo:
     """Read ``path``, waiting up to ``timeout`` s for a starting controller to write it."""
     deadline = time.monotonic() + timeout

@@ -191,3 +191,15 @@ PARK_RETRY = 0.01
 #: about 60 + 6 x 10 s. The kernel answers probes for a stopped process, so a SIGSTOPped
 #: client stays connected (slow, not gone).
 CLIENT_KEEPALIVE = (60, 10, 6)
+
+# faults (issue 13): a restarted controller
+#: Seconds an engine whose controller went silent waits for a new controller (a connection
+#: file written by another process) before it exits; it then registers under its old id.
+ENGINE_RECONNECT_WINDOW = 30.0
+
+# faults (issue 13): refusal counts
+#: Seconds at least between two refused_report messages of one process (sent only when its
+#: counts changed), so a flood of garbage costs the hub one message per process per interval.
+REFUSAL_REPORT_INTERVAL = 0.5
+#: Processes the hub keeps refusal counts of (engines come and go; the oldest are dropped).
+REFUSAL_PROCESSES_KEPT = 4096

@@ -87,6 +87,12 @@ class MsgType(StrEnum):
     ENGINE_INFO_REPLY = "engine_info_reply"
     # faults (issue 13): the controller restarted its task scheduler (hub notification PUB)
     SCHEDULER_RESTARTED = "scheduler_restarted"
+    # faults (issue 13): every process's refused messages, gathered by the hub (a report
+    # from the scheduler on its monitor, from an engine's signal thread on the registration
+    # ROUTER; never answered) and the controller's status (zpar.refusals, hub/status.py)
+    REFUSED_REPORT = "refused_report"
+    CONTROLLER_STATUS_REQUEST = "controller_status_request"
+    CONTROLLER_STATUS_REPLY = "controller_status_reply"
     # prefetch (issue 12, sched): the task scheduler asks an engine's signal thread for
     # tasks it was given but has not started (engine/revoke.py), to place them elsewhere
     REVOKE_REQUEST = "revoke_request"
@@ -236,6 +242,33 @@ class SchedulerRestarted(Content):
 
     msg_type = MsgType.SCHEDULER_RESTARTED
     reason: str  # e.g. "the task scheduler died (exit code -9)"
+
+
+@dataclass(frozen=True, slots=True)
+class RefusedReport(Content):
+    """A process's refused messages so far, by reason (sent when they change, at most every
+    REFUSAL_REPORT_INTERVAL). The hub names the sender itself (scheduler, engine N)."""
+
+    msg_type = MsgType.REFUSED_REPORT
+    refused: dict = field(default_factory=dict)  # {reason: count}
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerStatusRequest(Content):
+    msg_type = MsgType.CONTROLLER_STATUS_REQUEST
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerStatusReply(Content):
+    """``refused``: {process or part of the controller: {reason: count}} (docs/security.md
+    names each); ``engines``: the ids registered now; ``pid``: the controller's."""
+
+    msg_type = MsgType.CONTROLLER_STATUS_REPLY
+    status: str
+    pid: int = 0
+    engines: list = field(default_factory=list)
+    refused: dict = field(default_factory=dict)
+    total_refused: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -144,6 +144,12 @@ def test_restart_on_the_same_sqlite_file_keeps_results(make_cluster, tmp_path):
         assert time.monotonic() < deadline, "the hub never heard of the running task"
         time.sleep(0.02)
     ids = [a.msg_ids[0] for a in ars]
+    # The controller stops with the task in flight, before its engine. c.stop() alone stops
+    # the engines first: a hub still up then sees the busy engine stop heartbeating (0.4 s
+    # with FAST_HB) before its own SIGTERM, and stores the task as an EngineError, not lost
+    ctl = c.launcher.controller
+    ctl.terminate()
+    ctl.wait(60)
     c.stop()
     c2 = make_cluster(2, cluster_id="restart", controller_args=[*FAST_HB, "--db", db])
     rc2 = c2.client
