@@ -29,6 +29,7 @@ from zpar.errors import (
     ImpossibleDependency,
     ProtocolError,
     TaskAborted,
+    TaskCancelled,
     TaskTimeout,
     UnmetDependency,
     ZparError,
@@ -582,6 +583,39 @@ class TaskBook:
         task.engine = None
         task.attempt += 1  # signed into the next placement (see TaskScheduler._send_task)
         self._submit(task)  # no queue drain here: callers drain when it is safe
+
+    # -- clients (the ledger's: schedulers/clientledger.py) ----------------------------------
+
+    def client_ready(self, client: bytes) -> None:
+        """The ledger admits ``client`` again (it reads its replies): its held tasks run."""
+        if client in self.held:
+            self._release(client)
+        self._drain_queue()
+
+    def client_gone(self, client: bytes) -> None:
+        """``client``'s connection closed: its tasks not on an engine yet (waiting, queued,
+        held) are cancelled, not run for nobody; running ones finish (and are stored)."""
+        doomed = {
+            t.msg_id: t
+            for t in self.live.values()
+            if t.client == client and t.state in (WAITING, QUEUED, HELD)
+        }
+        if not doomed:
+            return
+        self.queue = deque(t for t in self.queue if t.msg_id not in doomed)  # O(queue) once
+        self.restricted = [t for t in self.restricted if t.msg_id not in doomed]
+        self.held.pop(client, None)
+        for task in doomed.values():
+            if task.state == WAITING:
+                self.graph.remove(task)
+            self._fail(
+                task,
+                TaskCancelled,
+                f"task {task.msg_id} was cancelled before it ran: its client's connection closed",
+                Status.CANCELLED,
+            )
+        log.info("%d queued task(s) of a gone client cancelled", len(doomed))
+        self._drain_queue()
 
     # -- engines ----------------------------------------------------------------------------
 

@@ -24,7 +24,13 @@ from typing import Any
 
 import zmq
 
-from zpar.constants import REVOKE_SUFFIX, STORE_RESULT_LIMIT, TASK_HWM, TASK_SCHEME
+from zpar.constants import (
+    PARK_RETRY,
+    REVOKE_SUFFIX,
+    STORE_RESULT_LIMIT,
+    TASK_HWM,
+    TASK_SCHEME,
+)
 from zpar.curve import secure
 from zpar.errors import RemoteProtocolError
 from zpar.memory import Trimmer
@@ -34,6 +40,7 @@ from zpar.sockets import bind_port, configure
 from zpar.wire import Message, Session, buffers_size, recv_message, send_frames, split_messages
 
 from .book import TASK_DEST_NAME, Task, TaskBook
+from .clientlink import ClientLink
 from .hubreport import HubReport
 from .instructions import (
     AbortReply,
@@ -83,13 +90,17 @@ class TaskScheduler:
         ``generation``: how many schedulers died before this one; signed into each placement
         (metadata ``scheduler``), so ours never repeat a predecessor's byte for byte, which
         an engine would refuse as a replay while we counted on it.
-        ``ledger``: per-client dispatch limits (schedulers/ledger.py); none by default."""
-        self.book = TaskBook(scheme, hwm, ledger=ledger)
+        ``ledger``: per-client dispatch limits (schedulers/ledger.py); by default the
+        client link's (schedulers/clientledger.py): no task runs for a client that is not
+        reading its results, or is gone."""
         self.generation = generation
         self.session = session
         self.scheme_name = scheme
         self.ctx = context or zmq.Context.instance()
         self.client = secure(configure(self.ctx.socket(zmq.ROUTER)), curve, server=True)
+        # replies never block nor pile up toward a client (set before the socket binds)
+        self.link = ClientLink(self.client, self._client_gone)
+        self.book = TaskBook(scheme, hwm, ledger=ledger or self.link.ledger)
         self.engine = secure(configure(self.ctx.socket(zmq.ROUTER)), curve, server=True)
         # a task sent to an engine that is not connected must fail loudly, not vanish
         self.engine.setsockopt(zmq.ROUTER_MANDATORY, 1)
@@ -138,7 +149,7 @@ class TaskScheduler:
         """Serve until stopped, or until the controller that started us is gone."""
         poller = zmq.Poller()
         client, engine, events = self.client, self.engine, self.events
-        for s in (client, engine, events):
+        for s in (client, engine, events, self.link.monitor):
             poller.register(s, zmq.POLLIN)
         book = self.book
         log.info(
@@ -151,6 +162,11 @@ class TaskScheduler:
         while not self.stopping:
             self.hub.report_refusals(self.session, time.monotonic())  # issue 13: status
             ready = dict(poller.poll(self._wait_ms()))
+            if self.link.busy:
+                self._flush_parked()
+            if self.link.monitor in ready:
+                self.link.poll_closed()
+                self._carry_out()
             if book.paused:
                 self._unpause(time.monotonic())
             deadline = book.next_deadline()
@@ -169,7 +185,7 @@ class TaskScheduler:
             if engine in ready:
                 self._drain(engine, self._on_reply)
             if client in ready:
-                self._drain(client, self._on_submission)
+                self._drain(client, self._on_submission, self.link.recv)
             self.hub.flush_due(time.monotonic())
             if not book.live:
                 self._trimmer.maybe_trim()  # idle after a burst: give the pages back
@@ -187,12 +203,15 @@ class TaskScheduler:
             wait = min(wait, due)
         if self.book.paused:
             wait = min(wait, int(CONNECT_RETRY * 1000))
+        if self.link.busy:  # replies wait for a client that was not reading
+            wait = min(wait, int(PARK_RETRY * 1000))
         return wait
 
-    def _drain(self, sock: zmq.Socket, handler: Any) -> None:
+    def _drain(self, sock: zmq.Socket, handler: Any, recv: Any = None) -> None:
+        recv = recv or (lambda flags: recv_message(sock, flags))
         for _ in range(DRAIN_MAX):
             try:
-                frames = recv_message(sock, zmq.NOBLOCK)
+                frames = recv(zmq.NOBLOCK)
             except zmq.Again:
                 return
             try:
@@ -209,16 +228,31 @@ class TaskScheduler:
         self._carry_out()
 
     def close(self) -> None:
+        self.link.close()
         for s in (self.client, self.engine, self.events):
             s.close(linger=0)
         self.hub.close()
 
     # -- events in --------------------------------------------------------------------------
 
+    def _flush_parked(self) -> None:
+        """Send what waits for clients that were not reading; those that caught up have
+        their held tasks placed."""
+        for client in self.link.flush():
+            self.book.client_ready(client)
+        self._carry_out()
+
+    def _client_gone(self, client: bytes) -> None:
+        self.book.client_gone(client)
+
     def _on_submission(self, frames: list[Any]) -> None:
         # one message, or a batch of them (zpar.wire.batch), each checked on its own
+        client = None
         for msg in self.session.feed_all(frames, "task scheduler (client)"):
-            self.book.submission(msg.idents[0] if msg.idents else b"", msg)
+            client = msg.idents[0] if msg.idents else b""
+            self.book.submission(client, msg)
+        if client is not None and self.link.is_gone(client):  # sent just before it closed
+            self.book.client_gone(client)
 
     def _on_reply(self, frames: list[Any]) -> None:
         # [engine_uuid, client_ident, <ZPAR|MSG>, signature, envelope, buffers…], or a batch
@@ -295,20 +329,17 @@ class TaskScheduler:
             case SendTask(task, engine):
                 self._send_task(task, engine)
             case RelayReply(client, uuid, reply):
-                send_frames(self.client, [client, uuid, *reply.frames])
+                self.link.send(client, [uuid, *reply.frames])
                 self.hub.task_out(uuid, client, reply)
             case FailTask():
                 self._send_error(instruction)
             case HubEvent(event):
                 self.hub.event(event)
             case AbortReply(client, parent, aborted):
-                self.session.send(
-                    self.client,
-                    MsgType.ABORT_REPLY,
-                    {"status": Status.OK, "aborted": aborted},
-                    parent=parent,
-                    idents=[client],
+                _, frames = self.session.serialize(
+                    MsgType.ABORT_REPLY, {"status": Status.OK, "aborted": aborted}, parent=parent
                 )
+                self.link.send(client, frames)
             case RevokeTasks(engine, msg_ids):
                 self._send_revoke(engine, msg_ids)
             case Refuse(reason, detail):
@@ -362,7 +393,7 @@ class TaskScheduler:
         engine = fail.engine
         uuid = engine.uuid if engine is not None else b""
         reply = error_reply(self.session, fail.header, engine, fail.error, fail.evalue, fail.status)
-        send_frames(self.client, [fail.client, uuid, *reply.frames])
+        self.link.send(fail.client, [uuid, *reply.frames])
         self.hub.event(
             TaskOut(
                 uuid.decode(), fail.client, fail.header["msg_id"], reply.metadata, reply.content

@@ -174,6 +174,24 @@ PK_MAXDATALEN = 1024 * 1024
 PK_ACKMARK = 4
 PK_HIWATER = 8
 
+# -- bounded memory toward clients (issue 13 item 3: schedulers/clientledger.py) ------------
+
+#: Replies the task scheduler lets libzmq queue toward one client before it calls that
+#: client slow: past it, further replies wait in the scheduler and the client's queued tasks
+#: are held back, not run. What a stopped client costs is about this many of its replies
+#: (256 x 100 KB = 26 MB) plus those of its tasks already running; a live client drains its
+#: pipe long before (libzmq's I/O thread empties it as fast as TCP takes it).
+CLIENT_SNDHWM = 256
+
+#: Seconds between tries to send the replies parked for a client that is not reading.
+PARK_RETRY = 0.01
+
+#: TCP keepalive on the task scheduler's client connections (idle seconds, probe interval,
+#: probes): a client whose host vanished without closing its connection is found gone after
+#: about 60 + 6 x 10 s. The kernel answers probes for a stopped process, so a SIGSTOPped
+#: client stays connected (slow, not gone).
+CLIENT_KEEPALIVE = (60, 10, 6)
+
 # faults (issue 13): a restarted controller
 #: Seconds an engine whose controller went silent waits for a new controller (a connection
 #: file written by another process) before it exits; it then registers under its old id.

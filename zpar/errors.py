@@ -76,6 +76,11 @@ class TaskAborted(ZparError):
     """A task was aborted before it ran."""
 
 
+class TaskCancelled(TaskAborted):
+    """A load-balanced task was cancelled before it ran because its client disconnected
+    (the store records it as ``cancelled``; issue 13, backpressure)."""
+
+
 class TaskTimeout(TimeoutError):
     """A task's dependencies were not met within its timeout, or it ran past its time_limit."""
 
@@ -336,7 +341,8 @@ class ResultNotStored(ZparError):
 #: zpar's own errors a client rebuilds as themselves (not as RemoteError) when an error
 #: reply says ``zpar_error``: named by their classes, so a rename cannot go out of step.
 _BY_NAME: dict[str, type[ZparError]] = {
-    cls.__name__: cls for cls in (EngineError, TaskAborted, TaskTimeout, ImpossibleDependency)
+    cls.__name__: cls
+    for cls in (EngineError, TaskAborted, TaskCancelled, TaskTimeout, ImpossibleDependency)
 }
 
 

@@ -103,6 +103,8 @@ class Status(StrEnum):
     OK = "ok"
     ERROR = "error"
     ABORTED = "aborted"
+    #: a load-balanced task whose client disconnected before it ran (issue 13: backpressure)
+    CANCELLED = "cancelled"
 
 
 @dataclass(frozen=True, slots=True)

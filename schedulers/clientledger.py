@@ -1,0 +1,182 @@
+"""ClientLedger: the task scheduler's per-client delivery policy, sans-IO (issue 13 item 3).
+
+Why: a client that stops reading (SIGSTOP, a laptop asleep, a notebook stuck in a cell) must
+not make the scheduler buffer every result of its queued tasks (20,000 results of 100 KB
+took it to 2 GB), and a client that is gone must not keep engines busy with tasks whose
+results nobody will read. The ledger decides; the scheduler's loop does the I/O through a
+``send(client, reply) -> Send`` function it passes in. It is the task book's Ledger
+(schedulers/ledger.py): the book asks ``admit(client)`` before placing a client's task and
+holds the task, for that client alone, while the answer is no.
+
+- A reply the client's pipe refuses (libzmq's EAGAIN at the socket's SNDHWM, under
+  ROUTER_MANDATORY) is *parked* and the client is *stalled*: its later replies park behind
+  it (order kept) and ``admit`` says no, so its tasks not yet on an engine are held instead
+  of run into more results, and the engines serve other clients. ``flush`` retries the
+  parked replies and names the clients that caught up (the book then places their held
+  tasks, in order). Nothing is lost and nothing fails for a client that is merely slow.
+  What a stalled client costs the scheduler: the SNDHWM messages in libzmq's pipe plus the
+  replies of its tasks that were already running.
+- Every client message's connection (its file descriptor) is noted; when that connection
+  closes the client is *gone* (libzmq gives a reconnected DEALER a new routing identity, so
+  a gone identity never comes back): its parked replies are dropped, ``admit`` says no for
+  ever and the caller cancels its tasks not yet on an engine. A stopped client's connection
+  stays open (its kernel still holds the socket): stopped is slow, not gone.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from enum import Enum
+from typing import Any
+
+#: Gone identities remembered, to cancel a submission or drop a reply that was already on
+#: its way when the connection closed; the oldest are forgotten (identities never repeat).
+GONE_REMEMBERED = 4096
+
+
+class Send(Enum):
+    """What one non-blocking send of a reply to a client did."""
+
+    SENT = "sent"
+    FULL = "full"  # the client's pipe is at its high-water mark: try again later
+    GONE = "gone"  # no connection has that identity any more
+
+
+class Delivery(Enum):
+    """What became of a reply handed to the ledger."""
+
+    SENT = "sent"
+    PARKED = "parked"  # kept until the client reads again
+    DROPPED = "dropped"  # its client is gone
+
+
+SendFn = Callable[[bytes, Any], Send]
+
+
+class ClientLedger:
+    """Per-client state of delivery: parked replies, connections, gone clients."""
+
+    def __init__(self, gone_remembered: int = GONE_REMEMBERED) -> None:
+        self._parked: dict[bytes, deque[Any]] = {}  # stalled clients' replies, oldest first
+        self._by_fd: dict[int, bytes] = {}  # open connection -> the client last seen on it
+        self._fd_of: dict[bytes, int] = {}
+        self._gone: OrderedDict[bytes, None] = OrderedDict()
+        self._gone_remembered = gone_remembered
+
+    # -- connections ------------------------------------------------------------------------
+
+    def known(self, client: bytes, fd: int) -> bool:
+        """True if ``client`` was already seen on connection ``fd`` (the common case: the
+        caller need not look at connection events before noting it again)."""
+        return self._fd_of.get(client) == fd
+
+    def seen(self, client: bytes, fd: int) -> None:
+        """A message of ``client`` came on connection ``fd``. Call it after every close
+        event reported before that message was read (fds are reused at once)."""
+        if client in self._gone:
+            return
+        old = self._fd_of.get(client)
+        if old is not None and old != fd:
+            self._by_fd.pop(old, None)
+        previous = self._by_fd.get(fd)
+        if previous is not None and previous != client:
+            self._fd_of.pop(previous, None)
+        self._by_fd[fd] = client
+        self._fd_of[client] = fd
+
+    def closed(self, fd: int) -> bytes | None:
+        """Connection ``fd`` closed: the client last seen on it, now gone (the caller cancels
+        its tasks through ``forget``), or None for a connection no client used."""
+        client = self._by_fd.pop(fd, None)
+        if client is not None:
+            del self._fd_of[client]
+        return client
+
+    def is_gone(self, client: bytes) -> bool:
+        return client in self._gone
+
+    def forget(self, client: bytes) -> None:
+        """``client`` is gone: drop its parked replies; its later replies are dropped and its
+        tasks never admitted (the caller cancels those it holds)."""
+        self._gone[client] = None
+        while len(self._gone) > self._gone_remembered:
+            self._gone.popitem(last=False)
+        fd = self._fd_of.pop(client, None)
+        if fd is not None:
+            self._by_fd.pop(fd, None)
+        self._parked.pop(client, None)
+
+    # -- replies ----------------------------------------------------------------------------
+
+    def stalled(self, client: bytes) -> bool:
+        return client in self._parked
+
+    def deliver(self, client: bytes, reply: Any, send: SendFn) -> Delivery:
+        """Send ``reply`` to ``client`` now, or park it behind those already waiting. A
+        ``Send.GONE`` answer is reported as DROPPED: the caller then ``forget``s the client."""
+        if client in self._gone:
+            return Delivery.DROPPED
+        park = self._parked.get(client)
+        if park is not None:
+            park.append(reply)
+            return Delivery.PARKED
+        outcome = send(client, reply)
+        if outcome is Send.SENT:
+            return Delivery.SENT
+        if outcome is Send.FULL:
+            self._parked[client] = deque((reply,))
+            return Delivery.PARKED
+        return Delivery.DROPPED
+
+    def flush(self, send: SendFn) -> tuple[list[bytes], list[bytes]]:
+        """Retry every parked reply, oldest first per client, until a client's pipe is full
+        again. Returns (clients that caught up: admitted again; clients found gone, for the
+        caller to ``forget``)."""
+        caught_up: list[bytes] = []
+        gone: list[bytes] = []
+        for client, park in list(self._parked.items()):
+            while park:
+                outcome = send(client, park[0])
+                if outcome is Send.FULL:
+                    break
+                if outcome is Send.GONE:
+                    gone.append(client)
+                    break
+                park.popleft()
+            else:
+                del self._parked[client]
+                caught_up.append(client)
+        return caught_up, gone
+
+    # -- the task book's Ledger -------------------------------------------------------------
+
+    def admit(self, client: bytes) -> bool:
+        """May a task of ``client`` go to an engine now? Not while it is not reading (its
+        result would wait here), never once it is gone (nobody would read it)."""
+        return client not in self._parked and client not in self._gone
+
+    def placed(self, client: bytes) -> None:
+        """Nothing to count: the limit is the client's pipe, not its tasks in flight."""
+
+    def answered(self, client: bytes) -> None:
+        """Nothing to count (see ``placed``)."""
+
+    # -- reports ----------------------------------------------------------------------------
+
+    @property
+    def busy(self) -> bool:
+        """True while any reply is parked (the caller retries ``flush`` on a timer)."""
+        return bool(self._parked)
+
+    def counts(self) -> dict[str, int]:
+        """{stalled, parked, connections}: for logs and status queries."""
+        return {
+            "stalled": len(self._parked),
+            "parked": sum(len(p) for p in self._parked.values()),
+            "connections": len(self._by_fd),
+        }
+
+    def parked_of(self, client: bytes) -> int:
+        park = self._parked.get(client)
+        return len(park) if park is not None else 0
