@@ -9,7 +9,12 @@ import sys
 import time
 
 from zpar.argparsing import Parser, checked
-from zpar.connection import default_url_file, wait_for_connection_file, wait_for_new_controller
+from zpar.connection import (
+    default_url_file,
+    stopped_on_purpose,
+    wait_for_connection_file,
+    wait_for_new_controller,
+)
 from zpar.constants import DEFAULT_PROFILE, ENGINE_RECONNECT_WINDOW
 from zpar.errors import TimeoutError, ZparError
 from zpar.logs import setup_logging
@@ -133,6 +138,14 @@ def main(argv: list[str] | None = None) -> int:
         if engine.restart:
             _restart(restart_argv, engine.id)
         if engine.controller_lost and args.reconnect > 0 and engine.id >= 0:
+            if stopped_on_purpose(path, info.controller_pid or -1):
+                logging.getLogger("zpar.engine").info(
+                    "engine %s: controller pid %s stopped and removed %s; exiting",
+                    engine.id,
+                    info.controller_pid,
+                    path,
+                )
+                return code
             # issue 13: found again by a controller restarted on the same profile
             _restart(restart_argv, engine.id, lost_controller=info.controller_pid or -1)
         return code

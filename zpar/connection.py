@@ -133,6 +133,20 @@ def _runs_here(pid: int) -> bool:
         return False
 
 
+def stopped_on_purpose(path: str | Path, pid: int, grace: float = 5.0) -> bool:
+    """A controller stopped on purpose removes its connection file as it exits; one that
+    died leaves it for its successor to replace. So an engine that lost its controller
+    exits instead of waiting to reconnect when the file is gone. A controller of this host
+    still exiting is given ``grace`` seconds first (its engines may hear it go silent before
+    it has removed the file); one still running after that was only too busy."""
+    deadline = time.monotonic() + grace
+    while _runs_here(pid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return not Path(path).exists()
+
+
 def wait_for_new_controller(
     path: str | Path, lost_pid: int, timeout: float
 ) -> ConnectionInfo | None:
