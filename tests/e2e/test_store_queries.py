@@ -10,6 +10,8 @@ import time
 import pytest
 
 import zpar
+from tests.e2e.conftest import wait_until
+from zpar.errors import HubRefused
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -62,12 +64,23 @@ def test_another_client_gets_10000_results(rc, cluster):
 
 
 def test_get_result_of_a_pending_task_waits_for_it(rc, cluster):
-    task = rc.load_balanced_view().apply_async(_sleep_then, 0.5, "late")
+    task = rc.load_balanced_view().apply_async(_sleep_then, 2, "late")
+    # another client's query is eventually consistent: the hub hears of a task from the
+    # scheduler's (batched) events, so wait until it has before asking from elsewhere
+    wait_until(lambda: _hub_knows(rc, task.msg_ids[0]), "the hub never heard of the task")
     with zpar.Client(url_file=cluster.url_file) as other:
         ar = other.get_result(task.msg_ids[0])
         assert not ar.ready()
         assert ar.get(timeout=10) == "late"
         assert ar.stdout == "" and ar.engine_id in rc.ids
+
+
+def _hub_knows(rc, msg_id: str) -> bool:
+    try:
+        rc.result_status([msg_id])
+    except HubRefused:
+        return False
+    return True
 
 
 def test_remote_errors_and_output_come_back_from_the_store(rc, cluster):
