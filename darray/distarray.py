@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
-from . import onengine
+from . import onengine, shmgather
 from .layout import plan
 from .maps import Distribution, block_bounds, global_keys, outer_key, owned_dim_dict
 
@@ -148,17 +148,35 @@ class DistArray(NDArrayOperatorsMixin):
     # -- to the client ----------------------------------------------------------------------
 
     def toarray(self) -> np.ndarray:
-        """The whole array on the client: each engine sends its owned cells as frames;
-        each section is copied into place while the next ones are still arriving."""
-        out = np.empty(self.shape, dtype=self.dtype)
-        ars = [self.client[eid].apply_async(onengine.owned, self.key) for eid in self.targets]
-        for rank, ar in enumerate(ars):
-            piece = ar.get()
-            maps = self.distribution.local_maps[rank]
-            if not maps:
-                out[()] = piece
-            elif piece.size:
-                out[outer_key(global_keys(maps))] = piece
+        """The whole array on the client. Engines of this host write their owned cells
+        straight into a shared result (darray.shmgather, arrays of 1 MiB and up); others
+        send them as frames, each copied into place while the next ones still arrive."""
+        with shmgather.shared_result(self.shape, self.dtype) as shared:
+            if shared is None:
+                out = np.empty(self.shape, dtype=self.dtype)
+                ars = [self.client[e].apply_async(onengine.owned, self.key) for e in self.targets]
+            else:
+                path, out = shared
+                ars = [
+                    self.client[eid].apply_async(
+                        onengine.owned_into,
+                        self.key,
+                        path,
+                        self.shape,
+                        self.dtype,
+                        global_keys(self.distribution.local_maps[rank]),
+                    )
+                    for rank, eid in enumerate(self.targets)
+                ]
+            for rank, ar in enumerate(ars):
+                piece = ar.get()
+                maps = self.distribution.local_maps[rank]
+                if piece is None:  # written in place by an engine of this host
+                    continue
+                if not maps:
+                    out[()] = piece
+                elif piece.size:
+                    out[outer_key(global_keys(maps))] = piece
         return out
 
     gather = toarray

@@ -17,7 +17,7 @@ import numpy as np
 
 from zpar.engine import namespace
 
-from . import bufferpool
+from . import bufferpool, shmgather
 from .localarray import LocalArray
 from .maps import expand_alias, outer_key
 from .protocol import validate
@@ -124,6 +124,18 @@ def owned(key: str) -> np.ndarray:
         return la.constant_value
     cells = la.owned
     return cells if cells.flags.c_contiguous else np.ascontiguousarray(cells)
+
+
+def owned_into(
+    key: str, path: str, shape: Sequence[int], dtype: np.dtype, where: Sequence[Any]
+) -> np.ndarray | None:
+    """The owned cells written into the client's shared array at ``path`` (darray.shmgather)
+    when this engine shares the client's host: None; else the cells themselves."""
+    la = local(key)
+    cells = la.constant_value if la.constant_value is not None else la.owned
+    if shmgather.write_into(path, shape, dtype, where, cells):
+        return None
+    return owned(key)
 
 
 def take(key: str, local_keys: Sequence[slice | np.ndarray]) -> np.ndarray:
