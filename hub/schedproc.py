@@ -147,6 +147,10 @@ def launch_scheduler(
         str(ports[1]),
         "--generation",
         str(generation),
+        # the scheduler watches this pid: read after its imports, getppid() could already be
+        # init's if the controller died meanwhile, and the scheduler would outlive it
+        "--parent-pid",
+        str(os.getpid()),
     ]
     if insecure:
         cmd.append("--insecure")

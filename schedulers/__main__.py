@@ -31,6 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--client-port", type=int, default=0, help="tcp port for clients (0: any)")
     p.add_argument("--engine-port", type=int, default=0, help="tcp port for engines (0: any)")
     p.add_argument("--generation", type=int, default=0, help="schedulers that died before")
+    p.add_argument(
+        "--parent-pid", type=int, default=0, help="the controller's pid (exit when it is gone)"
+    )
     p.add_argument("--log-level", default="INFO")
     return p
 
@@ -53,7 +56,10 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     from .task import TaskScheduler
 
-    parent = os.getppid()
+    parent = args.parent_pid or os.getppid()
+    if os.getppid() != parent:  # the controller died while this process started
+        sys.stderr.write(f"zpar scheduler: controller pid {parent} is gone; exiting\n")
+        return 1
     curve = zap = None
     if os.environ.get(CURVE_FILE_ENV):
         from zpar.curve import CurveKeys, ZapAuthenticator

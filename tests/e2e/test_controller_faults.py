@@ -116,3 +116,29 @@ def test_a_killed_controller_fails_everything_pending_naming_it(make_cluster):
     # and a new request fails at once, not after a timeout
     with pytest.raises(zpar.ControllerLost):
         view.apply_sync(_work, 1)
+
+
+def test_a_scheduler_restarted_just_before_its_controller_dies_exits_too(make_cluster):
+    """The controller tells its scheduler its pid: a scheduler still importing when the
+    controller is SIGKILLed must not take init for its parent and outlive the cluster."""
+    c = make_cluster(1)
+    ctl = psutil.Process(c.launcher.controller.pid)
+    first = _scheduler(c)
+    first.kill()
+    wait_until(
+        lambda: any(p.pid != first.pid for p in _children_schedulers(ctl)),
+        "the scheduler was never restarted",
+        timeout=30,
+    )
+    second = next(p for p in _children_schedulers(ctl) if p.pid != first.pid)
+    assert "--parent-pid" in second.cmdline()
+    ctl.kill()  # at once: the new scheduler is most likely still importing
+    ctl.wait(30)
+    second.wait(30)  # psutil.TimeoutExpired if it outlived its controller
+
+
+def _children_schedulers(ctl):
+    try:
+        return [p for p in ctl.children() if "zpar.schedulers" in " ".join(p.cmdline())]
+    except psutil.Error:
+        return []
