@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hmac
 import logging
 from pathlib import Path
 
@@ -68,6 +69,16 @@ def test_framing_is_delimiter_signature_envelope_buffers():
     _, frames = Session(KEY).serialize("apply_request", {}, buffers=[b"s", big])
     assert [len(t) for t in msgpack.unpackb(frames[2])[4]] == [0, 16]  # large: a tag
     assert Session(KEY).feed(frames).buffers[1] is big
+
+
+@pytest.mark.parametrize("key", [b"k", KEY, b"x" * 64, b"y" * 65, b"z" * 200])
+def test_the_signature_is_hmac_sha256_of_envelope_and_small_buffers(key):
+    """What docs/protocol.md promises a peer implementation, whatever the Session computes
+    it with (it keeps HMAC's two keyed SHA-256 states; a key over 64 bytes is hashed first)."""
+    big = np.arange(INLINE_SIGNED_MAX // 8, dtype=np.float64)
+    _, frames = Session(key).serialize("apply_request", {}, buffers=[b"s0", big, b"s1"])
+    expected = hmac.digest(key, frames[2] + b"s0" + b"s1", "sha256")
+    assert frames[1] == expected and Session(key).sign([frames[2], b"s0", b"s1"]) == expected
 
 
 @pytest.mark.parametrize("index", [1, 2, 3])
