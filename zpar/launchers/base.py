@@ -88,6 +88,25 @@ def spawn(
         )
 
 
+#: The glibc tunable engines start with: malloc asks the kernel for transparent huge pages
+#: on the memory it maps (glibc >= 2.35; older ones ignore a tunable they do not know). libzmq
+#: receives a large frame into freshly mapped memory: a 100 MB array is then ~50 page faults
+#: instead of 25,600, and W5's engine CPU per round trip fell from ~190-300 ms to ~55 ms
+#: (docs/decisions.md, "The wire ... W5"). ZPAR_ENGINE_HUGEPAGES=0 turns it off.
+ENGINE_GLIBC_TUNABLE = "glibc.malloc.hugetlb=1"
+
+
+def engine_environment() -> dict[str, str] | None:
+    """The environment a local engine starts with: this process's, plus
+    ENGINE_GLIBC_TUNABLE unless turned off or GLIBC_TUNABLES already sets it (None: the
+    environment as it is)."""
+    tunables = os.environ.get("GLIBC_TUNABLES", "")
+    if os.environ.get("ZPAR_ENGINE_HUGEPAGES", "1") == "0" or "glibc.malloc.hugetlb" in tunables:
+        return None
+    joined = f"{tunables}:{ENGINE_GLIBC_TUNABLE}" if tunables else ENGINE_GLIBC_TUNABLE
+    return {**os.environ, "GLIBC_TUNABLES": joined}
+
+
 def ident(pid: int) -> list[float]:
     """[pid, create time]: names a process so that a reused pid is never mistaken for it."""
     return [pid, psutil.Process(pid).create_time()]

@@ -6,7 +6,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from .base import EngineSet, alive, ident, spawn, stop_processes, this_host
+from .base import EngineSet, alive, engine_environment, ident, spawn, stop_processes, this_host
 
 
 class LocalEngines(EngineSet):
@@ -21,7 +21,9 @@ class LocalEngines(EngineSet):
     def _spawn(self, slot: int) -> subprocess.Popen:
         name = f"engine-{slot}" if self.index == 0 else f"engine-{self.index}.{slot}"
         path = self.log_path(name)
-        proc = spawn([self.ctx.python, *self.ctx.engine_args()], path, self.ctx.daemon)
+        proc = spawn(
+            [self.ctx.python, *self.ctx.engine_args()], path, self.ctx.daemon, engine_environment()
+        )
         self._logs[proc.pid] = path
         self._slot[proc.pid] = slot
         return proc
