@@ -20,41 +20,44 @@ def recv_message(sock: zmq.Socket, flags: int = 0) -> list[Any]:
     libzmq decodes small messages into one shared, refcounted receive buffer: a kept
     zmq.Frame of 200 bytes pins all of it, so anything held beyond the moment (a reply
     waiting for its reader, a queued task) must be copied out. The head of a message is
-    always small and always wanted as bytes.
+    always small and always wanted as bytes. Every frame is received as a Frame and its
+    ``more`` read from it: ~1 us a frame cheaper than recv(copy=True) plus
+    getsockopt(RCVMORE).
     """
-    recv, rcvmore = sock.recv, zmq.RCVMORE
-    getsockopt = sock.getsockopt
+    recv = sock.recv
     parts: list[Any] = []
-    head = -1  # frames left to take as bytes once the delimiter is seen
+    head = -1  # frames left to take as bytes once the delimiter is seen (-1: not yet)
     while True:
-        if head:
-            part = recv(flags, copy=True)
+        frame = recv(flags, copy=False)
+        if head > 0:
+            parts.append(frame.bytes)
+            head -= 1
+        elif len(frame) < COPY_THRESHOLD:
+            part = frame.bytes
             parts.append(part)
-            if head > 0:
-                head -= 1
-            elif part == DELIM:
-                head = HEAD_FRAMES - 1
-            elif part == BATCH_DELIM:
-                if getsockopt(rcvmore):
-                    _recv_batch(sock, flags, parts)
-                return parts
-            if not getsockopt(rcvmore):
-                return parts
+            if head < 0:
+                if part == DELIM:
+                    head = HEAD_FRAMES - 1
+                elif part == BATCH_DELIM:
+                    if frame.more:
+                        _recv_batch(sock, flags, parts)
+                    return parts
         else:
-            frame = recv(flags, copy=False)
-            parts.append(frame.bytes if len(frame) < COPY_THRESHOLD else frame)
-            if not frame.more:
-                return parts
+            parts.append(frame)
+        if not frame.more:
+            return parts
 
 
 def _recv_batch(sock: zmq.Socket, flags: int, parts: list[Any]) -> None:
     """The rest of a batch after its delimiter, as recv_message takes a message: a packed
-    batch's one frame as bytes; a framed batch's index, then each signature and envelope as bytes, buffers by size; by size throughout from where an
-    index that does not match its frames goes wrong (the receiver refuses the batch)."""
-    recv, rcvmore = sock.recv, zmq.RCVMORE
-    index = recv(flags, copy=True)
+    batch's one frame as bytes; a framed batch's index, then each signature and envelope
+    as bytes, buffers by size; by size throughout from where an index that does not match
+    its frames goes wrong (the receiver refuses the batch)."""
+    recv = sock.recv
+    frame = recv(flags, copy=False)
+    index = frame.bytes
     parts.append(index)
-    more = sock.getsockopt(rcvmore)
+    more = frame.more
     if not more:  # a packed batch: its messages are in that one frame (see wire.batch)
         return
     try:
@@ -65,8 +68,9 @@ def _recv_batch(sock: zmq.Socket, flags: int, parts: list[Any]) -> None:
         for _ in range(2):  # signature, envelope
             if not more:
                 return
-            parts.append(recv(flags, copy=True))
-            more = sock.getsockopt(rcvmore)
+            frame = recv(flags, copy=False)
+            parts.append(frame.bytes)
+            more = frame.more
         for _ in range(n):
             if not more:
                 return
