@@ -99,25 +99,35 @@ def pack_batch(events: list[TaskEvent]) -> list[bytes]:
     return [MON_TASK_BATCH, _packb(rows)]
 
 
+#: per kind: its record type and the types of its fields in order (one pass per event)
+_CHECKS: dict[str, tuple[type, tuple[type | tuple[type, ...], ...]]] = {
+    c.kind: (c, tuple(types.values())) for c, types in _TYPES.items()
+}
+
+
 def unpack_batch(data: Any) -> Iterator[TaskEvent | str]:
     """The events of a batch; a malformed one is yielded as a str saying what is wrong."""
     events = msgpack.unpackb(data, raw=False, strict_map_key=False)
     if not isinstance(events, list):
         yield "a task batch must be a list"
         return
+    checks = _CHECKS
     for raw in events:
-        cls = _KINDS.get(raw[0]) if isinstance(raw, list) and raw else None
-        if cls is None:
+        kind = raw[0] if type(raw) is list and raw else None
+        check = checks.get(kind) if type(kind) is str else None
+        if check is None:
             yield f"unknown task event {str(raw)[:64]}"
             continue
-        fields = _TYPES[cls]
-        values = raw[1:]
-        if len(values) != len(fields) or not all(
-            isinstance(v, t) for v, t in zip(values, fields.values(), strict=True)
-        ):
+        cls, types = check
+        if len(raw) != len(types) + 1:
             yield f"malformed {cls.__name__} event"
             continue
-        yield cls(*values)
+        for i, t in enumerate(types, 1):
+            if not isinstance(raw[i], t):
+                yield f"malformed {cls.__name__} event"
+                break
+        else:
+            yield cls(*raw[1:])
 
 
 def split_monitor(frames: list[Any]) -> tuple[bytes, list[Any]]:
