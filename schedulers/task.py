@@ -71,6 +71,11 @@ DRAIN_MAX = 512
 #: while a socket is drained go out as batches when it is empty, or after this many.
 FLUSH_EVERY = 32
 
+#: Bytes of frames one batch of replies to a client carries at most (a larger reply goes
+#: alone): a batch is one message for the client's SNDHWM (CLIENT_SNDHWM), so what a client
+#: that stopped reading costs stays about CLIENT_SNDHWM replies, as when each went alone.
+REPLY_BATCH_BYTES = 64 * 1024
+
 #: Whether tasks for one engine and client go out as one wire batch (engines split them
 #: with Session.feed_all; docs/protocol.md "Batches"). Off while the engines of this tree
 #: take one message at a time on their task socket (pengine's engine side turns it on).
@@ -135,7 +140,7 @@ class TaskScheduler:
         self.engine_batches = engine_batches
         #: sends gathered during a pass, by route (schedulers/outbox.py)
         self._tasks_out: Outbox[tuple[Task, EngineSlot]] = Outbox()
-        self._replies_out: Outbox[None] = Outbox()
+        self._replies_out: Outbox[None] = Outbox(max_bytes=REPLY_BATCH_BYTES)
 
     @property
     def engines(self) -> dict[bytes, EngineSlot]:

@@ -52,3 +52,15 @@ def test_more_than_max_batch_messages_go_in_several_batches_in_order():
     assert [len(items) for _, _, items in sent] == [MAX_BATCH, 3]
     assert [i for _, _, items in sent for i in items] == list(range(MAX_BATCH + 3))
     assert unpacked(*sent[1][:2])[1] == [n % 7 for n in range(MAX_BATCH, MAX_BATCH + 3)]
+
+
+def test_max_bytes_bounds_each_batch_and_a_larger_message_goes_alone():
+    box: Outbox[int] = Outbox(max_bytes=3000)
+    sizes = [1000, 1000, 1000, 5000, 100, 100]
+    for i, n in enumerate(sizes):
+        box.add((b"c", b"e"), message(n), i)
+    sent = list(box.take())
+    # each message is ~1 KB of buffer plus its head: two fit under 3,000 bytes, not three
+    assert [items for _, _, items in sent] == [[0, 1], [2], [3], [4, 5]]
+    assert [is_batch(m) for _, m, _ in sent] == [True, False, False, True]
+    assert [n for route, m, _ in sent for n in unpacked(route, m)[1]] == sizes
