@@ -38,6 +38,7 @@ from zpar.curve import secure
 from zpar.logs import setup_logging
 from zpar.messages import RegistrationReply
 from zpar.privacy import iopub_topic
+from zpar.profiling import profiled
 from zpar.refusals import merged
 from zpar.sockets import configure
 from zpar.transport import choose, direct_address, direct_dir
@@ -256,7 +257,8 @@ class Engine:
             self.watched.engine_id = self.id
             self.watched.load(self)
             assert self.server is not None
-            self.server.loop()
+            with profiled("engine"):  # $ZPAR_PROFILE_DIR (zpar.profiling)
+                self.server.loop()
         except Stop:
             log.info("engine %d: stopped by SIGTERM during a task", self.id)
         finally:

@@ -116,6 +116,9 @@ class Server:
         #: the request running under a time_limit (the watchdog's on_stuck answers it)
         self.current: tuple[zmq.Socket, Message] | None = None
         self._last_ping = time.monotonic()
+        #: multiparts taken from the request sockets, and the requests in them
+        self.taken_multiparts = 0
+        self.taken_requests = 0
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -164,6 +167,15 @@ class Server:
                     return
         finally:
             self.replies.flush()
+            r = self.replies
+            log.info(
+                "engine %d: took %d request(s) in %d multipart(s), sent %d reply(ies) in %d",
+                self.id,
+                self.taken_requests,
+                self.taken_multiparts,
+                r.sent_replies,
+                r.sent_multiparts,
+            )
 
     def _wait(self, poller: zmq.Poller, timeout_ms: int) -> bool:
         """Sleep until a socket is readable; False when the controller went silent."""
@@ -197,6 +209,8 @@ class Server:
         checked = self.receive(sock)
         self.iopub.refresh()  # so the busy/idle of these requests reach a new subscriber
         self.in_hand.extend((sock, self._where[sock], msg) for msg in checked)
+        self.taken_multiparts += 1
+        self.taken_requests += len(checked)
         return len(checked)
 
     def receive(self, sock: zmq.Socket) -> list[Message]:
@@ -240,8 +254,13 @@ class Server:
                 self.handle(control, "control", msg)
 
     def run_next(self) -> None:
+        """Run the first request in hand. Held replies never outlive the batch in hand: a
+        reply held for the next task leaves even when that task is then dropped (revoked
+        by the scheduler) or answers nothing."""
         sock, where, msg = self.in_hand.popleft()
         self.handle(sock, where, msg)
+        if not self.in_hand and self.replies.held:
+            self.replies.flush()
 
     # -- one request ------------------------------------------------------------------------
 
@@ -290,12 +309,12 @@ class Server:
 
     def _next_is_quick(self, sock: zmq.Socket) -> bool:
         """Whether the reply just made may wait for the next request in hand: one of the
-        same batch, predicted quick, with no control message waiting (engine.replies)."""
+        same batch, predicted quick (engine.replies)."""
         in_hand = self.in_hand
         if not in_hand or in_hand[0][0] is not sock:
             return False
-        if self.sockets.control.getsockopt(_EVENTS) & _POLLIN:
-            return False
+        # a control message waiting is read before the next task, and held replies leave
+        # before it is (Server.loop)
         return self.kernel.quick(in_hand[0][2])
 
     def may_start(self, msg: Message) -> bool:
