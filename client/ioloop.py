@@ -14,7 +14,7 @@ wakes goes out together: the load-balanced requests as one batch (wire.batch) to
 scheduler, so a burst of submissions costs one multipart, not one each; a lone request is
 sent at once, as itself (no timer ever holds it back). Replies are checked (signature,
 replay) here, one by one even when they come batched, routed by their parent header (the
-rest is decoded when read: wire.LazyMessage) and resolve the Request's future (a
+rest is decoded when read: client.replies.Reply) and resolve the Request's future (a
 client.futures.ReplyFuture), which plain scripts block on, and asyncio wraps (``await ar``).
 """
 
@@ -48,6 +48,7 @@ from zpar.wire import Message, Session, batches, recv_message, send_frames
 
 from .futures import resolve
 from .iofaults import HANDSHAKE_FAILED, FaultHandling
+from .replies import Reply
 from .request import Request, engine_of
 
 log = logging.getLogger(__name__)
@@ -195,7 +196,7 @@ class ClientIO(FaultHandling):
 
     def submit(self, request: Request) -> Request:
         """Queue a signed request for sending; from now on the I/O thread owns it. Its
-        ``future`` resolves with the reply (a LazyMessage), or each of ``replies`` for a
+        ``future`` resolves with the reply (a client.replies.Reply), or each of ``replies`` for a
         broadcast; a wrong key fails it at once."""
         if self.wrong_key is not None:
             for fut in {request.future, *request.reply_futures()}:
@@ -448,8 +449,8 @@ class ClientIO(FaultHandling):
                 )
             )
             return
-        for msg in self.session.feed_lazy_all(frames, where="client", private=private):
-            self._route_reply(msg)
+        for msg in self.session.feed_all(frames, where="client", private=private):
+            self._route_reply(Reply(msg))
 
     def _route_reply(self, msg: Any) -> None:
         """Resolve the future a checked reply answers (a broadcast's: its engine's)."""
