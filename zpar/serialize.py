@@ -247,7 +247,12 @@ def _by_reference(f: types.FunctionType) -> bool:
     return not by_value or _importable(f)
 
 
-def _function_pickle(f: Any) -> tuple[Any, bool]:
+def _function_pickle(f: Any) -> Any:
+    """``f`` itself, or a _PickledFunction holding its (cached) cloudpickle."""
+    return _function_part(f)[0]
+
+
+def _function_part(f: Any) -> tuple[Any, bool]:
     """(what stands for ``f`` in a call's pickle, whether the standard pickle can write it):
     ``f`` itself when it travels by reference (module and name: the standard pickle writes
     what cloudpickle would, ~10x faster), a _PickledFunction holding its (cached)
@@ -295,7 +300,7 @@ def pack_apply(f: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | None =
     if not callable(f) and not isinstance(f, Reference):  # a Reference names one there
         raise SerializationError(f"cannot apply {_describe(f)}: it is not callable")
     try:
-        fn, plain = _function_pickle(f)
+        fn, plain = _function_part(f)
         args = tuple(args)
         # the call's tuple holds the function, its arguments and keyword arguments: the
         # standard pickle is enough when each part is (_plain's depths: the tuple is 0)
