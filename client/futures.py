@@ -104,6 +104,19 @@ class ReplyFuture(Future):
     def done(self) -> bool:
         return self._state in _DONE_STATES
 
+    def set_result(self, result: Any) -> None:
+        """Future.set_result on the plain lock itself (the I/O thread sets one per reply)."""
+        condition = self._condition
+        with condition._lock:  # type: ignore[attr-defined]  # a _LightCondition
+            if self._state in _DONE_STATES:
+                raise InvalidStateError(f"{self._state}: {self!r}")
+            self._result = result
+            self._state = _FINISHED
+            for waiter in self._waiters:
+                waiter.add_result(self)
+            condition.notify_all()
+        self._invoke_callbacks()  # type: ignore[attr-defined]
+
     def result(self, timeout: float | None = None) -> Any:
         if self._state == _FINISHED:
             error = self._exception

@@ -459,8 +459,13 @@ class ClientIO(FaultHandling):
         if request is None:
             log.debug("reply to unknown msg_id %s dropped", msg_id)
             return
-        uuid_b = msg.idents[0] if request.replies is not None and msg.idents else b""
-        fut = request.reply_future(uuid_b.decode("ascii", "replace"))  # a broadcast: by engine
+        if request.replies is None:  # one reply: the request's own future
+            fut: Any = request.future
+            if fut.done():
+                fut = None
+        else:  # a broadcast: the future of the engine that replied
+            uuid_b = msg.idents[0] if msg.idents else b""
+            fut = request.reply_future(uuid_b.decode("ascii", "replace"))
         if fut is None:
             log.debug("second reply to %s, or from an engine not asked, dropped", msg_id)
             return
