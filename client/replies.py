@@ -21,7 +21,10 @@ class Reply(LazyMessage):
     __slots__ = ("_content",)
 
     def __init__(self, msg: Message) -> None:
-        super().__init__(msg.idents, msg.parent_header.get("msg_id"), msg.envelope, msg.buffers)
+        envelope = msg.frames[2] if len(msg.frames) > 2 else b""
+        if type(envelope) is not bytes:  # recv_message takes it as bytes: not copied again
+            envelope = msg.envelope
+        super().__init__(msg.idents, msg.parent_header.get("msg_id"), envelope, msg.buffers)
         self._content = msg.content
 
     @property
