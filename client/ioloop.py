@@ -325,7 +325,8 @@ class ClientIO(FaultHandling):
             poller.register(sock, zmq.POLLIN)
         try:
             while not self._stop:
-                for sock, _ in poller.poll(1000):
+                ready = poller.poll(1000)
+                for sock, _ in ready:
                     if sock == self._wake_r:
                         try:
                             os.read(self._wake_r, 65536)
@@ -339,6 +340,15 @@ class ClientIO(FaultHandling):
                         handlers[sock] = handler
                     self._drain(sock, handler)
                 self._flush_outbox()
+                if ready:
+                    # Give up the core once before blocking again: on a busy host the
+                    # engines and the scheduler run now, and the replies and submissions
+                    # they cause are taken by the next pass together, not one wake-up
+                    # each (a poll over every socket, a thread switch). No timer: on an
+                    # idle host this returns at once, and nothing handled waits for it.
+                    # W3 (noisy, 2 cores): this thread's CPU per task 137-168 -> 105-136
+                    # us, its wake-ups per task 0.4-0.5 -> 0.2-0.3.
+                    os.sched_yield()
         except Exception:
             log.exception("client I/O thread crashed; pending results will fail")
             for fut in self.pending_futures():
