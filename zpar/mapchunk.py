@@ -6,6 +6,15 @@ from __future__ import annotations
 from typing import Any
 
 
-def map_chunk(f: Any, *seqs: Any) -> list[Any]:
-    """Run one chunk of a map on an engine."""
-    return list(map(f, *seqs))
+def map_chunk(f: Any, *seqs: Any, start: int = 0) -> list[Any]:
+    """``list(map(f, *seqs))`` for one chunk of a map, whose first element is element
+    ``start`` of the whole map. An error says which element raised (a note on it, shown
+    with its remote traceback): a chunk fails as a whole, as in ipyparallel."""
+    out: list[Any] = []
+    try:
+        # extend keeps what was appended before an error: len(out) is the failed index
+        out.extend(map(f, *seqs))
+    except Exception as e:
+        e.add_note(f"(raised by element {start + len(out)} of the map)")
+        raise
+    return out
