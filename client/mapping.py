@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from zpar.errors import SerializationError
 from zpar.mapchunk import map_chunk
 from zpar.serialize import pickle_once, serialize_object
 
@@ -66,7 +67,13 @@ class ChunkPacker:
     def frames(self, start: int, stop: int) -> list[Any]:
         sl = slice(start, stop)
         args = (self._head, *(s[sl] for s in self._seqs))
-        return serialize_object((_MAP_CHUNK, args, {"start": start} if start else {}))
+        try:
+            return serialize_object((_MAP_CHUNK, args, {"start": start} if start else {}))
+        except Exception as e:
+            raise SerializationError(
+                f"cannot send elements {start}..{stop - 1} of the map: "
+                f"{type(e).__name__}: {e}. Nothing was sent."
+            ) from e
 
 
 def send_map(
@@ -104,18 +111,10 @@ def send_map(
         bounds = [b for _, b in pairs]
         channel = "mux"
     packer = ChunkPacker(f, seqs)
+    packed = [packer.frames(start, stop) for start, stop in bounds]  # all, or none is sent
     msg_ids, futs, sizes = [], [], []
-    for eid, (start, stop) in zip(targets, bounds, strict=True):
-        r = sender.apply(
-            channel,
-            eid,
-            None,
-            (),
-            {},
-            metadata=metadata,
-            buffers=packer.frames(start, stop),
-            track=track,
-        )
+    for eid, (start, stop), frames in zip(targets, bounds, packed, strict=True):
+        r = sender.apply(channel, eid, None, (), {}, metadata=metadata, buffers=frames, track=track)
         msg_ids.append(r.msg_id)
         futs.append(r.future)
         sizes.append(stop - start)

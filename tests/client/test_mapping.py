@@ -138,3 +138,13 @@ def test_pickle_once_honours_the_chosen_pickler():
         assert pickle.loads(pickle.dumps(once)) is abs
     finally:
         zpar.serialize.use_cloudpickle()
+
+
+def test_an_element_that_cannot_be_pickled_is_named():
+    import threading
+
+    items = [1, 2, threading.Lock(), 4]
+    packer = ChunkPacker(abs, [items])
+    assert run_chunk(packer.frames(0, 2)) == [1, 2]
+    with pytest.raises(SerializationError, match="elements 2..3 of the map.*lock"):
+        packer.frames(2, 4)

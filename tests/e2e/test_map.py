@@ -7,6 +7,7 @@ exception with return_exceptions, CompositeError otherwise)."""
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 import numpy as np
@@ -74,6 +75,14 @@ def test_iterators_without_len_are_read_first(rc):
         assert m(abs, (i - 5 for i in range(10))).get(timeout=30) == [5, 4, 3, 2, 1, 0, 1, 2, 3, 4]
         assert m(abs, iter([-1, -2])).get(timeout=30) == [1, 2], name
         assert m(pair, map(abs, [-3, 3]), {"k": 1}.keys()).get(timeout=30) == [(3, "k")], name
+
+
+def test_dicts_and_sets_map_over_their_elements(rc):
+    d = {"a": 1, "bb": 2, "ccc": 3}
+    for name, m in views(rc):
+        assert m(len, d).get(timeout=30) == list(map(len, d)), name
+        assert m(pair, d, d.values()).get(timeout=30) == list(map(pair, d, d.values())), name
+        assert sorted(m(abs, {-1, -2}).get(timeout=30)) == [1, 2], name
 
 
 def test_numpy_arrays(rc):
@@ -167,3 +176,7 @@ def test_map_refuses_bad_arguments_before_sending(rc):
         lv.map_async(42, range(3))
     with pytest.raises(TypeError, match="unexpected"):
         lv.map_async(abs, range(3), chunk_size=2)
+    sent = len(rc.history)
+    with pytest.raises(zpar.SerializationError, match="elements 2..2 of the map"):
+        lv.map_async(abs, [1, 2, threading.Lock()], chunksize=2)
+    assert len(rc.history) == sent, "a map that could not be packed sent some chunks"
