@@ -167,6 +167,18 @@ def test_abort_a_map_stops_its_unstarted_chunks(rc, tmp_path):
     rc.wait(blockers)
 
 
+def plus_offset(x):
+    return x + offset  # noqa: F821 - a name of the engines' namespace (pushed)
+
+
+def test_mapped_function_sees_the_engine_namespace_as_applied_ones_do(rc):
+    # ipyparallel uncans a map's function with the engine's namespace as its globals
+    rc[:].push({"offset": 100}, block=True)
+    assert rc[:].apply_sync(plus_offset, 1) == [101, 101]
+    for name, m in views(rc):
+        assert m(plus_offset, range(5)).get(timeout=30) == [100, 101, 102, 103, 104], name
+
+
 def test_map_refuses_bad_arguments_before_sending(rc):
     lv = rc.load_balanced_view()
     for bad in (0, -3, 2.5):
