@@ -20,7 +20,9 @@ def test_lb_apply(rc):
 
 def test_lb_map_1000_tasks_in_order_over_both_engines(rc):
     lv = rc.load_balanced_view()
-    ar = lv.map_async(lambda i: (i, os.getpid()), range(1000))
+    # one task per element: the default's two chunks may both go to one engine that
+    # finished the first before the second reached the scheduler
+    ar = lv.map_async(lambda i: (i, os.getpid()), range(1000), chunksize=1)
     out = ar.get(timeout=60)
     assert [i for i, _ in out] == list(range(1000))
     assert len({pid for _, pid in out}) == 2, "both engines should have taken tasks"
