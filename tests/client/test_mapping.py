@@ -148,3 +148,20 @@ def test_an_element_that_cannot_be_pickled_is_named():
     assert run_chunk(packer.frames(0, 2)) == [1, 2]
     with pytest.raises(SerializationError, match="elements 2..3 of the map.*lock"):
         packer.frames(2, 4)
+
+
+def test_numpy_scalar_results_travel_as_one_array_and_come_back_a_list():
+    a = np.linspace(-2, 2, 3000)
+    out = map_chunk(abs, a)
+    frames = zpar.serialize.serialize_object(out)  # what the engine sends back
+    back = zpar.serialize.deserialize_object([bytes(f) for f in frames])
+    assert type(back) is list and len(back) == len(a)
+    assert all(type(x) is np.float64 for x in back) and back == [abs(x) for x in a]
+    assert len(frames[0]) < 9 * len(a)  # the array's bytes, not 3,000 scalar pickles
+    ints = zpar.serialize.deserialize_object(
+        zpar.serialize.serialize_object(map_chunk(np.int16, [1, 2]))
+    )
+    assert [type(x) for x in ints] == [np.int16, np.int16] and ints == [1, 2]
+    # mixed types stay a plain list, pickled element by element
+    mixed = map_chunk(lambda x: x if x else 0.5, np.array([0.0, 1.0]))
+    assert type(mixed) is list and mixed == [0.5, 1.0] and type(mixed[1]) is np.float64

@@ -91,6 +91,7 @@ def test_numpy_arrays(rc):
     for name, m in views(rc):
         out = m(abs, a).get(timeout=30)
         assert len(out) == len(a) and np.array_equal(np.array(out), np.abs(a)), name
+        assert type(out) is list and all(type(x) is np.float64 for x in out), name
         assert m(np.sum, rows).get(timeout=30) == [3.0, 12.0, 21.0, 30.0], name
         assert m(pair, a[:3], rows).get(timeout=30)[2][0] == a[2], name
 
