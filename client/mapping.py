@@ -87,16 +87,19 @@ def send_map(
     ordered: bool = True,
     return_exceptions: bool = False,
     track: bool = False,
+    engines: int | None = None,
 ) -> AsyncMapResult:
-    """Send one map: on the task channel in chunks of ``chunksize`` (None: the default),
-    or, given ``engine_ids``, one contiguous chunk to each of those engines (a
-    DirectView's map). Returns its AsyncMapResult, remembered by the client."""
+    """Send one map: on the task channel in chunks of ``chunksize`` (None: the default
+    for ``engines`` engines, all registered ones if None), or, given ``engine_ids``, one
+    contiguous chunk to each of those engines (a DirectView's map). Returns its
+    AsyncMapResult, remembered by the client."""
     _check_callable(f)
     seqs, n = as_sequences(seqs)
     sender = view.client.sender
     if engine_ids is None:
         if chunksize is None:  # the default: near-equal contiguous chunks
-            parts = partition(n, auto_chunks(n, len(sender.ids))) if n else []
+            count = len(sender.ids) if engines is None else engines
+            parts = partition(n, auto_chunks(n, count)) if n else []
             bounds = [(sl.start, sl.stop) for sl in parts]
         else:
             size = check_chunksize(chunksize)

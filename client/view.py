@@ -452,16 +452,19 @@ class LoadBalancedView(View):
         _check_callable(f)
         if chunksize is not None:
             check_chunksize(chunksize)
+        md = self._metadata(label)
+        targets = md.get("targets") if md else None  # the engines it may run on
         return send_map(
             self,
             f,
             seqs,
             chunksize=chunksize,
             engine_ids=None,
-            metadata=self._metadata(label),
+            metadata=md,
             ordered=ordered,
             return_exceptions=return_exceptions,
             track=track,
+            engines=None if targets is None else len(targets),
         )
 
     def register_joblib_backend(self, name: str = "ipyparallel", make_default: bool = False):

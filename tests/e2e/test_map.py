@@ -113,6 +113,10 @@ def test_default_chunking_of_a_load_balanced_map(rc):
         assert len(ar) == n and ar.progress == n
     # chunksize=1 is ipyparallel's default: one task per element
     assert len(lv.map_async(abs, range(7), chunksize=1).msg_ids) == 7
+    # a view restricted to some engines chunks for those
+    ar = rc.load_balanced_view(targets=[1]).map_async(abs, range(-2000, 0))
+    assert len(ar.msg_ids) == auto_chunks(2000, 1) == 1
+    assert ar.get(timeout=30) == list(range(2000, 0, -1)) and ar.engine_id == [1]
 
 
 def test_failing_element_is_named_and_its_chunk_fails_whole(rc):
