@@ -103,7 +103,7 @@ def _plain(obj: Any, depth: int = 0) -> bool:
         return len(obj) <= 32 and all(
             type(k) is str and _plain(v, depth + 1) for k, v in obj.items()
         )
-    if t is _PickledFunction:
+    if t is _PickledFunction or t is _PickledOnce:
         return True
     if t.__name__ == "ndarray" and t.__module__ == "numpy":
         return not obj.dtype.hasobject
@@ -273,6 +273,38 @@ def _function_part(f: Any) -> tuple[Any, bool]:
     data = cloudpickle.dumps(f, protocol=PROTOCOL)
     _fn_cache[f] = (fp, data)
     return _PickledFunction(data), True
+
+
+class _PickledOnce:
+    """Stands in a call's pickle for any callable pickled once beforehand (by the pickler
+    set now); each call unpickles a fresh copy on the engine, as if sent by value."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def __reduce__(self) -> tuple[Any, tuple[bytes]]:
+        return (pickle.loads, (self.data,))
+
+
+def pickle_once(f: Any) -> Any:
+    """``f`` ready to go in many calls (a map's chunks) without pickling it again: its
+    cached function pickle, or its pickle now; ``f`` itself when it carries buffers large
+    enough to travel out of band (they stay zero-copy). SerializationError names it if it
+    cannot be pickled at all."""
+    pf = _function_pickle(f)
+    if pf is not f:
+        return pf
+    large: list[pickle.PickleBuffer] = []
+    try:
+        data = _dumps(f, protocol=PROTOCOL, buffer_callback=large.append)
+    except Exception as e:
+        raise SerializationError(
+            f"cannot send the function: {_describe(f)} is not serializable "
+            f"({type(e).__name__}: {e}). Nothing was sent."
+        ) from e
+    return f if large else _PickledOnce(data)
 
 
 #: Engine side: functions rebuilt from identical pickles are reused. Only functions without
