@@ -24,6 +24,7 @@ from zpar.constants import (
     TASK_SCHEMES,
 )
 from zpar.logs import setup_logging
+from zpar.profiling import profiled
 from zpar.wire import Session
 
 
@@ -106,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, stop)
     try:
         scheduler.announce()
-        scheduler.run(parent_pid=parent)
+        with profiled("scheduler"):
+            scheduler.run(parent_pid=parent)
     finally:
         scheduler.close()
         if zap is not None:
