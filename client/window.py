@@ -20,6 +20,8 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
+import zmq
+
 from zpar.constants import WINDOW_BYTES, WINDOW_REQUESTS
 from zpar.errors import TaskAborted
 
@@ -31,11 +33,11 @@ def frames_nbytes(frames: Iterable[Any]) -> int:
     """Bytes of a request's frames (bytes, buffers or zmq Frames)."""
     total = 0
     for f in frames:
-        if type(f) is bytes:
-            total += len(f)
+        kind = type(f)
+        if kind is bytes or kind is zmq.Frame:
+            total += len(f)  # a Frame's len is its size in bytes
         else:
-            buffer = getattr(f, "buffer", f)  # a zmq.Frame: its buffer
-            total += memoryview(buffer).nbytes
+            total += memoryview(f).nbytes
     return total
 
 
@@ -56,7 +58,7 @@ class Window:
         self.max_bytes = max_bytes
         self._in_flight: dict[str, int] = {}  # msg_id -> bytes of its frames
         self._bytes = 0
-        self._held: deque[Any] = deque()
+        self._held: deque[tuple[Any, int]] = deque()  # (request, bytes of its frames)
         self._held_ids: set[str] = set()
 
     def _fits(self, nbytes: int) -> bool:
@@ -67,12 +69,11 @@ class Window:
     def offer(self, request: Any) -> bool:
         """True: send ``request`` now (it counts as in flight); False: it is held here,
         behind those held before it, until ``answered`` makes room."""
-        if not self._held:
-            nbytes = frames_nbytes(request.frames)
-            if self._fits(nbytes):
-                self._admit(request.msg_id, nbytes)
-                return True
-        self._held.append(request)
+        nbytes = frames_nbytes(request.frames)
+        if not self._held and self._fits(nbytes):
+            self._admit(request.msg_id, nbytes)
+            return True
+        self._held.append((request, nbytes))
         self._held_ids.add(request.msg_id)
         return False
 
@@ -97,8 +98,7 @@ class Window:
         out = []
         held = self._held
         while held:
-            request = held[0]
-            nbytes = frames_nbytes(request.frames)
+            request, nbytes = held[0]
             if not self._fits(nbytes):
                 break
             held.popleft()
@@ -111,15 +111,15 @@ class Window:
         """Take held requests out (``msg_ids`` None: every one), never to be sent: the
         requests withdrawn, in order. In-flight ones are the controller's to abort."""
         if msg_ids is None:
-            out = list(self._held)
+            out = [r for r, _ in self._held]
             self._held.clear()
             self._held_ids.clear()
             return out
         wanted = self._held_ids.intersection(msg_ids)
         if not wanted:
             return []
-        out = [r for r in self._held if r.msg_id in wanted]
-        self._held = deque(r for r in self._held if r.msg_id not in wanted)
+        out = [r for r, _ in self._held if r.msg_id in wanted]
+        self._held = deque(h for h in self._held if h[0].msg_id not in wanted)
         self._held_ids -= wanted
         return out
 
