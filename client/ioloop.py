@@ -50,6 +50,7 @@ from .futures import resolve
 from .iofaults import HANDSHAKE_FAILED, FaultHandling
 from .replies import Reply
 from .request import Request, engine_of
+from .window import Windows, aborted_here
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +119,9 @@ class ClientIO(FaultHandling):
         self.wrong_key: ZparError | None = None
         #: the controller's registration address and pid, named when it is lost
         self.controller = ""
+        #: submission windows (client/window.py): work past them waits here, in order
+        self.windows = Windows()
+        self._admitted: deque[Request] = deque()  # let out of a window, to send next
 
     # -- set-up -------------------------------------------------------------------------
 
@@ -383,17 +387,27 @@ class ClientIO(FaultHandling):
         it has been sent."""
         outbox = self._outbox
         runs: dict[str, list[Request]] = {}
+        admitted = self._admitted  # let out of their window by replies: older than the outbox
+        while admitted:
+            let_out = admitted.popleft()
+            if let_out.msg_id in self._pending:  # not failed meanwhile (its engine died)
+                self._send_or_batch(let_out, runs)
         while outbox:
             item = outbox.popleft()
             if type(item) is not Request:
                 self._send_runs(runs)
                 item()  # type: ignore[operator]
                 continue
-            if item.channel in BATCHED_CHANNELS and item.trackers is None:
-                runs.setdefault(item.channel, []).append(item)
-            else:
-                self._send_one(item)
+            if item.windowed and not self.windows.offer(item):
+                continue  # held in its window until replies make room
+            self._send_or_batch(item, runs)
         self._send_runs(runs)
+
+    def _send_or_batch(self, item: Request, runs: dict[str, list[Request]]) -> None:
+        if item.channel in BATCHED_CHANNELS and item.trackers is None:
+            runs.setdefault(item.channel, []).append(item)
+        else:
+            self._send_one(item)
 
     def _send_runs(self, runs: dict[str, list[Request]]) -> None:
         if not runs:
@@ -482,12 +496,43 @@ class ClientIO(FaultHandling):
         request.unanswered -= 1
         if not request.unanswered:
             del self._pending[msg_id]
+            self._window_done(request)
         if fut.engine_uuid is not None:
             self._by_engine.get(fut.engine_uuid, set()).discard(msg_id)
         request.frames = None
         fut.set_result(msg)
         if request.report_outcome:
             self._send_outcomes({msg_id: outcome_of(fut)})
+
+    def _window_done(self, request: Request) -> None:
+        """``request`` is answered for good: the held requests its window lets out now."""
+        if request.windowed:
+            self._admitted.extend(self.windows.answered(request))
+
+    def abort_held(self, msg_ids: list[str] | None) -> list[str]:
+        """Abort requests still held in this client's windows (``msg_ids`` None: all), as
+        the task scheduler aborts its queued tasks: each fails with TaskAborted, nothing
+        is sent. The msg_ids aborted here."""
+        aborted: list[str] = []
+        done = threading.Event()
+
+        def _abort() -> None:
+            for request in self.windows.withdraw(msg_ids):
+                self._pending.pop(request.msg_id, None)
+                if request.engine_uuid is not None:
+                    self._by_engine.get(request.engine_uuid, set()).discard(request.msg_id)
+                request.frames = None
+                for fut in request.reply_futures():
+                    resolve(fut, error=aborted_here(request.msg_id))
+                aborted.append(request.msg_id)
+            done.set()
+
+        if self._thread is None or self._stop:
+            return aborted
+        self.call_soon(_abort)
+        if not done.wait(10):
+            raise RuntimeError("client I/O thread did not answer: is it alive?")
+        return aborted
 
     def _on_iopub(self, sock: zmq.Socket) -> None:
         frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
@@ -573,6 +618,7 @@ class ClientIO(FaultHandling):
                 request.unanswered -= 1
                 if not request.unanswered:
                     del self._pending[msg_id]
+                    self._window_done(request)
                 fut.set_exception(
                     EngineError(
                         f"engine {eid} ({uuid}) died before replying to {msg_id}"
