@@ -32,10 +32,10 @@ from zpar.constants import (
     TASK_SCHEME,
 )
 from zpar.curve import secure
-from zpar.errors import RemoteProtocolError
+from zpar.errors import RemoteProtocolError, SubmissionRefused
 from zpar.memory import Trimmer
-from zpar.messages import MsgType, Status
-from zpar.monitor import TaskDest, TaskOut
+from zpar.messages import TASK_REQUESTS, MsgType, Status
+from zpar.monitor import TaskDest, TaskIn, TaskOut
 from zpar.sockets import bind_port, configure
 from zpar.wire import Message, Session, buffers_size, recv_message, send_frames, split_messages
 
@@ -54,6 +54,7 @@ from .instructions import (
 )
 from .ledger import Ledger
 from .outbox import Outbox
+from .quota import OVER_WINDOW, QueueQuota
 from .replies import error_reply
 from .schemes import EngineSlot
 
@@ -99,6 +100,7 @@ class TaskScheduler:
         generation: int = 0,
         ledger: Ledger | None = None,
         engine_batches: bool = ENGINE_BATCHES,
+        quota: QueueQuota | None = None,
     ) -> None:
         """``curve``: zpar.curve.CurveKeys (with the server secret) on a --curve cluster.
         ``ports``: the client and engine tcp ports to bind (0: any free one); a scheduler
@@ -110,8 +112,10 @@ class TaskScheduler:
         client link's (schedulers/clientledger.py): no task runs for a client that is not
         reading its results, or is gone.
         ``engine_batches``: send the tasks placed on one engine for one client in a pass
-        as one batch (ENGINE_BATCHES); replies to a client always go so."""
+        as one batch (ENGINE_BATCHES); replies to a client always go so.
+        ``quota``: what it holds of each client and of all (schedulers/quota.py)."""
         self.generation = generation
+        self.quota = quota or QueueQuota()
         self.session = session
         self.scheme_name = scheme
         self.ctx = context or zmq.Context.instance()
@@ -181,8 +185,19 @@ class TaskScheduler:
             self.client_addr,
             self.engine_addr,
         )
+        reading = True  # submissions: not while the queue is over its budget (quota)
         while not self.stopping:
             self.hub.report_refusals(self.session, time.monotonic())  # issue 13: status
+            if reading == self.quota.over_budget:
+                reading = not reading
+                poller.modify(client, zmq.POLLIN if reading else 0)
+                log.info(
+                    "%s reading submissions: %d task(s), %d bytes held (budget %d)",
+                    "resumed" if reading else "paused",
+                    len(book.live),
+                    self.quota.total,
+                    self.quota.budget,
+                )
             ready = dict(poller.poll(self._wait_ms()))
             if self.link.busy:
                 self._flush_parked()
@@ -207,7 +222,7 @@ class TaskScheduler:
             if engine in ready:
                 self._drain(engine, self._on_reply)
             if client in ready:
-                self._drain(client, self._on_submission, self.link.recv)
+                self._drain(client, self._on_submission, self._recv_submission)
             self.hub.flush_due(time.monotonic())
             if not book.live:
                 self._trimmer.maybe_trim()  # idle after a burst: give the pages back
@@ -248,6 +263,11 @@ class TaskScheduler:
         finally:
             self._flush()
 
+    def _recv_submission(self, flags: int) -> list[Any]:
+        if self.quota.over_budget:  # stop mid-drain: the rest waits in libzmq's pipes
+            raise zmq.Again()
+        return self.link.recv(flags)
+
     def _unpause(self, now: float) -> None:
         if now < self._unpause_at:
             return
@@ -278,9 +298,43 @@ class TaskScheduler:
         client = None
         for msg in self.session.feed_all(frames, "task scheduler (client)"):
             client = msg.idents[0] if msg.idents else b""
+            if self._over_quota(client, msg):
+                continue
             self.book.submission(client, msg)
         if client is not None and self.link.is_gone(client):  # sent just before it closed
             self.book.client_gone(client)
+
+    def _over_quota(self, client: bytes, msg: Message) -> bool:
+        """Charge a new task to its client's quota; True if refused (answered here with
+        SubmissionRefused, counted as ``over_window``). Duplicates and misrouted requests
+        are the book's to refuse, uncharged."""
+        header = msg.header
+        if (
+            header.get("msg_type") not in TASK_REQUESTS
+            or msg.dest != TASK_DEST_NAME
+            or header["msg_id"] in self.book.live
+            or self.quota.holds(header["msg_id"])
+        ):
+            return False
+        why = self.quota.charge(client, header["msg_id"], sum(len(f) for f in msg.frames))
+        if why is None:
+            return False
+        self.session._refuse(RemoteProtocolError(OVER_WINDOW, why), "task scheduler (client)")
+        out = self.book.out
+        out.append(HubEvent(TaskIn(client, header, msg.metadata)))
+        out.append(FailTask(client, header, None, SubmissionRefused, why, Status.ERROR))
+        return True
+
+    def _release(self, msg_id: Any) -> None:
+        """The book no longer holds ``msg_id`` in any form: its quota is free again."""
+        if not isinstance(msg_id, str) or not self.quota.holds(msg_id):
+            return
+        book = self.book
+        if msg_id in book.live:
+            return
+        if book.broadcasts and any((msg_id, u) in book.broadcasts for u in book.engines):
+            return  # a broadcast's other engines have still to answer
+        self.quota.release(msg_id)
 
     def _on_reply(self, frames: list[Any]) -> None:
         # [engine_uuid, client_ident, <ZPAR|MSG>, signature, envelope, buffers…], or a batch
@@ -377,8 +431,10 @@ class TaskScheduler:
             case RelayReply(client, uuid, reply):
                 self._replies_out.add((client, uuid), reply.frames, None)
                 self.hub.task_out(uuid, client, reply)
+                self._release(reply.parent_header.get("msg_id"))
             case FailTask():
                 self._send_error(instruction)
+                self._release(instruction.header.get("msg_id"))
             case HubEvent(event):
                 self.hub.event(event)
             case AbortReply(client, parent, aborted):
