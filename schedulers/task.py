@@ -77,10 +77,10 @@ FLUSH_EVERY = 32
 #: that stopped reading costs stays about CLIENT_SNDHWM replies, as when each went alone.
 REPLY_BATCH_BYTES = 64 * 1024
 
-#: Whether tasks for one engine and client go out as one wire batch (engines split them
-#: with Session.feed_all; docs/protocol.md "Batches"). Off while the engines of this tree
-#: take one message at a time on their task socket (pengine's engine side turns it on).
-ENGINE_BATCHES = False
+#: Whether tasks for one engine and client go out as one wire batch (engines split them,
+#: engine/serving.py; docs/protocol.md "Batches"). Off: one multipart per task, as engines
+#: of zpar before protocol 2's batches needed.
+ENGINE_BATCHES = True
 
 
 class TaskScheduler:
