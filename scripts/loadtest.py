@@ -37,7 +37,9 @@ MEMORY_BOUND = 200 * 2**20
 KILLS = [(0.10, "engine"), (0.30, "scheduler"), (0.50, "engine"), (0.70, "controller")]
 
 
-def work(client_id: int, i: int) -> tuple[int, int]:
+def work(client_id: int, i: int, seconds: float = 0.0) -> tuple[int, int]:
+    if seconds:  # the load spans the kills however fast the task path is
+        time.sleep(seconds)
     return client_id, i
 
 
@@ -57,7 +59,9 @@ class _LateReplies(logging.Handler):
             self.count += 1
 
 
-def run_client(url_file: str, cid: int, n: int, progress: Path, timeout: float) -> dict:
+def run_client(
+    url_file: str, cid: int, n: int, progress: Path, timeout: float, seconds: float = 0.0
+) -> dict:
     import zpar
 
     late = _LateReplies()
@@ -72,9 +76,9 @@ def run_client(url_file: str, cid: int, n: int, progress: Path, timeout: float) 
     t0 = time.monotonic()
     for i in range(n):
         if i % 10 == 9:  # a tenth direct, pinned to one engine
-            ars.append(rc[ids[i % len(ids)]].apply_async(work, cid, i))
+            ars.append(rc[ids[i % len(ids)]].apply_async(work, cid, i, seconds))
         else:
-            ars.append(view.apply_async(work, cid, i))
+            ars.append(view.apply_async(work, cid, i, seconds))
     stop = threading.Event()
 
     def report_progress() -> None:  # tasks answered so far, for the orchestrator's kills
@@ -161,7 +165,9 @@ class MemoryWatch(threading.Thread):
                 self.peak[name] = max(self.peak[name], _rss(p))
 
 
-def orchestrate(clients: int, tasks: int, engines: int, timeout: float, kills: bool) -> dict:
+def orchestrate(
+    clients: int, tasks: int, engines: int, timeout: float, kills: bool, work_ms: float = 0.0
+) -> dict:
     import zpar
 
     os.environ.setdefault("ZPAR_DIR", tempfile.mkdtemp(prefix="zpar-load-"))
@@ -178,6 +184,7 @@ def orchestrate(clients: int, tasks: int, engines: int, timeout: float, kills: b
         for cid in range(clients):
             cmd = [sys.executable, __file__, "--client", url_file, "--id", str(cid)]
             cmd += ["--tasks", str(tasks), "--timeout", str(timeout), "--dir", str(work_dir)]
+            cmd += ["--work-ms", str(work_ms)]
             procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL))
         t0 = time.monotonic()
         done_kills = []
@@ -288,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--engines", type=int, default=4)
     p.add_argument("--timeout", type=float, default=600.0, help="seconds for every answer")
     p.add_argument("--no-kills", action="store_true", help="the same load without faults")
+    p.add_argument("--work-ms", type=float, default=0.0, help="each task sleeps this long")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON line")
     p.add_argument("--client", help=argparse.SUPPRESS)  # url file: run as one client
     p.add_argument("--id", type=int, help=argparse.SUPPRESS)
@@ -295,10 +303,14 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.client:
         d = Path(args.dir)
-        out = run_client(args.client, args.id, args.tasks, d / f"{args.id}.progress", args.timeout)
+        progress = d / f"{args.id}.progress"
+        seconds = args.work_ms / 1000
+        out = run_client(args.client, args.id, args.tasks, progress, args.timeout, seconds)
         (d / f"{args.id}.json").write_text(json.dumps(out))
         return 0
-    summary = orchestrate(args.clients, args.tasks, args.engines, args.timeout, not args.no_kills)
+    summary = orchestrate(
+        args.clients, args.tasks, args.engines, args.timeout, not args.no_kills, args.work_ms
+    )
     if args.json:
         print(json.dumps(summary))
     else:

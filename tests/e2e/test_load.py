@@ -17,7 +17,10 @@ def test_every_task_of_every_client_is_answered_while_parts_are_killed(tmp_path)
     clients, tasks = 3, 200
     run = subprocess.run(
         [sys.executable, str(SCRIPT), "--clients", str(clients), "--tasks", str(tasks)]
-        + ["--timeout", "90", "--json"],
+        + ["--timeout", "90", "--json"]
+        # 20 ms a task: ~3 s of work on 4 engines, so the kills (at 10-70% answered, seen
+        # every 0.1 s) land while tasks run; no-op tasks all finished in ~1 s, before them
+        + ["--work-ms", "20"],
         capture_output=True,
         text=True,
         timeout=110,
