@@ -144,27 +144,31 @@ class Server:
         )
         try:
             while not state.stopping:
-                if control.getsockopt(_EVENTS) & _POLLIN:
-                    self.replies.flush()
-                    self.drain_control()
-                    continue
-                if in_hand:
+                if in_hand:  # the batch in hand runs without polling, control read between
+                    if control.getsockopt(_EVENTS) & _POLLIN:
+                        self.replies.flush()
+                        self.drain_control()
+                        continue
                     self.run_next()
                     if watched.handlers:
                         watched.serve_ready()
                     continue
-                sock = None
+                ready = {r for r, _ in poller.poll(timeout_ms)}
+                if not ready:
+                    if not self._still_connected():
+                        return
+                    continue
+                if control in ready:
+                    self.replies.flush()
+                    self.drain_control()
+                    continue
                 for i in range(nq):  # round robin: the queue after the last served goes first
                     q = queues[(turn + i) % nq]
-                    if q.getsockopt(_EVENTS) & _POLLIN:
-                        sock = q
+                    if q in ready:
                         turn = (turn + i + 1) % nq
+                        self.take(q)
                         break
-                if sock is not None:
-                    self.take(sock)
-                    continue
-                if not self._wait(poller, timeout_ms):
-                    return
+                self._serve_others(ready)
         finally:
             self.replies.flush()
             r = self.replies
@@ -177,22 +181,23 @@ class Server:
                 r.sent_multiparts,
             )
 
-    def _wait(self, poller: zmq.Poller, timeout_ms: int) -> bool:
-        """Sleep until a socket is readable; False when the controller went silent."""
+    def _still_connected(self) -> bool:
+        """After a poll that found nothing: False when the controller went silent."""
+        silent = time.monotonic() - self._last_ping
+        if silent > self.silence_limit:
+            log.warning(
+                "engine %d: controller gone: no heartbeat for %.1f s while idle; stopping",
+                self.id,
+                silent,
+            )
+            self.state.controller_lost = True
+            return False
+        return True
+
+    def _serve_others(self, ready: set[Any]) -> None:
+        """The heartbeat, the signal wake-up and capabilities' sockets among ``ready``."""
         s = self.sockets
-        ready = poller.poll(timeout_ms)
-        if not ready:
-            silent = time.monotonic() - self._last_ping
-            if silent > self.silence_limit:
-                log.warning(
-                    "engine %d: controller gone: no heartbeat for %.1f s while idle; stopping",
-                    self.id,
-                    silent,
-                )
-                self.state.controller_lost = True
-                return False
-            return True
-        for r, _ in ready:
+        for r in ready:
             if r is s.ping:
                 while s.ping.getsockopt(_EVENTS) & _POLLIN:
                     s.ping.recv(copy=False)
@@ -201,7 +206,6 @@ class Server:
                 s.wakeup.recv(4096)
             elif r not in self._where:
                 self.watched.serve(r)
-        return True
 
     def take(self, sock: zmq.Socket) -> int:
         """Receive one multipart from ``sock`` and keep in hand each request of it that
