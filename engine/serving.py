@@ -16,7 +16,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import zmq
 
@@ -145,7 +145,7 @@ class Server:
         try:
             while not state.stopping:
                 if in_hand:  # the batch in hand runs without polling, control read between
-                    if control.getsockopt(_EVENTS) & _POLLIN:
+                    if cast(int, control.getsockopt(_EVENTS)) & _POLLIN:
                         self.replies.flush()
                         self.drain_control()
                         continue
@@ -199,7 +199,7 @@ class Server:
         s = self.sockets
         for r in ready:
             if r is s.ping:
-                while s.ping.getsockopt(_EVENTS) & _POLLIN:
+                while cast(int, s.ping.getsockopt(_EVENTS)) & _POLLIN:
                     s.ping.recv(copy=False)
                 self._last_ping = time.monotonic()
             elif r is s.wakeup:
@@ -251,7 +251,7 @@ class Server:
     def drain_control(self) -> None:
         """Handle every control request waiting now (ahead of the requests in hand)."""
         control = self.sockets.control
-        while not self.state.stopping and control.getsockopt(_EVENTS) & _POLLIN:
+        while not self.state.stopping and cast(int, control.getsockopt(_EVENTS)) & _POLLIN:
             for msg in self.receive(control):
                 if self.state.stopping:
                     break
@@ -336,7 +336,7 @@ class Server:
         for sock in (s.mux, s.direct, s.task):
             if sock is None:
                 continue
-            while sock.getsockopt(_EVENTS) & _POLLIN:
+            while cast(int, sock.getsockopt(_EVENTS)) & _POLLIN:
                 self.take(sock)
                 n += self._abort_in_hand()
         log.info("engine %d: aborted %d queued request(s)", self.id, n)
@@ -383,6 +383,8 @@ class Server:
         info = {"engine_id": self.id, "engine_uuid": self.uuid, "method": msg.msg_type}
         content = timeout_content(msg.msg_id, limit, info, reply.content if reply else None)
         now = time.time()
-        md = dict(reply.metadata) if reply is not None else {"started": now, "completed": now}
+        md: dict[str, Any] = (
+            dict(reply.metadata) if reply is not None else {"started": now, "completed": now}
+        )
         md.update(status=Status.ERROR, engine_id=self.id, engine_uuid=self.uuid)
         return Reply(reply_type_of(msg.msg_type) or MsgType.APPLY_REPLY, content, md)
