@@ -8,7 +8,7 @@ long task while it prints), not before each busy/idle status.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import zmq
 
@@ -34,7 +34,9 @@ class IOPub:
     def refresh(self) -> None:
         """Read the subscription changes that arrived (called as requests are taken)."""
         sock = self.socket
-        while sock.getsockopt(_EVENTS) & _POLLIN:  # subscription changes, read as they come
+        while (
+            cast(int, sock.getsockopt(_EVENTS)) & _POLLIN
+        ):  # subscription changes, read as they come
             event = sock.recv()
             if event[:1] == b"\x01":
                 self.listeners += 1

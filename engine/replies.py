@@ -19,12 +19,17 @@ import zmq
 from zpar.constants import MAX_BATCH
 from zpar.errors import LocalProtocolError, error_content
 from zpar.messages import MON_MUX_OUT, Status
-from zpar.wire import Message, Session, batch, checkable_copy, send_frames
+from zpar.wire import Message, Session, batch, buffers_size, checkable_copy, send_frames
 
 from .kernel import Reply
 from .monitorcopies import MonitorCopies
 
 log = logging.getLogger(__name__)
+
+#: Bytes of buffers at most in the replies held together: a batch is one message for the
+#: receiver's high-water marks (the scheduler bounds its reply batches to clients alike),
+#: and a large result is worth sending at once; a reply past this leaves with those held.
+HELD_BYTES_MAX = 64 * 1024
 
 
 class ReplySender:
@@ -47,6 +52,7 @@ class ReplySender:
         self.monitor = monitor
         #: (socket, idents, frames from the delimiter on) of replies not sent yet, in order
         self.held: list[tuple[zmq.Socket, list[bytes], list[Any]]] = []
+        self._held_bytes = 0
         #: multiparts sent, and replies in them (a reply batch counts once, its replies each)
         self.sent_multiparts = 0
         self.sent_replies = 0
@@ -59,7 +65,8 @@ class ReplySender:
         if not direct and (hold or self.held):
             # the last of a run of held replies leaves with them, as one batch
             self.held.append((sock, msg.idents, frames))
-            if not hold or len(self.held) >= MAX_BATCH:
+            self._held_bytes += buffers_size(frames)
+            if not hold or len(self.held) >= MAX_BATCH or self._held_bytes > HELD_BYTES_MAX:
                 self.flush()
             return
         if self.held:
@@ -76,6 +83,7 @@ class ReplySender:
     def flush(self) -> None:
         """Send every held reply: consecutive ones to one destination as one batch."""
         held, self.held = self.held, []
+        self._held_bytes = 0
         i = 0
         while i < len(held):
             sock, idents, frames = held[i]

@@ -16,7 +16,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import zmq
 
@@ -144,27 +144,31 @@ class Server:
         )
         try:
             while not state.stopping:
-                if control.getsockopt(_EVENTS) & _POLLIN:
-                    self.replies.flush()
-                    self.drain_control()
-                    continue
-                if in_hand:
+                if in_hand:  # the batch in hand runs without polling, control read between
+                    if cast(int, control.getsockopt(_EVENTS)) & _POLLIN:
+                        self.replies.flush()
+                        self.drain_control()
+                        continue
                     self.run_next()
                     if watched.handlers:
                         watched.serve_ready()
                     continue
-                sock = None
+                ready = {r for r, _ in poller.poll(timeout_ms)}
+                if not ready:
+                    if not self._still_connected():
+                        return
+                    continue
+                if control in ready:
+                    self.replies.flush()
+                    self.drain_control()
+                    continue
                 for i in range(nq):  # round robin: the queue after the last served goes first
                     q = queues[(turn + i) % nq]
-                    if q.getsockopt(_EVENTS) & _POLLIN:
-                        sock = q
+                    if q in ready:
                         turn = (turn + i + 1) % nq
+                        self.take(q)
                         break
-                if sock is not None:
-                    self.take(sock)
-                    continue
-                if not self._wait(poller, timeout_ms):
-                    return
+                self._serve_others(ready)
         finally:
             self.replies.flush()
             r = self.replies
@@ -177,31 +181,31 @@ class Server:
                 r.sent_multiparts,
             )
 
-    def _wait(self, poller: zmq.Poller, timeout_ms: int) -> bool:
-        """Sleep until a socket is readable; False when the controller went silent."""
+    def _still_connected(self) -> bool:
+        """After a poll that found nothing: False when the controller went silent."""
+        silent = time.monotonic() - self._last_ping
+        if silent > self.silence_limit:
+            log.warning(
+                "engine %d: controller gone: no heartbeat for %.1f s while idle; stopping",
+                self.id,
+                silent,
+            )
+            self.state.controller_lost = True
+            return False
+        return True
+
+    def _serve_others(self, ready: set[Any]) -> None:
+        """The heartbeat, the signal wake-up and capabilities' sockets among ``ready``."""
         s = self.sockets
-        ready = poller.poll(timeout_ms)
-        if not ready:
-            silent = time.monotonic() - self._last_ping
-            if silent > self.silence_limit:
-                log.warning(
-                    "engine %d: controller gone: no heartbeat for %.1f s while idle; stopping",
-                    self.id,
-                    silent,
-                )
-                self.state.controller_lost = True
-                return False
-            return True
-        for r, _ in ready:
+        for r in ready:
             if r is s.ping:
-                while s.ping.getsockopt(_EVENTS) & _POLLIN:
+                while cast(int, s.ping.getsockopt(_EVENTS)) & _POLLIN:
                     s.ping.recv(copy=False)
                 self._last_ping = time.monotonic()
             elif r is s.wakeup:
                 s.wakeup.recv(4096)
             elif r not in self._where:
                 self.watched.serve(r)
-        return True
 
     def take(self, sock: zmq.Socket) -> int:
         """Receive one multipart from ``sock`` and keep in hand each request of it that
@@ -247,7 +251,7 @@ class Server:
     def drain_control(self) -> None:
         """Handle every control request waiting now (ahead of the requests in hand)."""
         control = self.sockets.control
-        while not self.state.stopping and control.getsockopt(_EVENTS) & _POLLIN:
+        while not self.state.stopping and cast(int, control.getsockopt(_EVENTS)) & _POLLIN:
             for msg in self.receive(control):
                 if self.state.stopping:
                     break
@@ -332,7 +336,7 @@ class Server:
         for sock in (s.mux, s.direct, s.task):
             if sock is None:
                 continue
-            while sock.getsockopt(_EVENTS) & _POLLIN:
+            while cast(int, sock.getsockopt(_EVENTS)) & _POLLIN:
                 self.take(sock)
                 n += self._abort_in_hand()
         log.info("engine %d: aborted %d queued request(s)", self.id, n)
@@ -379,6 +383,8 @@ class Server:
         info = {"engine_id": self.id, "engine_uuid": self.uuid, "method": msg.msg_type}
         content = timeout_content(msg.msg_id, limit, info, reply.content if reply else None)
         now = time.time()
-        md = dict(reply.metadata) if reply is not None else {"started": now, "completed": now}
+        md: dict[str, Any] = (
+            dict(reply.metadata) if reply is not None else {"started": now, "completed": now}
+        )
         md.update(status=Status.ERROR, engine_id=self.id, engine_uuid=self.uuid)
         return Reply(reply_type_of(msg.msg_type) or MsgType.APPLY_REPLY, content, md)

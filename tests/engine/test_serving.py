@@ -12,7 +12,7 @@ import zmq
 
 from zpar.engine.iopub import IOPub
 from zpar.engine.kernel import QUICK_RUN, Kernel
-from zpar.engine.replies import ReplySender
+from zpar.engine.replies import HELD_BYTES_MAX, ReplySender
 from zpar.engine.revoke import RevokeGate
 from zpar.engine.serving import RunState, Server, Sockets
 from zpar.messages import MsgType, Status
@@ -31,6 +31,10 @@ _scheduler: dict[str, zmq.Socket] = {}
 
 def noop():
     return None
+
+
+def bulky():
+    return b"x" * (HELD_BYTES_MAX // 2 + 1)
 
 
 def sleepy():
@@ -275,3 +279,12 @@ def test_a_held_reply_leaves_when_the_rest_of_its_batch_is_revoked(rig, monkeypa
     assert not rig.replies.held
     answered = [m.parent_header["msg_id"] for p in rig.received() for m in p]
     assert answered == [a]
+
+
+def test_replies_held_together_stay_under_a_byte_bound(rig, monkeypatch):
+    monkeypatch.setattr("zpar.engine.kernel.QUICK_RUN", 60.0)
+    warm(rig, bulky)
+    rig.place(*(rig.apply(bulky)[1] for _ in range(4)))
+    rig.run_all()
+    # two results of just over half the bound each: the second one sends both
+    assert [len(part) for part in rig.received()] == [2, 2]
