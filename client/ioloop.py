@@ -42,7 +42,7 @@ from zpar.errors import (
 )
 from zpar.messages import MsgType, Status, TaskOutcomes
 from zpar.privacy import iopub_topic
-from zpar.sockets import configure
+from zpar.sockets import configure, recv_frames
 from zpar.transport import direct_address, usable_ipc
 from zpar.wire import Message, Session, batches, recv_message, send_frames
 
@@ -494,7 +494,7 @@ class ClientIO(FaultHandling):
             self._send_outcomes({msg_id: outcome_of(fut)})
 
     def _on_iopub(self, sock: zmq.Socket) -> None:
-        frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+        frames = recv_frames(sock, zmq.NOBLOCK)
         if not self._output_watchers:
             return  # nobody watches: not even worth checking the signature
         msg = self.session.feed(frames, where="iopub")
@@ -509,7 +509,7 @@ class ClientIO(FaultHandling):
                 log.exception("output callback for %s failed", msg_id)
 
     def _on_notification(self, sock: zmq.Socket) -> None:
-        frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+        frames = recv_frames(sock, zmq.NOBLOCK)
         if len(frames) == 1 and frames[0].bytes == WELCOME:
             self.subscribed.set()
             return
