@@ -5,7 +5,7 @@ thread -> user thread), each the wake-up of an idle thread: ~150 us of a ~500 us
 on a 2-core machine (docs/benchmarks.md, W2). Here the calling thread signs, sends on a
 DEALER of its own connected to the engine's direct ipc socket, and waits on that socket.
 The I/O thread still owns the engine's fate: when the engine dies or the client closes, it
-fails the call's future, which the waiting thread checks between polls.
+fails the call's future, which the waiting thread checks each POLL_MS (its receive timeout).
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ from zpar.errors import (
 )
 from zpar.messages import MsgType, Status, TaskOutcomes
 from zpar.privacy import iopub_topic
-from zpar.sockets import configure
+from zpar.sockets import configure, recv_frames
 from zpar.transport import direct_address, usable_ipc
 from zpar.wire import Message, Session, batches, recv_message, send_frames
 
@@ -60,6 +60,10 @@ CHANNELS = ("query", "mux", "control", "task")
 #: (Session.feed_all in its handlers); engines take MUX and control messages one at a time.
 BATCHED_CHANNELS = frozenset({"task"})
 
+
+#: Gives up the processor once (see ClientIO._run); time.sleep(0) where the OS has no
+#: sched_yield.
+_yield_core: Callable[[], None] = getattr(os, "sched_yield", None) or (lambda: time.sleep(0))
 
 #: Notifications that change the set of engines; the hub may publish others.
 _ENGINE_NOTIFICATIONS = frozenset(
@@ -352,7 +356,7 @@ class ClientIO(FaultHandling):
                     # idle host this returns at once, and nothing handled waits for it.
                     # W3 (noisy, 2 cores): this thread's CPU per task 137-168 -> 105-136
                     # us, its wake-ups per task 0.4-0.5 -> 0.2-0.3.
-                    os.sched_yield()
+                    _yield_core()
         except Exception:
             log.exception("client I/O thread crashed; pending results will fail")
             for fut in self.pending_futures():
@@ -535,7 +539,7 @@ class ClientIO(FaultHandling):
         return aborted
 
     def _on_iopub(self, sock: zmq.Socket) -> None:
-        frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+        frames = recv_frames(sock, zmq.NOBLOCK)
         if not self._output_watchers:
             return  # nobody watches: not even worth checking the signature
         msg = self.session.feed(frames, where="iopub")
@@ -550,7 +554,7 @@ class ClientIO(FaultHandling):
                 log.exception("output callback for %s failed", msg_id)
 
     def _on_notification(self, sock: zmq.Socket) -> None:
-        frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+        frames = recv_frames(sock, zmq.NOBLOCK)
         if len(frames) == 1 and frames[0].bytes == WELCOME:
             self.subscribed.set()
             return

@@ -51,6 +51,7 @@ from zpar.messages import (
 from zpar.monitor import TaskDest, TaskIn, TaskOut, TaskRetry, split_monitor, unpack_batch
 from zpar.msgtypes import reply_type_of
 from zpar.refusals import merged
+from zpar.sockets import recv_frames
 from zpar.wire import Message, Session, routing, send_frames
 
 from . import launcherqueries, queries, status
@@ -257,7 +258,7 @@ class Hub:
     def handle_monitor(self) -> None:
         for _ in range(1024):
             try:
-                frames = self.monitor.recv_multipart(zmq.NOBLOCK, copy=False)
+                frames = recv_frames(self.monitor, zmq.NOBLOCK)
             except zmq.Again:
                 return
             kind, rest = split_monitor(frames)

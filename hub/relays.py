@@ -34,7 +34,7 @@ import zmq
 
 from zpar.curve import secure
 from zpar.messages import MON_CONTROL_IN, MON_CONTROL_OUT, MON_MUX_IN, MON_MUX_OUT
-from zpar.sockets import bind_port, configure
+from zpar.sockets import bind_port, configure, recv_frames
 from zpar.wire import checkable_copy, routing, unbatch
 
 from .iopubgate import IOPubGate
@@ -102,7 +102,7 @@ def _relay(
             out, prefix, with_buffers, side = sides[sock]
             for _ in range(RELAY_BATCH):
                 try:
-                    frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                    frames = recv_frames(sock, zmq.NOBLOCK)
                 except zmq.Again:
                     break
                 if not relay_one(frames, out, mon, prefix, with_buffers):

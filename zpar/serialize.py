@@ -243,8 +243,16 @@ def _by_reference(f: types.FunctionType) -> bool:
     module = sys.modules.get(name)
     if module is None or getattr(module, qualname, None) is not f:
         return False
-    by_value = cloudpickle.list_registry_pickle_by_value()
-    return not by_value or _importable(f)
+    return not _registered_by_value() or _importable(f)
+
+
+def _registered_by_value() -> bool:
+    """Whether any module is registered for pickling by value (cloudpickle's registry,
+    read in place: list_registry_pickle_by_value() copies it on every call)."""
+    registry = getattr(cloudpickle.cloudpickle, "_PICKLE_BY_VALUE_MODULES", None)
+    if registry is None:  # another cloudpickle: its public (copying) accessor
+        registry = cloudpickle.list_registry_pickle_by_value()
+    return bool(registry)
 
 
 def _function_pickle(f: Any) -> Any:
@@ -336,7 +344,7 @@ def pack_apply(f: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | None =
         args = tuple(args)
         # the call's tuple holds the function, its arguments and keyword arguments: the
         # standard pickle is enough when each part is (_plain's depths: the tuple is 0)
-        plain = plain and _plain(args, 1) and _plain(kwargs, 1)
+        plain = plain and (not args or _plain(args, 1)) and (not kwargs or _plain(kwargs, 1))
         return serialize_object((fn, args, kwargs), plain=plain)
     except SerializationError:
         raise

@@ -23,6 +23,19 @@ def recv_monitor_event(sock: zmq.Socket, flags: int = 0) -> dict[str, Any]:
     return {"event": event, "value": value, "endpoint": frames[1] if len(frames) > 1 else b""}
 
 
+def recv_frames(sock: zmq.Socket, flags: int = 0) -> list[zmq.Frame]:
+    """One whole multipart as zmq.Frames: ``sock.recv_multipart(flags, copy=False)`` without
+    its getsockopt(RCVMORE) per frame, which in pyzmq 27 builds a SocketOption enum each
+    time (Socket.get): a Frame knows whether more follow. For the relays and the hub's
+    monitor, which take every message a direct call makes."""
+    frame = sock.recv(flags, copy=False)
+    frames = [frame]
+    while frame.more:
+        frame = sock.recv(flags, copy=False)
+        frames.append(frame)
+    return frames
+
+
 def bind_random(sock: zmq.Socket, ip: str = "127.0.0.1", transport: str = "tcp") -> str:
     """Bind on an ephemeral port and return the full address."""
     if transport == "tcp":
