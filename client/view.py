@@ -15,7 +15,7 @@ from zpar.messages import ExecuteRequest, MsgType
 from zpar.serialize import pack_apply
 
 from .asyncresult import AsyncMapResult, AsyncResult
-from .baseview import LazyMapIterator, View, _check_callable, _fname
+from .baseview import LazyMapIterator, View, _check_callable, _flags_metadata, _fname
 from .executor import ViewExecutor
 from .mapping import AUTO_CHUNKS_PER_ENGINE, check_chunksize, send_map
 from .partition import _lengths, join_parts, partition, split_parts
@@ -414,6 +414,16 @@ class LoadBalancedView(View):
         return self
 
     def _metadata(self, label: str | None = None) -> dict[str, Any] | None:
+        if self.targets is None and self.after is None and self.follow is None:
+            # the common case: flags only, the dict built once per set of values
+            timeout = None if self.timeout is None else float(self.timeout)
+            label = self.label if label is None else label
+            try:
+                md = dict(_flags_metadata(label, self.time_limit, self.retries, timeout))
+            except TypeError:  # an unhashable flag value: built afresh (and checked) below
+                pass
+            else:
+                return md or None
         md = replace(
             self._flags(label),
             targets=None
