@@ -18,7 +18,9 @@ frames, and result buffers go out through zpar.wire.send_frames without a copy.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import signal
 import socket
 import threading
@@ -143,6 +145,10 @@ class Engine:
         self.restart = False
         #: set when the controller went silent: the entry point may wait for a new one
         self.controller_lost = False
+        #: the hub's reason, once it said it unregistered this engine while it ran on (it
+        #: was stopped or cut off past the heartbeat's limit): the entry point registers
+        #: again; replies of the work it had are dropped (hub/staleheart.py)
+        self.unregistered: str | None = None
         self.kernel: Kernel | None = None
         self.heart: Heart | None = None
         self.signals: SignalListener | None = None
@@ -151,6 +157,7 @@ class Engine:
         self._busy = False
         self._linger = 0
         self._wakeup: socket.socket | None = None
+        self._wake_main: socket.socket | None = None
         #: the time_limit watchdog (engine.timelimit), made for the first limited request
         self.time_limits: TimeLimitWatchdog | None = None
         #: set by the engine's entry point: re-execute this process as a fresh engine
@@ -228,6 +235,7 @@ class Engine:
         self.silence_limit = max(MIN_CONTROLLER_SILENCE, 10 * float(reply.hb_period or 0))
         self.signals = SignalListener(self.ctx, self.info.key, self.info.registration, self.ident)
         signal_session = self.signals.session
+        self.signals.on_unregistered = self._on_unregistered
         self.signals.refusals.counts = lambda: merged(
             (self.session.refused, signal_session.refused)
         )
@@ -400,6 +408,19 @@ class Engine:
             self._stopping = True
             self._linger = SHUTDOWN_LINGER_MS
 
+    def _on_unregistered(self, reason: str) -> None:
+        """The hub no longer counts this engine (signal thread): what it runs or holds was
+        failed or placed elsewhere already. Stop the loop, interrupt a running task (its
+        reply, as every later one, is dropped) and let the entry point register again."""
+        self.unregistered = reason
+        self._stopping = True
+        if self._wake_main is None:  # not on the main thread: nothing to interrupt or wake
+            return
+        if self._busy:
+            os.kill(os.getpid(), signal.SIGINT)
+        with contextlib.suppress(OSError):
+            self._wake_main.send(b"u")
+
     def _may_start(self, msg: Message) -> bool:
         """A task from the scheduler runs unless the scheduler took it back meanwhile (it
         is placed elsewhere: dropped unanswered, see engine/revoke.py)."""
@@ -504,6 +525,15 @@ class Engine:
         log.info("aborted %d queued request(s)", n)
 
     def _send(self, sock: zmq.Socket, msg: Message, reply: Reply) -> None:
+        if self.unregistered is not None:
+            log.info(
+                "engine %d: %s's %s dropped: the hub unregistered this engine (%s)",
+                self.id,
+                msg.msg_id,
+                reply.msg_type,
+                self.unregistered,
+            )
+            return
         try:
             direct = sock is self.direct
             _, frames = self.session.serialize(
@@ -562,6 +592,7 @@ class Engine:
         r.setblocking(False)
         w.setblocking(False)
         self._wakeup = r
+        self._wake_main = w
         old_fd = signal.set_wakeup_fd(w.fileno(), warn_on_full_buffer=False)
         old_handler = signal.signal(signal.SIGTERM, self._on_sigterm)
         old_sigint = signal.signal(signal.SIGINT, self._on_sigint)
@@ -573,6 +604,7 @@ class Engine:
             r.close()
             w.close()
             self._wakeup = None
+            self._wake_main = None
 
         return restore
 
