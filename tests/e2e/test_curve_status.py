@@ -16,6 +16,8 @@ import zpar
 from tests.e2e.conftest import FAST_HB, wait_until
 from zpar.connection import read_connection_file, write_connection_file
 from zpar.curve import CurveKeys
+from zpar.launchers.hubquery import HubLine
+from zpar.messages import MsgType
 
 
 @pytest.fixture
@@ -79,3 +81,14 @@ def test_status_of_a_curve_cluster_from_the_client_and_the_cli(curve_cluster, tm
     assert f"controller pid {status['pid']}, 2 engines" in out.stdout
     assert "curve" in out.stdout and "handshake" in out.stdout
     assert rc[:].apply_sync(lambda: 5) == [5, 5]  # the status line left the cluster serving
+
+    # the right Curve keys but another signature key: told so, not "did not answer"
+    other = write_connection_file(
+        tmp_path / "other-key.json", dataclasses.replace(info, key="ab" * 32)
+    )
+    line = HubLine(other)
+    try:
+        with pytest.raises(zpar.WrongKey, match="refused the signature"):
+            line.request(MsgType.CONTROLLER_STATUS_REQUEST, {})
+    finally:
+        line.close()
