@@ -39,6 +39,7 @@ from zpar.memory import Trimmer
 from zpar.messages import MON_SCHEDULER, MsgType
 from zpar.monitor import split_monitor
 from zpar.privacy import iopub_topic
+from zpar.profiling import profiled
 from zpar.sockets import bind_port, configure
 from zpar.wire import Session
 
@@ -355,6 +356,7 @@ def run_controller(config: ControllerConfig, launch: SchedulerLaunch | None = No
         signal.signal(sig, controller.request_stop)
     try:
         controller.start()
-        return controller.run()
+        with profiled("controller"):
+            return controller.run()
     finally:
         controller.stop()

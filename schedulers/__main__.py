@@ -16,6 +16,7 @@ import zmq
 
 from zpar.constants import CURVE_FILE_ENV, KEY_FILE_ENV, TASK_HWM, TASK_SCHEME, TASK_SCHEMES
 from zpar.logs import setup_logging
+from zpar.profiling import profiled
 from zpar.wire import Session
 
 
@@ -94,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, stop)
     try:
         scheduler.announce()
-        scheduler.run(parent_pid=parent)
+        with profiled("scheduler"):
+            scheduler.run(parent_pid=parent)
     finally:
         scheduler.close()
         if zap is not None:

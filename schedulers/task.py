@@ -60,7 +60,7 @@ log = logging.getLogger(__name__)
 
 __all__ = ["TASK_DEST_NAME", "CONNECT_RETRY", "TaskScheduler"]
 
-#: Seconds between tries to send to engines held for their connection (book.CONNECT_GRACE).
+#: Seconds between tries to send to engines held for their connection (placement.CONNECT_GRACE).
 CONNECT_RETRY = 0.02
 
 #: Messages read from one socket per turn of the loop, so no socket starves the others.

@@ -1,4 +1,4 @@
-"""Message types of capabilities: added without editing zpar/messages.py.
+"""Message types of capabilities: added without editing zpar/messages/.
 
 A capability outside the core declares its message types in the entry point group
 ``zpar.message_types`` (name: the capability, value: "module:attr", attr a mapping

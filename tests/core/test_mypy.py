@@ -33,7 +33,6 @@ PUBLIC_MODULES = [
     "zpar",
     "zpar.errors",
     "zpar.error",
-    "zpar.messages",
     "zpar.msgtypes",
     "zpar.constants",
     "zpar.dependency",
@@ -41,7 +40,8 @@ PUBLIC_MODULES = [
     "zpar.util",
     "zpar.typed.registry",
 ]
-PUBLIC_PACKAGES = ["zpar.client"]
+#: packages checked whole, every module of them reported
+PUBLIC_PACKAGES = ["zpar.client", "zpar.messages"]
 
 
 def package_tree(where: Path) -> Path:

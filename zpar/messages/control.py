@@ -1,0 +1,84 @@
+"""Contents of the control messages: signal, clear, abort, shutdown of an engine, and the
+task scheduler's revoke of an engine's unstarted tasks (prefetch, issue 12).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .base import Content, optional
+from .enums import MsgType
+
+
+@dataclass(frozen=True, slots=True)
+class SignalRequest(Content):
+    """Client -> hub (targets: engine ids, None for all); hub -> engine (no targets)."""
+
+    msg_type = MsgType.SIGNAL_REQUEST
+    signum: int
+    targets: list | None = optional(None)
+
+
+@dataclass(frozen=True, slots=True)
+class SignalReply(Content):
+    """engines: the ids the signal was relayed to."""
+
+    msg_type = MsgType.SIGNAL_REPLY
+    status: str
+    engines: list = field(default_factory=list)
+    evalue: str = optional("")
+
+
+@dataclass(frozen=True, slots=True)
+class ClearRequest(Content):
+    msg_type = MsgType.CLEAR_REQUEST
+
+
+@dataclass(frozen=True, slots=True)
+class ClearReply(Content):
+    msg_type = MsgType.CLEAR_REPLY
+    status: str
+
+
+@dataclass(frozen=True, slots=True)
+class AbortRequest(Content):
+    msg_type = MsgType.ABORT_REQUEST
+    msg_ids: list | None = None  # None aborts everything queued
+
+
+@dataclass(frozen=True, slots=True)
+class AbortReply(Content):
+    msg_type = MsgType.ABORT_REPLY
+    status: str
+
+
+@dataclass(frozen=True, slots=True)
+class ShutdownRequest(Content):
+    msg_type = MsgType.SHUTDOWN_REQUEST
+    restart: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ShutdownReply(Content):
+    msg_type = MsgType.SHUTDOWN_REPLY
+    status: str
+
+
+# -- prefetch (issue 12, sched): revoking an engine's unstarted tasks ---------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RevokeRequest(Content):
+    """Task scheduler -> engine revoke socket: give these tasks back if not started."""
+
+    msg_type = MsgType.REVOKE_REQUEST
+    msg_ids: list
+
+
+@dataclass(frozen=True, slots=True)
+class RevokeReply(Content):
+    """``revoked``: the ids never started, which the engine will now drop unrun."""
+
+    msg_type = MsgType.REVOKE_REPLY
+    status: str
+    revoked: list = field(default_factory=list)

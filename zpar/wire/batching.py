@@ -1,0 +1,117 @@
+"""Batches: several messages in one multipart, and the split of any received multipart
+into its messages (see zpar.wire for the layout).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..constants import BATCH_DELIM, DELIM, MAX_BATCH
+from ..errors import LocalProtocolError, RemoteProtocolError
+from .frames import HEAD_FRAMES, decode, encode, frame_view, split_idents
+
+
+def is_batch(msg_frames: Sequence[Any]) -> bool:
+    """Whether a multipart given from its delimiter on is a batch."""
+    if not msg_frames:
+        return False
+    f = msg_frames[0]
+    return f == BATCH_DELIM if type(f) is bytes else bytes(frame_view(f)) == BATCH_DELIM
+
+
+def batch_counts(index: Any) -> list[int]:
+    """Each message's buffer count from a batch's index frame; RemoteProtocolError if the
+    index is not a list of 1..MAX_BATCH counts."""
+    raw = frame_view(index)
+    if len(raw) > 5 + 5 * MAX_BATCH:  # msgpack: array header + one uint32 per count
+        raise RemoteProtocolError("batch-index", f"batch index of {len(raw)} bytes")
+    try:
+        counts = decode(raw)
+    except Exception as e:  # msgpack raises several unrelated types
+        raise RemoteProtocolError("batch-index", f"batch index is not msgpack: {e}") from e
+    if type(counts) is not list or not all(type(n) is int and n >= 0 for n in counts):
+        raise RemoteProtocolError(
+            "batch-index", "batch index must be a list of buffer counts (ints >= 0)"
+        )
+    if not counts:
+        raise RemoteProtocolError("empty-batch", "batch of no messages")
+    if len(counts) > MAX_BATCH:
+        raise RemoteProtocolError(
+            "batch-size", f"batch of {len(counts)} messages, at most {MAX_BATCH}"
+        )
+    return counts
+
+
+def unbatch(msg_frames: Sequence[Any]) -> list[list[Any]]:
+    """One frame list per message, each from its delimiter on (what Session.unpack takes),
+    of a multipart given from its delimiter on: a lone message as it is, a batch split by
+    its index. RemoteProtocolError (nothing returned) when a batch's index does not match
+    its frames: a batch is split only whole."""
+    if not is_batch(msg_frames):
+        return [list(msg_frames)]
+    if len(msg_frames) < 2:
+        raise RemoteProtocolError("batch-index", "batch without an index")
+    counts = batch_counts(msg_frames[1])
+    expected = 2 * len(counts) + sum(counts)
+    got = len(msg_frames) - 2
+    if got != expected:
+        raise RemoteProtocolError(
+            "batch-frames",
+            f"batch index lists {len(counts)} message(s) in {expected} frames, the batch has {got}",
+        )
+    messages: list[list[Any]] = []
+    i = 2
+    for n in counts:
+        j = i + 2 + n
+        messages.append([DELIM, *msg_frames[i:j]])
+        i = j
+    return messages
+
+
+def split_messages(frames: Sequence[Any]) -> tuple[list[bytes], list[list[Any]]]:
+    """The identities of a received multipart and one frame list per message it carries
+    (one, or a batch's): the receive side of batching. RemoteProtocolError for a multipart
+    without a delimiter or a batch whose index lies."""
+    idents, msg = split_idents(frames)
+    return idents, unbatch(msg)
+
+
+def batch(messages: Sequence[Sequence[Any]]) -> list[Any]:
+    """One multipart (identities not included) carrying ``messages``, each given from its
+    delimiter on as Session.serialize returns it: a lone message unchanged, several as
+    ``[BATCH_DELIM, index, signature, envelope, buffers…, …]``. At most MAX_BATCH messages
+    (see batches)."""
+    if len(messages) == 1:
+        return list(messages[0])
+    if not messages or len(messages) > MAX_BATCH:
+        raise LocalProtocolError(f"a batch carries 1 to {MAX_BATCH} messages, not {len(messages)}")
+    counts = []
+    frames: list[Any] = [BATCH_DELIM, b""]
+    for m in messages:
+        if len(m) < HEAD_FRAMES or m[0] != DELIM:
+            raise LocalProtocolError("batch() takes messages from their delimiter on")
+        counts.append(len(m) - HEAD_FRAMES)
+        frames.extend(m[1:])
+    frames[1] = encode(counts)
+    return frames
+
+
+def batches(messages: Sequence[Sequence[Any]]) -> list[list[Any]]:
+    """``messages`` as few multiparts as MAX_BATCH allows (see batch)."""
+    return [batch(messages[i : i + MAX_BATCH]) for i in range(0, len(messages), MAX_BATCH)]
+
+
+def routing(frames: Sequence[Any]) -> tuple[list[bytes], list[Any]] | None:
+    """(identities, message or batch from its delimiter on) of a well-framed multipart,
+    else None: what a relay checks before it forwards anything (see hub.relays)."""
+    try:
+        idents, msg = split_idents(frames)
+        if is_batch(msg):
+            unbatch(msg)  # its index must match its frames
+            return idents, msg
+    except RemoteProtocolError:
+        return None
+    if len(msg) < HEAD_FRAMES:
+        return None
+    return idents, msg

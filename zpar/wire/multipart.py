@@ -1,0 +1,100 @@
+"""Receiving and sending one multipart on a socket, with copies only of small frames."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import zmq
+
+from ..constants import BATCH_DELIM, COPY_THRESHOLD, DELIM
+from ..errors import RemoteProtocolError
+from .batching import batch_counts
+from .frames import HEAD_FRAMES
+
+
+def recv_message(sock: zmq.Socket, flags: int = 0) -> list[Any]:
+    """Receive one multipart: routing identities, the delimiter, the signature and the
+    envelope as bytes; buffers as zero-copy Frames, small ones copied out.
+
+    libzmq decodes small messages into one shared, refcounted receive buffer: a kept
+    zmq.Frame of 200 bytes pins all of it, so anything held beyond the moment (a reply
+    waiting for its reader, a queued task) must be copied out. The head of a message is
+    always small and always wanted as bytes.
+    """
+    recv, rcvmore = sock.recv, zmq.RCVMORE
+    getsockopt = sock.getsockopt
+    parts: list[Any] = []
+    head = -1  # frames left to take as bytes once the delimiter is seen
+    while True:
+        if head:
+            part = recv(flags, copy=True)
+            parts.append(part)
+            if head > 0:
+                head -= 1
+            elif part == DELIM:
+                head = HEAD_FRAMES - 1
+            elif part == BATCH_DELIM:
+                if getsockopt(rcvmore):
+                    _recv_batch(sock, flags, parts)
+                return parts
+            if not getsockopt(rcvmore):
+                return parts
+        else:
+            frame = recv(flags, copy=False)
+            parts.append(frame.bytes if len(frame) < COPY_THRESHOLD else frame)
+            if not frame.more:
+                return parts
+
+
+def _recv_batch(sock: zmq.Socket, flags: int, parts: list[Any]) -> None:
+    """The rest of a batch after its delimiter, as recv_message takes a message: each
+    signature and envelope as bytes, buffers by size; by size throughout from where an
+    index that does not match its frames goes wrong (the receiver refuses the batch)."""
+    recv, rcvmore = sock.recv, zmq.RCVMORE
+    index = recv(flags, copy=True)
+    parts.append(index)
+    more = sock.getsockopt(rcvmore)
+    try:
+        counts = batch_counts(index)
+    except RemoteProtocolError:
+        counts = []
+    for n in counts:
+        for _ in range(2):  # signature, envelope
+            if not more:
+                return
+            parts.append(recv(flags, copy=True))
+            more = sock.getsockopt(rcvmore)
+        for _ in range(n):
+            if not more:
+                return
+            frame = recv(flags, copy=False)
+            parts.append(frame.bytes if len(frame) < COPY_THRESHOLD else frame)
+            more = frame.more
+    while more:  # frames the index does not account for
+        frame = recv(flags, copy=False)
+        parts.append(frame.bytes if len(frame) < COPY_THRESHOLD else frame)
+        more = frame.more
+
+
+def send_frames(
+    socket: zmq.Socket, frames: Sequence[Any], trackers: list[Any] | None = None
+) -> None:
+    """Send a multipart, copying small frames and handing large ones to zmq without a copy.
+
+    With ``trackers`` (a list), the MessageTracker of each zero-copy frame is appended: it
+    is done when zmq no longer reads that memory.
+    """
+    last = len(frames) - 1
+    for i, f in enumerate(frames):
+        flags = zmq.SNDMORE if i < last else 0
+        if isinstance(f, zmq.Frame):
+            socket.send(f, flags, copy=False)
+        else:
+            n = f.nbytes if isinstance(f, memoryview) else len(f)
+            if n < COPY_THRESHOLD:
+                socket.send(f, flags, copy=True)
+            elif trackers is None:
+                socket.send(f, flags, copy=False)
+            else:
+                trackers.append(socket.send(f, flags, copy=False, track=True))

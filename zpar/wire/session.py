@@ -1,0 +1,412 @@
+"""Session: signs and checks messages for one process, and refuses replays."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import hmac
+import itertools
+import logging
+import os
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import blake3
+import zmq
+
+from ..constants import (
+    BUFFER_TAG_SIZE,
+    DELIM,
+    INLINE_SIGNED_MAX,
+    PARALLEL_TAG_MIN,
+    PROTOCOL_VERSION,
+    REPLAY_HISTORY,
+    STORE_RESULT_LIMIT,
+)
+from ..errors import LocalProtocolError, RemoteProtocolError
+from ..recent import RecentKeys
+from .batching import split_messages
+from .envelope import check_envelope, signed_parts, sniff_version, version_error
+from .frames import (
+    HEAD_FRAMES,
+    SIGNATURE_SIZE,
+    decode,
+    encode,
+    frame_view,
+    nbytes,
+    octets,
+    signed_inline,
+    split_idents,
+)
+from .multipart import send_frames
+from .received import LazyMessage, Message
+
+log = logging.getLogger(__name__)
+
+#: This process's pid, refreshed in forked children: msg_ids embed it on every message, and
+#: os.getpid() is a system call on current glibc.
+_PID = os.getpid()
+
+
+def _refresh_pid() -> None:
+    global _PID
+    _PID = os.getpid()
+
+
+os.register_at_fork(after_in_child=_refresh_pid)
+
+
+class Session:
+    """Signs and checks messages for one process, and remembers signatures against replay.
+
+    One Session per process (or per I/O thread): its replay history and msg_id counter are
+    not locked.
+    """
+
+    def __init__(
+        self,
+        key: bytes | str | None,
+        *,
+        session_id: str | None = None,
+        username: str = "",
+        allow_insecure: bool = False,
+        replay_history: int = REPLAY_HISTORY,
+    ) -> None:
+        if isinstance(key, str):
+            key = key.encode("ascii")
+        if not key:
+            if not allow_insecure:
+                raise LocalProtocolError(
+                    "no cluster key: refusing to send unsigned messages. Pass the key from the "
+                    "connection file, or allow_insecure=True to run without signatures."
+                )
+            log.warning(
+                "SECURITY: running WITHOUT message signatures (no key). Anyone who can reach "
+                "these ports can run code on the engines."
+            )
+        self.key: bytes = key or b""
+        self._hmac = hmac.new(self.key, digestmod=hashlib.sha256) if self.key else None
+        # buffers are tagged with a key of their own, derived from the cluster key
+        self._tag_key = hmac.digest(self.key, b"zpar buffer tags", "sha256") if key else b""
+        self.session = session_id or uuid.uuid4().hex
+        self.username = username or os.environ.get("USER", "zpar")
+        self._counter = itertools.count()
+        # 64 bits of each accepted signature, in fixed memory (2 MB for 65,536); a false
+        # "replayed" needs a 2**-64 collision among them
+        self._seen = RecentKeys(replay_history)
+        #: refused messages by reason, e.g. {'bad-signature': 3}
+        self.refused: Counter[str] = Counter()
+        #: the last refusal, for a caller that answers it (a version mismatch at the hub)
+        self.last_refusal: RemoteProtocolError | None = None
+
+    def for_thread(self, replay_history: int = REPLAY_HISTORY) -> Session:
+        """This Session's key, id and msg_id counter, with a replay guard and refusal counts
+        of its own: for a second thread that checks messages (the guard is not locked)."""
+        other = copy.copy(self)
+        other._seen = RecentKeys(replay_history)
+        other.refused = Counter()
+        other.last_refusal = None
+        return other
+
+    # -- building -------------------------------------------------------------------------
+
+    def new_msg_id(self) -> str:
+        return f"{self.session[:12]}_{_PID}_{next(self._counter)}"
+
+    def make_header(
+        self, msg_type: str, msg_id: str | None = None, dest: str | None = None
+    ) -> dict[str, Any]:
+        header = {
+            "msg_id": msg_id or self.new_msg_id(),
+            "msg_type": str(msg_type),
+            "session": self.session,
+            "username": self.username,
+            "date": time.time(),
+            "version": PROTOCOL_VERSION,
+        }
+        if dest is not None:
+            header["dest"] = dest
+        return header
+
+    def sign(self, parts: Iterable[Any]) -> bytes:
+        """HMAC-SHA256 of the parts (in practice: the envelope); b"" without a key."""
+        if self._hmac is None:
+            return b""
+        h = self._hmac.copy()
+        for p in parts:
+            h.update(p)
+        return h.digest()
+
+    def tag(self, buffer: Any) -> bytes | None:
+        """The keyed BLAKE3 tag of one buffer; None without a key."""
+        if not self._tag_key:
+            return None
+        data = octets(buffer)
+        if len(data) >= PARALLEL_TAG_MIN:
+            hasher = blake3.blake3(data, key=self._tag_key, max_threads=blake3.blake3.AUTO)
+        else:  # passing max_threads at all costs ~3 us: a small buffer's whole tag
+            hasher = blake3.blake3(data, key=self._tag_key)
+        return hasher.digest(BUFFER_TAG_SIZE)
+
+    def _tags(self, buffers: Sequence[Any], private: bool) -> list[bytes | None]:
+        tags: list[bytes | None] = []
+        for b in buffers:
+            n = nbytes(b)
+            if n < INLINE_SIGNED_MAX:
+                tags.append(b"")  # signed inline
+            elif private and n > STORE_RESULT_LIMIT:
+                tags.append(None)  # see serialize: untagged on a private channel
+            else:
+                tags.append(self.tag(b))
+        return tags
+
+    def serialize(
+        self,
+        msg_type: str,
+        content: dict[str, Any] | None = None,
+        *,
+        parent: dict[str, Any] | None = None,
+        metadata: dict[str, Any] | None = None,
+        header: dict[str, Any] | None = None,
+        packb: Callable[[Any], bytes] | None = None,
+        buffers: Sequence[Any] = (),
+        dest: str | None = None,
+        private: bool = False,
+    ) -> tuple[dict[str, Any], list[Any]]:
+        """Return (header, [DELIM, signature, envelope, *buffers]).
+
+        The buffers must be given here, not appended afterwards: the signed envelope lists
+        a tag of each. dest: where the request may run (an engine uuid, or ``task`` for the
+        task scheduler); receivers refuse a request bound elsewhere. private: the channel
+        is an ipc socket in the controller's 0700 run directory, reachable only by this user,
+        who can read the key anyway: buffers over STORE_RESULT_LIMIT go untagged there (a
+        100 MB array is not hashed twice per round trip); receivers accept that only on such
+        sockets. packb: a packer of the calling thread's own, for a second thread sharing
+        this Session (the module's packer is reused for speed and is not thread-safe)."""
+        if header is None:
+            header = self.make_header(msg_type, dest=dest)
+        elif dest is not None:
+            header["dest"] = dest
+        p = packb or encode
+        tags = self._tags(buffers, private)
+        try:
+            envelope = p([header, parent or {}, metadata or {}, content or {}, tags])
+        except (TypeError, ValueError, OverflowError) as e:
+            raise LocalProtocolError(f"cannot encode {msg_type} message with msgpack: {e}") from e
+        return header, [DELIM, self.sign(signed_parts(envelope, buffers)), envelope, *buffers]
+
+    def resign(
+        self,
+        msg: Message,
+        *,
+        header: dict[str, Any] | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> list[Any]:
+        """The frames of ``msg`` signed anew with another header or metadata (the task
+        scheduler binds a request to the engine it places it on); the buffers and their
+        tags are reused, not hashed again."""
+        envelope = encode(
+            [
+                msg.header if header is None else header,
+                msg.parent_header,
+                msg.metadata if metadata is None else metadata,
+                msg.content,
+                msg.tags,
+            ]
+        )
+        return [DELIM, self.sign(signed_parts(envelope, msg.buffers)), envelope, *msg.buffers]
+
+    def send(
+        self,
+        socket: zmq.Socket,
+        msg_type: str,
+        content: dict[str, Any] | None = None,
+        *,
+        parent: dict[str, Any] | None = None,
+        metadata: dict[str, Any] | None = None,
+        buffers: Sequence[Any] = (),
+        idents: Sequence[bytes] = (),
+        header: dict[str, Any] | None = None,
+        dest: str | None = None,
+        private: bool = False,
+    ) -> dict[str, Any]:
+        """Sign and send one message; returns its header."""
+        header, frames = self.serialize(
+            msg_type,
+            content,
+            parent=parent,
+            metadata=metadata,
+            header=header,
+            buffers=buffers,
+            dest=dest,
+            private=private,
+        )
+        send_frames(socket, [*idents, *frames])
+        return header
+
+    # -- checking -------------------------------------------------------------------------
+
+    def verify(self, msg_frames: Sequence[Any], *, replay: bool = True) -> bytes:
+        """Check framing, signature and (with ``replay``) that the signature is new; return
+        the envelope, undecoded. The signature is remembered only once the whole message is
+        accepted (see accept): a forged copy of a real message must not shut the real one
+        out. Raises RemoteProtocolError (with a reason token) for anything refused."""
+        if len(msg_frames) < HEAD_FRAMES:
+            raise RemoteProtocolError(
+                "truncated",
+                f"{len(msg_frames)} frames, need at least {HEAD_FRAMES} after identities",
+            )
+        if bytes(frame_view(msg_frames[0])) != DELIM:
+            raise RemoteProtocolError("no-delimiter", "first frame is not the delimiter")
+        signature = bytes(frame_view(msg_frames[1]))
+        envelope = bytes(frame_view(msg_frames[2]))
+        if self._hmac is not None:
+            if not signature:
+                raise RemoteProtocolError("unsigned", "message has no signature")
+            if len(signature) != SIGNATURE_SIZE or not hmac.compare_digest(
+                signature, self.sign(signed_parts(envelope, msg_frames[HEAD_FRAMES:]))
+            ):
+                theirs = sniff_version(msg_frames)
+                if theirs is not None and theirs != PROTOCOL_VERSION:
+                    raise version_error(theirs)
+                raise RemoteProtocolError("bad-signature", "signature does not match the key")
+            if replay and self._replay_key(signature) in self._seen:
+                raise RemoteProtocolError("replayed", "signature already seen")
+        return envelope
+
+    @staticmethod
+    def _replay_key(signature: bytes) -> int:
+        return int.from_bytes(signature[:8], "little")
+
+    def accept(self, signature: bytes) -> None:
+        """Remember an accepted message's signature (the replay guard)."""
+        if self._hmac is not None:
+            self._seen.add(self._replay_key(signature))
+
+    def check_buffers(
+        self, tags: list[bytes | None], buffers: Sequence[Any], private: bool
+    ) -> None:
+        """Refuse buffers that do not match their signed tags (the small ones, signed inline,
+        were checked with the signature)."""
+        if self._hmac is None:
+            return
+        for i, (t, b) in enumerate(zip(tags, buffers, strict=True)):
+            if signed_inline(b):
+                if t != b"":  # the signer tagged a large buffer here
+                    raise RemoteProtocolError("bad-buffer", f"buffer {i} is not the one signed")
+                continue
+            if t == b"":  # the signer signed a small buffer inline here
+                raise RemoteProtocolError("bad-buffer", f"buffer {i} is not the one signed")
+            if t is None:
+                if private and nbytes(b) > STORE_RESULT_LIMIT:
+                    continue
+                raise RemoteProtocolError("untagged-buffer", f"buffer {i} has no signed tag")
+            if not hmac.compare_digest(t, self.tag(b) or b""):
+                raise RemoteProtocolError("bad-buffer", f"buffer {i} does not match its tag")
+
+    def unpack(
+        self,
+        msg_frames: Sequence[Any],
+        idents: list[bytes] | None = None,
+        *,
+        private: bool = False,
+        buffers: bool = True,
+        replay: bool = True,
+    ) -> Message:
+        """Check and decode a message given from its delimiter on. buffers=False skips the
+        tags of large buffers and the buffer count (a relay that hands the buffers on to a
+        receiver that checks them, or a copy without its large buffers); small buffers are
+        always checked, by the signature. Raises RemoteProtocolError."""
+        envelope = self.verify(msg_frames, replay=replay)
+        try:
+            env = decode(envelope)
+        except Exception as e:  # msgpack raises several unrelated types
+            raise RemoteProtocolError("undecodable", f"msgpack: {e}") from e
+        bufs = list(msg_frames[HEAD_FRAMES:])
+        header, parent, metadata, content, tags = check_envelope(
+            env, len(bufs) if buffers else None
+        )
+        if buffers:
+            self.check_buffers(tags, bufs, private)
+        if replay:
+            self.accept(bytes(frame_view(msg_frames[1])))
+        return Message(
+            idents or [], header, parent, metadata, content, bufs, list(msg_frames), tags
+        )
+
+    def feed(
+        self,
+        frames: Sequence[Any],
+        where: str = "",
+        *,
+        private: bool = False,
+        buffers: bool = True,
+        replay: bool = True,
+    ) -> Message | None:
+        """Split, check and decode a received multipart; refuse (log + count) bad ones."""
+        try:
+            idents, msg_frames = split_idents(frames)
+            return self.unpack(msg_frames, idents, private=private, buffers=buffers, replay=replay)
+        except RemoteProtocolError as e:
+            self._refuse(e, where)
+            return None
+
+    def feed_all(
+        self,
+        frames: Sequence[Any],
+        where: str = "",
+        *,
+        private: bool = False,
+        buffers: bool = True,
+        replay: bool = True,
+    ) -> list[Message]:
+        """As feed, for a multipart that may be a batch: every message it carries that
+        passes, each checked on its own (a refused one is logged and counted, the others
+        go on); a batch whose framing is wrong is refused whole, counted once."""
+        try:
+            idents, messages = split_messages(frames)
+        except RemoteProtocolError as e:
+            self._refuse(e, where)
+            return []
+        accepted = []
+        for m in messages:
+            try:
+                accepted.append(
+                    self.unpack(m, list(idents), private=private, buffers=buffers, replay=replay)
+                )
+            except RemoteProtocolError as e:
+                self._refuse(e, where)
+        return accepted
+
+    def feed_lazy_all(
+        self, frames: Sequence[Any], where: str = "", *, private: bool = False
+    ) -> list[LazyMessage]:
+        """As feed_lazy, for a multipart that may be a batch (see feed_all)."""
+        return [
+            LazyMessage(m.idents, m.parent_header.get("msg_id"), m.envelope, m.buffers)
+            for m in self.feed_all(frames, where, private=private)
+        ]
+
+    def feed_lazy(
+        self, frames: Sequence[Any], where: str = "", *, private: bool = False
+    ) -> LazyMessage | None:
+        """As feed (every field checked), but the message keeps only its envelope's bytes
+        and its parent's msg_id (what a reply is routed by); the four maps are decoded
+        again when first read (see LazyMessage)."""
+        msg = self.feed(frames, where, private=private)
+        if msg is None:
+            return None
+        return LazyMessage(msg.idents, msg.parent_header.get("msg_id"), msg.envelope, msg.buffers)
+
+    def _refuse(self, e: RemoteProtocolError, where: str) -> None:
+        self.refused[e.reason] += 1
+        self.last_refusal = e
+        log.warning(
+            "refused message%s: %s (%d refused so far)",
+            f" on {where}" if where else "",
+            e,
+            sum(self.refused.values()),
+        )
