@@ -258,7 +258,7 @@ class Engine:
             self.id, self.uuid, publish=self._publish, restartable=self.restartable
         )
         self.signals.start(self.id)
-        self.heart = Heart(self.ctx, ping, pong, self.ident, self.info)
+        self.heart = Heart(ping, pong, self.ident, self.info)
         self.heart.start()
 
     def _bind_direct(self, addrs: dict[str, str]) -> None:
