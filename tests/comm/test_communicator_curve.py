@@ -1,5 +1,6 @@
 """A communicator on a --curve cluster (issue 13 item 2): its members reach the hub's
-rendezvous over the cluster's Curve sockets, then run collectives between engines."""
+rendezvous over the cluster's Curve sockets, then run collectives between engines over
+Curve links (tests/comm/test_links_curve.py captures what those links carry)."""
 
 from __future__ import annotations
 
@@ -19,10 +20,13 @@ def _ship_by_value():
 
 
 def _allreduce_rank():
+    import zmq
+
     from zpar.engine.namespace import current
 
     c = current()["comm"]
-    return c.allreduce(c.rank + 1), c.bcast("from 0" if c.rank == 0 else None)
+    curve = c._links.router.getsockopt(zmq.MECHANISM) == zmq.CURVE  # the links too
+    return c.allreduce(c.rank + 1), c.bcast("from 0" if c.rank == 0 else None), curve
 
 
 @pytest.mark.parametrize("hosts", [None, "engine"])  # one host (ipc links), one per engine (tcp)
@@ -34,4 +38,4 @@ def test_a_communicator_forms_and_runs_on_a_curve_cluster(monkeypatch, tmp_path,
         dv = rc[:]
         info = dv.communicator(hosts=hosts, timeout=TIMEOUT)
         assert info.size == 2
-        assert dv.apply_sync(_allreduce_rank) == [(3, "from 0"), (3, "from 0")]
+        assert dv.apply_sync(_allreduce_rank) == [(3, "from 0", True), (3, "from 0", True)]
