@@ -10,9 +10,9 @@ from collections.abc import Iterator
 import pytest
 import zmq
 
+from tests.hubrig import inproc_hub
 from zpar.constants import PING, SIGNAL_SUFFIX
-from zpar.hub.heartmonitor import HeartMonitor
-from zpar.hub.hub import Addresses, EngineRecord, Hub
+from zpar.hub.hub import EngineRecord, Hub
 from zpar.messages import MON_MUX_IN, MON_MUX_OUT, MsgType, Status
 from zpar.wire import Session
 
@@ -35,23 +35,7 @@ def rig() -> Iterator[tuple[Hub, dict[str, zmq.Socket]]]:
             s.bind(addr) if bind else s.connect(addr)
         return s
 
-    heart = HeartMonitor(
-        sock(zmq.PUB, "inproc://ping"),
-        sock(zmq.ROUTER, "inproc://pong"),
-        period=1.0,
-        max_misses=3,
-        on_new_heart=lambda u: None,
-        on_heart_failure=lambda u, r: None,
-    )
-    hub = Hub(
-        Session(KEY),
-        query=sock(zmq.ROUTER, "inproc://q"),
-        notification=sock(zmq.XPUB, "inproc://n"),
-        monitor=sock(zmq.PULL, "inproc://m"),
-        events=sock(zmq.PUSH, "inproc://e"),
-        heart=heart,
-        addresses=Addresses({}, {}),
-    )
+    hub = inproc_hub(sock, KEY)
     peers = {
         "scheduler": sock(zmq.PULL, "inproc://e", bind=False),
         "signal": sock(zmq.DEALER, "inproc://q", bind=False, ident=UUID.encode() + SIGNAL_SUFFIX),
