@@ -32,7 +32,7 @@ from typing import Any
 import zmq
 
 from zpar.connection import ConnectionInfo
-from zpar.constants import HUB_TIMEOUT
+from zpar.constants import HUB_TIMEOUT, RESUME_CHECK_TIMEOUT
 from zpar.curve import secure
 from zpar.errors import LocalProtocolError, RemoteProtocolError, TimeoutError, error_content
 from zpar.logs import setup_logging
@@ -60,7 +60,7 @@ from zpar.wire import (
 from .heart import Heart
 from .kernel import Kernel, Reply
 from .monitorcopies import MonitorCopies
-from .registration import register
+from .registration import register, still_registered
 from .revoke import RevokeGate
 from .signals import SignalListener
 from .timelimit import REPLY_FLUSH_LIMIT, TimeLimitWatchdog
@@ -158,6 +158,9 @@ class Engine:
         self._linger = 0
         self._wakeup: socket.socket | None = None
         self._wake_main: socket.socket | None = None
+        #: set by SIGCONT: ask the hub whether it still counts this engine before the next
+        #: request (stopped past the heartbeat's limit, its queued work went elsewhere)
+        self._resumed = False
         #: the time_limit watchdog (engine.timelimit), made for the first limited request
         self.time_limits: TimeLimitWatchdog | None = None
         #: set by the engine's entry point: re-execute this process as a fresh engine
@@ -351,6 +354,8 @@ class Engine:
             self._handle(control, recv_message(control), "control")
 
     def _execute(self, sock: zmq.Socket) -> None:
+        if self._resumed and not self._registration_holds():
+            return  # stale: left queued, dropped with the sockets as the loop stops
         where = "mux" if sock is self.mux else "task" if sock is self.task else "direct"
         self._handle(sock, recv_message(sock), where)
 
@@ -420,6 +425,26 @@ class Engine:
             os.kill(os.getpid(), signal.SIGINT)
         with contextlib.suppress(OSError):
             self._wake_main.send(b"u")
+
+    def _registration_holds(self) -> bool:
+        """After a SIGCONT: False, and the loop stops as when the hub tells it so, if the
+        hub unregistered this engine while it was stopped (what it has queued was failed
+        or placed elsewhere: it must not run here too)."""
+        self._resumed = False
+        held = still_registered(
+            self.ctx,
+            self.session,
+            self.info.registration,
+            self.uuid,
+            self.id,
+            RESUME_CHECK_TIMEOUT,
+            curve=self.info,
+        )
+        if held is False:
+            log.warning("engine %d: unregistered while it was stopped; its queue is stale", self.id)
+            self.unregistered = "unregistered while the engine was stopped"
+            self._stopping = True
+        return held is not False
 
     def _may_start(self, msg: Message) -> bool:
         """A task from the scheduler runs unless the scheduler took it back meanwhile (it
@@ -596,10 +621,12 @@ class Engine:
         old_fd = signal.set_wakeup_fd(w.fileno(), warn_on_full_buffer=False)
         old_handler = signal.signal(signal.SIGTERM, self._on_sigterm)
         old_sigint = signal.signal(signal.SIGINT, self._on_sigint)
+        old_sigcont = signal.signal(signal.SIGCONT, self._on_sigcont)
 
         def restore() -> None:
             signal.signal(signal.SIGTERM, old_handler)
             signal.signal(signal.SIGINT, old_sigint)
+            signal.signal(signal.SIGCONT, old_sigcont)
             signal.set_wakeup_fd(old_fd)
             r.close()
             w.close()
@@ -612,6 +639,9 @@ class Engine:
         self._stopping = True
         if self._busy:
             raise Stop()
+
+    def _on_sigcont(self, signum: int, frame: Any) -> None:
+        self._resumed = True  # checked before the next request (_registration_holds)
 
     def _on_sigint(self, signum: int, frame: Any) -> None:
         """Interrupt the running task (its error is KeyboardInterrupt); idle, ignore it, so

@@ -211,3 +211,7 @@ STALE_HEARTS_KEPT = 1024
 #: Seconds at least between two such tells to one engine: its heart echoes every ping, and
 #: one signed message a second is enough for a tell that may be lost to a partition.
 STALE_HEART_TELL_INTERVAL = 1.0
+#: Seconds an engine continued after a stop (SIGCONT) waits for the hub to say whether it
+#: still counts it, before it takes the next request; silent hub: it goes on (the heartbeat
+#: decides then).
+RESUME_CHECK_TIMEOUT = 5.0

@@ -55,7 +55,7 @@ def test_an_engine_stopped_past_its_heartbeat_registers_again_and_nothing_is_ans
     victim = next(eid for eid, pid in _engine_info(rc).items() if pid == victim_pid)
     old_uuid = rc.sender.engine_uuid(victim)
     # queued behind the load-balanced task on the victim: failed when it is declared dead,
-    # run (or dropped) when it wakes up, answered once either way
+    # and never run there (the engine checks its registration after a SIGCONT)
     direct = rc[victim].apply_async(_first_run_waits, str(tmp_path / "direct"), str(go_path))
 
     os.kill(victim_pid, signal.SIGSTOP)
@@ -93,6 +93,9 @@ def test_an_engine_stopped_past_its_heartbeat_registers_again_and_nothing_is_ans
     # only the resubmitted copy's answer counts
     runs = [int(x) for x in log_path.read_text().split()]
     assert runs[0] == victim_pid and other_pid in runs
+    # what was queued on it when it stopped never ran there: after SIGCONT it asked the hub
+    # before taking its next request, and was told it no longer counts
+    assert not (tmp_path / "direct").exists()
     # the store: the load-balanced task finished once, on the other engine; the direct one
     # is the dead engine's loss, whatever its late reply said. (A direct request still
     # queued in the engine's direct ipc socket reaches the hub only when the engine takes
