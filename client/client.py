@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from zpar.connection import default_url_file, profile_dir, wait_for_connection_file
-from zpar.constants import DEFAULT_PROFILE, HUB_TIMEOUT
+from zpar.constants import DEFAULT_PROFILE, HUB_TIMEOUT, WINDOW_BYTES, WINDOW_REQUESTS
 from zpar.curve import keys_of
 from zpar.errors import (
     NoEnginesRegistered,
@@ -40,6 +40,7 @@ from .ioloop import ClientIO
 from .sender import RequestSender
 from .taskstore import TaskStoreMixin, msg_ids_of
 from .view import BroadcastView, DirectView, LoadBalancedView
+from .window import Windows
 
 log = logging.getLogger(__name__)
 
@@ -95,8 +96,15 @@ class Client(TaskStoreMixin, EngineControlMixin, ClientCompatMixin):
         password: str | None = None,
         paramiko: bool | None = None,
         cluster: Any = None,
+        window: int = WINDOW_REQUESTS,
+        window_bytes: int = WINDOW_BYTES,
         **extra_args: Any,
     ) -> None:
+        """``window`` / ``window_bytes``: work requests (and bytes of them) this client
+        leaves unanswered in the controller per channel, load-balanced and direct; the
+        rest wait in this process, sent in order as replies come (client/window.py). The
+        task scheduler refuses a client's tasks past CLIENT_QUEUE_LIMIT /
+        CLIENT_QUEUE_BYTES (4x the defaults), so raise them no further than that."""
         self._closed = True  # until connected: close() and __del__ have nothing to do
         if "url_or_file" in extra_args:  # ipyparallel's old name, deprecated there too
             warnings.warn(
@@ -126,6 +134,7 @@ class Client(TaskStoreMixin, EngineControlMixin, ClientCompatMixin):
         info = wait_for_connection_file(path, timeout)
         self.session = Session(info.key or None, allow_insecure=not info.key)
         self._io = ClientIO(self.session)
+        self._io.windows = Windows(window, window_bytes)
         self._io.curve = keys_of(info)
         self._io.where = str(path)
         self._io.controller = f"at {info.registration} (pid {info.controller_pid})"
@@ -249,6 +258,7 @@ class Client(TaskStoreMixin, EngineControlMixin, ClientCompatMixin):
         content = AbortRequest(None if jobs is None else msg_ids_of(jobs)).as_dict()
         ids = self.sender.resolve_targets(targets)
         send = self.sender.send
+        self._io.abort_held(content["msg_ids"])  # still in this client: aborted here
         sent = [send("control", MsgType.ABORT_REQUEST, content, engine_id=i) for i in ids]
         if self._io.has_channel("task"):
             sent.append(send("task", MsgType.ABORT_REQUEST, content))
@@ -269,7 +279,8 @@ class Client(TaskStoreMixin, EngineControlMixin, ClientCompatMixin):
         request = QueueRequest(targets=ids, verbose=verbose)
         reply = self.sender.query(MsgType.QUEUE_REQUEST, request.as_dict())
         out: dict[Any, Any] = {int(k): v for k, v in reply.content.get("queues", {}).items()}
-        out["unassigned"] = reply.content.get("unassigned", 0)
+        # tasks held in this client's window have not reached an engine either
+        out["unassigned"] = reply.content.get("unassigned", 0) + self._io.windows.held("task")
         if isinstance(targets, int) and not isinstance(targets, bool):
             return out[targets]
         return out

@@ -39,6 +39,9 @@ class FaultHandling:
     controller: str
     _fail_direct: Callable[[str | None, str], None]
     pending_futures: Callable[[], list[Any]]
+    windows: Any  # client.window.Windows
+    _admitted: Any
+    _window_done: Callable[[Any], None]
 
     def _on_handshake_failed_event(self, event: dict[str, Any]) -> None:
         where = self.where or "the connection file"
@@ -63,6 +66,8 @@ class FaultHandling:
     def _fail_all(self, error: ZparError) -> None:
         """Fail every pending request with ``error`` (nothing can work: wrong key)."""
         self.wrong_key = error
+        self.windows.reset()  # what it held fails below with the rest: never sent
+        self._admitted.clear()
         for fut in self.pending_futures():
             resolve(fut, error=error)
         self._pending.clear()
@@ -83,6 +88,7 @@ class FaultHandling:
                 resent += 1
                 continue
             del self._pending[msg_id]
+            self._window_done(request)  # room for the held ones: they go to the new one
             error = SchedulerLost(
                 f"{reason} while it held task {msg_id}, which had no retries; a new task "
                 "scheduler runs: resubmit it (or give tasks retries to have them resent)"

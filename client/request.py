@@ -35,6 +35,7 @@ class Request:
         "trackers",
         "resend",
         "report_outcome",
+        "windowed",
     )
 
     def __init__(
@@ -48,6 +49,7 @@ class Request:
         track: bool = False,
         broadcast: list[str] | None = None,
         resend: bool = False,
+        windowed: bool = False,
     ) -> None:
         self.msg_id = msg_id
         #: "mux", "control", "task", "query"; "direct" for a call its own thread makes
@@ -74,6 +76,9 @@ class Request:
         self.resend = resend
         #: a direct call load-balanced tasks depend on: the scheduler is told its outcome
         self.report_outcome = False
+        #: work (apply / execute) that counts against the client's submission window
+        #: (client/window.py): held in the client while the window is full
+        self.windowed = windowed
 
     def reply_futures(self) -> list[ReplyFuture]:
         """The futures of its replies: one, or one per engine of a broadcast."""

@@ -31,6 +31,7 @@ from zpar.wire import Message, Session
 from .directcall import DirectCaller
 from .ioloop import ClientIO, outcome_of
 from .request import Request, engine_of
+from .window import WINDOWED_CHANNELS
 
 #: Requests remembered in Client.history: the work sent, which get_result(-1) refers to.
 HISTORY_TYPES = frozenset({MsgType.APPLY_REQUEST, MsgType.EXECUTE_REQUEST})
@@ -139,6 +140,7 @@ class RequestSender:
             track=track,
             broadcast=uuids,
             resend=channel == "task" and bool(metadata and metadata.get("retries")),
+            windowed=msg_type in HISTORY_TYPES and channel in WINDOWED_CHANNELS,
         )
         self._io.submit(request)
         if msg_type in HISTORY_TYPES:  # work, not queries and control (as ipyparallel)

@@ -11,9 +11,11 @@ import zmq
 
 from zpar.argparsing import Parser, checked
 from zpar.constants import (
+    CLIENT_QUEUE_LIMIT,
     DEFAULT_PROFILE,
     HEARTBEAT_MAX_MISSES,
     HEARTBEAT_PERIOD,
+    QUEUE_BUDGET,
     TASK_HWM,
     TASK_SCHEME,
     TASK_SCHEMES,
@@ -24,6 +26,13 @@ from zpar.names import cluster_id, log_level, profile_name
 from zpar.ownership import ControllerLock
 from zpar.settings import CONTROLLER_PORTS, convert, explicit
 from zpar.settings import load as load_settings
+
+
+def _at_least_one(value: str) -> int:
+    n = int(value)
+    if n < 1:
+        raise ValueError(f"expected an int >= 1, got {n}")
+    return n
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,6 +56,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--scheme", default=TASK_SCHEME, choices=TASK_SCHEMES, help="load balancing")
     p.add_argument("--hwm", type=int, default=TASK_HWM, help="tasks per engine (0: unlimited)")
+    p.add_argument(
+        "--client-queue",
+        type=checked(_at_least_one),
+        default=CLIENT_QUEUE_LIMIT,
+        help="unfinished load-balanced tasks held per client (more are refused)",
+    )
+    p.add_argument(
+        "--queue-budget",
+        type=checked(_at_least_one),
+        default=QUEUE_BUDGET,
+        help="bytes of unfinished tasks above which the task scheduler stops reading",
+    )
     p.add_argument(
         "--insecure", action="store_true", help="no key, no signatures (trusted networks only)"
     )
@@ -89,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
 #: when no flag gives them.
 CONTROLLER_SETTINGS = (
     "ip", "location", "hb_period", "hb_misses", "scheme", "hwm", "insecure", "db", "log_level",
-    "curve", "port", "key",
+    "curve", "port", "key", "client_queue", "queue_budget",
 )  # fmt: skip
 
 
@@ -143,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
         hb_misses=args.hb_misses,
         scheme=args.scheme,
         hwm=args.hwm,
+        client_queue=args.client_queue,
+        queue_budget=args.queue_budget,
         insecure=args.insecure,
         curve=args.curve,
         log_level=args.log_level,

@@ -21,11 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from zpar.constants import (
+    CLIENT_QUEUE_LIMIT,
     CURVE_FILE_ENV,
     DEFAULT_PROFILE,
     HEARTBEAT_MAX_MISSES,
     HEARTBEAT_PERIOD,
     KEY_FILE_ENV,
+    QUEUE_BUDGET,
     TASK_HWM,
     TASK_SCHEME,
     WILDCARDS,
@@ -73,6 +75,8 @@ class ControllerConfig:
     hb_misses: int = HEARTBEAT_MAX_MISSES
     scheme: str = TASK_SCHEME
     hwm: int = TASK_HWM
+    client_queue: int = CLIENT_QUEUE_LIMIT  # schedulers/quota.py
+    queue_budget: int = QUEUE_BUDGET
     insecure: bool = False
     curve: bool = False  # CurveZMQ on every socket peers connect to (zpar.curve)
     log_level: str = "INFO"
@@ -137,6 +141,10 @@ def launch_scheduler(
         config.scheme,
         "--hwm",
         str(config.hwm),
+        "--client-queue",
+        str(config.client_queue),
+        "--queue-budget",
+        str(config.queue_budget),
         "--log-level",
         config.log_level,
         "--ipc-dir",

@@ -14,7 +14,15 @@ from pathlib import Path
 
 import zmq
 
-from zpar.constants import CURVE_FILE_ENV, KEY_FILE_ENV, TASK_HWM, TASK_SCHEME, TASK_SCHEMES
+from zpar.constants import (
+    CLIENT_QUEUE_LIMIT,
+    CURVE_FILE_ENV,
+    KEY_FILE_ENV,
+    QUEUE_BUDGET,
+    TASK_HWM,
+    TASK_SCHEME,
+    TASK_SCHEMES,
+)
 from zpar.logs import setup_logging
 from zpar.profiling import profiled
 from zpar.wire import Session
@@ -27,6 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ip", default="127.0.0.1", help="interface to bind for clients and engines")
     p.add_argument("--scheme", default=TASK_SCHEME, choices=TASK_SCHEMES)
     p.add_argument("--hwm", type=int, default=TASK_HWM)
+    p.add_argument("--client-queue", type=int, default=CLIENT_QUEUE_LIMIT)
+    p.add_argument("--queue-budget", type=int, default=QUEUE_BUDGET)
     p.add_argument("--insecure", action="store_true")
     p.add_argument("--ipc-dir", default=None, help="also bind ipc twins in this directory")
     p.add_argument("--client-port", type=int, default=0, help="tcp port for clients (0: any)")
@@ -55,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         except OSError as e:
             sys.stderr.write(f"zpar scheduler: cannot read the key file {path}: {e}\n")
             return 2
+    from .quota import QueueQuota
     from .task import TaskScheduler
 
     parent = args.parent_pid or os.getppid()
@@ -83,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
             curve=curve,
             ports=(args.client_port, args.engine_port),
             generation=args.generation,
+            quota=QueueQuota(per_client=args.client_queue, budget=args.queue_budget),
         )
     except (ValueError, zmq.ZMQError) as e:
         sys.stderr.write(f"zpar scheduler: {e}\n")

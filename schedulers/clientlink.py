@@ -27,7 +27,7 @@ from typing import Any
 
 import zmq
 
-from zpar.constants import CLIENT_KEEPALIVE, CLIENT_SNDHWM
+from zpar.constants import CLIENT_KEEPALIVE, CLIENT_RCVHWM, CLIENT_SNDHWM
 from zpar.sockets import recv_monitor_event
 from zpar.wire import recv_message, send_frames
 
@@ -64,6 +64,9 @@ class ClientLink:
         if hwm <= 0:
             raise ValueError(f"the client high-water mark must be > 0 messages, got {hwm}")
         sock.setsockopt(zmq.SNDHWM, hwm)
+        # what libzmq reads ahead of us from one client (a batch is one message): while
+        # the scheduler pauses its reading (schedulers/quota.py) the rest stays with the client
+        sock.setsockopt(zmq.RCVHWM, CLIENT_RCVHWM)
         sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         idle, interval, probes = CLIENT_KEEPALIVE  # a vanished host closes its connections too
         sock.setsockopt(zmq.TCP_KEEPALIVE, 1)

@@ -12,7 +12,8 @@ import contextlib
 import logging
 from collections import deque
 
-from zpar.errors import EngineError, ImpossibleDependency
+from zpar.errors import EngineError, ImpossibleDependency, TaskCancelled
+from zpar.messages import Status
 
 from .bookstate import BookState
 from .instructions import SendTask
@@ -88,6 +89,8 @@ class Placement(BookState):
         if not candidates:
             return False
         if not self.ledger.admit(task.client):
+            if self._client_gone(task):
+                return True
             task.state = HELD
             self.held.setdefault(task.client, deque()).append(task)
             return True
@@ -188,6 +191,20 @@ class Placement(BookState):
         elif task.state == HELD:
             with contextlib.suppress(KeyError, ValueError):
                 self.held[task.client].remove(task)
+
+    def _client_gone(self, task: Task) -> bool:
+        """Cancel ``task`` if its client is gone (a task of a gone client back from an
+        engine: revoked, retried, its engine dead): held, it would wait for ever."""
+        is_gone = getattr(self.ledger, "is_gone", None)  # ClientLedger's; others never
+        if is_gone is None or not is_gone(task.client):
+            return False
+        self._fail(
+            task,
+            TaskCancelled,
+            f"task {task.msg_id} was cancelled before it ran: its client's connection closed",
+            Status.CANCELLED,
+        )
+        return True
 
     def _release(self, client: bytes) -> None:
         """The ledger may admit ``client`` again: its held tasks are placed in order."""

@@ -32,10 +32,10 @@ from zpar.constants import (
     TASK_SCHEME,
 )
 from zpar.curve import secure
-from zpar.errors import RemoteProtocolError
+from zpar.errors import RemoteProtocolError, SubmissionRefused
 from zpar.memory import Trimmer
-from zpar.messages import MsgType, Status
-from zpar.monitor import TaskDest, TaskOut
+from zpar.messages import TASK_REQUESTS, MsgType, Status
+from zpar.monitor import TaskDest, TaskIn, TaskOut
 from zpar.sockets import bind_port, configure
 from zpar.wire import Message, Session, buffers_size, recv_message, send_frames, split_messages
 
@@ -53,6 +53,8 @@ from .instructions import (
     SendTask,
 )
 from .ledger import Ledger
+from .outbox import Outbox
+from .quota import OVER_WINDOW, QueueQuota
 from .replies import error_reply
 from .schemes import EngineSlot
 
@@ -65,6 +67,15 @@ CONNECT_RETRY = 0.02
 
 #: Messages read from one socket per turn of the loop, so no socket starves the others.
 DRAIN_MAX = 512
+
+#: Messages received before what the book asked for them is sent, at most: sends gathered
+#: while a socket is drained go out as batches when it is empty, or after this many.
+FLUSH_EVERY = 32
+
+#: Whether tasks for one engine and client go out as one wire batch (engines split them
+#: with Session.feed_all; docs/protocol.md "Batches"). Off while the engines of this tree
+#: take one message at a time on their task socket (pengine's engine side turns it on).
+ENGINE_BATCHES = False
 
 
 class TaskScheduler:
@@ -83,6 +94,8 @@ class TaskScheduler:
         ports: tuple[int, int] = (0, 0),
         generation: int = 0,
         ledger: Ledger | None = None,
+        engine_batches: bool = ENGINE_BATCHES,
+        quota: QueueQuota | None = None,
     ) -> None:
         """``curve``: zpar.curve.CurveKeys (with the server secret) on a --curve cluster.
         ``ports``: the client and engine tcp ports to bind (0: any free one); a scheduler
@@ -92,8 +105,12 @@ class TaskScheduler:
         an engine would refuse as a replay while we counted on it.
         ``ledger``: per-client dispatch limits (schedulers/ledger.py); by default the
         client link's (schedulers/clientledger.py): no task runs for a client that is not
-        reading its results, or is gone."""
+        reading its results, or is gone.
+        ``engine_batches``: send the tasks placed on one engine for one client in a pass
+        as one batch (ENGINE_BATCHES); replies to a client always go so.
+        ``quota``: what it holds of each client and of all (schedulers/quota.py)."""
         self.generation = generation
+        self.quota = quota or QueueQuota()
         self.session = session
         self.scheme_name = scheme
         self.ctx = context or zmq.Context.instance()
@@ -119,6 +136,10 @@ class TaskScheduler:
         self._unpause_at = 0.0
         self.stopping = False
         self._trimmer = Trimmer()
+        self.engine_batches = engine_batches
+        #: sends gathered during a pass, by route (schedulers/outbox.py)
+        self._tasks_out: Outbox[tuple[Task, EngineSlot]] = Outbox()
+        self._replies_out: Outbox[None] = Outbox()
 
     @property
     def engines(self) -> dict[bytes, EngineSlot]:
@@ -159,8 +180,19 @@ class TaskScheduler:
             self.client_addr,
             self.engine_addr,
         )
+        reading = True  # submissions: not while the queue is over its budget (quota)
         while not self.stopping:
             self.hub.report_refusals(self.session, time.monotonic())  # issue 13: status
+            if reading == self.quota.over_budget:
+                reading = not reading
+                poller.modify(client, zmq.POLLIN if reading else 0)
+                log.info(
+                    "%s reading submissions: %d task(s), %d bytes held (budget %d)",
+                    "resumed" if reading else "paused",
+                    len(book.live),
+                    self.quota.total,
+                    self.quota.budget,
+                )
             ready = dict(poller.poll(self._wait_ms()))
             if self.link.busy:
                 self._flush_parked()
@@ -185,7 +217,7 @@ class TaskScheduler:
             if engine in ready:
                 self._drain(engine, self._on_reply)
             if client in ready:
-                self._drain(client, self._on_submission, self.link.recv)
+                self._drain(client, self._on_submission, self._recv_submission)
             self.hub.flush_due(time.monotonic())
             if not book.live:
                 self._trimmer.maybe_trim()  # idle after a burst: give the pages back
@@ -208,17 +240,28 @@ class TaskScheduler:
         return wait
 
     def _drain(self, sock: zmq.Socket, handler: Any, recv: Any = None) -> None:
+        """Handle what ``sock`` has (DRAIN_MAX messages at most); what the book asks is
+        carried out after each, its sends gathered and sent as batches when the socket is
+        empty or every FLUSH_EVERY messages."""
         recv = recv or (lambda flags: recv_message(sock, flags))
-        for _ in range(DRAIN_MAX):
-            try:
-                frames = recv(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            try:
-                handler(frames)  # one message or a batch: each handler splits (feed_all)
-            except Exception:  # one bad message must never stop the scheduler
-                log.exception("error handling a message of %d frames; dropped", len(frames))
-            self._carry_out()
+        try:
+            for n in range(1, DRAIN_MAX + 1):
+                try:
+                    frames = recv(zmq.NOBLOCK)
+                except zmq.Again:
+                    return
+                try:
+                    handler(frames)  # one message or a batch: each handler splits (feed_all)
+                except Exception:  # one bad message must never stop the scheduler
+                    log.exception("error handling a message of %d frames; dropped", len(frames))
+                self._carry_out(flush=not n % FLUSH_EVERY)
+        finally:
+            self._flush()
+
+    def _recv_submission(self, flags: int) -> list[Any]:
+        if self.quota.over_budget:  # stop mid-drain: the rest waits in libzmq's pipes
+            raise zmq.Again()
+        return self.link.recv(flags)
 
     def _unpause(self, now: float) -> None:
         if now < self._unpause_at:
@@ -250,9 +293,43 @@ class TaskScheduler:
         client = None
         for msg in self.session.feed_all(frames, "task scheduler (client)"):
             client = msg.idents[0] if msg.idents else b""
+            if self._over_quota(client, msg):
+                continue
             self.book.submission(client, msg)
         if client is not None and self.link.is_gone(client):  # sent just before it closed
             self.book.client_gone(client)
+
+    def _over_quota(self, client: bytes, msg: Message) -> bool:
+        """Charge a new task to its client's quota; True if refused (answered here with
+        SubmissionRefused, counted as ``over_window``). Duplicates and misrouted requests
+        are the book's to refuse, uncharged."""
+        header = msg.header
+        if (
+            header.get("msg_type") not in TASK_REQUESTS
+            or msg.dest != TASK_DEST_NAME
+            or header["msg_id"] in self.book.live
+            or self.quota.holds(header["msg_id"])
+        ):
+            return False
+        why = self.quota.charge(client, header["msg_id"], sum(len(f) for f in msg.frames))
+        if why is None:
+            return False
+        self.session._refuse(RemoteProtocolError(OVER_WINDOW, why), "task scheduler (client)")
+        out = self.book.out
+        out.append(HubEvent(TaskIn(client, header, msg.metadata)))
+        out.append(FailTask(client, header, None, SubmissionRefused, why, Status.ERROR))
+        return True
+
+    def _release(self, msg_id: Any) -> None:
+        """The book no longer holds ``msg_id`` in any form: its quota is free again."""
+        if not isinstance(msg_id, str) or not self.quota.holds(msg_id):
+            return
+        book = self.book
+        if msg_id in book.live:
+            return
+        if book.broadcasts and any((msg_id, u) in book.broadcasts for u in book.engines):
+            return  # a broadcast's other engines have still to answer
+        self.quota.release(msg_id)
 
     def _on_reply(self, frames: list[Any]) -> None:
         # [engine_uuid, client_ident, <ZPAR|MSG>, signature, envelope, buffers…], or a batch
@@ -313,9 +390,10 @@ class TaskScheduler:
 
     # -- instructions out -------------------------------------------------------------------
 
-    def _carry_out(self) -> None:
+    def _carry_out(self, flush: bool = True) -> None:
         """Carry out what the book asked, in order (a send that finds no engine feeds the
-        book again, and what it asks then is carried out in the same pass)."""
+        book again, and what it asks then is carried out in the same pass); ``flush``:
+        send what was gathered now (else the caller flushes)."""
         out = self.book.out
         while out:
             instruction = out.popleft()
@@ -323,24 +401,45 @@ class TaskScheduler:
                 self._do(instruction)
             except Exception:  # one failed send must not drop the instructions after it
                 log.exception("could not carry out %s", type(instruction).__name__)
+        if flush:
+            self._flush()
+
+    def _flush(self) -> None:
+        """Send the gathered tasks and replies, as batches where a route has several."""
+        while self._tasks_out or self._replies_out:
+            if self._tasks_out:
+                self._flush_tasks()
+            if self._replies_out:
+                self._flush_replies()
+            out = self.book.out
+            while out:  # an engine found unreachable: the book placed its tasks anew
+                instruction = out.popleft()
+                try:
+                    self._do(instruction)
+                except Exception:
+                    log.exception("could not carry out %s", type(instruction).__name__)
 
     def _do(self, instruction: Instruction) -> None:
         match instruction:
             case SendTask(task, engine):
                 self._send_task(task, engine)
             case RelayReply(client, uuid, reply):
-                self.link.send(client, [uuid, *reply.frames])
+                self._replies_out.add((client, uuid), reply.frames, None)
                 self.hub.task_out(uuid, client, reply)
+                self._release(reply.parent_header.get("msg_id"))
             case FailTask():
                 self._send_error(instruction)
+                self._release(instruction.header.get("msg_id"))
             case HubEvent(event):
                 self.hub.event(event)
             case AbortReply(client, parent, aborted):
+                self._flush_replies(client)  # its replies in the order the book gave them
                 _, frames = self.session.serialize(
                     MsgType.ABORT_REPLY, {"status": Status.OK, "aborted": aborted}, parent=parent
                 )
                 self.link.send(client, frames)
             case RevokeTasks(engine, msg_ids):
+                self._flush_tasks()  # what it asks back has left first
                 self._send_revoke(engine, msg_ids)
             case Refuse(reason, detail):
                 self.session._refuse(RemoteProtocolError(reason, detail), "task scheduler (client)")
@@ -364,16 +463,43 @@ class TaskScheduler:
         if self.generation:
             metadata = {**metadata, "scheduler": self.generation}
         frames = self.session.resign(msg, header=header, metadata=metadata)
+        if self.engine_batches:
+            self._tasks_out.add((uuid, task.client), frames, (task, engine))
+        else:
+            self._send_to_engine([uuid, task.client, *frames], [(task, engine)])
+
+    def _flush_tasks(self) -> None:
+        for route, multipart, sent in self._tasks_out.take():
+            self._send_to_engine([*route, *multipart], sent)
+
+    def _send_to_engine(self, frames: list[Any], sent: list[tuple[Task, EngineSlot]]) -> None:
+        """Send one multipart of tasks (one, or a batch) to their engine; a missing engine
+        connection (ROUTER_MANDATORY's EHOSTUNREACH) is the book's to handle, per task."""
+        book = self.book
         try:
-            send_frames(self.engine, [uuid, task.client, *frames])
+            send_frames(self.engine, frames)
         except zmq.ZMQError as e:
             if e.errno != zmq.EHOSTUNREACH:
                 raise
-            book.undeliverable(task, engine)
+            for task, engine in sent:
+                book.undeliverable(task, engine)
             return
+        engine = sent[0][1]
         if not engine.reached:
             book.delivered(engine)
-        self.hub.event(TaskDest(task.msg_id, uuid.decode()))
+        where = engine.uuid.decode()
+        event = self.hub.event
+        for task, _ in sent:
+            event(TaskDest(task.msg_id, where))
+
+    def _flush_replies(self, client: bytes | None = None) -> None:
+        """Send the gathered replies (only ``client``'s if given), one multipart per
+        client and engine."""
+        replies = self._replies_out
+        if not replies or (client is not None and not replies.holds(client, 0)):
+            return
+        for (to, uuid), multipart, _ in replies.take(client, 0):
+            self.link.send(to, [uuid, *multipart])
 
     def _send_revoke(self, engine: EngineSlot, msg_ids: list[str]) -> None:
         try:
@@ -393,6 +519,7 @@ class TaskScheduler:
         engine = fail.engine
         uuid = engine.uuid if engine is not None else b""
         reply = error_reply(self.session, fail.header, engine, fail.error, fail.evalue, fail.status)
+        self._flush_replies(fail.client)  # its replies in the order the book gave them
         self.link.send(fail.client, [uuid, *reply.frames])
         self.hub.event(
             TaskOut(

@@ -72,6 +72,13 @@ HUB_TIMEOUT = 10.0
 #: docs/decisions.md, "Prefetch", for the measurements that chose the value.
 TASK_HWM = 2
 
+#: Prefetch depth of an engine that answers while tasks wait in the scheduler's queue, within
+#: STEAL_AFTER / TASK_HWM_LOADED of its previous answer (when the high-water mark is above
+#: 1): several short tasks go to it in one batch and its replies come back together, while
+#: the work it holds stays within about STEAL_AFTER; steal-back still takes back what a
+#: stalled engine holds. See docs/decisions.md, "Prefetch under load".
+TASK_HWM_LOADED = 8
+
 #: Seconds an engine holding prefetched tasks may go without answering before the scheduler
 #: takes its unstarted tasks back (revoke_request) and gives it one at a time until it
 #: answers: short against the 10 ms tasks a blocked engine must not trap, long against the
@@ -191,6 +198,29 @@ PARK_RETRY = 0.01
 #: about 60 + 6 x 10 s. The kernel answers probes for a stopped process, so a SIGSTOPped
 #: client stays connected (slow, not gone).
 CLIENT_KEEPALIVE = (60, 10, 6)
+
+# credits (issue 13 item 3): submission windows and the scheduler's queue bounds ----------
+
+#: Work requests (apply / execute) a client leaves unanswered in the controller per
+#: channel (load-balanced, direct); the rest wait in the client (client/window.py). One
+#: client alone keeps 8 engines x TASK_HWM busy with room to spare (docs/decisions.md).
+WINDOW_REQUESTS = 256
+#: Bytes of those requests' frames per channel (always at least one request, however big).
+WINDOW_BYTES = 16 * 2**20
+
+#: What the task scheduler holds of one client at most (schedulers/quota.py): tasks past
+#: either bound are refused with SubmissionRefused. Room for a client window raised to 4x.
+CLIENT_QUEUE_LIMIT = 4 * WINDOW_REQUESTS
+CLIENT_QUEUE_BYTES = 4 * WINDOW_BYTES
+#: Bytes of all clients' unfinished tasks (frames + QUEUED_TASK_COST each) above which the
+#: task scheduler stops reading submissions until it falls below again.
+QUEUE_BUDGET = 128 * 2**20
+#: What a task costs the scheduler beyond its frames (header dicts, the Task, the
+#: Message): ~3.5 KB per queued task was measured with 100,000 queued.
+QUEUED_TASK_COST = 3072
+#: Messages libzmq buffers from one client in the scheduler's ROUTER (a batch is one):
+#: while the scheduler does not read, more wait in the client's own socket.
+CLIENT_RCVHWM = 64
 
 # faults (issue 13): a restarted controller
 #: Seconds an engine whose controller went silent waits for a new controller (a connection

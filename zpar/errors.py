@@ -81,6 +81,12 @@ class TaskCancelled(TaskAborted):
     (the store records it as ``cancelled``; issue 13, backpressure)."""
 
 
+class SubmissionRefused(ZparError):
+    """The task scheduler refused a load-balanced task because its client already had as
+    many tasks (or bytes) unfinished there as it holds for one client: a client that
+    ignored its submission window (client/window.py; issue 13, credits)."""
+
+
 class TaskTimeout(TimeoutError):
     """A task's dependencies were not met within its timeout, or it ran past its time_limit."""
 

@@ -17,7 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from . import names
-from .constants import HEARTBEAT_MAX_MISSES, HEARTBEAT_PERIOD, TASK_HWM, TASK_SCHEME, TASK_SCHEMES
+from .constants import (
+    CLIENT_QUEUE_LIMIT,
+    HEARTBEAT_MAX_MISSES,
+    HEARTBEAT_PERIOD,
+    QUEUE_BUDGET,
+    TASK_HWM,
+    TASK_SCHEME,
+    TASK_SCHEMES,
+)
 
 #: Name of a profile's settings file.
 CONFIG_FILE = "config.toml"
@@ -102,6 +110,20 @@ SPECS: dict[str, Spec] = {
     "hb_misses": Spec("controller", int, "missed heartbeats before an engine is dead", _positive),
     "scheme": Spec("controller", str, "load-balancing scheme", choices=TASK_SCHEMES),
     "hwm": Spec("controller", int, "unfinished tasks per engine (0: unlimited)", lambda x: x >= 0),
+    "client_queue": Spec(
+        "controller",
+        int,
+        "unfinished load-balanced tasks the task scheduler holds per client (more are "
+        "refused; clients keep a window of 256)",
+        _positive,
+    ),
+    "queue_budget": Spec(
+        "controller",
+        int,
+        "bytes of unfinished tasks, all clients, above which the task scheduler stops "
+        "reading submissions",
+        _positive,
+    ),
     "insecure": Spec("controller", bool, "no key and no signatures (trusted networks only)"),
     "curve": Spec("controller", bool, "CurveZMQ on every connection (docs/security.md)"),
     "log_level": Spec("controller", str, "log level of every process", names.log_level),
@@ -140,6 +162,8 @@ class Settings:
     hb_misses: int = HEARTBEAT_MAX_MISSES
     scheme: str = TASK_SCHEME
     hwm: int = TASK_HWM
+    client_queue: int = CLIENT_QUEUE_LIMIT
+    queue_budget: int = QUEUE_BUDGET
     insecure: bool = False
     curve: bool = False
     log_level: str = "WARNING"

@@ -17,6 +17,7 @@ import psutil
 import pytest
 
 from tests.e2e.conftest import wait_until
+from zpar.constants import CLIENT_QUEUE_LIMIT, WINDOW_REQUESTS
 
 #: the CI size of the issue's case (20,000 results of 100 KB took the scheduler to 2 GB)
 N_RESULTS = 2000
@@ -32,16 +33,16 @@ CLIENT = textwrap.dedent(
     import json, os, sys, time
     import zpar
 
-    url, n, size, ids_file, sleep = sys.argv[1:6]
-    n, size, sleep = int(n), int(size), float(sleep)
+    url, n, size, ids_file, sleep, window, direct = sys.argv[1:8]
+    n, size, sleep, window = int(n), int(size), float(sleep), int(window)
 
     def make(i, size, sleep):
         import time
         time.sleep(sleep)
         return i, bytes([i % 251]) * size
 
-    rc = zpar.Client(url_file=url)
-    view = rc.load_balanced_view()
+    rc = zpar.Client(url_file=url, window=window)
+    view = rc[rc.ids[0]] if direct == "direct" else rc.load_balanced_view()
     ars = [view.apply_async(make, i, size, sleep) for i in range(n)]
     with open(ids_file + ".tmp", "w") as f:
         json.dump([ar.msg_ids[0] for ar in ars], f)
@@ -63,7 +64,7 @@ def _scheduler(cluster) -> psutil.Process:
     return found[0]
 
 
-def _start_client(cluster, tmp_path, n, size, sleep=0.0):
+def _start_client(cluster, tmp_path, n, size, sleep=0.0, window=WINDOW_REQUESTS, direct=False):
     """A client process submitting ``n`` tasks (results of ``size`` bytes); its output goes
     to files (a pipe nobody reads while it is stopped would block it)."""
     script = tmp_path / "client" / "client.py"  # beside it, nothing named zpar
@@ -80,6 +81,8 @@ def _start_client(cluster, tmp_path, n, size, sleep=0.0):
                 str(size),
                 str(ids_file),
                 str(sleep),
+                str(window),
+                "direct" if direct else "load-balanced",
             ],
             stdout=out,
             stderr=err,
@@ -130,10 +133,15 @@ def test_a_stopped_client_gets_every_result_later_and_the_scheduler_stays_bounde
     rc.wait_for_engines(2, timeout=60)
     sched = _scheduler(c)
     idle = sched.memory_info().rss
-    proc, ids = _start_client(c, tmp_path, N_RESULTS, RESULT_SIZE)
+    # a window as large as the scheduler takes (4x the default): past the CLIENT_SNDHWM
+    # replies in its pipe, the scheduler holds the stopped client's tasks itself
+    proc, ids = _start_client(c, tmp_path, N_RESULTS, RESULT_SIZE, window=CLIENT_QUEUE_LIMIT)
     try:
-        # every task reached the hub (the client's I/O thread sent them all), then stop it
-        wait_until(_every(0.2, lambda: len(_statuses(rc, ids)) == N_RESULTS), "all submitted", 120)
+        # its window of tasks reached the controller (the rest waits in the client), then
+        # stop it
+        wait_until(
+            _every(0.2, lambda: len(_statuses(rc, ids)) >= CLIENT_QUEUE_LIMIT), "submitted", 120
+        )
         os.kill(proc.pid, signal.SIGSTOP)
         peak = idle
 
@@ -148,7 +156,7 @@ def test_a_stopped_client_gets_every_result_later_and_the_scheduler_stays_bounde
 
         wait_until(_every(0.5, held_back), "the stopped client's tasks held back", 300)
         wait_until(_every(0.5, held_back), "still held back a moment later", 60)
-        pending = sum(s is None for s in _statuses(rc, ids).values())
+        pending = N_RESULTS - sum(s is not None for s in _statuses(rc, ids).values())
         assert pending > 0, "every task ran: nothing was held back"
 
         # another client is served meanwhile
@@ -178,7 +186,11 @@ def test_a_killed_clients_queued_tasks_are_cancelled_and_a_new_task_runs(make_cl
     n = 400
     proc, ids = _start_client(c, tmp_path, n, 10, sleep=0.05)
     try:
-        wait_until(_every(0.2, lambda: len(_statuses(rc, ids)) == n), "all submitted", 120)
+        wait_until(
+            _every(0.2, lambda: len(_statuses(rc, ids)) >= min(n, WINDOW_REQUESTS)),
+            "its window submitted",
+            120,
+        )
         wait_until(
             _every(0.1, lambda: sum(s == "ok" for s in _statuses(rc, ids).values()) >= 4),
             "some tasks done",
@@ -189,15 +201,56 @@ def test_a_killed_clients_queued_tasks_are_cancelled_and_a_new_task_runs(make_cl
         proc.wait(timeout=60)
 
     def settled():
+        # what reached the controller (its window: the rest died with the client, unsent)
         statuses = _statuses(rc, ids)
-        return len(statuses) == n and None not in statuses.values()
+        return len(statuses) >= min(n, WINDOW_REQUESTS) and None not in statuses.values()
 
     # the orphans are not run (400 x 50 ms on 2 engines would take 10 s): they are cancelled
     wait_until(_every(0.2, settled), "every task of the killed client settled", 60)
     statuses = list(_statuses(rc, ids).values())
     cancelled = statuses.count("cancelled")
     assert set(statuses) <= {"ok", "cancelled"}, set(statuses)
-    assert cancelled >= n // 2, f"only {cancelled} of {n} cancelled"
+    assert cancelled >= min(n, WINDOW_REQUESTS) // 2, f"only {cancelled} of {n} cancelled"
     # a new client's task does not wait behind them
     assert rc.load_balanced_view().apply_async(lambda: "next").get(timeout=60) == "next"
     assert rc.queue_status()["unassigned"] == 0
+
+
+@pytest.mark.timeout(600)
+def test_a_stopped_clients_direct_results_wait_in_the_engine_within_its_window(
+    make_cluster, tmp_path
+):
+    """The MUX relay forwards every direct request at once and holds the replies toward a
+    client that stopped reading, in libzmq's unbounded pipe. The client's window keeps
+    WINDOW_REQUESTS unanswered, so the relay holds at most that many results; the rest of
+    the work waits in the client, and nothing is lost after SIGCONT."""
+    c = make_cluster(n=2, controller_args=SLOW_HB)
+    rc = c.client
+    rc.wait_for_engines(2, timeout=60)
+    controller = psutil.Process(c.launcher.controller.pid)
+    idle = controller.memory_info().rss
+    proc, ids = _start_client(c, tmp_path, N_RESULTS, RESULT_SIZE, direct=True)
+    try:
+        os.kill(proc.pid, signal.SIGSTOP)
+        peak = idle
+
+        def engines_idle():
+            nonlocal peak
+            peak = max(peak, controller.memory_info().rss)
+            q = rc.queue_status()
+            return sum(v["queue"] + v["tasks"] for k, v in q.items() if isinstance(k, int)) == 0
+
+        wait_until(_every(0.5, engines_idle), "the stopped client's window answered", 300)
+        done = sum(s is not None for s in _statuses(rc, ids).values())
+        # the engines idle with work left: the rest of it waits in the stopped client
+        assert done < N_RESULTS, "every direct request reached an engine"
+        grown = max(peak, controller.memory_info().rss) - idle
+        print(
+            f"controller RSS: idle {idle / 2**20:.0f} MB, +{grown / 2**20:.0f} MB with "
+            f"{done} direct results of {RESULT_SIZE} B toward the stopped client"
+        )
+        assert grown <= WINDOW_REQUESTS * RESULT_SIZE * 2 + 50 * 2**20
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+    assert proc.wait(timeout=600) == 0, _output(tmp_path)
+    assert f"all {N_RESULTS} results" in _output(tmp_path)

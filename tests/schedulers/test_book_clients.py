@@ -7,7 +7,7 @@ from __future__ import annotations
 from tests.schedulers.test_book import A, B, reply, request, sends, take, two_engines
 from zpar.dependency import Dependency
 from zpar.messages import Status
-from zpar.schedulers.book import HELD, QUEUED, RUNNING, WAITING
+from zpar.schedulers.book import HELD, QUEUED, RUNNING, WAITING, TaskBook
 from zpar.schedulers.clientledger import ClientLedger, Send
 from zpar.schedulers.instructions import FailTask, RelayReply
 
@@ -114,3 +114,27 @@ def test_a_gone_clients_waiting_queued_and_held_tasks_are_cancelled_once():
     book.client_gone(SLOW)
     assert [f.header["msg_id"] for f in take(book, FailTask)] == ["late"]
     assert not any(t.client == SLOW for t in book.live.values() if t.msg_id != "r2")
+
+
+def test_a_gone_clients_task_back_from_an_engine_is_cancelled_not_held_for_ever():
+    # a revoke (or a retry) that returns a task after its client's connection closed:
+    # held, it would wait for a client that never reads again (found by the CI load test)
+    from tests.schedulers.test_book import Clock
+
+    clock, ledger = Clock(), ClientLedger()
+    book = TaskBook("leastload", 2, clock=clock, ledger=ledger)
+    book.engine_up(0, A)
+    book.engine_up(1, B)
+    for m in ("long", "other", "third"):
+        book.submission(SLOW, request(m, SLOW))
+    sends(book)  # long and third on A, other on B
+    clock.now += 1
+    book.tick()
+    take(book)  # the revoke of A's unstarted task
+    ledger.forget(SLOW)
+    book.client_gone(SLOW)  # nothing of it waits in the book: every task is on an engine
+    assert take(book, FailTask) == []
+    book.revoked(A, ["third"])  # after the close: back from the engine
+    (fail,) = take(book, FailTask)
+    assert fail.header["msg_id"] == "third" and fail.status == Status.CANCELLED
+    assert "third" not in book.live and SLOW not in book.held
