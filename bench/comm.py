@@ -40,7 +40,9 @@ def run_zpar(sizes: list[int], quick: bool, params: dict[str, int]) -> dict[int,
     cloudpickle.register_pickle_by_value(comm_kernels)
     os.environ.setdefault("ZPAR_DIR", tempfile.mkdtemp(prefix="zpar-bench-comm-"))
     out = {}
-    with zpar.Cluster(n=max(sizes), log_level="WARNING") as rc:
+    # ZPAR_BENCH_CURVE=1: the same rows on a --curve cluster (Curve links; docs/security.md)
+    curve = os.environ.get("ZPAR_BENCH_CURVE") == "1"
+    with zpar.Cluster(n=max(sizes), log_level="WARNING", curve=curve) as rc:
         rc.wait_for_engines(max(sizes), timeout=120)
         for n in sizes:
             dv = rc[:n]

@@ -19,6 +19,7 @@ from urllib.parse import urlparse
 import msgpack
 
 from zpar.constants import ZPAR_LABEL_ENDPOINTS, ZPAR_LABEL_HOSTNAME, ZPAR_LABEL_PARAMS
+from zpar.curve import keys_of
 
 from .communicator import Communicator
 from .links import PeerLinks
@@ -88,7 +89,8 @@ def join(
     gc.collect()
     params = dict(params or {})
     member = RendezvousMember.from_engine(comm_id, rank, size, auth=auth, timeout=timeout)
-    links = PeerLinks(rank, size, comm_id, engine.session.key)
+    curve = keys_of(engine.info) is not None  # a --curve cluster: the links are Curve too
+    links = PeerLinks(rank, size, comm_id, engine.session.key, curve=curve)
     try:
         endpoints = links.bind(ip_toward(engine.info.registration))
         hostnames = [

@@ -14,6 +14,12 @@ its rank first (a signed HELLO carrying the communicator id); the lower one acce
 anybody, checks the rank and the id, and answers WELCOME. A link to a peer on the same host
 uses ipc, to another host tcp. Every pair has exactly one connection, so packets between two
 ranks arrive in the order they were sent.
+
+On a --curve cluster (``curve=True``) the links are CurveZMQ too: each rank makes a key pair
+of its own, its ROUTER is a Curve server with it, the public key travels in its endpoints
+(through the hub's rendezvous, itself over Curve) and its DEALERs connect as Curve clients
+of each lower rank's key. Packets are signed with the cluster key either way; Curve adds
+that their bytes are unreadable on the network.
 """
 
 from __future__ import annotations
@@ -77,6 +83,7 @@ class PeerLinks:
         key: bytes,
         *,
         context: zmq.Context | None = None,
+        curve: bool = False,
     ) -> None:
         if not 0 <= rank < size:
             raise ValueError(f"rank {rank} out of range for size {size}")
@@ -87,6 +94,11 @@ class PeerLinks:
         for opt, val in ((zmq.LINGER, 0), (zmq.SNDHWM, 0), (zmq.RCVHWM, 0)):
             self.router.setsockopt(opt, val)
         self.router.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        #: this rank's Curve key pair (public, secret) on a --curve cluster (module doc)
+        self._curve = zmq.curve_keypair() if curve else None
+        if self._curve is not None:
+            self.router.setsockopt(zmq.CURVE_SERVER, 1)
+            self.router.setsockopt(zmq.CURVE_SECRETKEY, self._curve[1])
         self.dealers: dict[int, zmq.Socket] = {}
         self.endpoints: dict[str, str] = {}
         self._send_seq = [0] * size
@@ -127,6 +139,8 @@ class PeerLinks:
             "ipc": f"ipc://{path}",
             "tcp": f"tcp://{tcp_ip}:{port}",
         }
+        if self._curve is not None:
+            self.endpoints["curve"] = self._curve[0].decode("ascii")
         return self.endpoints
 
     def dance(self, table: list[dict[str, str]], timeout: float = 60.0) -> None:
@@ -147,6 +161,14 @@ class PeerLinks:
             for opt, val in ((zmq.LINGER, 0), (zmq.SNDHWM, 0), (zmq.RCVHWM, 0)):
                 d.setsockopt(opt, val)
             d.setsockopt(zmq.ROUTING_ID, _ident(self.rank))
+            if self._curve is not None:
+                server = table[j].get("curve")
+                if not isinstance(server, str) or len(server) != 40:
+                    d.close()
+                    raise LinkError(f"rank {j} offers no Curve key on a --curve cluster", [j])
+                d.setsockopt(zmq.CURVE_SERVERKEY, server.encode("ascii"))
+                d.setsockopt(zmq.CURVE_PUBLICKEY, self._curve[0])
+                d.setsockopt(zmq.CURVE_SECRETKEY, self._curve[1])
             d.connect(table[j]["ipc"] if table[j]["hostname"] == me else table[j]["tcp"])
             self.dealers[j] = d
             self.poller.register(d, zmq.POLLIN)

@@ -27,16 +27,17 @@ the other (see PeerLinks.poll).
 from __future__ import annotations
 
 import mmap
-import os
 import platform
 import struct
 import threading
-import uuid
+
+from zpar.privatefile import SHM_DIR, attach_mapped, create_mapped, unlink_quietly
 
 #: the store order the mailbox relies on (see above); elsewhere the sockets carry everything
 SUPPORTED = platform.machine().lower() in ("x86_64", "amd64")
 
-SHM_DIR = "/dev/shm"
+__all__ = ["SHM_DIR", "Mailbox"]
+
 #: bytes before the slots: three counters, each on a cache line of its own
 HEAD = 192
 #: slots per pair: the credit window (hiwater 8) bounds data packets; ACKs and the rest fit
@@ -76,38 +77,15 @@ class Mailbox:
     def create(cls, slots: int = SLOTS, slot_size: int = SLOT_SIZE) -> Mailbox:
         """The sender's side: a new file, space reserved (ENOSPC now rather than SIGBUS
         later), zeroed counters."""
-        path = os.path.join(SHM_DIR, f"{_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}")
-        size = cls.size_for(slots, slot_size)
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
-        try:
-            os.posix_fallocate(fd, 0, size)
-            mm = mmap.mmap(fd, size)
-        except BaseException:
-            os.unlink(path)
-            raise
-        finally:
-            os.close(fd)
+        path, mm = create_mapped(_PREFIX, cls.size_for(slots, slot_size))
         return cls(path, mm, slots, slot_size)
 
     @classmethod
     def attach(cls, path: str, slots: int = SLOTS, slot_size: int = SLOT_SIZE) -> Mailbox:
         """The receiver's side: map the sender's file, then unlink it (both hold the mapping,
         nothing is left behind at exit)."""
-        if not path.startswith(f"{SHM_DIR}/{_PREFIX}") or "/" in path[len(SHM_DIR) + 1 :]:
-            raise ValueError(f"refusing mailbox path {path!r}")
-        size = cls.size_for(slots, slot_size)
-        fd = os.open(path, os.O_RDWR)
-        try:
-            if os.fstat(fd).st_size != size:
-                raise ValueError(f"mailbox {path} is not {size} bytes")
-            mm = mmap.mmap(fd, size)
-        finally:
-            os.close(fd)
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
-        return cls(path, mm, slots, slot_size)
+        mapping = attach_mapped(path, _PREFIX, cls.size_for(slots, slot_size), what="mailbox")
+        return cls(path, mapping, slots, slot_size)
 
     # -- sender ---------------------------------------------------------------------------
 
@@ -163,7 +141,4 @@ class Mailbox:
         except BufferError:  # a packet view is still alive somewhere: the GC frees it
             pass
         if unlink:
-            try:
-                os.unlink(self.path)
-            except FileNotFoundError:
-                pass
+            unlink_quietly(self.path)

@@ -23,6 +23,7 @@ from typing import Any
 import zmq
 
 from zpar.constants import RENDEZVOUS_SUFFIX, RENDEZVOUS_TIMEOUT, SIGNAL_REPLAY_HISTORY
+from zpar.curve import secure
 from zpar.errors import ZparError
 from zpar.messages import MsgType
 from zpar.sockets import configure
@@ -69,7 +70,10 @@ class RendezvousMember:
         engine_uuid: str = "",
         who: str = "",
         context: zmq.Context | None = None,
+        curve: Any = None,
     ) -> None:
+        """``curve``: the cluster's zpar.curve keys (or its ConnectionInfo) on a --curve
+        cluster, whose hub takes only Curve peers."""
         if auth not in AUTH_BY_NAME:
             raise ValueError(f"auth must be one of {sorted(AUTH_BY_NAME)}, got {auth!r}")
         if not isinstance(comm_id, str) or not comm_id:
@@ -91,7 +95,7 @@ class RendezvousMember:
         ident = (engine_uuid or uuidlib.uuid4().hex).encode() + RENDEZVOUS_SUFFIX
         ctx = context or zmq.Context.instance()
         #: readable when the hub has something to say (after done(): a member lost)
-        self.socket = configure(ctx.socket(zmq.DEALER), ident + comm_id.encode())
+        self.socket = secure(configure(ctx.socket(zmq.DEALER), ident + comm_id.encode()), curve)
         self.socket.connect(hub_url)
         self._label: int | None = None
         self._error: RendezvousError | None = None
@@ -138,6 +142,7 @@ class RendezvousMember:
             timeout=timeout,
             engine_uuid=engine.uuid,
             who=f"engine {engine.id}",
+            curve=engine.info,
         )
 
     # -- the IMPI commands -----------------------------------------------------------------------

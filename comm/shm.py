@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import logging
 import mmap
-import os
-import uuid
+
+from zpar.privatefile import SHM_DIR, attach_mapped, create_mapped, unlink_quietly
 
 log = logging.getLogger(__name__)
 
-SHM_DIR = "/dev/shm"
+__all__ = ["SHM_DIR", "ShmRing"]
+
+_PREFIX = "zpar-comm-"
 
 
 class ShmRing:
@@ -38,35 +40,12 @@ class ShmRing:
 
     @classmethod
     def create(cls, slots: int, slot_size: int) -> ShmRing:
-        path = os.path.join(SHM_DIR, f"zpar-comm-{os.getpid()}-{uuid.uuid4().hex[:12]}")
-        size = slots * slot_size
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
-        try:
-            os.posix_fallocate(fd, 0, size)
-            mm = mmap.mmap(fd, size)
-        except BaseException:
-            os.unlink(path)
-            raise
-        finally:
-            os.close(fd)
+        path, mm = create_mapped(_PREFIX, slots * slot_size)
         return cls(path, slots, slot_size, mm)
 
     @classmethod
     def attach(cls, path: str, slots: int, slot_size: int) -> ShmRing:
-        if not path.startswith(SHM_DIR + "/zpar-comm-") or "/" in path[len(SHM_DIR) + 1 :]:
-            raise ValueError(f"refusing shared memory path {path!r}")
-        fd = os.open(path, os.O_RDWR)
-        try:
-            if os.fstat(fd).st_size != slots * slot_size:
-                raise ValueError(f"shared memory {path} is not {slots} x {slot_size} bytes")
-            mm = mmap.mmap(fd, slots * slot_size)
-        finally:
-            os.close(fd)
-        try:
-            os.unlink(path)  # both ends hold the mapping: nothing left behind at exit
-        except FileNotFoundError:
-            pass
-        return cls(path, slots, slot_size, mm)
+        return cls(path, slots, slot_size, attach_mapped(path, _PREFIX, slots * slot_size))
 
     def slot(self, k: int) -> memoryview:
         return self._view[k * self.slot_size : (k + 1) * self.slot_size]
@@ -83,7 +62,4 @@ class ShmRing:
             self._mm.close()
         except BufferError:  # a view of a slot is still alive somewhere: the GC frees it
             pass
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
+        unlink_quietly(self.path)

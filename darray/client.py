@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import numpy as np
 
@@ -23,23 +23,29 @@ from .maps import Distribution, owned_piece
 log = logging.getLogger("zpar.darray")
 
 
+class Layout(TypedDict, total=False):
+    """How a constructor lays its array out over the engines, keyword-only and the same for
+    every constructor (docs/darray.md): ``dist`` (None: blocks along the first dimension),
+    ``grid_shape``, ``padding``, ``periodic``, ``targets`` (None: all engines)."""
+
+    dist: Any
+    grid_shape: Sequence[int] | None
+    padding: Any
+    periodic: Any
+    targets: Any
+
+
+_LAYOUT_KEYS = frozenset(Layout.__annotations__)
+
+
 def _filled_constructor(name: str, fill: Any, empty: bool, doc: str) -> Callable[..., DistArray]:
     """``zeros``, ``ones`` and ``empty``: one signature, differing only in what fills the
     sections (``empty`` leaves them uninitialised)."""
 
     def constructor(
-        self: DarrayClient,
-        shape,
-        dtype=float,
-        dist=None,
-        grid_shape=None,
-        padding=None,
-        periodic=None,
-        targets=None,
+        self: DarrayClient, shape: Any, dtype: Any = float, **layout: Unpack[Layout]
     ) -> DistArray:
-        return self._allocate(
-            shape, dtype, dist, grid_shape, padding, periodic, targets, fill, empty
-        )
+        return self._allocate(shape, dtype, layout, fill, empty)
 
     constructor.__name__ = name
     constructor.__qualname__ = f"DarrayClient.{name}"
@@ -56,16 +62,24 @@ class DarrayClient:
     # -- layout -----------------------------------------------------------------------------
 
     def _plan(
-        self,
-        shape: int | Sequence[int],
-        dist: Any,
-        grid_shape: Sequence[int] | None,
-        padding: Any,
-        periodic: Any,
-        targets: Any,
+        self, shape: int | Sequence[int], layout: Layout
     ) -> tuple[tuple[int, ...], list[int], list[tuple[dict[str, Any], ...]]]:
+        unknown = sorted(set(layout) - _LAYOUT_KEYS)
+        if unknown:
+            raise TypeError(
+                f"unknown layout keyword(s) {', '.join(unknown)}; a layout takes "
+                f"{', '.join(sorted(_LAYOUT_KEYS))}"
+            )
+        targets = layout.get("targets")
         ids = self.client.sender.resolve_targets("all" if targets is None else targets)
-        shape, per_rank = plan(shape, dist, grid_shape, padding, periodic, len(ids))
+        shape, per_rank = plan(
+            shape,
+            layout.get("dist"),
+            layout.get("grid_shape"),
+            layout.get("padding"),
+            layout.get("periodic"),
+            len(ids),
+        )
         return shape, ids, per_rank
 
     def _each(
@@ -76,9 +90,9 @@ class DarrayClient:
         return [ar.get() for ar in ars]
 
     def _allocate(
-        self, shape, dtype, dist, grid_shape, padding, periodic, targets, fill, empty
+        self, shape: Any, dtype: Any, layout: Layout, fill: Any, empty: bool
     ) -> DistArray:
-        shape, ids, per_rank = self._plan(shape, dist, grid_shape, padding, periodic, targets)
+        shape, ids, per_rank = self._plan(shape, layout)
         dtype = np.dtype(dtype).str
         key = new_key()
         self._each(ids, onengine.allocate, lambda r: (key, per_rank[r], dtype, fill, empty))
@@ -93,34 +107,15 @@ class DarrayClient:
     )
 
     def full(
-        self,
-        shape,
-        fill_value,
-        dtype=None,
-        dist=None,
-        grid_shape=None,
-        padding=None,
-        periodic=None,
-        targets=None,
+        self, shape: Any, fill_value: Any, dtype: Any = None, **layout: Unpack[Layout]
     ) -> DistArray:
         dtype = np.array(fill_value).dtype if dtype is None else dtype
-        return self._allocate(
-            shape, dtype, dist, grid_shape, padding, periodic, targets, fill_value, False
-        )
+        return self._allocate(shape, dtype, layout, fill_value, False)
 
-    def fromarray(
-        self,
-        array,
-        dtype=None,
-        dist=None,
-        grid_shape=None,
-        padding=None,
-        periodic=None,
-        targets=None,
-    ) -> DistArray:
+    def fromarray(self, array: Any, dtype: Any = None, **layout: Unpack[Layout]) -> DistArray:
         """Distribute a client-side array: each engine is sent only the cells it owns."""
         array = np.asarray(array, dtype=dtype)
-        shape, ids, per_rank = self._plan(array.shape, dist, grid_shape, padding, periodic, targets)
+        shape, ids, per_rank = self._plan(array.shape, layout)
         d = Distribution(per_rank)
         key = new_key()
         dt = array.dtype.str
@@ -137,18 +132,10 @@ class DarrayClient:
         return DistArray(self.client, key, ids, per_rank, array.dtype, distribution=d)
 
     def fromfunction(
-        self,
-        function,
-        shape,
-        dtype=float,
-        dist=None,
-        grid_shape=None,
-        padding=None,
-        periodic=None,
-        targets=None,
+        self, function: Any, shape: Any, dtype: Any = float, **layout: Unpack[Layout]
     ) -> DistArray:
         """As ``numpy.fromfunction``, evaluated on the engines over the indices they own."""
-        shape, ids, per_rank = self._plan(shape, dist, grid_shape, padding, periodic, targets)
+        shape, ids, per_rank = self._plan(shape, layout)
         key = new_key()
         dt = np.dtype(dtype).str
         self._each(ids, onengine.from_function, lambda r: (key, per_rank[r], dt, function))

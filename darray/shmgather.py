@@ -13,17 +13,18 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
-import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
+from zpar.privatefile import SHM_DIR, mapped_until_return
+
 from .maps import outer_key
 
 #: Below this many bytes the sockets are as quick, and no file is made.
 SHM_GATHER_MIN_BYTES = 1 << 20
-SHM_DIR = "/dev/shm"
+__all__ = ["SHM_DIR", "SHM_GATHER_MIN_BYTES", "shared_result", "write_into"]
 
 
 @contextlib.contextmanager
@@ -34,29 +35,15 @@ def shared_result(
     cannot be had (small, no /dev/shm, no room). The file is unlinked on exit; the array
     keeps its mapping for as long as it lives."""
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    if nbytes < SHM_GATHER_MIN_BYTES or dtype.hasobject or not os.path.isdir(SHM_DIR):
+    if nbytes < SHM_GATHER_MIN_BYTES or dtype.hasobject:
         yield None
         return
-    path = os.path.join(SHM_DIR, f"zpar-gather-{uuid.uuid4().hex}")
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-    except OSError:
-        yield None
-        return
-    try:
-        try:
-            os.posix_fallocate(fd, 0, nbytes)
-            mapping = mmap.mmap(fd, nbytes)
-        except OSError:
-            os.close(fd)
-            os.unlink(path)
+    with mapped_until_return("zpar-gather-", nbytes) as made:
+        if made is None:
             yield None
             return
-        os.close(fd)
+        path, mapping = made
         yield path, np.frombuffer(mapping, dtype=dtype).reshape(shape)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
 
 
 def write_into(

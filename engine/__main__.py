@@ -137,6 +137,9 @@ def main(argv: list[str] | None = None) -> int:
                 info = wait_for_connection_file(path, max(0.0, until - time.monotonic()))
         if engine.restart:
             _restart(restart_argv, engine.id)
+        if engine.unregistered is not None and engine.id >= 0:
+            # declared dead while it ran on (stopped, cut off): a fresh engine, same id if free
+            _restart(restart_argv, engine.id)
         if engine.controller_lost and args.reconnect > 0 and engine.id >= 0:
             if stopped_on_purpose(path, info.controller_pid or -1):
                 logging.getLogger("zpar.engine").info(

@@ -22,7 +22,9 @@ engine.iopub, the user session engine.kernel.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import signal
 import socket
 import threading
@@ -33,7 +35,7 @@ from typing import Any
 import zmq
 
 from zpar.connection import ConnectionInfo
-from zpar.constants import HUB_TIMEOUT
+from zpar.constants import HUB_TIMEOUT, RESUME_CHECK_TIMEOUT
 from zpar.curve import secure
 from zpar.logs import setup_logging
 from zpar.messages import RegistrationReply
@@ -48,7 +50,7 @@ from .heart import Heart
 from .iopub import IOPub
 from .kernel import Kernel
 from .monitorcopies import MonitorCopies
-from .registration import connect_and_wait, register
+from .registration import connect_and_wait, register, still_registered
 from .replies import ReplySender
 from .serving import RunState, Server, Sockets
 from .signals import SignalListener
@@ -111,6 +113,7 @@ class Engine:
         self.state = RunState()
         self._sockets: list[zmq.Socket] = []
         self._wakeup: socket.socket | None = None
+        self._wake_main: socket.socket | None = None
         #: set by the engine's entry point: re-execute this process as a fresh engine
         self.restart_now: Callable[[], None] | None = None
         #: capabilities' sockets served by the loop (engine.watched)
@@ -125,6 +128,12 @@ class Engine:
     def controller_lost(self) -> bool:
         """The controller went silent: the entry point may wait for a new one."""
         return self.state.controller_lost
+
+    @property
+    def unregistered(self) -> str | None:
+        """The hub unregistered this engine while it ran on (stopped, cut off): the
+        entry point registers again (hub/staleheart.py)."""
+        return self.state.unregistered
 
     # -- capabilities' sockets ----------------------------------------------------------------
 
@@ -192,6 +201,7 @@ class Engine:
         ping_sub.connect(ping)
         self.signals = SignalListener(self.ctx, self.info.key, self.info.registration, self.ident)
         signal_session = self.signals.session
+        self.signals.on_unregistered = self._on_unregistered
         self.signals.refusals.counts = lambda: merged(
             (self.session.refused, signal_session.refused)
         )
@@ -229,9 +239,10 @@ class Engine:
             watched=self.watched,
             silence_limit=max(MIN_CONTROLLER_SILENCE, 10 * float(reply.hb_period or 0)),
             on_stuck=self._on_stuck if self.restart_now is not None else None,
+            on_resumed=self._registration_holds,
         )
         self.signals.start(self.id)
-        self.heart = Heart(self.ctx, ping, pong, self.ident, self.info)
+        self.heart = Heart(ping, pong, self.ident, self.info)
         self.heart.start()
 
     def _bind_direct(self, addrs: dict[str, str]) -> None:
@@ -265,6 +276,42 @@ class Engine:
             self.close()
             restore()
         return 0
+
+    # -- declared dead while it ran on (hub/staleheart.py) ---------------------------------------
+
+    def _on_unregistered(self, reason: str) -> None:
+        """The hub no longer counts this engine (signal thread): what it runs or holds was
+        failed or placed elsewhere already. Stop the loop, interrupt a running task (its
+        reply, as every later one, is dropped) and let the entry point register again."""
+        self.state.unregistered = reason
+        self.state.stopping = True
+        if self.server is not None:
+            self.server.replies.stale = reason
+        if self._wake_main is None:  # not on the main thread: nothing to interrupt or wake
+            return
+        if self.state.busy:
+            os.kill(os.getpid(), signal.SIGINT)
+        with contextlib.suppress(OSError):
+            self._wake_main.send(b"u")
+
+    def _registration_holds(self) -> bool:
+        """After a SIGCONT: False, and the loop stops as when the hub tells it so, if the
+        hub unregistered this engine while it was stopped (what it has queued was failed
+        or placed elsewhere: it must not run here too)."""
+        self.state.resumed = False
+        held = still_registered(
+            self.ctx,
+            self.session,
+            self.info.registration,
+            self.uuid,
+            self.id,
+            RESUME_CHECK_TIMEOUT,
+            curve=self.info,
+        )
+        if held is False:
+            log.warning("engine %d: unregistered while it was stopped; its queue is stale", self.id)
+            self._on_unregistered("unregistered while the engine was stopped")
+        return held is not False
 
     # -- a task stuck past its time limit (engine.timelimit) ----------------------------------
 
@@ -323,17 +370,21 @@ class Engine:
         r.setblocking(False)
         w.setblocking(False)
         self._wakeup = r
+        self._wake_main = w
         old_fd = signal.set_wakeup_fd(w.fileno(), warn_on_full_buffer=False)
         old_handler = signal.signal(signal.SIGTERM, self._on_sigterm)
         old_sigint = signal.signal(signal.SIGINT, self._on_sigint)
+        old_sigcont = signal.signal(signal.SIGCONT, self._on_sigcont)
 
         def restore() -> None:
             signal.signal(signal.SIGTERM, old_handler)
             signal.signal(signal.SIGINT, old_sigint)
+            signal.signal(signal.SIGCONT, old_sigcont)
             signal.set_wakeup_fd(old_fd)
             r.close()
             w.close()
             self._wakeup = None
+            self._wake_main = None
 
         return restore
 
@@ -341,6 +392,9 @@ class Engine:
         self.state.stopping = True
         if self.state.busy:
             raise Stop()
+
+    def _on_sigcont(self, signum: int, frame: Any) -> None:
+        self.state.resumed = True  # checked before the next request (_registration_holds)
 
     def _on_sigint(self, signum: int, frame: Any) -> None:
         """Interrupt the running task (its error is KeyboardInterrupt); idle, ignore it, so

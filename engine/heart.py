@@ -6,6 +6,11 @@
 User code holds the GIL in the main thread for as long as it likes; the proxy never needs it,
 so a long pure-Python task cannot get its engine declared dead (pyzmq's
 examples/heartbeat/heart.py does the same with a plain device).
+
+The heart's sockets live in a zmq context of their own, so they have a libzmq I/O thread of
+their own: on a --curve cluster the engine's I/O thread decrypts and encrypts every byte of
+its tasks' messages, and a 100 MB array there held the pongs back past the hub's limit (the
+engine was declared dead in the middle of a push; tests/e2e/test_curve_heartbeat.py).
 """
 
 from __future__ import annotations
@@ -25,11 +30,10 @@ log = logging.getLogger(__name__)
 class Heart:
     """Start with ``start()``; ``stop()`` ends the proxy and closes its sockets."""
 
-    def __init__(
-        self, context: zmq.Context, ping: str, pong: str, identity: bytes, curve: Any = None
-    ) -> None:
-        """``curve``: the cluster's zpar.curve keys (or its ConnectionInfo) on --curve."""
-        self._ctx = context
+    def __init__(self, ping: str, pong: str, identity: bytes, curve: Any = None) -> None:
+        """``curve``: the cluster's zpar.curve keys (or its ConnectionInfo) on --curve. The
+        heart makes a zmq context of its own when it starts (see the module doc)."""
+        self._ctx: zmq.Context | None = None
         self._curve = curve
         self.ping = ping
         self.pong = pong
@@ -39,6 +43,7 @@ class Heart:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
+        self._ctx = zmq.Context()
         sub = secure(configure(self._ctx.socket(zmq.SUB)), self._curve)
         sub.setsockopt(zmq.SUBSCRIBE, b"")
         sub.connect(self.ping)
@@ -80,3 +85,6 @@ class Heart:
                 self._thread.join(timeout)
             self._control.close(linger=0)
             self._control = None
+            if self._ctx is not None and (self._thread is None or not self._thread.is_alive()):
+                self._ctx.term()
+                self._ctx = None

@@ -67,6 +67,40 @@ def register(
         sock.close(linger=0)
 
 
+def still_registered(
+    context: zmq.Context,
+    session: Session,
+    address: str,
+    uuid: str,
+    engine_id: int,
+    timeout: float,
+    curve: Any = None,
+) -> bool | None:
+    """Whether the hub at ``address`` counts engine ``engine_id`` as ``uuid`` now (its
+    connection_reply lists the registered engines); None when it does not answer within
+    ``timeout`` (a controller busy or gone: the heartbeat decides then)."""
+    sock = secure(configure(context.socket(zmq.DEALER)), curve)
+    try:
+        sock.connect(address)
+        header = session.send(sock, MsgType.CONNECTION_REQUEST, {})
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not sock.poll(int(remaining * 1000) + 1):
+                return None
+            msg = session.feed(sock.recv_multipart(), "registration check")
+            if msg is None or msg.msg_type != MsgType.CONNECTION_REPLY:
+                continue
+            if msg.parent_header.get("msg_id") != header["msg_id"]:
+                continue
+            engines = msg.content.get("engines")
+            if not isinstance(engines, dict):
+                return None
+            return engines.get(engine_id, engines.get(str(engine_id))) == uuid
+    finally:
+        sock.close(linger=0)
+
+
 def _check(content: dict[str, Any], address: str) -> RegistrationReply:
     if content.get("status") != Status.OK:
         reason = content.get("evalue") or "no reason given"

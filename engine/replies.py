@@ -56,10 +56,22 @@ class ReplySender:
         #: multiparts sent, and replies in them (a reply batch counts once, its replies each)
         self.sent_multiparts = 0
         self.sent_replies = 0
+        #: the hub's reason once it unregistered this engine: every reply is dropped (its
+        #: work was failed or placed elsewhere; hub/staleheart.py)
+        self.stale: str | None = None
 
     def send(self, sock: zmq.Socket, msg: Message, reply: Reply, *, hold: bool = False) -> None:
         """Answer ``msg`` with ``reply``; ``hold``: keep it for the next flush (the caller
         guarantees one comes before anything slow, see the module's rule)."""
+        if self.stale is not None:
+            log.info(
+                "engine %d: %s's %s dropped: the hub unregistered this engine (%s)",
+                self.engine_id,
+                msg.msg_id,
+                reply.msg_type,
+                self.stale,
+            )
+            return
         direct = sock is self.direct
         frames = self._frames(msg, reply, direct)
         if not direct and (hold or self.held):
@@ -84,6 +96,8 @@ class ReplySender:
         """Send every held reply: consecutive ones to one destination as one batch."""
         held, self.held = self.held, []
         self._held_bytes = 0
+        if self.stale is not None:
+            return
         i = 0
         while i < len(held):
             sock, idents, frames = held[i]

@@ -59,6 +59,12 @@ class RunState:
     linger: int = 0
     #: set when the controller went silent
     controller_lost: bool = False
+    #: the hub's reason, once it said it unregistered this engine while it ran on (stopped
+    #: or cut off past the heartbeat's limit): the entry point registers again
+    unregistered: str | None = None
+    #: set by SIGCONT: ask the hub whether it still counts this engine before the next
+    #: request (stopped past the heartbeat's limit, its queued work went elsewhere)
+    resumed: bool = False
 
 
 @dataclass(slots=True)
@@ -90,7 +96,10 @@ class Server:
         watched: WatchedSockets | None = None,
         silence_limit: float = 5.0,
         on_stuck: Callable[[str, float], None] | None = None,
+        on_resumed: Callable[[], bool] | None = None,
     ) -> None:
+        """``on_resumed``: after a SIGCONT, before the next request: False if the engine
+        no longer counts (the loop then stops with that request unrun)."""
         self.id = engine_id
         self.uuid = engine_uuid
         self.ident = engine_uuid.encode("ascii")
@@ -105,6 +114,7 @@ class Server:
         self.watched = watched or WatchedSockets()
         self.silence_limit = silence_limit
         self._on_stuck = on_stuck
+        self._on_resumed = on_resumed
         #: requests checked and not yet run: (socket, where, message), in arrival order
         self.in_hand: deque[tuple[zmq.Socket, str, Message]] = deque()
         s = sockets
@@ -258,6 +268,8 @@ class Server:
                 self.handle(control, "control", msg)
 
     def run_next(self) -> None:
+        if self.state.resumed and self._on_resumed is not None and not self._on_resumed():
+            return  # stale: left in hand, dropped as the loop stops
         """Run the first request in hand. Held replies never outlive the batch in hand: a
         reply held for the next task leaves even when that task is then dropped (revoked
         by the scheduler) or answers nothing."""

@@ -6,6 +6,11 @@ scheduler's revoke_request (prefetched tasks not started yet, engine/revoke.py).
                                                              os.kill(own pid, signum)
     task scheduler engine ROUTER ◄─revoke_request/reply─► DEALER (uuid + REVOKE_SUFFIX)
 
+The hub also tells this line when it declared the engine dead while its heart kept beating
+(``unregistration_notification`` naming this engine: it was stopped or cut off past the
+heartbeat's limit; hub/staleheart.py): the thread calls ``on_unregistered`` and the engine
+drops its stale work and registers again.
+
 A control message would wait behind the running task (the main thread reads control between
 requests); this thread only needs the GIL for a moment, which the interpreter hands over
 every few milliseconds even to a busy pure-Python task. The main thread's handlers then act:
@@ -20,6 +25,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 
 import msgpack
 import zmq
@@ -71,6 +77,9 @@ class SignalListener:
         #: the engine's refused messages, which this thread reports to the hub when they
         #: change (zpar.refusals; the main thread may be busy in user code for hours)
         self.refusals = RefusalReporter(lambda: dict(self.session.refused))
+        #: called (on this thread) with the hub's reason when the hub says this engine is
+        #: no longer registered
+        self.on_unregistered: Callable[[str], None] | None = None
 
     def revoke_socket(self) -> zmq.Socket:
         """The DEALER for revoke requests, for the engine to connect to the task
@@ -145,6 +154,9 @@ class SignalListener:
         msg = self.session.feed(frames, "signal socket")
         if msg is None:
             return
+        if msg.msg_type == MsgType.UNREGISTRATION_NOTIFICATION:
+            self._unregistered(msg.content)
+            return
         if msg.msg_type != MsgType.SIGNAL_REQUEST:
             log.warning(
                 "engine %d: ignored a %r message (%s) on the signal socket",
@@ -169,6 +181,18 @@ class SignalListener:
             msg.msg_id,
         )
         os.kill(os.getpid(), signum)
+
+    def _unregistered(self, content: dict) -> None:
+        if content.get("uuid") != self._uuid.decode("ascii") or self.on_unregistered is None:
+            log.warning(
+                "engine %d: ignored an unregistration_notification for %r",
+                self.engine_id,
+                content.get("uuid"),
+            )
+            return
+        reason = str(content.get("reason") or "no reason given")
+        log.warning("engine %d: the hub unregistered this engine: %s", self.engine_id, reason)
+        self.on_unregistered(reason)
 
     def stop(self, timeout: float = 2.0) -> None:
         """End the thread (or just close the socket if it never started); safe twice."""

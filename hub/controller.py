@@ -73,6 +73,12 @@ class Controller:
         importing this module); started here if not."""
         self.config = config
         self.ctx = zmq.Context()
+        #: the heartbeat's ping and pong sockets have a libzmq I/O thread of their own: on
+        #: a --curve cluster the main one encrypts and decrypts every byte the relays carry,
+        #: and a 100 MB push held the pings and pongs back past the engines' limit
+        #: (tests/e2e/test_curve_heartbeat.py; the engine's heart does the same)
+        self.hb_ctx = zmq.Context()
+        self._hb_zap: ZapAuthenticator | None = None
         if launch is None:
             launch = launch_scheduler(config)
         self.rundir = launch.rundir
@@ -94,9 +100,12 @@ class Controller:
 
     # -- start-up -------------------------------------------------------------------------
 
-    def _socket(self, kind: int, *, peers: bool = True) -> zmq.Socket:
-        """``peers``: engines or clients connect to it (a Curve server on a --curve cluster)."""
-        s = configure(self.ctx.socket(kind))
+    def _socket(
+        self, kind: int, *, peers: bool = True, context: zmq.Context | None = None
+    ) -> zmq.Socket:
+        """``peers``: engines or clients connect to it (a Curve server on a --curve cluster).
+        ``context``: another than the controller's (the heartbeat's)."""
+        s = configure((context or self.ctx).socket(kind))
         if peers:
             secure(s, self.curve, server=True)
         self._sockets.append(s)
@@ -123,14 +132,16 @@ class Controller:
         host = cfg.advertised_host
         if self.curve is not None:  # judging handshakes before the first socket binds
             self.zap = ZapAuthenticator(self.ctx, {self.curve.client_public})
+            self._hb_zap = ZapAuthenticator(self.hb_ctx, {self.curve.client_public})
+            self._hb_zap.refused = self.zap.refused  # one count of refused handshakes
         query = self._socket(zmq.ROUTER)
         query_addr = bind_port(query, ip, cfg.port_of("registration"))
         notification = self._socket(zmq.XPUB)
         notification.setsockopt(zmq.XPUB_VERBOSE, 1)  # every subscriber gets its welcome
         notification_addr = bind_port(notification, ip, cfg.port_of("notification"))
-        ping = self._socket(zmq.PUB)
+        ping = self._socket(zmq.PUB, context=self.hb_ctx)
         ping_addr = bind_port(ping, ip, cfg.port_of("heartbeat ping"))
-        pong = self._socket(zmq.ROUTER)
+        pong = self._socket(zmq.ROUTER, context=self.hb_ctx)
         pong_addr = bind_port(pong, ip, cfg.port_of("heartbeat pong"))
         monitor = self._socket(zmq.PULL, peers=False)
         inproc_monitor = f"inproc://zpar-monitor-{os.getpid()}"
@@ -340,12 +351,14 @@ class Controller:
                 pass
         for s in self._sockets:
             s.close(linger=0)
-        if self.zap is not None:
-            self.zap.stop()
+        for zap in (self.zap, self._hb_zap):
+            if zap is not None:
+                zap.stop()
         # the relay threads close their sockets when term() interrupts them
-        term = threading.Thread(target=self.ctx.term, daemon=True)
-        term.start()
-        term.join(5)
+        for ctx in (self.ctx, self.hb_ctx):
+            term = threading.Thread(target=ctx.term, daemon=True)
+            term.start()
+            term.join(5)
         shutil.rmtree(self.rundir, ignore_errors=True)
         log.info("controller stopped")
 

@@ -60,6 +60,7 @@ from .queryapi import QueryHandler, load_queries
 from .recorder import StoreWriter
 from .records import EngineRecord, TaskTable
 from .services import HubService, load_services
+from .staleheart import StaleHearts
 from .stores import LOST_IN_RESTART, MemoryStore, TaskStore
 
 log = logging.getLogger(__name__)
@@ -104,6 +105,8 @@ class Hub:
         self.engines: dict[int, EngineRecord] = {}
         self.by_uuid: dict[bytes, EngineRecord] = {}
         self.pending: dict[bytes, EngineRecord] = {}
+        #: engines unregistered here, told so if their heart still beats (hub/staleheart.py)
+        self.stale = StaleHearts()
         self.next_id = 0
         store = store or MemoryStore()
         # completed records live in the store; memory keeps a few for per-engine status
@@ -400,11 +403,15 @@ class Hub:
     def _on_new_heart(self, uuid: bytes) -> None:
         rec = self.pending.pop(uuid, None)
         if rec is None:
+            if uuid in self.stale:  # declared dead, yet it beats: tell it to re-register
+                self.stale.tell(self.session, self.query, uuid)
+                return
             log.warning(
                 "heartbeat from unknown engine %r ignored (dead already, or never registered)",
                 uuid[:64],
             )
             return
+        self.stale.registered(uuid)
         rec.registered = time.time()
         self.heart.watch(uuid)
         self.engines[rec.id] = rec
@@ -426,6 +433,7 @@ class Hub:
             return
         self.engines.pop(rec.id, None)
         self.heart.forget(uuid)
+        self.stale.unregistered(uuid, rec.id, reason)
         lost = self.tasks.engine_died(rec.uuid)
         log.warning(
             "engine %d (uuid %s) unregistered: %s; %d direct task(s) lost",
@@ -482,6 +490,8 @@ class Hub:
         if msg.dest != engine_uuid:
             return  # not for this engine: refused there, so not recorded here
         self.tasks.submitted(msg.header, "mux", client, engine_uuid)
+        if engine in self.stale:  # taken by an engine declared dead: lost, whatever it says
+            self.tasks.engine_died(engine_uuid)
 
     def _mux_out(self, frames: list[Any]) -> None:
         # [client_ident, engine_uuid, <ZPAR|MSG>, signature, envelope, buffers…]

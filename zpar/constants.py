@@ -233,3 +233,15 @@ ENGINE_RECONNECT_WINDOW = 30.0
 REFUSAL_REPORT_INTERVAL = 0.5
 #: Processes the hub keeps refusal counts of (engines come and go; the oldest are dropped).
 REFUSAL_PROCESSES_KEPT = 4096
+
+# faults (issue 13): an engine declared dead while it lives on (faultsfix)
+#: Engines the hub unregistered that it remembers, to tell one whose heart still beats that
+#: its registration is gone (hub/staleheart.py); the oldest are forgotten first.
+STALE_HEARTS_KEPT = 1024
+#: Seconds at least between two such tells to one engine: its heart echoes every ping, and
+#: one signed message a second is enough for a tell that may be lost to a partition.
+STALE_HEART_TELL_INTERVAL = 1.0
+#: Seconds an engine continued after a stop (SIGCONT) waits for the hub to say whether it
+#: still counts it, before it takes the next request; silent hub: it goes on (the heartbeat
+#: decides then).
+RESUME_CHECK_TIMEOUT = 5.0

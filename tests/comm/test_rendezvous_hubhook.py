@@ -10,9 +10,9 @@ from collections.abc import Iterator
 import pytest
 import zmq
 
+from tests.hubrig import inproc_hub
 from zpar.hub import hub as hubmod
-from zpar.hub.heartmonitor import HeartMonitor
-from zpar.hub.hub import Addresses, EngineRecord, Hub
+from zpar.hub.hub import EngineRecord, Hub
 from zpar.messages import MsgType
 from zpar.wire import Session
 
@@ -67,24 +67,7 @@ def rig(monkeypatch) -> Iterator[tuple[Hub, zmq.Socket, Session, list]]:
         return [Recorder(hub)]
 
     monkeypatch.setattr(hubmod, "load_services", load)
-    query = sock(zmq.ROUTER, "inproc://q")
-    heart = HeartMonitor(
-        sock(zmq.PUB, "inproc://ping"),
-        sock(zmq.ROUTER, "inproc://pong"),
-        period=1.0,
-        max_misses=3,
-        on_new_heart=lambda u: None,
-        on_heart_failure=lambda u, r: None,
-    )
-    hub = Hub(
-        Session(KEY),
-        query=query,
-        notification=sock(zmq.XPUB, "inproc://n"),
-        monitor=sock(zmq.PULL, "inproc://m"),
-        events=sock(zmq.PUSH, "inproc://e"),
-        heart=heart,
-        addresses=Addresses({}, {}),
-    )
+    hub = inproc_hub(sock, KEY)
     sock(zmq.PULL, "inproc://e", bind=False)  # the scheduler's end: a PUSH without one blocks
     member = sock(zmq.DEALER)
     member.setsockopt(zmq.ROUTING_ID, b"member-1")

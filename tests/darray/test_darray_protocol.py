@@ -284,3 +284,15 @@ def test_consistency_refusals_name_engine_and_rule(make, engine, rule):
         check_global(make())
     assert info.value.engine == engine, str(info.value)
     assert rule in info.value.rule, str(info.value)
+
+
+@pytest.mark.parametrize("make", ["zeros", "ones", "empty", "full", "fromarray", "fromfunction"])
+def test_every_constructor_names_an_unknown_layout_keyword(make):
+    """The constructors share one keyword-only layout (darray.client.Layout): a misspelt
+    keyword is a TypeError naming it, before any engine is asked."""
+    from zpar.darray.client import DarrayClient
+
+    darray = DarrayClient(client=None)  # refused before the client is touched
+    args = {"full": ((4,), 1.0), "fromarray": (np.zeros(4),), "fromfunction": (abs, (4,))}
+    with pytest.raises(TypeError, match="unknown layout keyword.*grid\\b.*grid_shape"):
+        getattr(darray, make)(*args.get(make, ((4,),)), grid=(2,))

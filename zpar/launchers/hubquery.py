@@ -14,7 +14,9 @@ from typing import Any
 import zmq
 
 from zpar.connection import read_connection_file
-from zpar.errors import TimeoutError, ZparError
+from zpar.constants import BAD_KEY
+from zpar.curve import secure
+from zpar.errors import TimeoutError, WrongKey, ZparError
 from zpar.messages import MsgType, Status
 from zpar.sockets import configure
 from zpar.wire import Session
@@ -23,10 +25,13 @@ log = logging.getLogger(__name__)
 
 
 class HubLine:
-    """Requests to the hub of one connection file; thread-safe (calls are serialised)."""
+    """Requests to the hub of one connection file; thread-safe (calls are serialised).
+    On a --curve cluster the line is a Curve client with the file's keys, as a Client's."""
 
     def __init__(self, url_file: str | Path) -> None:
         info = read_connection_file(url_file)
+        self._info = info
+        self.url_file = url_file
         self.address = info.registration
         self.session = Session(info.key or None, allow_insecure=not info.key)
         self._ctx = zmq.Context.instance()
@@ -38,7 +43,7 @@ class HubLine:
         ``msg_type``: a MsgType, or a capability's query (hub.queryapi)."""
         with self._lock:
             if self._sock is None:
-                self._sock = configure(self._ctx.socket(zmq.DEALER))
+                self._sock = secure(configure(self._ctx.socket(zmq.DEALER)), self._info)
                 self._sock.connect(self.address)
             sock = self._sock
             header = self.session.send(sock, msg_type, content)
@@ -48,7 +53,13 @@ class HubLine:
                     sock.close(linger=0)
                     self._sock = None
                     raise TimeoutError(f"the hub at {self.address} did not answer {msg_type}")
-                msg = self.session.feed(sock.recv_multipart(), "launcher hub line")
+                frames = sock.recv_multipart()
+                if frames == [BAD_KEY]:
+                    raise WrongKey(
+                        f"the hub at {self.address} refused the signature of {self.url_file}: "
+                        "its key is not the running cluster's"
+                    )
+                msg = self.session.feed(frames, "launcher hub line")
                 if msg is not None and msg.parent_header.get("msg_id") == header["msg_id"]:
                     break
         if msg.content.get("status") != Status.OK:
