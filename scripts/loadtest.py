@@ -31,6 +31,8 @@ from pathlib import Path
 
 import psutil
 
+from zpar.constants import CLIENT_QUEUE_LIMIT, WINDOW_REQUESTS
+
 #: Bytes the controller or the task scheduler may grow by over their idle size.
 MEMORY_BOUND = 200 * 2**20
 #: (fraction of all tasks answered, what is killed then)
@@ -57,14 +59,16 @@ class _LateReplies(logging.Handler):
             self.count += 1
 
 
-def run_client(url_file: str, cid: int, n: int, progress: Path, timeout: float) -> dict:
+def run_client(
+    url_file: str, cid: int, n: int, progress: Path, timeout: float, window: int
+) -> dict:
     import zpar
 
     late = _LateReplies()
     io_log = logging.getLogger("zpar.client.ioloop")
     io_log.setLevel(logging.DEBUG)
     io_log.addHandler(late)
-    rc = zpar.Client(url_file=url_file, timeout=60)
+    rc = zpar.Client(url_file=url_file, timeout=60, window=window)
     rc.wait_for_engines(1, timeout=60)
     view = rc.load_balanced_view(retries=2)
     ids = rc.ids
@@ -78,7 +82,7 @@ def run_client(url_file: str, cid: int, n: int, progress: Path, timeout: float) 
     stop = threading.Event()
 
     def report_progress() -> None:  # tasks answered so far, for the orchestrator's kills
-        while not stop.wait(0.1):
+        while not stop.wait(0.5):  # 50 clients x 2,000 done() every 0.1 s took a core
             progress.write_text(str(sum(a.done() for a in ars)))
 
     threading.Thread(target=report_progress, daemon=True).start()
@@ -161,11 +165,14 @@ class MemoryWatch(threading.Thread):
                 self.peak[name] = max(self.peak[name], _rss(p))
 
 
-def orchestrate(clients: int, tasks: int, engines: int, timeout: float, kills: bool) -> dict:
+def orchestrate(
+    clients: int, tasks: int, engines: int, timeout: float, kills: bool, window: int
+) -> dict:
     import zpar
 
     os.environ.setdefault("ZPAR_DIR", tempfile.mkdtemp(prefix="zpar-load-"))
-    cluster = zpar.Cluster(n=engines, keep=True, log_level="WARNING")
+    queue = ["--client-queue", str(max(window, CLIENT_QUEUE_LIMIT))]  # a window past it: room
+    cluster = zpar.Cluster(n=engines, keep=True, log_level="WARNING", controller_args=queue)
     cluster.start()
     work_dir = Path(tempfile.mkdtemp(prefix="zpar-load-clients-"))
     procs = []
@@ -178,6 +185,7 @@ def orchestrate(clients: int, tasks: int, engines: int, timeout: float, kills: b
         for cid in range(clients):
             cmd = [sys.executable, __file__, "--client", url_file, "--id", str(cid)]
             cmd += ["--tasks", str(tasks), "--timeout", str(timeout), "--dir", str(work_dir)]
+            cmd += ["--window", str(window)]
             procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL))
         t0 = time.monotonic()
         done_kills = []
@@ -288,6 +296,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--engines", type=int, default=4)
     p.add_argument("--timeout", type=float, default=600.0, help="seconds for every answer")
     p.add_argument("--no-kills", action="store_true", help="the same load without faults")
+    p.add_argument(
+        "--window",
+        type=int,
+        default=WINDOW_REQUESTS,
+        help="each client's submission window (larger than 1024 raises the controller's "
+        "--client-queue to match)",
+    )
     p.add_argument("--json", action="store_true", help="print the summary as one JSON line")
     p.add_argument("--client", help=argparse.SUPPRESS)  # url file: run as one client
     p.add_argument("--id", type=int, help=argparse.SUPPRESS)
@@ -295,10 +310,13 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.client:
         d = Path(args.dir)
-        out = run_client(args.client, args.id, args.tasks, d / f"{args.id}.progress", args.timeout)
+        progress = d / f"{args.id}.progress"
+        out = run_client(args.client, args.id, args.tasks, progress, args.timeout, args.window)
         (d / f"{args.id}.json").write_text(json.dumps(out))
         return 0
-    summary = orchestrate(args.clients, args.tasks, args.engines, args.timeout, not args.no_kills)
+    summary = orchestrate(
+        args.clients, args.tasks, args.engines, args.timeout, not args.no_kills, args.window
+    )
     if args.json:
         print(json.dumps(summary))
     else:
