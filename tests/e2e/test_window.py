@@ -100,6 +100,7 @@ def test_held_tasks_are_aborted_here_counted_unassigned_and_waited_on(small, tmp
     held = [lv.apply_async(stamp, i) for i in range(3)]
     wait_until(lambda: small._io.windows.held("task") == 3, "three tasks held in the client")
     assert small.queue_status()["unassigned"] >= 3
+    assert not held[0].sent and held[0].progress == 0  # still in this client
     assert not small.wait(held, timeout=0.2)  # wait() covers held tasks
     held[1].abort()
     with pytest.raises(zpar.TaskAborted, match=f"task {held[1].msg_ids[0]} was aborted before"):
@@ -110,6 +111,13 @@ def test_held_tasks_are_aborted_here_counted_unassigned_and_waited_on(small, tmp
     assert [held[0].get(timeout=60)[0], held[2].get(timeout=60)[0]] == [0, 2]
     assert small.wait(timeout=30)
     assert not small.outstanding
+
+
+def test_a_map_over_more_chunks_than_the_window_reports_progress(small):
+    lv = small.load_balanced_view()
+    ar = lv.map_async(stamp, range(6 * WINDOW), chunksize=1)
+    assert [r[0] for r in ar.get(timeout=60)] == list(range(6 * WINDOW))
+    assert ar.progress == 6 * WINDOW and ar.sent
 
 
 def test_direct_requests_past_the_window_wait_in_the_client(small, tmp_path):
