@@ -202,3 +202,22 @@ def test_above_the_queue_budget_the_scheduler_pauses_reading_and_still_answers(m
     wait_until(lambda: "paused reading submissions" in log.read_text(), "a pause logged")
     assert "resumed reading submissions" in log.read_text()
     assert os.path.exists(log)
+
+
+def test_an_abort_from_a_done_callback_does_not_wait_for_its_own_thread(small, tmp_path):
+    # done-callbacks run in the client's I/O thread: aborting the held tasks from one
+    # must not wait for that thread to run the abort
+    lv = small.load_balanced_view()
+    gate = str(tmp_path / "go")
+    first = lv.apply_async(stamp, "first")
+    blockers = [lv.apply_async(wait_for, gate) for _ in range(WINDOW)]
+    held = [lv.apply_async(stamp, i) for i in range(3)]
+    aborted = []
+    first.add_done_callback(lambda _: aborted.append(small.abort(held, block=False)))
+    first.get(timeout=60)
+    wait_until(lambda: aborted, "the callback's abort returned", timeout=30)
+    open(gate, "w").close()
+    for ar in held:
+        with pytest.raises(zpar.TaskAborted):
+            ar.get(timeout=60)
+    assert all(ar.get(timeout=60) for ar in blockers)
