@@ -114,8 +114,12 @@ class AsyncResult(FutureStateMixin, MetadataMixin, OutputsMixin, concurrent.futu
         self._postprocess = postprocess
         self._trackers = tuple(trackers)
         if submitted is None:  # when the first message was made (its header's date)
-            dates = [r.submitted for f in self._futures if (r := request_of(f)) is not None]
-            submitted = min((d for d in dates if d is not None), default=None) or time.time()
+            if len(self._futures) == 1:  # most results: one call
+                r = request_of(self._futures[0])
+                submitted = (r.submitted if r is not None else None) or time.time()
+            else:
+                dates = [r.submitted for f in self._futures if (r := request_of(f)) is not None]
+                submitted = min((d for d in dates if d is not None), default=None) or time.time()
         self._submitted = submitted
         self._values: list[Any] | None = None
         self._result: Any = _UNSET

@@ -7,6 +7,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import contextlib
+import functools
 from collections.abc import Callable, Iterator
 from typing import Any, cast
 
@@ -19,10 +20,23 @@ from .executor import ViewExecutor
 
 
 def _check_callable(f: Any) -> None:
-    from zpar.canning import Reference
+    if callable(f):
+        return
+    from zpar.canning import Reference  # only for what is not callable: a Reference
 
-    if not callable(f) and not isinstance(f, Reference):  # a Reference: a function there
+    if not isinstance(f, Reference):  # a Reference: a function there
         raise SerializationError(f"{f!r} ({type(f).__name__}) is not callable")
+
+
+@functools.lru_cache(maxsize=128)
+def _flags_metadata(
+    label: str | None, time_limit: Any, retries: int = 0, timeout: float | None = None
+) -> tuple[tuple[str, Any], ...]:
+    """The request metadata of a view's flags, built once per set of values: a view's
+    flags rarely change, and SchedulingFlags.as_metadata costs ~5 us a call."""
+    limit = None if time_limit is None else float(time_limit)
+    flags = SchedulingFlags(label=label or None, time_limit=limit, retries=retries, timeout=timeout)
+    return tuple(flags.as_metadata().items())
 
 
 def _fname(f: Any) -> str:
@@ -257,7 +271,11 @@ class View:
         return SchedulingFlags(label=label or None, time_limit=limit)
 
     def _metadata_flags(self, label: str | None = None) -> dict[str, Any]:
-        return self._flags(label).as_metadata()
+        """A new dict of the flags every request of this view carries."""
+        try:
+            return dict(_flags_metadata(self.label if label is None else label, self.time_limit))
+        except TypeError:  # an unhashable flag value: built afresh (and checked) below
+            return self._flags(label).as_metadata()
 
     def _finish(self, ar: AsyncResult, block: bool, track: bool | None = None) -> Any:
         if self.track if track is None else track:

@@ -67,6 +67,7 @@ class DirectCaller:
             if sum(map(len, self._by_thread.values())) >= MAX_SOCKETS:
                 return None
             sock = configure(self._io.context.socket(zmq.DEALER))
+            sock.rcvtimeo = POLL_MS  # call() blocks in recv, checking its future between
             sock.connect(addr)
             self._by_thread.setdefault(me, {})[uuid] = sock
             if me not in self._checkers:
@@ -106,17 +107,20 @@ class DirectCaller:
             request.sent = time.time()
             request.frames = None
             while not fut.done():
-                if not sock.poll(POLL_MS):
+                try:
+                    # blocks up to POLL_MS (rcvtimeo) for the first frame; a multipart
+                    # arrives whole, so the others are there. No Poller made per call.
+                    frames = recv_message(sock)
+                except zmq.Again:
                     continue
-                msg = checker.feed_lazy(
-                    recv_message(sock, zmq.NOBLOCK), where="direct call", private=True
-                )
+                # decoded once, here: read at once by this thread (a LazyMessage would
+                # decode its envelope a second time when the result is read)
+                msg = checker.feed(frames, where="direct call", private=True)
                 if msg is None:
                     continue
-                if msg.parent_msg_id != msg_id:  # the reply to a call interrupted earlier
-                    log.debug(
-                        "stale reply to %s dropped (waiting for %s)", msg.parent_msg_id, msg_id
-                    )
+                parent_id = msg.parent_header.get("msg_id")
+                if parent_id != msg_id:  # the reply to a call interrupted earlier
+                    log.debug("stale reply to %s dropped (waiting for %s)", parent_id, msg_id)
                     continue
                 resolve(fut, msg)
         except zmq.ZMQError as e:  # the client closed the socket under us

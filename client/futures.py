@@ -16,6 +16,8 @@ from concurrent.futures import Future, InvalidStateError
 from typing import Any
 
 _allocate_lock = threading.Lock
+_FINISHED = "FINISHED"
+_DONE_STATES = frozenset({"CANCELLED", "CANCELLED_AND_NOTIFIED", _FINISHED})
 
 
 class _LightCondition:
@@ -94,6 +96,42 @@ class ReplyFuture(Future):
         self.request = request
         #: the engine whose reply this is (a direct call's, or one engine of a broadcast)
         self.engine_uuid = engine_uuid or (request.engine_uuid if request else None)
+
+    # Reads of a finished future without its lock: once FINISHED, _result and _exception
+    # never change (set before _state, under the GIL), and a client reads each future two
+    # or three times per result (done, exception, result): the lock is only for waiting.
+
+    def done(self) -> bool:
+        return self._state in _DONE_STATES
+
+    def set_result(self, result: Any) -> None:
+        """Future.set_result on the plain lock itself (the I/O thread sets one per reply)."""
+        condition = self._condition
+        with condition._lock:  # type: ignore[attr-defined]  # a _LightCondition
+            if self._state in _DONE_STATES:
+                raise InvalidStateError(f"{self._state}: {self!r}")
+            self._result = result
+            self._state = _FINISHED
+            for waiter in self._waiters:
+                waiter.add_result(self)
+            condition.notify_all()
+        self._invoke_callbacks()  # type: ignore[attr-defined]
+
+    def result(self, timeout: float | None = None) -> Any:
+        if self._state == _FINISHED:
+            error = self._exception
+            if error is None:
+                return self._result
+            try:
+                raise error
+            finally:
+                error = None  # no reference cycle through the traceback, as Future's
+        return super().result(timeout)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        if self._state == _FINISHED:
+            return self._exception
+        return super().exception(timeout)
 
     def __repr__(self) -> str:
         # without the lock: Future.set_result raises InvalidStateError with repr(self)

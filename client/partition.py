@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -41,10 +41,10 @@ def _lengths(seqs: Sequence[Any]) -> int:
 def _sequence(s: Any) -> Any:
     if isinstance(s, str | bytes):
         return s
-    if hasattr(s, "__len__") and hasattr(s, "__getitem__"):
+    if hasattr(s, "__len__") and hasattr(s, "__getitem__") and not isinstance(s, Mapping):
         return s
     try:
-        return list(s)  # a generator, a set, a dict view...
+        return list(s)  # a generator, a set, a dict (its keys, as the builtin map)...
     except TypeError:
         raise TypeError(
             f"expected a sequence or an iterable to split, got {type(s).__name__} {s!r:.60}"

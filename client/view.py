@@ -11,18 +11,19 @@ from typing import Any
 
 import zpar.serialize
 from zpar.dependency import to_wire
-from zpar.mapchunk import map_chunk
 from zpar.messages import ExecuteRequest, MsgType
 from zpar.serialize import pack_apply
 
 from .asyncresult import AsyncMapResult, AsyncResult
-from .baseview import LazyMapIterator, View, _check_callable, _fname
+from .baseview import LazyMapIterator, View, _check_callable, _flags_metadata, _fname
 from .executor import ViewExecutor
-from .partition import _lengths, as_sequences, join_parts, partition, split_parts
+from .mapping import AUTO_CHUNKS_PER_ENGINE, check_chunksize, send_map
+from .partition import _lengths, join_parts, partition, split_parts
 
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "AUTO_CHUNKS_PER_ENGINE",
     "BroadcastView",
     "DirectView",
     "LazyMapIterator",
@@ -128,33 +129,20 @@ class DirectView(View):
         track: bool = False,
         **kw: Any,
     ) -> AsyncMapResult:
+        """One contiguous chunk per engine (client.mapping)."""
         if kw:
             raise TypeError(f"DirectView.map got unexpected arguments {sorted(kw)}")
         _check_callable(f)
-        seqs, n = as_sequences(seqs)
-        ids = self._ids()
-        md = self._metadata_flags(label) or None
-        msg_ids, futs, sizes = [], [], []
-        for eid, sl in zip(ids, partition(n, len(ids)), strict=True):
-            if sl.stop == sl.start and n:
-                continue  # fewer items than engines: nothing for this one
-            r = self.client.sender.apply(
-                "mux", eid, map_chunk, (f, *(s[sl] for s in seqs)), {}, metadata=md, track=track
-            )
-            msg_ids.append(r.msg_id)
-            futs.append(r.future)
-            sizes.append(sl.stop - sl.start)
-        ar = AsyncMapResult(
-            self.client,
-            msg_ids,
-            futs,
-            fname=_fname(f),
-            chunk_sizes=sizes,
+        return send_map(
+            self,
+            f,
+            seqs,
+            chunksize=None,
+            engine_ids=self._ids(),
+            metadata=self._metadata_flags(label) or None,
             return_exceptions=return_exceptions,
+            track=track,
         )
-        if track:
-            ar.wait_for_send()
-        return self.client.sender.remember(ar)
 
     def execute(
         self,
@@ -390,12 +378,6 @@ class BroadcastView(DirectView):
         return [r.msg_id] * len(ids), [replies[uuid(i)] for i in ids]
 
 
-#: A load-balanced map without a chunksize sends about this many chunks per engine: few
-#: enough messages that scheduling costs little per item, enough that a slow chunk leaves
-#: at most ~1/8 of an engine's share as tail. chunksize=1 gives one task per item.
-AUTO_CHUNKS_PER_ENGINE = 8
-
-
 class LoadBalancedView(View):
     """Calls the task scheduler places on whichever engine is free.
 
@@ -432,6 +414,16 @@ class LoadBalancedView(View):
         return self
 
     def _metadata(self, label: str | None = None) -> dict[str, Any] | None:
+        if self.targets is None and self.after is None and self.follow is None:
+            # the common case: flags only, the dict built once per set of values
+            timeout = None if self.timeout is None else float(self.timeout)
+            label = self.label if label is None else label
+            try:
+                md = dict(_flags_metadata(label, self.time_limit, self.retries, timeout))
+            except TypeError:  # an unhashable flag value: built afresh (and checked) below
+                pass
+            else:
+                return md or None
         md = replace(
             self._flags(label),
             targets=None
@@ -463,36 +455,26 @@ class LoadBalancedView(View):
         track: bool = False,
         **kw: Any,
     ) -> AsyncMapResult:
-        """chunksize=None: about AUTO_CHUNKS_PER_ENGINE chunks per engine (see docs/api.md)."""
+        """Chunks of ``chunksize`` elements, each a task; chunksize=None: the default
+        chunking (client.mapping.auto_chunks, docs/decisions.md "Map chunking")."""
         if kw:
             raise TypeError(f"LoadBalancedView.map got unexpected arguments {sorted(kw)}")
         _check_callable(f)
-        seqs, n = as_sequences(seqs)
-        if chunksize is None:
-            engines = max(1, len(self.client.ids))
-            chunksize = max(1, -(-n // (engines * AUTO_CHUNKS_PER_ENGINE)))
-        if not isinstance(chunksize, int) or chunksize < 1:
-            raise ValueError(f"chunksize must be a positive int, got {chunksize!r}")
+        if chunksize is not None:
+            check_chunksize(chunksize)
         md = self._metadata(label)
-        msg_ids, futs, sizes = [], [], []
-        for start in range(0, n, chunksize):
-            sl = slice(start, start + chunksize)
-            r = self.client.sender.apply(
-                "task", None, map_chunk, (f, *(s[sl] for s in seqs)), {}, metadata=md
-            )
-            msg_ids.append(r.msg_id)
-            futs.append(r.future)
-            sizes.append(min(n, start + chunksize) - start)
-        return self.client.sender.remember(
-            AsyncMapResult(
-                self.client,
-                msg_ids,
-                futs,
-                fname=_fname(f),
-                ordered=ordered,
-                chunk_sizes=sizes,
-                return_exceptions=return_exceptions,
-            )
+        targets = md.get("targets") if md else None  # the engines it may run on
+        return send_map(
+            self,
+            f,
+            seqs,
+            chunksize=chunksize,
+            engine_ids=None,
+            metadata=md,
+            ordered=ordered,
+            return_exceptions=return_exceptions,
+            track=track,
+            engines=None if targets is None else len(targets),
         )
 
     def register_joblib_backend(self, name: str = "ipyparallel", make_default: bool = False):

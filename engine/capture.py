@@ -67,13 +67,16 @@ class CapturedStream(io.TextIOBase):
         return False
 
     def reset(self) -> None:
-        """Forget everything: called at the start of each task."""
+        """Forget everything: called at the start of each task (a no-op if nothing was
+        written since the last one: most tasks print nothing)."""
+        self._last = time.monotonic()
+        if not (self._size or self._truncated or self._pending):
+            return
         with self._lock:
             self._kept.clear()
             self._size = 0
             self._truncated = False
             self._pending.clear()
-        self._last = time.monotonic()
 
     def write(self, s: str) -> int:
         if not isinstance(s, str):
@@ -101,7 +104,7 @@ class CapturedStream(io.TextIOBase):
 
     def flush(self) -> None:
         """Publish pending text (main thread only; other threads' flushes are deferred)."""
-        if self._publish is None or threading.get_ident() != self._main:
+        if not self._pending or self._publish is None or threading.get_ident() != self._main:
             return
         with self._lock:
             if not self._pending:
@@ -112,6 +115,8 @@ class CapturedStream(io.TextIOBase):
         self._publish(self._name, text)
 
     def getvalue(self) -> str:
+        if not (self._size or self._truncated):
+            return ""
         with self._lock:
             text = "".join(self._kept)
             return text + TRUNCATED_NOTE if self._truncated else text

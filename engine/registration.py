@@ -1,4 +1,5 @@
-"""Registering an engine with the hub: one request, one reply, or a clear failure."""
+"""Registering an engine with the hub: one request, one reply, or a clear failure; then
+connecting its sockets and waiting for their handshakes."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import zmq
@@ -15,7 +17,7 @@ from zpar.curve import secure
 from zpar.errors import RegistrationRefused, TimeoutError, WrongKey
 from zpar.launchers.mpirank import mpi_rank
 from zpar.messages import MsgType, RegistrationReply, RegistrationRequest, Status
-from zpar.sockets import configure
+from zpar.sockets import configure, recv_monitor_event
 from zpar.wire import Session
 
 log = logging.getLogger(__name__)
@@ -80,3 +82,29 @@ def _check(content: dict[str, Any], address: str) -> RegistrationReply:
             f"{', '.join(missing) or 'heartbeat or id'}"
         )
     return reply
+
+
+def connect_and_wait(pairs: Sequence[tuple[zmq.Socket, str]], timeout: float) -> None:
+    """Connect each socket and wait until each has completed its ZMTP handshake.
+
+    The monitors are attached before connecting: on loopback a handshake can finish before
+    a monitor attached after connect() sees it (zpar.sockets.wait_handshakes would then
+    time out).
+    """
+    monitors = [s.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED) for s, _ in pairs]
+    try:
+        for s, addr in pairs:
+            s.connect(addr)
+        deadline = time.monotonic() + timeout
+        for (_, addr), mon in zip(pairs, monitors, strict=True):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not mon.poll(int(remaining * 1000) + 1):
+                raise TimeoutError(
+                    f"no handshake with {addr} within {timeout:g} s: is the controller "
+                    "reachable from this host?"
+                )
+            recv_monitor_event(mon)
+    finally:
+        for (s, _), mon in zip(pairs, monitors, strict=True):
+            s.disable_monitor()
+            mon.close(linger=0)

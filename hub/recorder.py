@@ -3,7 +3,9 @@
 The hub marks records dirty as events arrive (TaskTable.dirty); flush() writes them in one
 transaction every STORE_FLUSH_INTERVAL seconds, or sooner past STORE_FLUSH_RECORDS. Records
 of tasks still pending wait up to PENDING_GRACE seconds first (``held``): most tasks finish
-by then and cost one write, not two. A failed write (disk full, read-only file, database
+by then and cost one write, not two. A load-balanced task still in the scheduler's queue (no
+engine yet) waits up to QUEUED_GRACE (``queued``): a burst queues for seconds, and each of
+its records would otherwise be written twice; once placed, it moves to ``held``. A failed write (disk full, read-only file, database
 gone) is logged and reported in status queries; the records stay queued for the next try,
 up to MAX_UNSAVED, and the hub goes on serving: task traffic never waits for the store.
 """
@@ -17,7 +19,13 @@ from typing import Any
 from zpar.errors import StoreError
 
 from .records import TaskRecord, TaskTable
-from .stores import PENDING_GRACE, STORE_FLUSH_INTERVAL, STORE_FLUSH_RECORDS, TaskStore
+from .stores import (
+    PENDING_GRACE,
+    QUEUED_GRACE,
+    STORE_FLUSH_INTERVAL,
+    STORE_FLUSH_RECORDS,
+    TaskStore,
+)
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +43,8 @@ class StoreWriter:
         self.buffers: dict[str, list[bytes]] = {}  # msg_id -> result buffers to save
         #: pending records not written yet, in submission order: msg_id -> (record, due)
         self.held: dict[str, tuple[TaskRecord, float]] = {}
+        #: likewise for load-balanced tasks no engine has yet (QUEUED_GRACE)
+        self.queued: dict[str, tuple[TaskRecord, float]] = {}
         self.next_flush = 0.0
         self.saved = 0
         self.dropped = 0  # records lost because the store failed too long
@@ -44,9 +54,13 @@ class StoreWriter:
         self.buffers[msg_id] = [bytes(b) for b in buffers]
 
     def _held_due(self, now: float) -> bool:
-        if not self.held:
-            return False
-        return next(iter(self.held.values()))[1] <= now
+        first = self._first_due()
+        return first is not None and first <= now
+
+    def _first_due(self) -> float | None:
+        """When the oldest held or queued pending record is due, None if there is none."""
+        due = [next(iter(h.values()))[1] for h in (self.held, self.queued) if h]
+        return min(due) if due else None
 
     @property
     def due(self) -> bool:
@@ -61,33 +75,41 @@ class StoreWriter:
         now = time.monotonic()
         if self.table.dirty or self.buffers:
             return max(0.0, self.next_flush - now)
-        if self.held:
-            return max(0.0, self.next_flush - now, next(iter(self.held.values()))[1] - now)
+        first = self._first_due()
+        if first is not None:
+            return max(0.0, self.next_flush - now, first - now)
         return None
 
     def flush(self, everything: bool = False) -> bool:
         """Write what is due (``everything``: also the young pending records, for a query
         or a stop); False if the store failed."""
-        dirty, held = self.table.dirty, self.held
-        if not dirty and not self.buffers and not held:
+        dirty, held, queued = self.table.dirty, self.held, self.queued
+        if not dirty and not self.buffers and not held and not queued:
             return True
         now = time.monotonic()
         batch: dict[str, TaskRecord] = {}
         grace = now + PENDING_GRACE
         for m, rec in dirty.items():
             if rec.completed is None and not everything:
-                if m not in held:  # the held entry is the record itself: news are in it
-                    held[m] = (rec, grace)
+                # the held entry is the record itself: news are in it
+                if rec.engine_uuid is None and rec.queue == "task":
+                    if m not in queued and m not in held:
+                        queued[m] = (rec, now + QUEUED_GRACE)
+                elif m not in held:
+                    waited = queued.pop(m, None)
+                    held[m] = (rec, grace if waited is None else min(grace, waited[1]))
             else:
                 batch[m] = rec
                 held.pop(m, None)
+                queued.pop(m, None)
         dirty.clear()
-        while held:
-            m, (rec, due) = next(iter(held.items()))
-            if due > now and not everything:
-                break
-            del held[m]
-            batch[m] = rec
+        for pending in (held, queued):
+            while pending:
+                m, (rec, due) = next(iter(pending.items()))
+                if due > now and not everything:
+                    break
+                del pending[m]
+                batch[m] = rec
         if not batch and not self.buffers:
             self.next_flush = now + STORE_FLUSH_INTERVAL
             return True
@@ -135,6 +157,6 @@ class StoreWriter:
             "ok": self.store.error is None,
             "error": self.store.error or "",
             "saved": self.saved,
-            "unsaved": len(self.table.dirty) + len(self.held),
+            "unsaved": len(self.table.dirty) + len(self.held) + len(self.queued),
             "dropped": self.dropped,
         }

@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from zpar.constants import STEAL_AFTER, TASK_HWM, TASK_SCHEME
+from zpar.constants import STEAL_AFTER, TASK_HWM, TASK_HWM_LOADED, TASK_SCHEME
 from zpar.errors import ZparError
 from zpar.messages import Status
 
@@ -42,6 +42,10 @@ class BookState:
         self.choose = get_scheme(scheme)
         self.hwm = hwm
         self._depth = hwm or (1 << 62)  # an engine's room while it answers (0: no limit)
+        #: its room when it answers fast while tasks wait for room: prefetch grows under
+        #: load, for engines whose tasks take less than fast_answer (schedulers/prefetch.py)
+        self._loaded_depth = max(hwm, TASK_HWM_LOADED) if hwm > 1 else self._depth
+        self.fast_answer = STEAL_AFTER / TASK_HWM_LOADED
         #: prefetch depth > 1 takes tasks back from stalled engines; unlimited (0) asked
         #: for every task on the engines at once, and 1 prefetches nothing
         self.steals = hwm > 1

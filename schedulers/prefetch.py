@@ -2,7 +2,8 @@
 TaskBook; docs/decisions.md, "Prefetch").
 
 Each engine may hold ``hwm`` tasks (default 2), so it never idles across the scheduler's
-round trip. An engine holding more than one task that has not answered for
+round trip; one that answers while tasks wait in the queue may hold TASK_HWM_LOADED (8),
+so they reach it in batches. An engine holding more than one task that has not answered for
 ``steal_after`` seconds is stalled on a long task: it gets one task at a time until it
 answers, and the tasks waiting behind the long one are asked back (RevokeTasks) and placed
 elsewhere, so short tasks are never trapped behind a long one.
@@ -77,7 +78,13 @@ class Prefetch(Placement):
         self._drain_queue()
 
     def _answered_by(self, engine: EngineSlot) -> None:
-        """An engine answered: it is not stalled, its prefetch depth is back."""
-        engine.since = self.clock()
-        engine.depth = self._depth
+        """An engine answered: it is not stalled, and its prefetch depth is back: deeper
+        (``_loaded_depth``) while tasks wait for room if it answered within
+        ``fast_answer`` of its previous answer (or of its first task), so the work it
+        holds stays within about steal_after and no task waits long behind others there;
+        ``hwm`` otherwise."""
+        now = self.clock()
+        fast = now - engine.since < self.fast_answer
+        engine.since = now
+        engine.depth = self._loaded_depth if fast and self.queue else self._depth
         engine.revoking = False  # a revoke still on its way is answered all the same

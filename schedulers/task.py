@@ -53,6 +53,7 @@ from .instructions import (
     SendTask,
 )
 from .ledger import Ledger
+from .outbox import Outbox
 from .quota import OVER_WINDOW, QueueQuota
 from .replies import error_reply
 from .schemes import EngineSlot
@@ -66,6 +67,15 @@ CONNECT_RETRY = 0.02
 
 #: Messages read from one socket per turn of the loop, so no socket starves the others.
 DRAIN_MAX = 512
+
+#: Messages received before what the book asked for them is sent, at most: sends gathered
+#: while a socket is drained go out as batches when it is empty, or after this many.
+FLUSH_EVERY = 32
+
+#: Whether tasks for one engine and client go out as one wire batch (engines split them
+#: with Session.feed_all; docs/protocol.md "Batches"). Off while the engines of this tree
+#: take one message at a time on their task socket (pengine's engine side turns it on).
+ENGINE_BATCHES = False
 
 
 class TaskScheduler:
@@ -84,6 +94,7 @@ class TaskScheduler:
         ports: tuple[int, int] = (0, 0),
         generation: int = 0,
         ledger: Ledger | None = None,
+        engine_batches: bool = ENGINE_BATCHES,
         quota: QueueQuota | None = None,
     ) -> None:
         """``curve``: zpar.curve.CurveKeys (with the server secret) on a --curve cluster.
@@ -95,6 +106,8 @@ class TaskScheduler:
         ``ledger``: per-client dispatch limits (schedulers/ledger.py); by default the
         client link's (schedulers/clientledger.py): no task runs for a client that is not
         reading its results, or is gone.
+        ``engine_batches``: send the tasks placed on one engine for one client in a pass
+        as one batch (ENGINE_BATCHES); replies to a client always go so.
         ``quota``: what it holds of each client and of all (schedulers/quota.py)."""
         self.generation = generation
         self.quota = quota or QueueQuota()
@@ -123,6 +136,10 @@ class TaskScheduler:
         self._unpause_at = 0.0
         self.stopping = False
         self._trimmer = Trimmer()
+        self.engine_batches = engine_batches
+        #: sends gathered during a pass, by route (schedulers/outbox.py)
+        self._tasks_out: Outbox[tuple[Task, EngineSlot]] = Outbox()
+        self._replies_out: Outbox[None] = Outbox()
 
     @property
     def engines(self) -> dict[bytes, EngineSlot]:
@@ -223,17 +240,23 @@ class TaskScheduler:
         return wait
 
     def _drain(self, sock: zmq.Socket, handler: Any, recv: Any = None) -> None:
+        """Handle what ``sock`` has (DRAIN_MAX messages at most); what the book asks is
+        carried out after each, its sends gathered and sent as batches when the socket is
+        empty or every FLUSH_EVERY messages."""
         recv = recv or (lambda flags: recv_message(sock, flags))
-        for _ in range(DRAIN_MAX):
-            try:
-                frames = recv(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            try:
-                handler(frames)  # one message or a batch: each handler splits (feed_all)
-            except Exception:  # one bad message must never stop the scheduler
-                log.exception("error handling a message of %d frames; dropped", len(frames))
-            self._carry_out()
+        try:
+            for n in range(1, DRAIN_MAX + 1):
+                try:
+                    frames = recv(zmq.NOBLOCK)
+                except zmq.Again:
+                    return
+                try:
+                    handler(frames)  # one message or a batch: each handler splits (feed_all)
+                except Exception:  # one bad message must never stop the scheduler
+                    log.exception("error handling a message of %d frames; dropped", len(frames))
+                self._carry_out(flush=not n % FLUSH_EVERY)
+        finally:
+            self._flush()
 
     def _recv_submission(self, flags: int) -> list[Any]:
         if self.quota.over_budget:  # stop mid-drain: the rest waits in libzmq's pipes
@@ -367,9 +390,10 @@ class TaskScheduler:
 
     # -- instructions out -------------------------------------------------------------------
 
-    def _carry_out(self) -> None:
+    def _carry_out(self, flush: bool = True) -> None:
         """Carry out what the book asked, in order (a send that finds no engine feeds the
-        book again, and what it asks then is carried out in the same pass)."""
+        book again, and what it asks then is carried out in the same pass); ``flush``:
+        send what was gathered now (else the caller flushes)."""
         out = self.book.out
         while out:
             instruction = out.popleft()
@@ -377,13 +401,30 @@ class TaskScheduler:
                 self._do(instruction)
             except Exception:  # one failed send must not drop the instructions after it
                 log.exception("could not carry out %s", type(instruction).__name__)
+        if flush:
+            self._flush()
+
+    def _flush(self) -> None:
+        """Send the gathered tasks and replies, as batches where a route has several."""
+        while self._tasks_out or self._replies_out:
+            if self._tasks_out:
+                self._flush_tasks()
+            if self._replies_out:
+                self._flush_replies()
+            out = self.book.out
+            while out:  # an engine found unreachable: the book placed its tasks anew
+                instruction = out.popleft()
+                try:
+                    self._do(instruction)
+                except Exception:
+                    log.exception("could not carry out %s", type(instruction).__name__)
 
     def _do(self, instruction: Instruction) -> None:
         match instruction:
             case SendTask(task, engine):
                 self._send_task(task, engine)
             case RelayReply(client, uuid, reply):
-                self.link.send(client, [uuid, *reply.frames])
+                self._replies_out.add((client, uuid), reply.frames, None)
                 self.hub.task_out(uuid, client, reply)
                 self._release(reply.parent_header.get("msg_id"))
             case FailTask():
@@ -392,11 +433,13 @@ class TaskScheduler:
             case HubEvent(event):
                 self.hub.event(event)
             case AbortReply(client, parent, aborted):
+                self._flush_replies(client)  # its replies in the order the book gave them
                 _, frames = self.session.serialize(
                     MsgType.ABORT_REPLY, {"status": Status.OK, "aborted": aborted}, parent=parent
                 )
                 self.link.send(client, frames)
             case RevokeTasks(engine, msg_ids):
+                self._flush_tasks()  # what it asks back has left first
                 self._send_revoke(engine, msg_ids)
             case Refuse(reason, detail):
                 self.session._refuse(RemoteProtocolError(reason, detail), "task scheduler (client)")
@@ -420,16 +463,43 @@ class TaskScheduler:
         if self.generation:
             metadata = {**metadata, "scheduler": self.generation}
         frames = self.session.resign(msg, header=header, metadata=metadata)
+        if self.engine_batches:
+            self._tasks_out.add((uuid, task.client), frames, (task, engine))
+        else:
+            self._send_to_engine([uuid, task.client, *frames], [(task, engine)])
+
+    def _flush_tasks(self) -> None:
+        for route, multipart, sent in self._tasks_out.take():
+            self._send_to_engine([*route, *multipart], sent)
+
+    def _send_to_engine(self, frames: list[Any], sent: list[tuple[Task, EngineSlot]]) -> None:
+        """Send one multipart of tasks (one, or a batch) to their engine; a missing engine
+        connection (ROUTER_MANDATORY's EHOSTUNREACH) is the book's to handle, per task."""
+        book = self.book
         try:
-            send_frames(self.engine, [uuid, task.client, *frames])
+            send_frames(self.engine, frames)
         except zmq.ZMQError as e:
             if e.errno != zmq.EHOSTUNREACH:
                 raise
-            book.undeliverable(task, engine)
+            for task, engine in sent:
+                book.undeliverable(task, engine)
             return
+        engine = sent[0][1]
         if not engine.reached:
             book.delivered(engine)
-        self.hub.event(TaskDest(task.msg_id, uuid.decode()))
+        where = engine.uuid.decode()
+        event = self.hub.event
+        for task, _ in sent:
+            event(TaskDest(task.msg_id, where))
+
+    def _flush_replies(self, client: bytes | None = None) -> None:
+        """Send the gathered replies (only ``client``'s if given), one multipart per
+        client and engine."""
+        replies = self._replies_out
+        if not replies or (client is not None and not replies.holds(client, 0)):
+            return
+        for (to, uuid), multipart, _ in replies.take(client, 0):
+            self.link.send(to, [uuid, *multipart])
 
     def _send_revoke(self, engine: EngineSlot, msg_ids: list[str]) -> None:
         try:
@@ -449,6 +519,7 @@ class TaskScheduler:
         engine = fail.engine
         uuid = engine.uuid if engine is not None else b""
         reply = error_reply(self.session, fail.header, engine, fail.error, fail.evalue, fail.status)
+        self._flush_replies(fail.client)  # its replies in the order the book gave them
         self.link.send(fail.client, [uuid, *reply.frames])
         self.hub.event(
             TaskOut(

@@ -72,6 +72,13 @@ HUB_TIMEOUT = 10.0
 #: docs/decisions.md, "Prefetch", for the measurements that chose the value.
 TASK_HWM = 2
 
+#: Prefetch depth of an engine that answers while tasks wait in the scheduler's queue, within
+#: STEAL_AFTER / TASK_HWM_LOADED of its previous answer (when the high-water mark is above
+#: 1): several short tasks go to it in one batch and its replies come back together, while
+#: the work it holds stays within about STEAL_AFTER; steal-back still takes back what a
+#: stalled engine holds. See docs/decisions.md, "Prefetch under load".
+TASK_HWM_LOADED = 8
+
 #: Seconds an engine holding prefetched tasks may go without answering before the scheduler
 #: takes its unstarted tasks back (revoke_request) and gives it one at a time until it
 #: answers: short against the 10 ms tasks a blocked engine must not trap, long against the

@@ -50,7 +50,15 @@ class RecentKeys:
 
     def __contains__(self, key: int) -> bool:
         key = (key & _MASK64) or 1
-        return self._keys[self._slot(key)] == key
+        keys, mask = self._keys, self._mask
+        i = (key ^ (key >> 32)) & mask  # _slot inlined: the replay guard asks per message
+        while True:
+            k = keys[i]
+            if k == key:
+                return True
+            if k == 0:
+                return False
+            i = (i + 1) & mask
 
     def get(self, key: int, default: int | None = None) -> int | None:
         key = (key & _MASK64) or 1
@@ -60,14 +68,20 @@ class RecentKeys:
     def add(self, key: int, value: int = 0) -> None:
         """Remember ``key`` (with ``value``); a key already present keeps its age."""
         key = (key & _MASK64) or 1
-        i = self._slot(key)
-        if self._keys[i] == key:
-            self._values[i] = value
-            return
+        keys, mask = self._keys, self._mask
+        i = (key ^ (key >> 32)) & mask  # _slot inlined: the replay guard adds per message
+        while True:
+            k = keys[i]
+            if k == key:
+                self._values[i] = value
+                return
+            if k == 0:
+                break
+            i = (i + 1) & mask
         if self._size == self.capacity:  # forget the oldest first
             self._delete(self._ring[self._next])
             i = self._slot(key)
-        self._keys[i] = key
+        keys[i] = key
         self._values[i] = value
         self._ring[self._next] = key
         self._next = (self._next + 1) % self.capacity

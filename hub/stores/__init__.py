@@ -5,7 +5,8 @@ through Python's sqlite3), SQLStore (SQLAlchemy Core, for any other URL such as
 postgresql://…) and MemoryStore (for throwaway clusters, with record and size limits). The
 hub writes in batches (hub.recorder.StoreWriter): a crash loses at most the batch not yet
 flushed (STORE_FLUSH_INTERVAL seconds or STORE_FLUSH_RECORDS records), and the records of
-tasks submitted less than PENDING_GRACE seconds before and still pending.
+tasks submitted less than PENDING_GRACE seconds before and still pending (QUEUED_GRACE for
+load-balanced tasks still in the scheduler's queue).
 
 Result buffers are stored out of line (their own table) so record queries stay fast.
 """
@@ -19,6 +20,7 @@ from zpar.errors import StoreError
 from .base import (
     LOST_IN_RESTART,
     PENDING_GRACE,
+    QUEUED_GRACE,
     STORE_FLUSH_INTERVAL,
     STORE_FLUSH_RECORDS,
     TaskStore,
@@ -30,6 +32,7 @@ from .memory import MemoryStore
 __all__ = [
     "LOST_IN_RESTART",
     "PENDING_GRACE",
+    "QUEUED_GRACE",
     "STORE_FLUSH_INTERVAL",
     "STORE_FLUSH_RECORDS",
     "MemoryStore",

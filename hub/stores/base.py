@@ -24,6 +24,11 @@ STORE_FLUSH_RECORDS = 1000
 #: twice. Completed records are written within STORE_FLUSH_INTERVAL.
 PENDING_GRACE = 1.0
 
+#: The grace of a load-balanced task still in the scheduler's queue (no engine yet): a
+#: burst of 10,000 tasks waits seconds there, and writing each record twice (pending, then
+#: done) was a third of the hub's CPU per task in W3. Once placed, PENDING_GRACE applies.
+QUEUED_GRACE = 10.0
+
 #: Status given at start-up to tasks that were pending when the controller stopped.
 LOST_IN_RESTART = "lost"
 

@@ -119,3 +119,22 @@ def test_resolving_a_done_future_again_raises_instead_of_deadlocking():
         f.set_result(2)
     resolve(f, error=RuntimeError("late"))  # a race lost quietly
     assert f.result() == 1
+
+
+def test_a_finished_future_is_read_without_its_lock():
+    """done / result / exception of a finished ReplyFuture do not take its condition (a
+    client reads each future two or three times per result); a pending one still waits."""
+    ok, failed, pending = ReplyFuture(), ReplyFuture(), ReplyFuture()
+    ok.set_result(41)
+    failed.set_exception(ValueError("remote"))
+    for fut in (ok, failed, pending):
+        fut._condition.acquire()  # another thread holding it must not block these reads
+    assert ok.done() and ok.result() == 41 and ok.exception() is None
+    assert failed.done() and isinstance(failed.exception(), ValueError)
+    with pytest.raises(ValueError, match="remote"):
+        failed.result()
+    assert not pending.done()
+    for fut in (ok, failed, pending):
+        fut._condition.release()
+    with pytest.raises(concurrent.futures.TimeoutError):
+        pending.result(timeout=0.01)

@@ -150,3 +150,54 @@ def test_plain_values_take_the_standard_pickle_and_the_rest_cloudpickle(monkeypa
     used.clear()
     back = deserialize_object(serialize_object([Local(), lambda: 41]))
     assert back[0].x == 7 and back[1]() == 41 and used == []  # cloudpickle, by value
+
+
+def test_importable_functions_travel_by_reference_through_the_standard_pickle():
+    """A module-level function of an importable module is written by its name (as
+    cloudpickle would), by the standard pickle, without a fingerprint;
+    registered for pickling by value, the same function travels by value again."""
+    import pickle
+    import sys
+
+    import cloudpickle
+
+    from zpar import serialize
+
+    stream = pack_apply(_uses_scale, (3,), {"k": 1})[0]
+    assert b"_uses_scale" in stream and _uses_scale.__code__.co_code not in stream
+    f, args, kwargs = unpack_apply([stream])
+    assert f is _uses_scale and args == (3,) and kwargs == {"k": 1}
+    assert pickle.loads(stream) == pickle.loads(cloudpickle.dumps((_uses_scale, (3,), {"k": 1})))
+    assert serialize._by_reference(_uses_scale)
+    assert not serialize._by_reference(_check_pickles_by_value_when_nested())
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    try:
+        assert not serialize._by_reference(_uses_scale)
+        f, _, _ = unpack_apply(pack_apply(_uses_scale, (3,)))
+        assert f is not _uses_scale and f(3) == 6  # rebuilt from its code
+    finally:
+        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+
+
+def test_a_function_rebound_in_its_module_travels_by_value():
+    """The module no longer names the function (a notebook redefined it under another
+    name, a decorator replaced it): by reference would run the other one, so it goes by
+    value."""
+    global _uses_scale
+    from zpar import serialize
+
+    original = _uses_scale
+    _uses_scale = _uses_mutable
+    try:
+        assert not serialize._by_reference(original)
+        f, args, _ = unpack_apply(pack_apply(original, (3,)))
+        assert f is not original and f(*args) == 6
+    finally:
+        _uses_scale = original
+
+
+def _check_pickles_by_value_when_nested():
+    def inner(x):
+        return x
+
+    return inner

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hmac
 import logging
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 import zpar.wire as wire
 from zpar.constants import (
     BATCH_DELIM,
+    COPY_THRESHOLD,
     DELIM,
     INLINE_SIGNED_MAX,
     MAX_BATCH,
@@ -39,6 +41,7 @@ PROTOCOL_DOC = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
 BATCH_FRAME_LIST = (
     '[ident, ..., b"<ZPAR|BATCH>", index, signature, envelope, buffer, ..., signature, ...]'
 )
+PACKED_FRAME_LIST = '[ident, ..., b"<ZPAR|BATCH>", [[signature, envelope, buffer, ...], ...]]'
 
 
 def _frames(session=None, **kw):
@@ -68,6 +71,16 @@ def test_framing_is_delimiter_signature_envelope_buffers():
     _, frames = Session(KEY).serialize("apply_request", {}, buffers=[b"s", big])
     assert [len(t) for t in msgpack.unpackb(frames[2])[4]] == [0, 16]  # large: a tag
     assert Session(KEY).feed(frames).buffers[1] is big
+
+
+@pytest.mark.parametrize("key", [b"k", KEY, b"x" * 64, b"y" * 65, b"z" * 200])
+def test_the_signature_is_hmac_sha256_of_envelope_and_small_buffers(key):
+    """What docs/protocol.md promises a peer implementation, whatever the Session computes
+    it with (it keeps HMAC's two keyed SHA-256 states; a key over 64 bytes is hashed first)."""
+    big = np.arange(INLINE_SIGNED_MAX // 8, dtype=np.float64)
+    _, frames = Session(key).serialize("apply_request", {}, buffers=[b"s0", big, b"s1"])
+    expected = hmac.digest(key, frames[2] + b"s0" + b"s1", "sha256")
+    assert frames[1] == expected and Session(key).sign([frames[2], b"s0", b"s1"]) == expected
 
 
 @pytest.mark.parametrize("index", [1, 2, 3])
@@ -439,14 +452,61 @@ def _batch_of(n, session=None, buffers=lambda i: [f"b{i}".encode()] * (i % 3)):
     return [_frames(session, buffers=buffers(i)) for i in range(n)]
 
 
+def _framed(messages):
+    """A batch in the framed layout whatever its buffers' size (batch() packs small ones)."""
+    counts = [len(m) - wire.HEAD_FRAMES for m in messages]
+    return [BATCH_DELIM, msgpack.packb(counts), *[f for m in messages for f in m[1:]]]
+
+
 def test_batch_layout_is_marker_index_then_each_message_without_its_delimiter():
-    """The literal batch frame list of docs/protocol.md."""
-    messages = _batch_of(3)
+    """The literal batch frame list of docs/protocol.md: a batch with a buffer that zmq
+    takes without a copy (COPY_THRESHOLD and over) keeps every frame."""
+    big = np.arange(COPY_THRESHOLD // 8, dtype=np.float64)
+    messages = _batch_of(3, buffers=lambda i: [b"s", big][:i])
     frames = batch(messages)
     assert frames[0] == BATCH_DELIM and msgpack.unpackb(frames[1]) == [0, 1, 2]
-    assert frames[2:] == [f for m in messages for f in m[1:]]
+    assert frames[2:] == [f for m in messages for f in m[1:]] and frames[-1] is big
     assert BATCH_FRAME_LIST in (wire.__doc__ or "")
     assert BATCH_FRAME_LIST in PROTOCOL_DOC.read_text()
+
+
+def test_a_batch_of_small_messages_is_packed_in_one_frame():
+    """The literal packed batch of docs/protocol.md: one frame after the marker, a msgpack
+    array of each message's frames after its delimiter."""
+    messages = _batch_of(3, buffers=lambda i: [b"x" * (COPY_THRESHOLD - 1)] * i)
+    frames = batch(messages)
+    assert len(frames) == 2 and frames[0] == BATCH_DELIM
+    assert msgpack.unpackb(frames[1]) == [m[1:] for m in messages]
+    assert split_messages([b"id", *frames]) == ([b"id"], messages)
+    got = Session(KEY).feed_all([b"id", *frames])
+    assert [len(m.buffers) for m in got] == [0, 1, 2] and all(m.idents == [b"id"] for m in got)
+    assert PACKED_FRAME_LIST in (wire.__doc__ or "")
+    assert PACKED_FRAME_LIST in PROTOCOL_DOC.read_text()
+
+
+@pytest.mark.parametrize(
+    "packed, reason",
+    [
+        ([], "empty-batch"),
+        ([[b"sig"]], "batch-index"),  # no envelope
+        ([[b"sig", "env"]], "batch-index"),  # not bytes
+        ([[b"sig", b"env"], 3], "batch-index"),
+        ([[b"s", b"e"]] * (MAX_BATCH + 1), "batch-size"),
+    ],
+)
+def test_a_malformed_packed_batch_is_refused_whole(packed, reason):
+    receiver = Session(KEY)
+    assert receiver.feed_all([b"id", BATCH_DELIM, msgpack.packb(packed)]) == []
+    assert receiver.refused == {reason: 1}
+
+
+def test_a_packed_batch_with_frames_after_it_is_refused_whole():
+    frames = batch(_batch_of(2))
+    receiver = Session(KEY)
+    assert receiver.feed_all([b"id", *frames, b"extra"]) == []
+    assert receiver.refused == {"batch-frames": 1}
+    assert wire.routing([b"id", *frames, b"extra"]) is None
+    assert wire.routing([b"id", *frames]) == ([b"id"], frames)
 
 
 def test_batch_round_trip_keeps_order_idents_and_buffers():
@@ -477,7 +537,7 @@ def test_a_lone_message_is_sent_as_itself_and_read_as_a_list_of_one():
 def test_batches_split_runs_longer_than_max_batch():
     messages = _batch_of(MAX_BATCH + 3, buffers=lambda i: [])
     parts = batches(messages)
-    assert len(parts) == 2 and msgpack.unpackb(parts[0][1]) == [0] * MAX_BATCH
+    assert len(parts) == 2 and len(msgpack.unpackb(parts[0][1])) == MAX_BATCH
     receiver = Session(KEY)
     assert sum(len(receiver.feed_all(p)) for p in parts) == MAX_BATCH + 3
     with pytest.raises(LocalProtocolError, match="1 to"):
@@ -559,7 +619,7 @@ def test_a_lying_index_drops_the_whole_batch_unsplit(index, reason):
 
 def test_an_index_that_adds_up_but_shifts_the_frames_runs_nothing():
     """Frames moved between messages fail each message's signature: nothing is glued."""
-    frames = batch(_batch_of(3))  # buffers 0, 1, 2
+    frames = _framed(_batch_of(3))  # buffers 0, 1, 2
     frames[1] = msgpack.packb([1, 1, 1])
     receiver = Session(KEY)
     assert receiver.feed_all(frames) == [] and receiver.refused == {"bad-signature": 3}
@@ -575,9 +635,11 @@ def test_a_batch_over_max_batch_is_refused_whole():
 def test_feed_refuses_a_batch_and_feed_all_a_bare_garbage_multipart():
     """feed takes one message: a batch handed to it is refused, never half read."""
     receiver = Session(KEY)
-    assert receiver.feed(batch(_batch_of(2))) is None
+    assert receiver.feed(_framed(_batch_of(2))) is None
     assert receiver.feed_all([b"no", b"delimiter"]) == []
     assert receiver.refused == {"no-delimiter": 2}
+    assert receiver.feed(batch(_batch_of(2))) is None  # packed: two frames, no message
+    assert receiver.refused == {"no-delimiter": 2, "truncated": 1}
 
 
 @settings(max_examples=200, deadline=None)

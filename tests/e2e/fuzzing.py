@@ -14,7 +14,7 @@ import msgpack
 import zmq
 from hypothesis import strategies as st
 
-from zpar.constants import DELIM, PING, PROTOCOL_VERSION, SIGNAL_SUFFIX
+from zpar.constants import BATCH_DELIM, DELIM, PING, PROTOCOL_VERSION, SIGNAL_SUFFIX
 from zpar.messages import CONTENT, MsgType
 from zpar.privacy import iopub_topic
 from zpar.transport import direct_address
@@ -161,6 +161,27 @@ def signed_messages(draw, key: bytes, dest: str | None = None):
 # -- the bounded random-frame generator ------------------------------------------------------
 
 
+def _framed(messages: list[list[bytes]]) -> list[bytes]:
+    """A batch of ``messages`` (each from its delimiter on) in the framed layout, index and
+    all, whatever their size (zpar.wire.batch packs small ones into one frame)."""
+    counts = [len(m) - 3 for m in messages]
+    return [BATCH_DELIM, msgpack.packb(counts), *[f for m in messages for f in m[1:]]]
+
+
+def _batch_mutation(frames: list[bytes], kind: int, rng: random.Random) -> list[bytes]:
+    """A batch (zpar.wire.batch) of two copies of a message cut short (11), or whose index
+    lies about its messages' frame counts (12)."""
+    if kind == 11:
+        packed = [bytes(f) for f in batch([frames, frames])]
+        if len(packed) == 2 and rng.randrange(2):  # its packed frame cut
+            return [packed[0], packed[1][: rng.randrange(len(packed[1]))]]
+        framed = _framed([frames, frames])
+        return framed[: rng.randrange(2, len(framed))]
+    framed = _framed([frames, frames])
+    framed[1] = msgpack.packb(rng.choice([[1], [99, 1], [], [0, 0], "x", [len(frames)] * 10_000]))
+    return framed
+
+
 def mutations(valid: list[bytes], key: bytes, rng: random.Random, n: int) -> list[list[bytes]]:
     """``n`` multiparts made from one valid message (after its delimiter) by the faults a
     peer or the network could produce, each drawn from ``rng`` (seeded: reproducible)."""
@@ -201,13 +222,7 @@ def mutations(valid: list[bytes], key: bytes, rng: random.Random, n: int) -> lis
             frames[1] = Session(key).sign(_signed_parts(frames[2], frames[3:]))
         elif kind == 10:  # a heartbeat-like payload
             frames = [PING + str(rng.randrange(-5, 10**12)).encode()]
-        elif kind == 11:  # a batch (zpar.wire.batch) of two copies, cut short
-            frames = [bytes(f) for f in batch([frames, frames])]
-            frames = frames[: rng.randrange(2, len(frames))]
-        else:  # a batch whose index lies about its messages' frame counts
-            frames = [bytes(f) for f in batch([frames, frames])]
-            frames[1] = msgpack.packb(
-                rng.choice([[1], [99, 1], [], [0, 0], "x", [len(valid)] * 10_000])
-            )
+        else:  # kinds 11, 12: a batch gone wrong
+            frames = _batch_mutation(frames, kind, rng)
         out.append(frames)
     return out

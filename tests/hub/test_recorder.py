@@ -5,7 +5,13 @@ from __future__ import annotations
 from zpar.hub import recorder
 from zpar.hub.recorder import StoreWriter
 from zpar.hub.records import TaskTable
-from zpar.hub.stores import PENDING_GRACE, STORE_FLUSH_INTERVAL, MemoryStore, StoreError
+from zpar.hub.stores import (
+    PENDING_GRACE,
+    QUEUED_GRACE,
+    STORE_FLUSH_INTERVAL,
+    MemoryStore,
+    StoreError,
+)
 
 
 class FlakyStore(MemoryStore):
@@ -64,6 +70,31 @@ def test_pending_records_are_written_once_done_or_after_the_grace(monkeypatch):
     assert w.flush() and store.count() == 2 and w.status()["unsaved"] == 0
     assert store.get(["b"], False)["b"]["engine_uuid"] == "engine-0"
     assert store.get(["b"], False)["b"]["completed"] is None
+
+
+def test_queued_load_balanced_records_wait_longer_then_the_pending_grace(monkeypatch):
+    """A task still in the scheduler's queue is written once it is done, or after
+    QUEUED_GRACE; once placed on an engine, after PENDING_GRACE like any pending task."""
+    table = TaskTable()
+    store = MemoryStore()
+    w = StoreWriter(store, table)
+    now = [recorder.time.monotonic()]
+    monkeypatch.setattr(recorder.time, "monotonic", lambda: now[0])
+    for m in ("queued", "placed", "done"):
+        table.submitted({"msg_id": m, "msg_type": "apply_request", "date": 1.0}, "task", b"c")
+    assert w.flush() and store.count() == 0 and w.status()["unsaved"] == 3
+    now[0] += PENDING_GRACE / 2
+    table.assigned("placed", "engine-0")
+    table.assigned("done", "engine-0")
+    table.finished("done", "engine-0", {"status": "ok", "completed": 2.0}, "ok", {})
+    assert w.flush() and store.count() == 1  # the finished one, once
+    now[0] += PENDING_GRACE
+    assert w.due and w.flush() and store.count() == 2  # placed: its grace ran out
+    assert store.get(["placed"], False)["placed"]["completed"] is None
+    assert not w.due and w.wait() <= QUEUED_GRACE
+    now[0] += QUEUED_GRACE
+    assert w.due and w.flush() and store.count() == 3 and w.status()["unsaved"] == 0
+    assert store.get(["queued"], False)["queued"]["engine_uuid"] is None
 
 
 def test_a_read_only_sqlite_store_is_reported_and_recovers(tmp_path, caplog):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
 import zmq
 
 from zpar.messages import MsgType, Status
@@ -23,13 +24,28 @@ def _wait(condition, what, timeout=30.0):
         time.sleep(0.005)
 
 
-def test_a_batch_with_one_bad_message_places_the_others():
+def _receive(sock, session, n, what):
+    """``n`` checked messages from ``sock`` (lone or batched), and the multiparts they came in."""
+    got, multiparts = [], 0
+    while len(got) < n:
+        assert sock.poll(30_000), what
+        got += session.feed_all(sock.recv_multipart())
+        multiparts += 1
+    return got, multiparts
+
+
+@pytest.mark.parametrize("engine_batches", [True, False])
+def test_a_batch_with_one_bad_message_places_the_others(engine_batches):
     ctx = zmq.Context()
     session = Session(KEY)
     hub = ctx.socket(zmq.PULL)
     hub.bind("inproc://hub-monitor-b")
     sched = TaskScheduler(
-        Session(KEY), monitor="inproc://hub-monitor-b", events="inproc://events-b", context=ctx
+        Session(KEY),
+        monitor="inproc://hub-monitor-b",
+        events="inproc://events-b",
+        context=ctx,
+        engine_batches=engine_batches,
     )
     runner = threading.Thread(target=sched.run, daemon=True)
     events = ctx.socket(zmq.PUSH)
@@ -55,12 +71,9 @@ def test_a_batch_with_one_bad_message_places_the_others():
         bad = list(sent[1][1])
         bad[1] = b"\0" * len(bad[1])  # a forged signature
         client.send_multipart(batch([sent[0][1], bad, sent[2][1]]))
-        got = []
-        for _ in range(2):  # hwm 2: both good ones reach the one engine
-            assert engine.poll(30_000), "a good request of the batch never reached the engine"
-            msg = session.feed(engine.recv_multipart())
-            assert msg is not None
-            got.append(msg)
+        # hwm 2: both good ones reach the one engine, in one batch when engines take them
+        got, multiparts = _receive(engine, session, 2, "a good request never reached the engine")
+        assert multiparts == (1 if engine_batches else 2)
         assert [m.msg_id for m in got] == [sent[0][0]["msg_id"], sent[2][0]["msg_id"]]
         _wait(lambda: sum(sched.session.refused.values()) == 1, "the forged one was not counted")
         # the engine answers both in one batch to the client: both relayed
@@ -69,13 +82,10 @@ def test_a_batch_with_one_bad_message_places_the_others():
             for m in got
         ]
         engine.send_multipart([got[0].idents[0], *batch(replies)])
-        answered = []
-        for _ in range(2):
-            assert client.poll(30_000), "a reply of the engine's batch never reached the client"
-            msg = session.feed(client.recv_multipart())
-            assert msg is not None and msg.idents == [b"eng-0"]
-            answered.append(msg.parent_header["msg_id"])
-        assert answered == [m.msg_id for m in got]
+        got_back, multiparts = _receive(client, session, 2, "a reply never reached the client")
+        assert multiparts == 1  # relayed as the engine batched them
+        assert all(msg.idents == [b"eng-0"] for msg in got_back)
+        assert [msg.parent_header["msg_id"] for msg in got_back] == [m.msg_id for m in got]
         _wait(lambda: not sched.book.live, "the book still holds answered tasks")
     finally:
         sched.stopping = True

@@ -6,6 +6,7 @@ import itertools
 
 import pytest
 
+from zpar.constants import TASK_HWM_LOADED
 from zpar.dependency import Dependency
 from zpar.messages import MsgType, Status
 from zpar.monitor import TaskIn, TaskRetry
@@ -390,8 +391,36 @@ def test_a_stalled_engine_gets_no_second_task_until_it_answers():
     placed = sends(book)
     assert all(u == B for _, u in placed)
     book.reply(A, b"client", reply("long"))
+    # a slow answer: hwm again, even with tasks waiting (deeper only for quick engines)
     assert book.engines[A].depth == 2
     assert [u for _, u in sends(book)].count(A) == 2
+
+
+def test_prefetch_grows_under_load_and_comes_back_at_rest():
+    clock = Clock()
+    book = prefetching(clock)
+    for n in range(20):
+        book.submission(b"client", request(f"t{n}"))
+    assert [u for _, u in sends(book)] == [A, B, A, B]  # hwm 2 each, 16 queued
+    book.reply(A, b"client", reply("t0"))  # answers while tasks wait: deeper
+    assert book.engines[A].depth == TASK_HWM_LOADED
+    assert [u for _, u in sends(book)] == [A] * (TASK_HWM_LOADED - 1)
+    for n in (2, 4, 5, 6, 7, 8, 9, 10):
+        book.reply(A, b"client", reply(f"t{n}"))
+    assert [u for _, u in sends(book)] == [A] * 8  # one for each answer
+    assert [t.msg_id for t in book.queue] == ["t19"]
+    book.reply(A, b"client", reply("t11"))
+    assert [u for _, u in sends(book)] == [A] and not book.queue
+    for n in range(12, 20):
+        book.reply(A, b"client", reply(f"t{n}"))
+    assert book.engines[A].depth == 2  # nothing waits: back to hwm
+    assert book.engines[B].depth == 2  # never answered under load
+    for n in range(20, 40):
+        book.submission(b"client", request(f"t{n}"))
+    take(book)
+    clock.now += 2 * book.fast_answer  # tasks longer than fast_answer: not a quick engine
+    book.reply(B, b"client", reply("t1"))
+    assert book.queue and book.engines[B].depth == 2
 
 
 def test_a_revoke_crossing_the_reply_changes_nothing():

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 from .enums import MsgType
 
@@ -21,22 +21,23 @@ class Content:
     msg_type: ClassVar[MsgType]
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            expected = _CHECKS.get(f.name)
-            if expected is not None and value is not None and not isinstance(value, expected):
+        table = _TABLES.get(type(self)) or _table(type(self))
+        for name, expected in table.checks:
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, expected):
                 raise TypeError(
-                    f"{type(self).__name__}.{f.name} must be {expected}, got {type(value).__name__}"
+                    f"{type(self).__name__}.{name} must be {expected}, got {type(value).__name__}"
                 )
 
     def as_dict(self) -> dict[str, Any]:
         """The content map that travels: every field, but optional ones at their default."""
+        table = _TABLES.get(type(self)) or _table(type(self))
         out = {}
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if f.metadata.get("optional") and value == _default_of(f):
+        for name, optional_, default in table.fields:
+            value = getattr(self, name)
+            if optional_ and value == default:
                 continue
-            out[f.name] = value
+            out[name] = value
         return out
 
     @classmethod
@@ -52,6 +53,28 @@ def optional(default: Any = "") -> Any:
         factory = type(default)
         return field(default_factory=factory, metadata={"optional": True})
     return field(default=default, metadata={"optional": True})
+
+
+class _FieldTable(NamedTuple):
+    """What __post_init__ and as_dict need of a content class, read once from its fields
+    (dataclasses.fields and a default factory per call cost ~4 us a message)."""
+
+    checks: tuple[tuple[str, type | tuple[type, ...]], ...]  # (name, expected type)
+    fields: tuple[tuple[str, bool, Any], ...]  # (name, optional, default)
+
+
+_TABLES: dict[type, _FieldTable] = {}
+
+
+def _table(cls: type) -> _FieldTable:
+    fields = dataclasses.fields(cls)
+    table = _FieldTable(
+        tuple((f.name, _CHECKS[f.name]) for f in fields if f.name in _CHECKS),
+        # a factory's default is made once and only compared with, never handed out
+        tuple((f.name, bool(f.metadata.get("optional")), _default_of(f)) for f in fields),
+    )
+    _TABLES[cls] = table
+    return table
 
 
 def _default_of(f: dataclasses.Field) -> Any:

@@ -17,7 +17,13 @@ Under load a sender puts several messages in one multipart, a batch::
     [ident, ..., b"<ZPAR|BATCH>", index, signature, envelope, buffer, ..., signature, ...]
 
 index is a msgpack array with each message's number of buffers, in order; each message is
-its signature, envelope and buffers exactly as it would be sent alone. ``batch`` builds
+its signature, envelope and buffers exactly as it would be sent alone. When every frame of
+every message is small (under PACK_MAX_BUFFER, 64 KiB: what zmq copies anyway), the batch
+is packed, its messages in one frame (pyzmq costs ~2-3 us a frame)::
+
+    [ident, ..., b"<ZPAR|BATCH>", [[signature, envelope, buffer, ...], ...]]
+
+a msgpack array with, per message, the array of its frames after the delimiter (bin). ``batch`` builds
 one, ``split_messages`` turns any received multipart (batch or not) into the identities and
 one frame list per message, from its delimiter on, as ``Session.unpack`` takes it; so each
 message is checked on its own (``Session.feed_all``): one bad message is refused, the
@@ -30,7 +36,7 @@ that fails is refused with a reason token (``Session.refused``), never handed on
 The package's modules, one job each (import from ``zpar.wire``):
 
 - frames: views of frames, where each part of a message sits, the msgpack codec
-- batching: batch / batches / split_messages / routing (the batch layout above)
+- batching: batch / batches / split_messages / routing (the batch layouts above)
 - envelope: the checks of every decoded field and version, what the signature covers
 - session: Session, which signs, tags, serializes, verifies and refuses replays
 - received: Message and LazyMessage, what a checked message is handed on as

@@ -7,9 +7,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..constants import BATCH_DELIM, DELIM, MAX_BATCH
+from ..constants import BATCH_DELIM, COPY_THRESHOLD, DELIM, MAX_BATCH
 from ..errors import LocalProtocolError, RemoteProtocolError
-from .frames import HEAD_FRAMES, decode, encode, frame_view, split_idents
+from .frames import HEAD_FRAMES, decode, encode, frame_view, nbytes, split_idents
+
+#: A batch whose every frame is under this many bytes travels packed, in one frame (see batch):
+#: the frames zmq copies anyway (COPY_THRESHOLD).
+PACK_MAX_BUFFER = COPY_THRESHOLD
 
 
 def is_batch(msg_frames: Sequence[Any]) -> bool:
@@ -21,38 +25,68 @@ def is_batch(msg_frames: Sequence[Any]) -> bool:
 
 
 def batch_counts(index: Any) -> list[int]:
-    """Each message's buffer count from a batch's index frame; RemoteProtocolError if the
-    index is not a list of 1..MAX_BATCH counts."""
+    """Each message's buffer count from a framed batch's index frame; RemoteProtocolError
+    if the index is not a list of 1..MAX_BATCH counts."""
     raw = frame_view(index)
     if len(raw) > 5 + 5 * MAX_BATCH:  # msgpack: array header + one uint32 per count
         raise RemoteProtocolError("batch-index", f"batch index of {len(raw)} bytes")
+    return _counts(_decode_index(raw))
+
+
+def _decode_index(raw: Any) -> Any:
     try:
-        counts = decode(raw)
+        return decode(raw)
     except Exception as e:  # msgpack raises several unrelated types
         raise RemoteProtocolError("batch-index", f"batch index is not msgpack: {e}") from e
+
+
+def _size(n: int) -> None:
+    if not n:
+        raise RemoteProtocolError("empty-batch", "batch of no messages")
+    if n > MAX_BATCH:
+        raise RemoteProtocolError("batch-size", f"batch of {n} messages, at most {MAX_BATCH}")
+
+
+def _counts(counts: Any) -> list[int]:
     if type(counts) is not list or not all(type(n) is int and n >= 0 for n in counts):
         raise RemoteProtocolError(
             "batch-index", "batch index must be a list of buffer counts (ints >= 0)"
         )
-    if not counts:
-        raise RemoteProtocolError("empty-batch", "batch of no messages")
-    if len(counts) > MAX_BATCH:
-        raise RemoteProtocolError(
-            "batch-size", f"batch of {len(counts)} messages, at most {MAX_BATCH}"
-        )
+    _size(len(counts))
     return counts
+
+
+def _packed(packed: list[Any]) -> list[list[Any]]:
+    """The messages of a packed batch's frame, each from its delimiter on."""
+    _size(len(packed))
+    messages = []
+    for m in packed:
+        if type(m) is not list or len(m) < HEAD_FRAMES - 1 or any(type(f) is not bytes for f in m):
+            raise RemoteProtocolError(
+                "batch-index",
+                "a packed batch is a list of [signature, envelope, buffer...] lists of bytes",
+            )
+        messages.append([DELIM, *m])
+    return messages
 
 
 def unbatch(msg_frames: Sequence[Any]) -> list[list[Any]]:
     """One frame list per message, each from its delimiter on (what Session.unpack takes),
     of a multipart given from its delimiter on: a lone message as it is, a batch split by
-    its index. RemoteProtocolError (nothing returned) when a batch's index does not match
-    its frames: a batch is split only whole."""
+    its index (or unpacked from its one frame). RemoteProtocolError (nothing returned) when
+    a batch's index does not match its frames: a batch is split only whole."""
     if not is_batch(msg_frames):
         return [list(msg_frames)]
     if len(msg_frames) < 2:
         raise RemoteProtocolError("batch-index", "batch without an index")
-    counts = batch_counts(msg_frames[1])
+    index = _decode_index(frame_view(msg_frames[1]))
+    if type(index) is list and index and type(index[0]) is list:  # packed
+        if len(msg_frames) != 2:
+            raise RemoteProtocolError(
+                "batch-frames", f"a packed batch is 2 frames, this one has {len(msg_frames)}"
+            )
+        return _packed(index)
+    counts = _counts(index)
     expected = 2 * len(counts) + sum(counts)
     got = len(msg_frames) - 2
     if got != expected:
@@ -80,21 +114,36 @@ def split_messages(frames: Sequence[Any]) -> tuple[list[bytes], list[list[Any]]]
 def batch(messages: Sequence[Sequence[Any]]) -> list[Any]:
     """One multipart (identities not included) carrying ``messages``, each given from its
     delimiter on as Session.serialize returns it: a lone message unchanged, several as
-    ``[BATCH_DELIM, index, signature, envelope, buffers…, …]``. At most MAX_BATCH messages
-    (see batches)."""
+    ``[BATCH_DELIM, packed]`` when every buffer is under PACK_MAX_BUFFER (one frame: pyzmq
+    costs ~2-3 us a frame, a no-op task's messages are ~3 frames each), else as
+    ``[BATCH_DELIM, index, signature, envelope, buffers…, …]`` (large buffers stay frames
+    of their own, never copied). At most MAX_BATCH messages (see batches)."""
     if len(messages) == 1:
         return list(messages[0])
     if not messages or len(messages) > MAX_BATCH:
         raise LocalProtocolError(f"a batch carries 1 to {MAX_BATCH} messages, not {len(messages)}")
     counts = []
     frames: list[Any] = [BATCH_DELIM, b""]
+    small = True
     for m in messages:
         if len(m) < HEAD_FRAMES or m[0] != DELIM:
             raise LocalProtocolError("batch() takes messages from their delimiter on")
         counts.append(len(m) - HEAD_FRAMES)
         frames.extend(m[1:])
+        if small:
+            small = all(
+                (len(f) if type(f) is bytes else nbytes(f)) < PACK_MAX_BUFFER for f in m[1:]
+            )
+    if small:
+        return [BATCH_DELIM, encode([[_octets_of(f) for f in m[1:]] for m in messages])]
     frames[1] = encode(counts)
     return frames
+
+
+def _octets_of(f: Any) -> Any:
+    """A frame msgpack packs as its bytes (bin): bytes as they are, a view or zmq.Frame
+    through its buffer."""
+    return f if type(f) is bytes else frame_view(f)
 
 
 def batches(messages: Sequence[Sequence[Any]]) -> list[list[Any]]:

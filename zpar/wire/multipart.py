@@ -48,13 +48,15 @@ def recv_message(sock: zmq.Socket, flags: int = 0) -> list[Any]:
 
 
 def _recv_batch(sock: zmq.Socket, flags: int, parts: list[Any]) -> None:
-    """The rest of a batch after its delimiter, as recv_message takes a message: each
-    signature and envelope as bytes, buffers by size; by size throughout from where an
+    """The rest of a batch after its delimiter, as recv_message takes a message: a packed
+    batch's one frame as bytes; a framed batch's index, then each signature and envelope as bytes, buffers by size; by size throughout from where an
     index that does not match its frames goes wrong (the receiver refuses the batch)."""
     recv, rcvmore = sock.recv, zmq.RCVMORE
     index = recv(flags, copy=True)
     parts.append(index)
     more = sock.getsockopt(rcvmore)
+    if not more:  # a packed batch: its messages are in that one frame (see wire.batch)
+        return
     try:
         counts = batch_counts(index)
     except RemoteProtocolError:

@@ -1,0 +1,122 @@
+"""Replies of an engine: signed, sent on the socket their request came on, with its idents.
+
+Replies to the task scheduler may be *held* and sent together as one wire batch
+(zpar.wire.batch), under the rule of docs/decisions.md ("Engine reply batches"): a reply
+is held only while the engine goes straight on to the next task of the same incoming batch
+and that task is predicted quick (Kernel.quick); everything held leaves before any other
+task starts, before the engine reads control messages, and when the batch in hand ends.
+So a lone reply is never held, no timer is involved, and a short task's reply never waits
+behind a long (or unknown) task.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import zmq
+
+from zpar.constants import MAX_BATCH
+from zpar.errors import LocalProtocolError, error_content
+from zpar.messages import MON_MUX_OUT, Status
+from zpar.wire import Message, Session, batch, checkable_copy, send_frames
+
+from .kernel import Reply
+from .monitorcopies import MonitorCopies
+
+log = logging.getLogger(__name__)
+
+
+class ReplySender:
+    """Builds and sends one engine's replies; holds those the batch rule lets wait."""
+
+    def __init__(
+        self,
+        session: Session,
+        engine_id: int,
+        engine_uuid: str,
+        *,
+        direct: zmq.Socket | None = None,
+        monitor: MonitorCopies | None = None,
+    ) -> None:
+        self.session = session
+        self.engine_id = engine_id
+        self.engine_uuid = engine_uuid
+        self.ident = engine_uuid.encode("ascii")
+        self.direct = direct
+        self.monitor = monitor
+        #: (socket, idents, frames from the delimiter on) of replies not sent yet, in order
+        self.held: list[tuple[zmq.Socket, list[bytes], list[Any]]] = []
+        #: multiparts sent, and replies in them (a reply batch counts once, its replies each)
+        self.sent_multiparts = 0
+        self.sent_replies = 0
+
+    def send(self, sock: zmq.Socket, msg: Message, reply: Reply, *, hold: bool = False) -> None:
+        """Answer ``msg`` with ``reply``; ``hold``: keep it for the next flush (the caller
+        guarantees one comes before anything slow, see the module's rule)."""
+        direct = sock is self.direct
+        frames = self._frames(msg, reply, direct)
+        if not direct and (hold or self.held):
+            # the last of a run of held replies leaves with them, as one batch
+            self.held.append((sock, msg.idents, frames))
+            if not hold or len(self.held) >= MAX_BATCH:
+                self.flush()
+            return
+        if self.held:
+            self.flush()  # replies leave in the order their tasks ran
+        send_frames(sock, [*msg.idents, *frames])
+        self.sent_multiparts += 1
+        self.sent_replies += 1
+        if direct and self.monitor is not None and msg.idents:
+            # for the hub's store: the result too, unless it is too big to keep there
+            # (copied: the thread sends them later, the result's memory may change by then)
+            copy = checkable_copy(frames, large=True, detach=True)
+            self.monitor.put([MON_MUX_OUT, msg.idents[0], self.ident, *copy])
+
+    def flush(self) -> None:
+        """Send every held reply: consecutive ones to one destination as one batch."""
+        held, self.held = self.held, []
+        i = 0
+        while i < len(held):
+            sock, idents, frames = held[i]
+            group = [frames]
+            j = i + 1
+            while j < len(held) and held[j][0] is sock and held[j][1] == idents:
+                group.append(held[j][2])
+                j += 1
+            send_frames(sock, [*idents, *batch(group)])
+            self.sent_multiparts += 1
+            self.sent_replies += len(group)
+            i = j
+
+    def _frames(self, msg: Message, reply: Reply, private: bool) -> list[Any]:
+        try:
+            _, frames = self.session.serialize(
+                reply.msg_type,
+                reply.content,
+                parent=msg.header,
+                metadata=reply.metadata,
+                buffers=reply.buffers,
+                private=private,
+            )
+            return frames
+        except LocalProtocolError as e:  # e.g. output that msgpack cannot encode
+            log.error(
+                "engine %d: cannot send the %s to %s: %s",
+                self.engine_id,
+                reply.msg_type,
+                msg.msg_id,
+                e,
+            )
+            content = error_content(
+                LocalProtocolError,
+                f"the engine could not encode its reply: {e}",
+                traceback=[],
+                engine_info={"engine_id": self.engine_id, "engine_uuid": self.engine_uuid},
+            )
+            md = {k: v for k, v in reply.metadata.items() if k not in ("stdout", "stderr")}
+            md["status"] = Status.ERROR
+            _, frames = self.session.serialize(
+                reply.msg_type, content, parent=msg.header, metadata=md, private=private
+            )
+            return frames

@@ -1,0 +1,384 @@
+"""The engine's main loop: take requests, check each, run them one at a time, answer.
+
+One multipart read from a socket may carry a batch of requests (the task scheduler places
+several tasks at once: ``[client, <ZPAR|BATCH>, index, (signature, envelope, buffers) x n]``);
+each is checked on its own (signed, every field sound, bound to this engine) and the good
+ones are kept *in hand*, run in order. Control messages are read before every request,
+also between the requests of a batch, so an abort reaches tasks in hand. Replies of a
+batch's quick tasks go back together (engine.replies).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import zmq
+
+from zpar.errors import RemoteProtocolError
+from zpar.messages import MON_MUX_IN, MsgType, Status
+from zpar.msgtypes import reply_type_of
+from zpar.tasklimits import parse_time_limit, timeout_content
+from zpar.wire import Message, Session, checkable_copy, recv_message, split_messages
+
+from .iopub import IOPub
+from .kernel import Kernel, Reply
+from .monitorcopies import MonitorCopies
+from .replies import ReplySender
+from .revoke import RevokeGate
+from .timelimit import TimeLimitWatchdog
+from .watched import WatchedSockets
+
+log = logging.getLogger(__name__)
+
+#: Seconds a closing socket may keep flushing after a shutdown_request, so the shutdown
+#: reply and the aborted replies reach the controller; bounded so exit never hangs.
+SHUTDOWN_LINGER_MS = 1000
+
+_EVENTS = int(zmq.EVENTS)
+_POLLIN = int(zmq.POLLIN)
+_LIMITED = (MsgType.APPLY_REQUEST, MsgType.EXECUTE_REQUEST)
+
+
+@dataclass(slots=True)
+class RunState:
+    """Flags the main loop shares with the signal handlers (engine.Engine)."""
+
+    #: leave the loop (SIGTERM, shutdown_request)
+    stopping: bool = False
+    #: user code may be running: SIGINT interrupts it, SIGTERM raises Stop inside it
+    busy: bool = False
+    #: set when a shutdown_request asked for a restart
+    restart: bool = False
+    #: ms the sockets may keep flushing at close
+    linger: int = 0
+    #: set when the controller went silent
+    controller_lost: bool = False
+
+
+@dataclass(slots=True)
+class Sockets:
+    control: zmq.Socket
+    mux: zmq.Socket
+    task: zmq.Socket
+    ping: zmq.Socket
+    direct: zmq.Socket | None = None
+    wakeup: Any = None  # the signal handlers' socketpair end
+
+
+class Server:
+    """Serves one registered engine's sockets until told to stop."""
+
+    def __init__(
+        self,
+        *,
+        engine_id: int,
+        engine_uuid: str,
+        session: Session,
+        kernel: Kernel,
+        sockets: Sockets,
+        iopub: IOPub,
+        replies: ReplySender,
+        state: RunState,
+        gate: RevokeGate | None = None,
+        monitor: MonitorCopies | None = None,
+        watched: WatchedSockets | None = None,
+        silence_limit: float = 5.0,
+        on_stuck: Callable[[str, float], None] | None = None,
+    ) -> None:
+        self.id = engine_id
+        self.uuid = engine_uuid
+        self.ident = engine_uuid.encode("ascii")
+        self.session = session
+        self.kernel = kernel
+        self.sockets = sockets
+        self.iopub = iopub
+        self.replies = replies
+        self.state = state
+        self.gate = gate
+        self.monitor = monitor
+        self.watched = watched or WatchedSockets()
+        self.silence_limit = silence_limit
+        self._on_stuck = on_stuck
+        #: requests checked and not yet run: (socket, where, message), in arrival order
+        self.in_hand: deque[tuple[zmq.Socket, str, Message]] = deque()
+        s = sockets
+        self._where = {s.mux: "mux", s.task: "task", s.control: "control"}
+        if s.direct is not None:
+            self._where[s.direct] = "direct"
+        #: the time_limit watchdog, made for the first limited request
+        self.time_limits: TimeLimitWatchdog | None = None
+        #: the request running under a time_limit (the watchdog's on_stuck answers it)
+        self.current: tuple[zmq.Socket, Message] | None = None
+        self._last_ping = time.monotonic()
+        #: multiparts taken from the request sockets, and the requests in them
+        self.taken_multiparts = 0
+        self.taken_requests = 0
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def loop(self) -> None:
+        s, state, in_hand = self.sockets, self.state, self.in_hand
+        control = s.control
+        queues = [q for q in (s.mux, s.direct, s.task) if q is not None]
+        poller = zmq.Poller()
+        for q in (control, *queues, s.ping):
+            poller.register(q, zmq.POLLIN)
+        if s.wakeup is not None:
+            poller.register(s.wakeup, zmq.POLLIN)
+        watched = self.watched
+        watched.attach(poller)
+        turn = 0
+        nq = len(queues)
+        timeout_ms = int(self.silence_limit * 1000 / 5)
+        self._last_ping = time.monotonic()
+        log.info(
+            "engine %d: serving (controller considered gone after %g s of silence)",
+            self.id,
+            self.silence_limit,
+        )
+        try:
+            while not state.stopping:
+                if control.getsockopt(_EVENTS) & _POLLIN:
+                    self.replies.flush()
+                    self.drain_control()
+                    continue
+                if in_hand:
+                    self.run_next()
+                    if watched.handlers:
+                        watched.serve_ready()
+                    continue
+                sock = None
+                for i in range(nq):  # round robin: the queue after the last served goes first
+                    q = queues[(turn + i) % nq]
+                    if q.getsockopt(_EVENTS) & _POLLIN:
+                        sock = q
+                        turn = (turn + i + 1) % nq
+                        break
+                if sock is not None:
+                    self.take(sock)
+                    continue
+                if not self._wait(poller, timeout_ms):
+                    return
+        finally:
+            self.replies.flush()
+            r = self.replies
+            log.info(
+                "engine %d: took %d request(s) in %d multipart(s), sent %d reply(ies) in %d",
+                self.id,
+                self.taken_requests,
+                self.taken_multiparts,
+                r.sent_replies,
+                r.sent_multiparts,
+            )
+
+    def _wait(self, poller: zmq.Poller, timeout_ms: int) -> bool:
+        """Sleep until a socket is readable; False when the controller went silent."""
+        s = self.sockets
+        ready = poller.poll(timeout_ms)
+        if not ready:
+            silent = time.monotonic() - self._last_ping
+            if silent > self.silence_limit:
+                log.warning(
+                    "engine %d: controller gone: no heartbeat for %.1f s while idle; stopping",
+                    self.id,
+                    silent,
+                )
+                self.state.controller_lost = True
+                return False
+            return True
+        for r, _ in ready:
+            if r is s.ping:
+                while s.ping.getsockopt(_EVENTS) & _POLLIN:
+                    s.ping.recv(copy=False)
+                self._last_ping = time.monotonic()
+            elif r is s.wakeup:
+                s.wakeup.recv(4096)
+            elif r not in self._where:
+                self.watched.serve(r)
+        return True
+
+    def take(self, sock: zmq.Socket) -> int:
+        """Receive one multipart from ``sock`` and keep in hand each request of it that
+        passes the checks; returns how many."""
+        checked = self.receive(sock)
+        self.iopub.refresh()  # so the busy/idle of these requests reach a new subscriber
+        self.in_hand.extend((sock, self._where[sock], msg) for msg in checked)
+        self.taken_multiparts += 1
+        self.taken_requests += len(checked)
+        return len(checked)
+
+    def receive(self, sock: zmq.Socket) -> list[Message]:
+        """The requests of one multipart from ``sock`` that pass the checks (signed, every
+        field sound, bound to this engine): one bad request of a batch is refused (counted),
+        the others are returned."""
+        where = self._where[sock]
+        frames = recv_message(sock)
+        session = self.session
+        try:
+            idents, messages = split_messages(frames)
+        except RemoteProtocolError as e:
+            session._refuse(e, where)
+            return []
+        private = sock is self.sockets.direct
+        checked = []
+        for m in messages:
+            try:
+                msg = session.unpack(m, list(idents), private=private)
+            except RemoteProtocolError as e:
+                session._refuse(e, where)
+                continue
+            if msg.dest != self.uuid:  # every request to an engine names the engine it is for
+                session._refuse(
+                    RemoteProtocolError(
+                        "misrouted", f"{msg.msg_type} {msg.msg_id} is bound to {msg.dest!r}"
+                    ),
+                    where,
+                )
+                continue
+            checked.append(msg)
+        return checked
+
+    def drain_control(self) -> None:
+        """Handle every control request waiting now (ahead of the requests in hand)."""
+        control = self.sockets.control
+        while not self.state.stopping and control.getsockopt(_EVENTS) & _POLLIN:
+            for msg in self.receive(control):
+                if self.state.stopping:
+                    break
+                self.handle(control, "control", msg)
+
+    def run_next(self) -> None:
+        """Run the first request in hand. Held replies never outlive the batch in hand: a
+        reply held for the next task leaves even when that task is then dropped (revoked
+        by the scheduler) or answers nothing."""
+        sock, where, msg = self.in_hand.popleft()
+        self.handle(sock, where, msg)
+        if not self.in_hand and self.replies.held:
+            self.replies.flush()
+
+    # -- one request ------------------------------------------------------------------------
+
+    def handle(self, sock: zmq.Socket, where: str, msg: Message) -> None:
+        s = self.sockets
+        if sock is s.task and not self.may_start(msg):
+            return
+        if sock is s.direct and self.monitor is not None and msg.idents:
+            # what the relay's monitor would have told the hub (headers, no buffers)
+            copy = checkable_copy(msg.frames, detach=True)
+            self.monitor.put([MON_MUX_IN, self.ident, msg.idents[0], *copy])
+        state = self.state
+        limit = self.arm_time_limit(sock, msg)
+        state.busy = True
+        try:
+            reply = self.kernel.handle(msg)
+            state.busy = False  # a late SIGINT from here on is ignored (Engine._on_sigint)
+        except KeyboardInterrupt:  # SIGINT outside the user code the kernel guards
+            state.busy = False
+            log.info("engine %d: %s interrupted before it ran", self.id, msg.msg_id)
+            reply = self.kernel.aborted_reply(msg)
+        finally:
+            state.busy = False
+        if limit is not None and self.disarm_time_limit():
+            reply = self.timeout_reply(msg, limit, reply)
+        if reply is None:
+            log.warning(
+                "engine %d: ignored a %r message on %s: not a request engines handle",
+                self.id,
+                msg.msg_type,
+                where,
+            )
+            return
+        if reply.drain:
+            self.abort_queued()
+        self.replies.send(sock, msg, reply, hold=sock is s.task and self._next_is_quick(sock))
+        if reply.stop:
+            log.info(
+                "engine %d: shutdown requested; %s",
+                self.id,
+                "restarting" if reply.restart else "exiting",
+            )
+            state.restart = reply.restart
+            state.stopping = True
+            state.linger = SHUTDOWN_LINGER_MS
+
+    def _next_is_quick(self, sock: zmq.Socket) -> bool:
+        """Whether the reply just made may wait for the next request in hand: one of the
+        same batch, predicted quick (engine.replies)."""
+        in_hand = self.in_hand
+        if not in_hand or in_hand[0][0] is not sock:
+            return False
+        # a control message waiting is read before the next task, and held replies leave
+        # before it is (Server.loop)
+        return self.kernel.quick(in_hand[0][2])
+
+    def may_start(self, msg: Message) -> bool:
+        """A task from the scheduler runs unless the scheduler took it back meanwhile (it
+        is placed elsewhere: dropped unanswered, see engine/revoke.py)."""
+        if self.gate is None or self.gate.start(msg.msg_id):
+            return True
+        log.info("engine %d: %s was revoked by the scheduler; dropped unrun", self.id, msg.msg_id)
+        return False
+
+    def abort_queued(self) -> None:
+        """Answer every mux/task request in hand or queued right now with 'aborted'."""
+        s = self.sockets
+        n = self._abort_in_hand()
+        for sock in (s.mux, s.direct, s.task):
+            if sock is None:
+                continue
+            while sock.getsockopt(_EVENTS) & _POLLIN:
+                self.take(sock)
+                n += self._abort_in_hand()
+        log.info("engine %d: aborted %d queued request(s)", self.id, n)
+
+    def _abort_in_hand(self) -> int:
+        n = 0
+        while self.in_hand:
+            sock, _, msg = self.in_hand.popleft()
+            if sock is self.sockets.task and not self.may_start(msg):
+                continue
+            reply = self.kernel.aborted_reply(msg)
+            if reply is not None:
+                self.replies.send(sock, msg, reply)
+                n += 1
+        return n
+
+    # -- time limits (engine.timelimit) -----------------------------------------------------
+
+    def arm_time_limit(self, sock: zmq.Socket, msg: Message) -> float | None:
+        if msg.msg_type not in _LIMITED or "time_limit" not in msg.metadata:
+            return None
+        try:
+            limit = parse_time_limit(msg.metadata)
+        except ValueError as e:
+            log.warning("engine %d: %s: %s; run without a limit", self.id, msg.msg_id, e)
+            return None
+        if limit is None or threading.current_thread() is not threading.main_thread():
+            return None  # SIGINT reaches only the main thread
+        if self.time_limits is None:
+            restartable = self._on_stuck is not None
+            self.time_limits = TimeLimitWatchdog(
+                self._on_stuck, engine_id=self.id, hard_exit=restartable
+            )
+        self.current = (sock, msg)
+        self.time_limits.arm(msg.msg_id, limit)
+        return limit
+
+    def disarm_time_limit(self) -> bool:
+        assert self.time_limits is not None
+        self.current = None
+        return self.time_limits.disarm()
+
+    def timeout_reply(self, msg: Message, limit: float, reply: Reply | None) -> Reply:
+        info = {"engine_id": self.id, "engine_uuid": self.uuid, "method": msg.msg_type}
+        content = timeout_content(msg.msg_id, limit, info, reply.content if reply else None)
+        now = time.time()
+        md = dict(reply.metadata) if reply is not None else {"started": now, "completed": now}
+        md.update(status=Status.ERROR, engine_id=self.id, engine_uuid=self.uuid)
+        return Reply(reply_type_of(msg.msg_type) or MsgType.APPLY_REPLY, content, md)
