@@ -533,6 +533,9 @@ class ClientIO(FaultHandling):
 
         if self._thread is None or self._stop:
             return aborted
+        if threading.current_thread() is self._thread:  # from a reply's done-callback
+            _abort()
+            return aborted
         self.call_soon(_abort)
         if not done.wait(10):
             raise RuntimeError("client I/O thread did not answer: is it alive?")

@@ -1,6 +1,7 @@
 """The load test under faults in its reduced form (issue 13; the full run is
-`python scripts/loadtest.py`, figures in docs/benchmarks.md): 3 client processes x 200
-tasks on 4 engines while two engines, the task scheduler and the controller are killed."""
+`python scripts/loadtest.py`, figures in docs/benchmarks.md): 3 client processes x 1,000
+tasks on 4 engines while two engines, the task scheduler and the controller are killed
+(3 x 200 were answered in about a second, too fast for the four kills to land in)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "loadtest.py"
 
 
 def test_every_task_of_every_client_is_answered_while_parts_are_killed(tmp_path):
-    clients, tasks = 3, 200
+    clients, tasks = 3, 1000
     run = subprocess.run(
         [sys.executable, str(SCRIPT), "--clients", str(clients), "--tasks", str(tasks)]
         + ["--timeout", "90", "--json"]
@@ -33,6 +34,12 @@ def test_every_task_of_every_client_is_answered_while_parts_are_killed(tmp_path)
     assert run.returncode == 0
     # every task answered once, a result or an error (ControllerLost after the last kill)
     assert sum(summary["outcomes"].values()) == clients * tasks
-    assert set(summary["outcomes"]) <= {"ok", "ControllerLost", "EngineError", "SchedulerLost"}
+    assert set(summary["outcomes"]) <= {
+        "ok",
+        "ControllerLost",
+        "EngineError",
+        "SchedulerLost",
+        "NoSuchEngine",  # a direct call to an engine killed while the client submitted
+    }
     killed = [k["what"] for k in summary["kills"] if "pid" in k]
     assert killed == ["engine", "scheduler", "engine", "controller"], summary["kills"]

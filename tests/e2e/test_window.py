@@ -100,6 +100,7 @@ def test_held_tasks_are_aborted_here_counted_unassigned_and_waited_on(small, tmp
     held = [lv.apply_async(stamp, i) for i in range(3)]
     wait_until(lambda: small._io.windows.held("task") == 3, "three tasks held in the client")
     assert small.queue_status()["unassigned"] >= 3
+    assert not held[0].sent and held[0].progress == 0  # still in this client
     assert not small.wait(held, timeout=0.2)  # wait() covers held tasks
     held[1].abort()
     with pytest.raises(zpar.TaskAborted, match=f"task {held[1].msg_ids[0]} was aborted before"):
@@ -112,6 +113,13 @@ def test_held_tasks_are_aborted_here_counted_unassigned_and_waited_on(small, tmp
     assert not small.outstanding
 
 
+def test_a_map_over_more_chunks_than_the_window_reports_progress(small):
+    lv = small.load_balanced_view()
+    ar = lv.map_async(stamp, range(6 * WINDOW), chunksize=1)
+    assert [r[0] for r in ar.get(timeout=60)] == list(range(6 * WINDOW))
+    assert ar.progress == 6 * WINDOW and ar.sent
+
+
 def test_direct_requests_past_the_window_wait_in_the_client(small, tmp_path):
     dv = small[small.ids[0]]
     gate = str(tmp_path / "go")
@@ -121,9 +129,12 @@ def test_direct_requests_past_the_window_wait_in_the_client(small, tmp_path):
     wait_until(
         lambda: small._io.windows.held("mux") == 5 * WINDOW + 1 - WINDOW, "held direct requests"
     )
+    ars[-1].abort()  # held here: aborted here, as the engine aborts a queued one
+    with pytest.raises(zpar.TaskAborted, match="was aborted before it ran"):
+        ars[-1].get(timeout=10)
     open(gate, "w").close()
     assert first.get(timeout=60)
-    assert [ar.get(timeout=60)[0] for ar in ars] == list(range(5 * WINDOW))
+    assert [ar.get(timeout=60)[0] for ar in ars[:-1]] == list(range(5 * WINDOW - 1))
     assert small._io.windows.held() == 0
 
 
@@ -194,3 +205,22 @@ def test_above_the_queue_budget_the_scheduler_pauses_reading_and_still_answers(m
     wait_until(lambda: "paused reading submissions" in log.read_text(), "a pause logged")
     assert "resumed reading submissions" in log.read_text()
     assert os.path.exists(log)
+
+
+def test_an_abort_from_a_done_callback_does_not_wait_for_its_own_thread(small, tmp_path):
+    # done-callbacks run in the client's I/O thread: aborting the held tasks from one
+    # must not wait for that thread to run the abort
+    lv = small.load_balanced_view()
+    gate = str(tmp_path / "go")
+    first = lv.apply_async(stamp, "first")
+    blockers = [lv.apply_async(wait_for, gate) for _ in range(WINDOW)]
+    held = [lv.apply_async(stamp, i) for i in range(3)]
+    aborted = []
+    first.add_done_callback(lambda _: aborted.append(small.abort(held, block=False)))
+    first.get(timeout=60)
+    wait_until(lambda: aborted, "the callback's abort returned", timeout=30)
+    open(gate, "w").close()
+    for ar in held:
+        with pytest.raises(zpar.TaskAborted):
+            ar.get(timeout=60)
+    assert all(ar.get(timeout=60) for ar in blockers)
