@@ -48,8 +48,13 @@ _IDLE = {"execution_state": "idle"}
 _APPLY_OK = ApplyReply(Status.OK).as_dict()
 
 #: A function whose recent runs on this engine took less than this (seconds) is predicted
-#: quick: replies of tasks before it in a batch may wait for it (engine.replies).
-QUICK_RUN = 0.0005
+#: quick: replies of tasks before it in a batch may wait for it (engine.replies). Off (0):
+#: a function quick so far can turn slow, and then the replies held for it wait its whole
+#: run -- for ever when that run waits for what its client does after an earlier result
+#: (tests/e2e/test_map.py: a map's chunks of one function). Holding is safe again once a
+#: watchdog outside the running task flushes held replies after a bound (see
+#: docs/decisions.md); it was worth ~20 % of W3 (4,580-4,680 vs 3,580-3,930 tasks/s).
+QUICK_RUN = 0.0
 #: Each run halves what a function's earlier runs weigh in its estimate (Kernel.slowest):
 #: after a 3 s run it takes ~13 quick runs to be predicted quick again, after a cold
 #: first run of a few ms, two or three.
