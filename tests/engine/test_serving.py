@@ -11,7 +11,7 @@ import pytest
 import zmq
 
 from zpar.engine.iopub import IOPub
-from zpar.engine.kernel import QUICK_RUN, Kernel
+from zpar.engine.kernel import Kernel
 from zpar.engine.replies import HELD_BYTES_MAX, ReplySender
 from zpar.engine.revoke import RevokeGate
 from zpar.engine.serving import RunState, Server, Sockets
@@ -37,8 +37,17 @@ def bulky():
     return b"x" * (HELD_BYTES_MAX // 2 + 1)
 
 
+#: QUICK_RUN for the tests of predictions (off by default: docs/decisions.md)
+PREDICTING = 0.0005
+
+
+@pytest.fixture
+def predicting(monkeypatch):
+    monkeypatch.setattr("zpar.engine.kernel.QUICK_RUN", PREDICTING)
+
+
 def sleepy():
-    time.sleep(QUICK_RUN * 100)
+    time.sleep(PREDICTING * 100)
 
 
 def replies_arrived_before_me():
@@ -169,7 +178,18 @@ def test_replies_of_quick_tasks_of_a_batch_go_back_together_in_order(rig, monkey
     assert all(m.content["status"] == Status.OK for m in got[0])
 
 
-def test_a_reply_never_waits_behind_a_task_not_known_quick(rig):
+def test_by_default_no_reply_waits_for_the_next_task_of_its_batch(rig):
+    """Predictions are off: a function quick so far may turn slow (decisions.md)."""
+    warm(rig, noop)
+    ids, frames = zip(*(rig.apply(noop) for _ in range(3)), strict=True)
+    rig.place(*frames)
+    rig.run_all()
+    got = rig.received()
+    assert [[m.parent_header["msg_id"] for m in part] for part in got] == [[i] for i in ids]
+    assert not rig.kernel.slowest  # nothing estimated while off
+
+
+def test_a_reply_never_waits_behind_a_task_not_known_quick(rig, predicting):
     warm(rig, noop)
     first, a = rig.apply(noop)
     second, b = rig.apply(replies_arrived_before_me)  # never run here: not known quick
@@ -182,13 +202,13 @@ def test_a_reply_never_waits_behind_a_task_not_known_quick(rig):
     assert deserialize_object(reply.buffers) is True
 
 
-def test_a_slow_function_is_not_predicted_quick_until_its_runs_are_quick_again(rig):
+def test_a_slow_function_is_not_predicted_quick_until_its_runs_are_quick_again(rig, predicting):
     kernel = rig.kernel
     warm(rig, sleepy)
     rig.place(rig.apply(sleepy)[1], rig.apply(sleepy)[1])
     rig.run_all()
     assert [len(part) for part in rig.received()] == [1, 1]  # each sent at once
-    assert kernel.slowest[sleepy] >= QUICK_RUN
+    assert kernel.slowest[sleepy] >= PREDICTING
 
 
 def test_quick_predictions(rig, monkeypatch):
