@@ -12,60 +12,26 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _bench(zpar_dir, only: str, count: int) -> subprocess.CompletedProcess:
+    """``python -m bench --quick`` for zpar alone, tiny counts, no JSON line appended."""
+    env = dict(os.environ, ZPAR_DIR=str(zpar_dir))
+    cmd = [sys.executable, "-m", "bench", "--quick", "--only", only, "--systems", "zpar"]
+    cmd += ["--count", str(count), "--json-out", ""]
+    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=110)
+    assert r.returncode == 0, r.stderr
+    return r
+
+
 @pytest.mark.timeout(120)
 def test_bench_quick_w2_runs(zpar_dir):
-    env = dict(os.environ, ZPAR_DIR=str(zpar_dir))
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench",
-            "--quick",
-            "--only",
-            "W2,W9",
-            "--systems",
-            "zpar",
-            "--count",
-            "20",
-            "--json-out",
-            "",
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=110,
-    )
-    assert r.returncode == 0, r.stderr
+    r = _bench(zpar_dir, "W2,W9", 20)
     assert "W2 rtt_median_us" in r.stdout and "W9 detect_s" in r.stdout
     assert "W1 start_s" in r.stdout
 
 
 @pytest.mark.timeout(120)
 def test_bench_quick_w3_cpu_w7_checkpoints_and_8_engines(zpar_dir):
-    env = dict(os.environ, ZPAR_DIR=str(zpar_dir))
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench",
-            "--quick",
-            "--only",
-            "W3,W7,W3x8",
-            "--systems",
-            "zpar",
-            "--count",
-            "50",
-            "--json-out",
-            "",
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=110,
-    )
-    assert r.returncode == 0, r.stderr
+    r = _bench(zpar_dir, "W3,W7,W3x8", 50)
     assert "W3x8 tasks_per_s" in r.stdout and "W7 pss_growth_mb" in r.stdout
     cpu = [line for line in r.stdout.splitlines() if line.startswith("zpar W3")]
     assert [line.split(":")[0] for line in cpu] == ["zpar W3", "zpar W3x8"]

@@ -22,3 +22,18 @@ def cluster4(tmp_path_factory):
 @pytest.fixture
 def rc(cluster4):
     return ready_client(cluster4, 4, timeout=60, clear=False)
+
+
+@pytest.fixture
+def ns():
+    """A fresh engine namespace, current for darray's engine side, and an empty buffer pool
+    (the unit tests of darray/onengine.py run it in this process)."""
+    from zpar.darray import bufferpool
+    from zpar.engine import namespace
+
+    bufferpool.clear()
+    space = namespace.new_namespace()
+    namespace.set_current(space)
+    yield space
+    namespace.set_current(None)
+    bufferpool.clear()

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from zpar.darray import LocalArray, bufferpool, onengine
-from zpar.engine import namespace
 
 DIM = (
     {
@@ -18,16 +16,6 @@ DIM = (
         "stop": 512,
     },
 ) * 2
-
-
-@pytest.fixture
-def ns():
-    bufferpool.clear()
-    space = namespace.new_namespace()
-    namespace.set_current(space)
-    yield space
-    namespace.set_current(None)
-    bufferpool.clear()
 
 
 def test_a_freed_section_is_reused_for_the_next_result(ns):

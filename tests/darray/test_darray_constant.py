@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from zpar.darray import LocalArray, bufferpool, onengine, validate
-from zpar.engine import namespace
 
 
 def dim(size, grid=1, rank=0, start=0, stop=None, padding=None):
@@ -29,16 +28,6 @@ def dim(size, grid=1, rank=0, start=0, stop=None, padding=None):
 
 DIM = (dim(512), dim(300))  # 1.2 MB of float64: large enough for the buffer pool
 SHAPE = (512, 300)
-
-
-@pytest.fixture
-def ns():
-    bufferpool.clear()
-    space = namespace.new_namespace()
-    namespace.set_current(space)
-    yield space
-    namespace.set_current(None)
-    bufferpool.clear()
 
 
 def test_a_constant_section_holds_no_memory_until_exported(ns):
