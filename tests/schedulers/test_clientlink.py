@@ -63,6 +63,13 @@ def _dealer(ctx, addr, rcvhwm=1):
     return d
 
 
+def _linked(link, dealer) -> bytes:
+    """The identity of ``dealer`` once its first message came through ``link``."""
+    dealer.send(b"hello")
+    assert link.sock.poll(10_000)
+    return link.recv()[0]
+
+
 def _hello(router, dealer):
     dealer.send(b"hello")
     assert router.poll(10_000)
@@ -130,12 +137,9 @@ def test_libzmq_refuses_router_notify_without_the_draft_api(ctx):
 def test_a_stopped_reader_gets_every_reply_in_order_once_it_reads(ctx):
     gone = []
     link, addr = _router(ctx, link=lambda r: ClientLink(r, gone.append, 2))
-    router = link.sock
     try:
         dealer = _dealer(ctx, addr)
-        dealer.send(b"hello")
-        assert router.poll(10_000)
-        client = link.recv()[0]
+        client = _linked(link, dealer)
         payload = b"y" * 65536
         n = 40
         for i in range(n):
@@ -158,12 +162,9 @@ def test_a_stopped_reader_gets_every_reply_in_order_once_it_reads(ctx):
 def test_a_closed_client_is_reported_gone_once(ctx):
     gone = []
     link, addr = _router(ctx, link=lambda r: ClientLink(r, gone.append, 1))
-    router = link.sock
     try:
         dealer = _dealer(ctx, addr)
-        dealer.send(b"hello")
-        assert router.poll(10_000)
-        client = link.recv()[0]
+        client = _linked(link, dealer)
         for _ in range(20):
             link.send(client, [b"r", b"z" * 65536])
         assert not link.ledger.admit(client)
