@@ -29,9 +29,7 @@ from zpar.serialize import pack_apply, serialize_object
 from zpar.wire import Session
 
 from .tasks import noop
-
-KEY = b"benchmark-key-0123456789abcdef"
-ENGINE = "3f1c9a7e-5b2d-4c8e-9a61-0d2f7b4e8c15"
+from .wiremicro import KEY, _reply_metadata
 
 
 def _client(session: Session) -> tuple[Any, ClientIO]:
@@ -47,15 +45,7 @@ def run(number: int = 2000, repeat: int = 7) -> dict[str, float]:
     client, io = _client(session)
     view = LoadBalancedView(client)
     engine = Session(KEY)
-    metadata = {
-        "engine_id": 0,
-        "engine_uuid": ENGINE,
-        "started": 1.0,
-        "completed": 2.0,
-        "status": "ok",
-        "stdout": "",
-        "stderr": "",
-    }
+    metadata = _reply_metadata()
     result = serialize_object(None)
 
     def submit_all() -> list[Any]:
