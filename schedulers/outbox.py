@@ -67,10 +67,6 @@ class Outbox(Generic[Item]):
             for r in routes:
                 del self._routes[r]
         for route, messages in routes.items():
-            if len(messages) == 1:
-                frames, item = messages[0]
-                yield route, frames, [item]
-                continue
             for group in self._groups(messages):
                 yield route, batch([frames for frames, _ in group]), [item for _, item in group]
 

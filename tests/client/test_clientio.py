@@ -77,13 +77,14 @@ def test_queued_task_requests_go_as_one_batch_and_each_is_checked_on_its_own():
         h.close()
 
 
-def test_a_lone_request_goes_at_once_as_itself():
+def test_a_lone_request_goes_at_once_as_a_batch_of_one():
     h = Harness()
     try:
         r = h.io.submit(h.request())
         h.io._flush_outbox()
-        (got,) = h.received("task")
-        assert got[1] == DELIM and Session(KEY).feed(got).msg_id == r.msg_id
+        (got,) = h.received("task")  # small: packed in one frame (wire.batch)
+        assert got[1:2] == [BATCH_DELIM] and len(got) == 3
+        assert Session(KEY).feed(got).msg_id == r.msg_id
     finally:
         h.close()
 

@@ -178,13 +178,15 @@ def test_replayed_message_is_refused():
     assert receiver.refused == {"replayed": 1}
 
 
-def test_replay_history_is_bounded():
+def test_replay_history_is_bounded_and_keeps_at_least_the_last_n():
     sender, receiver = Session(KEY), Session(KEY, replay_history=3)
-    first = _frames(sender)
-    assert receiver.feed(list(first)) is not None
-    for _ in range(3):
-        assert receiver.feed(_frames(sender)) is not None
-    assert len(receiver._seen) == 3  # the oldest signature was forgotten
+    sent = [_frames(sender) for _ in range(7)]
+    for i, frames in enumerate(sent):
+        assert receiver.feed(list(frames)) is not None
+        for last in sent[max(0, i - 2) : i + 1]:  # the last 3 are always refused again
+            assert receiver.feed(list(last)) is None
+    assert 3 <= len(receiver._seen) <= 6
+    assert receiver.feed(list(sent[0])) is not None  # the oldest were forgotten
 
 
 def test_unsigned_message_is_refused_by_a_keyed_session():
@@ -526,12 +528,48 @@ def test_batch_round_trip_keeps_order_idents_and_buffers():
     assert [m.content["i"] for m in lazy] == [0, 1, 2, 3]
 
 
-def test_a_lone_message_is_sent_as_itself_and_read_as_a_list_of_one():
+def test_a_lone_message_is_read_as_a_list_of_one():
     (one,) = _batch_of(1)
-    assert batch([one]) == one
     receiver = Session(KEY)
     (msg,) = receiver.feed_all([b"id", *one])
     assert msg.content == {"x": 1} and msg.idents == [b"id"]
+
+
+def test_a_lone_small_message_is_packed_and_read_by_feed_and_feed_all():
+    """batch() of one small message: the packed layout with one entry, two frames instead
+    of the message's own; every receiver that takes a lone message takes it."""
+    (one,) = _batch_of(1, buffers=lambda i: [b"call", b"x" * (COPY_THRESHOLD - 1)])
+    frames = batch([one])
+    assert frames == [BATCH_DELIM, msgpack.packb([one[1:]])]
+    assert split_messages([b"id", *frames]) == ([b"id"], [one])
+    for feed in (Session.feed, Session.feed_all, Session.feed_lazy, Session.feed_lazy_all):
+        got = feed(Session(KEY), [b"id", *frames])
+        msg = got[0] if isinstance(got, list) else got
+        assert msg.content == {"x": 1} and msg.idents == [b"id"]
+        assert msg.buffers == one[3:]
+    # a message's frames as it was signed: forwarded unchanged, it is checked the same
+    (fwd,) = Session(KEY).feed_all([b"id", *frames])
+    assert fwd.frames == one and Session(KEY).feed(fwd.frames) is not None
+
+
+def test_a_lone_message_with_a_large_buffer_is_sent_as_itself():
+    big = np.arange(COPY_THRESHOLD // 8, dtype=np.float64)
+    (one,) = _batch_of(1, buffers=lambda i: [b"call", big])
+    frames = batch([one])
+    assert frames == one and frames[-1] is big
+    with pytest.raises(LocalProtocolError, match="delimiter"):
+        batch([one[1:]])
+
+
+def test_a_packed_lone_message_is_checked_in_full_and_replays_are_refused():
+    (one,) = _batch_of(1, buffers=lambda i: [b"payload"])
+    receiver = Session(KEY)
+    assert receiver.feed([b"id", *batch([one])]) is not None
+    assert receiver.feed([b"id", *batch([one])]) is None
+    assert receiver.feed_all([b"id", *one]) == []
+    swapped = [*one[:3], b"other"]
+    assert Session(KEY).feed([b"id", *batch([swapped])]) is None
+    assert receiver.refused == {"replayed": 2}
 
 
 def test_batches_split_runs_longer_than_max_batch():
@@ -632,14 +670,18 @@ def test_a_batch_over_max_batch_is_refused_whole():
     assert receiver.feed_all(frames) == [] and receiver.refused == {"batch-size": 1}
 
 
-def test_feed_refuses_a_batch_and_feed_all_a_bare_garbage_multipart():
-    """feed takes one message: a batch handed to it is refused, never half read."""
+def test_feed_refuses_a_batch_of_several_and_feed_all_a_bare_garbage_multipart():
+    """feed takes one message (alone or a batch of one): a batch of several handed to it is
+    refused whole, never half read."""
     receiver = Session(KEY)
     assert receiver.feed(_framed(_batch_of(2))) is None
+    assert receiver.feed(batch(_batch_of(2))) is None
     assert receiver.feed_all([b"no", b"delimiter"]) == []
-    assert receiver.refused == {"no-delimiter": 2}
-    assert receiver.feed(batch(_batch_of(2))) is None  # packed: two frames, no message
-    assert receiver.refused == {"no-delimiter": 2, "truncated": 1}
+    assert receiver.refused == {"no-delimiter": 3}
+    assert receiver.feed(batch(_batch_of(2))) is None
+    assert "a batch of 2 where one message is expected" in str(receiver.last_refusal)
+    assert receiver.feed([b"id", BATCH_DELIM, msgpack.packb([0, 0])]) is None
+    assert receiver.refused == {"no-delimiter": 4, "batch-frames": 1}
 
 
 @settings(max_examples=200, deadline=None)

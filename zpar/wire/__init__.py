@@ -23,7 +23,8 @@ is packed, its messages in one frame (pyzmq costs ~2-3 us a frame)::
 
     [ident, ..., b"<ZPAR|BATCH>", [[signature, envelope, buffer, ...], ...]]
 
-a msgpack array with, per message, the array of its frames after the delimiter (bin). ``batch`` builds
+a msgpack array with, per message, the array of its frames after the delimiter (bin); a
+lone small message goes so too, as a batch of one (two frames instead of 3+). ``batch`` builds
 one, ``split_messages`` turns any received multipart (batch or not) into the identities and
 one frame list per message, from its delimiter on, as ``Session.unpack`` takes it; so each
 message is checked on its own (``Session.feed_all``): one bad message is refused, the

@@ -113,13 +113,15 @@ def split_messages(frames: Sequence[Any]) -> tuple[list[bytes], list[list[Any]]]
 
 def batch(messages: Sequence[Sequence[Any]]) -> list[Any]:
     """One multipart (identities not included) carrying ``messages``, each given from its
-    delimiter on as Session.serialize returns it: a lone message unchanged, several as
-    ``[BATCH_DELIM, packed]`` when every buffer is under PACK_MAX_BUFFER (one frame: pyzmq
-    costs ~2-3 us a frame, a no-op task's messages are ~3 frames each), else as
-    ``[BATCH_DELIM, index, signature, envelope, buffers…, …]`` (large buffers stay frames
-    of their own, never copied). At most MAX_BATCH messages (see batches)."""
+    delimiter on as Session.serialize returns it: ``[BATCH_DELIM, packed]`` when every
+    frame is under PACK_MAX_BUFFER, a lone message too (two frames instead of its 3+:
+    sending and receiving a no-op task's message so costs ~7-10 us less, I/O threads
+    included, bench.wiremicro), else ``[BATCH_DELIM, index, signature, envelope,
+    buffers…, …]`` (large buffers stay frames of their own, never copied), or a lone
+    message unchanged. At most MAX_BATCH messages (see batches). Only for receivers that
+    take batches (Session.feed_all, or feed, which takes a batch of one)."""
     if len(messages) == 1:
-        return list(messages[0])
+        return _lone(messages[0])
     if not messages or len(messages) > MAX_BATCH:
         raise LocalProtocolError(f"a batch carries 1 to {MAX_BATCH} messages, not {len(messages)}")
     counts = []
@@ -138,6 +140,16 @@ def batch(messages: Sequence[Sequence[Any]]) -> list[Any]:
         return [BATCH_DELIM, encode([[_octets_of(f) for f in m[1:]] for m in messages])]
     frames[1] = encode(counts)
     return frames
+
+
+def _lone(m: Sequence[Any]) -> list[Any]:
+    """One message as a packed batch of one when its frames are small, else as itself."""
+    if len(m) < HEAD_FRAMES or m[0] != DELIM:
+        raise LocalProtocolError("batch() takes messages from their delimiter on")
+    for f in m[1:]:
+        if (len(f) if type(f) is bytes else nbytes(f)) >= PACK_MAX_BUFFER:
+            return list(m)
+    return [BATCH_DELIM, encode([[_octets_of(f) for f in m[1:]]])]
 
 
 def _octets_of(f: Any) -> Any:

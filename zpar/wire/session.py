@@ -28,7 +28,7 @@ from ..constants import (
 )
 from ..errors import LocalProtocolError, RemoteProtocolError
 from ..recent import RecentKeys
-from .batching import split_messages
+from .batching import is_batch, split_messages, unbatch
 from .envelope import check_envelope, sniff_version, version_error
 from .frames import (
     HEAD_FRAMES,
@@ -394,9 +394,17 @@ class Session:
         buffers: bool = True,
         replay: bool = True,
     ) -> Message | None:
-        """Split, check and decode a received multipart; refuse (log + count) bad ones."""
+        """Split, check and decode a received multipart (one message, alone or as a batch
+        of one: see batch); refuse (log + count) bad ones, and a batch of several."""
         try:
             idents, msg_frames = split_idents(frames)
+            if is_batch(msg_frames):
+                messages = unbatch(msg_frames)
+                if len(messages) != 1:
+                    raise RemoteProtocolError(
+                        "no-delimiter", f"a batch of {len(messages)} where one message is expected"
+                    )
+                msg_frames = messages[0]
             return self.unpack(msg_frames, idents, private=private, buffers=buffers, replay=replay)
         except RemoteProtocolError as e:
             self._refuse(e, where)
