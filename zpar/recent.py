@@ -16,6 +16,14 @@ from array import array
 _MASK64 = (1 << 64) - 1
 
 
+def table_slots(capacity: int) -> int:
+    """Slots of a linear-probing table for ``capacity`` keys: a power of two >= 2 x
+    capacity (load factor <= 1/2: probes stay short)."""
+    if capacity < 1:
+        raise ValueError(f"capacity must be >= 1, got {capacity}")
+    return 1 << (2 * capacity - 1).bit_length()
+
+
 class RecentKeys:
     """A set (or map to ints < 2**32) of the last ``capacity`` keys added; older ones are
     forgotten in the order they came. Keys are ints taken modulo 2**64 (0 stands for 1:
@@ -24,10 +32,8 @@ class RecentKeys:
     __slots__ = ("capacity", "_mask", "_keys", "_values", "_ring", "_next", "_size")
 
     def __init__(self, capacity: int) -> None:
-        if capacity < 1:
-            raise ValueError(f"capacity must be >= 1, got {capacity}")
         self.capacity = capacity
-        slots = 1 << (2 * capacity - 1).bit_length()  # a power of two >= 2 * capacity
+        slots = table_slots(capacity)
         self._mask = slots - 1
         self._keys = array("Q", bytes(8 * slots))
         self._values = array("I", bytes(4 * slots))

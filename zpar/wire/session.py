@@ -27,7 +27,6 @@ from ..constants import (
     STORE_RESULT_LIMIT,
 )
 from ..errors import LocalProtocolError, RemoteProtocolError
-from ..recent import RecentKeys
 from .batching import is_batch, split_messages, unbatch
 from .envelope import check_envelope, sniff_version, version_error
 from .frames import (
@@ -43,6 +42,7 @@ from .frames import (
 )
 from .multipart import send_frames
 from .received import LazyMessage, Message
+from .replay import ReplayGuard
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ class Session:
         self._counter = itertools.count()
         # 64 bits of each accepted signature, in fixed memory (2 MB for 65,536); a false
         # "replayed" needs a 2**-64 collision among them
-        self._seen = RecentKeys(replay_history)
+        self._seen = ReplayGuard(replay_history)
         #: refused messages by reason, e.g. {'bad-signature': 3}
         self.refused: Counter[str] = Counter()
         #: the last refusal, for a caller that answers it (a version mismatch at the hub)
@@ -123,7 +123,7 @@ class Session:
         """This Session's key, id and msg_id counter, with a replay guard and refusal counts
         of its own: for a second thread that checks messages (the guard is not locked)."""
         other = copy.copy(self)
-        other._seen = RecentKeys(replay_history)
+        other._seen = ReplayGuard(replay_history)
         other.refused = Counter()
         other.last_refusal = None
         return other
@@ -296,7 +296,8 @@ class Session:
         return self._verify(msg_frames, replay)[1]
 
     def _verify(self, msg_frames: Sequence[Any], replay: bool) -> tuple[bytes, bytes]:
-        """verify's work: (signature, envelope), both bytes."""
+        """verify's work: (signature, envelope), both bytes. Keep in step with unpack's
+        inlined copy of it (the hot path)."""
         if len(msg_frames) < HEAD_FRAMES:
             raise RemoteProtocolError(
                 "truncated",
@@ -369,20 +370,45 @@ class Session:
         tags of large buffers and the buffer count (a relay that hands the buffers on to a
         receiver that checks them, or a copy without its large buffers); small buffers are
         always checked, by the signature. Raises RemoteProtocolError."""
-        signature, envelope = self._verify(msg_frames, replay)
+        frames = list(msg_frames)
+        if (
+            len(frames) >= HEAD_FRAMES
+            and type(frames[1]) is bytes
+            and type(frames[2]) is bytes
+            and frames[0] == DELIM
+        ):  # as recv_message and unbatch give it: _verify inlined, the replay key read once
+            signature, envelope = frames[1], frames[2]
+            seen = None
+            if self._hmac is not None:
+                if not signature:
+                    raise RemoteProtocolError("unsigned", "message has no signature")
+                if len(signature) != SIGNATURE_SIZE or not hmac.compare_digest(
+                    signature, self._signature(envelope, frames[HEAD_FRAMES:])
+                ):
+                    self._verify(frames, replay)  # raises the refusal, the version named
+                    raise RemoteProtocolError("bad-signature", "signature does not match")
+                if replay:
+                    seen = int.from_bytes(signature[:8], "little")
+                    if seen in self._seen:
+                        raise RemoteProtocolError("replayed", "signature already seen")
+        else:
+            signature, envelope = self._verify(frames, replay)
+            seen = int.from_bytes(signature[:8], "little") if replay and self._hmac else None
         try:
             env = decode(envelope)
         except Exception as e:  # msgpack raises several unrelated types
             raise RemoteProtocolError("undecodable", f"msgpack: {e}") from e
-        frames = list(msg_frames)
         bufs = frames[HEAD_FRAMES:]
         header, parent, metadata, content, tags = check_envelope(
             env, len(bufs) if buffers else None
         )
         if buffers and bufs:
-            self.check_buffers(tags, bufs, private)
-        if replay and self._hmac is not None:
-            self._seen.add(int.from_bytes(signature[:8], "little"))
+            for t, b in zip(tags, bufs, strict=True):  # the common case: small, signed inline
+                if t != b"" or type(b) is not bytes or len(b) >= INLINE_SIGNED_MAX:
+                    self.check_buffers(tags, bufs, private)
+                    break
+        if seen is not None:
+            self._seen.add(seen)
         return Message(idents or [], header, parent, metadata, content, bufs, frames, tags)
 
     def feed(
