@@ -9,8 +9,29 @@ from typing import Any
 from .frames import decode, frame_view
 
 
+class _HeaderFields:
+    """What both kinds of received message read from their header."""
+
+    __slots__ = ()
+
+    header: dict[str, Any]
+
+    @property
+    def msg_type(self) -> str:
+        return self.header["msg_type"]
+
+    @property
+    def msg_id(self) -> str:
+        return self.header["msg_id"]
+
+    @property
+    def dest(self) -> str | None:
+        """Where the sender bound this request to run (an engine uuid, or ``task``)."""
+        return self.header.get("dest")
+
+
 @dataclass(slots=True)
-class Message:
+class Message(_HeaderFields):
     """A received (checked) message. ``frames`` are the signed frames from the delimiter
     on, buffers included, for forwarding unchanged."""
 
@@ -25,14 +46,6 @@ class Message:
     tags: list[bytes | None] = field(default_factory=list)
 
     @property
-    def msg_type(self) -> str:
-        return self.header["msg_type"]
-
-    @property
-    def msg_id(self) -> str:
-        return self.header["msg_id"]
-
-    @property
     def signature(self) -> bytes:
         return bytes(frame_view(self.frames[1])) if len(self.frames) > 1 else b""
 
@@ -40,13 +53,26 @@ class Message:
     def envelope(self) -> bytes:
         return bytes(frame_view(self.frames[2])) if len(self.frames) > 2 else b""
 
-    @property
-    def dest(self) -> str | None:
-        """Where the sender bound this request to run (an engine uuid, or ``task``)."""
-        return self.header.get("dest")
+
+class _EnvelopePart:
+    """One of a LazyMessage's four maps, decoded with the others when first read."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def __get__(self, msg: LazyMessage | None, owner: type | None = None) -> Any:
+        if msg is None:
+            return self
+        parts = msg._parts
+        if parts is None:
+            parts = msg._parts = decode(msg._envelope)
+            msg._envelope = b""
+        return parts[self.index]
 
 
-class LazyMessage:
+class LazyMessage(_HeaderFields):
     """A checked message whose four maps stay msgpack bytes (its envelope) until read.
 
     The client holds every reply until the user reads it: 10,000 decoded replies are
@@ -57,6 +83,10 @@ class LazyMessage:
     __slots__ = ("idents", "parent_msg_id", "buffers", "_envelope", "_parts")
 
     frames: tuple[Any, ...] = ()
+    header: Any = _EnvelopePart(0)
+    parent_header: Any = _EnvelopePart(1)
+    metadata: Any = _EnvelopePart(2)
+    content: Any = _EnvelopePart(3)
 
     def __init__(
         self, idents: list[bytes], parent_msg_id: Any, envelope: bytes, buffers: Sequence[Any]
@@ -66,34 +96,3 @@ class LazyMessage:
         self._envelope = envelope
         self._parts: list[Any] | None = None
         self.buffers = list(buffers)
-
-    def _decoded(self, i: int) -> Any:
-        parts = self._parts
-        if parts is None:
-            parts = self._parts = decode(self._envelope)
-            self._envelope = b""
-        return parts[i]
-
-    @property
-    def header(self) -> dict[str, Any]:
-        return self._decoded(0)
-
-    @property
-    def parent_header(self) -> dict[str, Any]:
-        return self._decoded(1)
-
-    @property
-    def metadata(self) -> dict[str, Any]:
-        return self._decoded(2)
-
-    @property
-    def content(self) -> dict[str, Any]:
-        return self._decoded(3)
-
-    @property
-    def msg_type(self) -> str:
-        return self.header["msg_type"]
-
-    @property
-    def msg_id(self) -> str:
-        return self.header["msg_id"]
