@@ -69,7 +69,7 @@ def test_queued_task_requests_go_as_one_batch_and_each_is_checked_on_its_own():
         assert h.io.outstanding() == {r.msg_id for r in requests}
         h.io._flush_outbox()
         (got,) = h.received("task")  # one multipart for five requests
-        assert got[1] == BATCH_DELIM
+        assert len(got) == 2 and got[1].startswith(BATCH_DELIM)  # packed: one frame
         checked = Session(KEY).feed_all(got)
         assert [m.msg_id for m in checked] == [r.msg_id for r in requests]
         assert all(r.sent is not None and r.frames is None for r in requests)
@@ -83,7 +83,7 @@ def test_a_lone_request_goes_at_once_as_a_batch_of_one():
         r = h.io.submit(h.request())
         h.io._flush_outbox()
         (got,) = h.received("task")  # small: packed in one frame (wire.batch)
-        assert got[1:2] == [BATCH_DELIM] and len(got) == 3
+        assert len(got) == 2 and got[1].startswith(BATCH_DELIM)
         assert Session(KEY).feed(got).msg_id == r.msg_id
     finally:
         h.close()
@@ -99,7 +99,8 @@ def test_direct_requests_and_tracked_ones_are_not_batched():
         mux = h.received("mux")
         assert [m[1] for m in mux] == [b"engine-1"] * 2 and mux[0][2] == DELIM
         task = h.received("task")
-        assert [m[1] for m in task] == [DELIM, BATCH_DELIM]  # tracked alone, then a batch
+        # tracked alone, then a batch
+        assert [m[1][: len(BATCH_DELIM)] for m in task] == [DELIM, BATCH_DELIM]
         assert tracked.trackers == [] and all(r.sent for r in [*direct, *plain])
     finally:
         h.close()

@@ -41,7 +41,7 @@ PROTOCOL_DOC = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
 BATCH_FRAME_LIST = (
     '[ident, ..., b"<ZPAR|BATCH>", index, signature, envelope, buffer, ..., signature, ...]'
 )
-PACKED_FRAME_LIST = '[ident, ..., b"<ZPAR|BATCH>", [[signature, envelope, buffer, ...], ...]]'
+PACKED_FRAME_LIST = '[ident, ..., b"<ZPAR|BATCH>" + [[signature, envelope, buffer, ...], ...]]'
 
 
 def _frames(session=None, **kw):
@@ -473,17 +473,25 @@ def test_batch_layout_is_marker_index_then_each_message_without_its_delimiter():
 
 
 def test_a_batch_of_small_messages_is_packed_in_one_frame():
-    """The literal packed batch of docs/protocol.md: one frame after the marker, a msgpack
+    """The literal packed batch of docs/protocol.md: one frame, the marker then a msgpack
     array of each message's frames after its delimiter."""
     messages = _batch_of(3, buffers=lambda i: [b"x" * (COPY_THRESHOLD - 1)] * i)
     frames = batch(messages)
-    assert len(frames) == 2 and frames[0] == BATCH_DELIM
-    assert msgpack.unpackb(frames[1]) == [m[1:] for m in messages]
+    assert len(frames) == 1 and frames[0][: len(BATCH_DELIM)] == BATCH_DELIM
+    assert msgpack.unpackb(frames[0][len(BATCH_DELIM) :]) == [m[1:] for m in messages]
     assert split_messages([b"id", *frames]) == ([b"id"], messages)
     got = Session(KEY).feed_all([b"id", *frames])
     assert [len(m.buffers) for m in got] == [0, 1, 2] and all(m.idents == [b"id"] for m in got)
     assert PACKED_FRAME_LIST in (wire.__doc__ or "")
     assert PACKED_FRAME_LIST in PROTOCOL_DOC.read_text()
+
+
+def test_the_two_frame_packed_layout_of_earlier_senders_is_still_read():
+    messages = _batch_of(3)
+    frames = [BATCH_DELIM, msgpack.packb([m[1:] for m in messages])]
+    assert split_messages([b"id", *frames]) == ([b"id"], messages)
+    assert len(Session(KEY).feed_all([b"id", *frames])) == 3
+    assert routing([b"id", *frames]) == ([b"id"], frames)
 
 
 @pytest.mark.parametrize(
@@ -496,10 +504,30 @@ def test_a_batch_of_small_messages_is_packed_in_one_frame():
         ([[b"s", b"e"]] * (MAX_BATCH + 1), "batch-size"),
     ],
 )
-def test_a_malformed_packed_batch_is_refused_whole(packed, reason):
+@pytest.mark.parametrize("one_frame", [True, False])
+def test_a_malformed_packed_batch_is_refused_whole(packed, reason, one_frame):
     receiver = Session(KEY)
-    assert receiver.feed_all([b"id", BATCH_DELIM, msgpack.packb(packed)]) == []
+    body = msgpack.packb(packed)
+    frames = [BATCH_DELIM + body] if one_frame else [BATCH_DELIM, body]
+    assert receiver.feed_all([b"id", *frames]) == []
     assert receiver.refused == {reason: 1}
+
+
+@pytest.mark.parametrize(
+    "body, reason",
+    [
+        (msgpack.packb([0, 1]), "batch-index"),  # an index where the messages should be
+        (msgpack.packb({"a": 1}), "batch-index"),
+        (msgpack.packb(3), "batch-index"),
+        (b"\xc1", "batch-index"),  # not msgpack
+    ],
+)
+def test_a_one_frame_packed_batch_that_holds_no_messages_is_refused(body, reason):
+    receiver = Session(KEY)
+    assert receiver.feed_all([b"id", BATCH_DELIM + body]) == []
+    assert receiver.feed([b"id", BATCH_DELIM + body]) is None
+    assert receiver.refused == {reason: 2}
+    assert routing([b"id", BATCH_DELIM + body]) is None
 
 
 def test_a_packed_batch_with_frames_after_it_is_refused_whole():
@@ -540,7 +568,7 @@ def test_a_lone_small_message_is_packed_and_read_by_feed_and_feed_all():
     of the message's own; every receiver that takes a lone message takes it."""
     (one,) = _batch_of(1, buffers=lambda i: [b"call", b"x" * (COPY_THRESHOLD - 1)])
     frames = batch([one])
-    assert frames == [BATCH_DELIM, msgpack.packb([one[1:]])]
+    assert frames == [BATCH_DELIM + msgpack.packb([one[1:]])]
     assert split_messages([b"id", *frames]) == ([b"id"], [one])
     for feed in (Session.feed, Session.feed_all, Session.feed_lazy, Session.feed_lazy_all):
         got = feed(Session(KEY), [b"id", *frames])
@@ -575,7 +603,7 @@ def test_a_packed_lone_message_is_checked_in_full_and_replays_are_refused():
 def test_batches_split_runs_longer_than_max_batch():
     messages = _batch_of(MAX_BATCH + 3, buffers=lambda i: [])
     parts = batches(messages)
-    assert len(parts) == 2 and len(msgpack.unpackb(parts[0][1])) == MAX_BATCH
+    assert len(parts) == 2 and len(msgpack.unpackb(parts[0][0][len(BATCH_DELIM) :])) == MAX_BATCH
     receiver = Session(KEY)
     assert sum(len(receiver.feed_all(p)) for p in parts) == MAX_BATCH + 3
     with pytest.raises(LocalProtocolError, match="1 to"):
@@ -644,7 +672,7 @@ def test_swapped_buffers_between_messages_of_a_batch_are_refused():
     ],
 )
 def test_a_lying_index_drops_the_whole_batch_unsplit(index, reason):
-    frames = batch(_batch_of(3))
+    frames = _framed(_batch_of(3))
     frames[1] = index if isinstance(index, bytes) else msgpack.packb(index)
     receiver = Session(KEY)
     assert receiver.feed_all([b"id", *frames]) == []
@@ -732,7 +760,7 @@ def test_recv_message_takes_a_batch_heads_as_bytes_and_large_buffers_without_cop
     msgs = Session(KEY).feed_all(got)
     assert [m.content["i"] for m in msgs] == [0, 1, 2] and msgs[2].buffers == [b"t2"]
     # an index that lies: every frame still received, by size, and the batch refused
-    lying = batch(messages[1:])
+    lying = _framed(messages[1:])
     lying[1] = msgpack.packb([5])
     send_frames(a, [b"ident", *lying])
     got = recv_message(b)
@@ -757,7 +785,7 @@ def test_the_relay_forwards_a_batch_whole_and_copies_each_message_to_the_hub(pai
         copies = [mon_in.recv_multipart() for _ in messages]
         assert [c[:3] for c in copies] == [[b"mux_in", b"engine-uuid", b"client"]] * 3
         assert [c[3:] for c in copies] == messages  # small buffers: all kept
-        lying = batch(messages)
+        lying = _framed(messages)
         lying[1] = msgpack.packb([0, 0])
         assert not relay_one([b"client", b"engine-uuid", *lying], out, mon_out, b"m", False)
         assert engine.poll(50) == 0 and mon_in.poll(0) == 0  # dropped whole

@@ -19,13 +19,15 @@ Under load a sender puts several messages in one multipart, a batch::
 index is a msgpack array with each message's number of buffers, in order; each message is
 its signature, envelope and buffers exactly as it would be sent alone. When every frame of
 every message is small (under PACK_MAX_BUFFER, 64 KiB: what zmq copies anyway), the batch
-is packed, its messages in one frame (pyzmq costs ~2-3 us a frame)::
+is packed, its messages in one frame (a socket hop costs ~5 us of CPU a frame, both ends
+and their I/O threads)::
 
-    [ident, ..., b"<ZPAR|BATCH>", [[signature, envelope, buffer, ...], ...]]
+    [ident, ..., b"<ZPAR|BATCH>" + [[signature, envelope, buffer, ...], ...]]
 
-a msgpack array with, per message, the array of its frames after the delimiter (bin); a
-lone small message goes so too, as a batch of one (two frames instead of 3+). ``batch`` builds
-one, ``split_messages`` turns any received multipart (batch or not) into the identities and
+one frame: the marker's bytes, then a msgpack array with, per message, the array of its
+frames after the delimiter (bin). A lone small message goes so too, as a batch of one (one
+frame instead of 3+); the two-frame form of earlier senders (the marker, then the array)
+is still read. ``batch`` builds one, ``split_messages`` turns any received multipart (batch or not) into the identities and
 one frame list per message, from its delimiter on, as ``Session.unpack`` takes it; so each
 message is checked on its own (``Session.feed_all``): one bad message is refused, the
 others go on. A batch whose index does not match its frames is refused whole, never split

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..constants import BATCH_DELIM, COPY_THRESHOLD, DELIM, MAX_BATCH
 from ..errors import LocalProtocolError, RemoteProtocolError
-from .frames import HEAD_FRAMES, decode, encode, frame_view, nbytes, split_idents
+from .frames import HEAD_FRAMES, MARKER_SIZE, decode, encode, frame_view, nbytes, split_idents
 
 #: A batch whose every frame is under this many bytes travels packed, in one frame (see batch):
 #: the frames zmq copies anyway (COPY_THRESHOLD).
@@ -17,11 +17,13 @@ PACK_MAX_BUFFER = COPY_THRESHOLD
 
 
 def is_batch(msg_frames: Sequence[Any]) -> bool:
-    """Whether a multipart given from its delimiter on is a batch."""
+    """Whether a multipart given from its delimiter on is a batch (its marker alone, or a
+    packed batch's one frame, which opens with it)."""
     if not msg_frames:
         return False
     f = msg_frames[0]
-    return f == BATCH_DELIM if type(f) is bytes else bytes(frame_view(f)) == BATCH_DELIM
+    head = f[:MARKER_SIZE] if type(f) is bytes else bytes(frame_view(f)[:MARKER_SIZE])
+    return head == BATCH_DELIM
 
 
 def batch_counts(index: Any) -> list[int]:
@@ -77,6 +79,16 @@ def unbatch(msg_frames: Sequence[Any]) -> list[list[Any]]:
     a batch's index does not match its frames: a batch is split only whole."""
     if not is_batch(msg_frames):
         return [list(msg_frames)]
+    first = frame_view(msg_frames[0])
+    if len(first) > MARKER_SIZE:  # a packed batch in one frame: marker + packed messages
+        if len(msg_frames) != 1:
+            raise RemoteProtocolError(
+                "batch-frames", f"a packed batch is 1 frame, this one has {len(msg_frames)}"
+            )
+        packed = _decode_index(memoryview(first)[MARKER_SIZE:])
+        if type(packed) is not list or (packed and type(packed[0]) is not list):
+            raise RemoteProtocolError("batch-index", "a packed batch's frame holds no messages")
+        return _packed(packed)
     if len(msg_frames) < 2:
         raise RemoteProtocolError("batch-index", "batch without an index")
     index = _decode_index(frame_view(msg_frames[1]))
@@ -137,9 +149,14 @@ def batch(messages: Sequence[Sequence[Any]]) -> list[Any]:
                 (len(f) if type(f) is bytes else nbytes(f)) < PACK_MAX_BUFFER for f in m[1:]
             )
     if small:
-        return [BATCH_DELIM, encode([[_octets_of(f) for f in m[1:]] for m in messages])]
+        return [_one_frame([[_octets_of(f) for f in m[1:]] for m in messages])]
     frames[1] = encode(counts)
     return frames
+
+
+def _one_frame(packed: list[list[Any]]) -> bytes:
+    """A packed batch's one frame: the marker, then the msgpack array of its messages."""
+    return BATCH_DELIM + encode(packed)
 
 
 def _lone(m: Sequence[Any]) -> list[Any]:
@@ -149,7 +166,7 @@ def _lone(m: Sequence[Any]) -> list[Any]:
     for f in m[1:]:
         if (len(f) if type(f) is bytes else nbytes(f)) >= PACK_MAX_BUFFER:
             return list(m)
-    return [BATCH_DELIM, encode([[_octets_of(f) for f in m[1:]]])]
+    return [_one_frame([[_octets_of(f) for f in m[1:]]])]
 
 
 def _octets_of(f: Any) -> Any:

@@ -18,6 +18,10 @@ from ..errors import RemoteProtocolError
 #: msgpack encoder of the wire (reused for speed: not thread-safe, see Session.serialize)
 encode = msgpack.Packer(use_bin_type=True).pack
 
+#: The bytes of BATCH_DELIM, which also open the one frame of a packed batch.
+MARKER_SIZE = len(BATCH_DELIM)
+assert MARKER_SIZE == 12  # split_idents slices the marker by this literal (no lookup)
+
 #: Frames of a message after its identities: delimiter, signature, envelope (then buffers).
 HEAD_FRAMES = 3
 #: Bytes of an HMAC-SHA256 signature.
@@ -60,17 +64,21 @@ def signed_inline(b: Any) -> bool:
 
 
 def _is_marker(f: Any) -> bool:
-    """Whether a frame is the delimiter of a message or of a batch."""
+    """Whether a frame is the delimiter of a message or of a batch, or a packed batch in
+    one frame (its marker followed by the packed messages, see zpar.wire)."""
     raw = frame_view(f)
     n = len(raw)
-    return (n == len(DELIM) or n == len(BATCH_DELIM)) and bytes(raw) in (DELIM, BATCH_DELIM)
+    if n == len(DELIM):
+        return bytes(raw) == DELIM
+    return n >= len(BATCH_DELIM) and bytes(raw[: len(BATCH_DELIM)]) == BATCH_DELIM
 
 
 def split_idents(frames: Sequence[Any]) -> tuple[list[bytes], list[Any]]:
-    """Split routing identities from the message (or batch) proper, at its delimiter."""
+    """Split routing identities from the message (or batch) proper, at its delimiter (or
+    the frame of a packed batch, which starts with BATCH_DELIM)."""
     for i, f in enumerate(frames):
         if type(f) is bytes:  # the head as recv_message returns it: no view needed
-            if f == DELIM or f == BATCH_DELIM:
+            if f == DELIM or f[:12] == BATCH_DELIM:
                 return list(frames[:i]), list(frames[i:])
             continue
         if _is_marker(f):

@@ -10,7 +10,7 @@ import zmq
 from ..constants import BATCH_DELIM, COPY_THRESHOLD, DELIM
 from ..errors import RemoteProtocolError
 from .batching import batch_counts
-from .frames import HEAD_FRAMES
+from .frames import HEAD_FRAMES, MARKER_SIZE
 
 
 def recv_message(sock: zmq.Socket, flags: int = 0) -> list[Any]:
@@ -42,6 +42,8 @@ def recv_message(sock: zmq.Socket, flags: int = 0) -> list[Any]:
                     if frame.more:
                         _recv_batch(sock, flags, parts)
                     return parts
+                elif part[:MARKER_SIZE] == BATCH_DELIM:  # a packed batch, in this one frame
+                    head = 0  # anything after it is taken by size (the receiver refuses it)
         else:
             parts.append(frame)
         if not frame.more:
