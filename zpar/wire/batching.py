@@ -63,12 +63,17 @@ def _packed(packed: list[Any]) -> list[list[Any]]:
     _size(len(packed))
     messages = []
     for m in packed:
-        if type(m) is not list or len(m) < HEAD_FRAMES - 1 or any(type(f) is not bytes for f in m):
-            raise RemoteProtocolError(
-                "batch-index",
-                "a packed batch is a list of [signature, envelope, buffer...] lists of bytes",
-            )
-        messages.append([DELIM, *m])
+        if type(m) is list and len(m) >= HEAD_FRAMES - 1:
+            for f in m:  # a loop, not any(<genexpr>): ~0.4 us a message less
+                if type(f) is not bytes:
+                    break
+            else:
+                messages.append([DELIM, *m])
+                continue
+        raise RemoteProtocolError(
+            "batch-index",
+            "a packed batch is a list of [signature, envelope, buffer...] lists of bytes",
+        )
     return messages
 
 

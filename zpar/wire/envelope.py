@@ -22,22 +22,27 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+def _sound(h: dict, version: bool) -> bool:
+    """Whether a header (a dict) is the common, sound one, in one expression; check_header
+    says what is wrong with any other."""
+    msg_id, msg_type, date = h.get("msg_id"), h.get("msg_type"), h.get("date", 0.0)
+    dest = h.get("dest")
+    return (
+        type(msg_id) is str
+        and 0 < len(msg_id) <= MAX_MSG_ID
+        and type(msg_type) is str
+        and msg_type in KNOWN_TYPES
+        and type(h.get("session", "")) is str
+        and (type(date) is float or type(date) is int)
+        and (dest is None or type(dest) is str)
+        and (not version or h.get("version") == PROTOCOL_VERSION)
+    )
+
+
 def check_header(h: Any, what: str, *, version: bool = True) -> None:
     """Refuse a header whose fields are missing or of the wrong type."""
-    if type(h) is dict:  # the common, sound header in one expression; else say what is wrong
-        msg_id, msg_type, date = h.get("msg_id"), h.get("msg_type"), h.get("date", 0.0)
-        dest = h.get("dest")
-        if (
-            type(msg_id) is str
-            and 0 < len(msg_id) <= MAX_MSG_ID
-            and type(msg_type) is str
-            and msg_type in KNOWN_TYPES
-            and type(h.get("session", "")) is str
-            and (type(date) is float or type(date) is int)
-            and (dest is None or type(dest) is str)
-            and (not version or h.get("version") == PROTOCOL_VERSION)
-        ):
-            return
+    if type(h) is dict and _sound(h, version):
+        return
     if not isinstance(h, dict):
         raise RemoteProtocolError("malformed", f"{what} must be a map, got {type(h).__name__}")
     msg_id = h.get("msg_id")
@@ -99,6 +104,20 @@ def signed_parts(envelope: Any, buffers: Sequence[Any]) -> list[Any]:
 def check_envelope(env: Any, n_buffers: int | None) -> tuple[dict, dict, dict, dict, list]:
     """The envelope's parts, each checked; n_buffers None: the buffers are not here (a
     copy without them, or a relay that leaves them to the receiver)."""
+    if type(env) is list and len(env) == 5:  # the common, sound envelope in one expression
+        header, parent, metadata, content, tags = env
+        if (
+            type(header) is dict
+            and type(parent) is dict
+            and type(metadata) is dict
+            and type(content) is dict
+            and type(tags) is list
+            and (n_buffers is None or len(tags) == n_buffers)
+            and tags.count(b"") == len(tags)  # every buffer signed inline (small)
+            and _sound(header, True)
+            and (not parent or _sound(parent, False))
+        ):
+            return header, parent, metadata, content, tags
     if not isinstance(env, list) or len(env) != 5:
         raise RemoteProtocolError("malformed", "envelope must be a list of 5 parts")
     header, parent, metadata, content, tags = env
