@@ -95,7 +95,9 @@ class ReplyFuture(Future):
         self._done_callbacks: list[Callable[[Future], object]] = []
         self.request = request
         #: the engine whose reply this is (a direct call's, or one engine of a broadcast)
-        self.engine_uuid = engine_uuid or (request.engine_uuid if request else None)
+        self.engine_uuid = (
+            engine_uuid if engine_uuid is not None or request is None else request.engine_uuid
+        )
 
     # Reads of a finished future without its lock: once FINISHED, _result and _exception
     # never change (set before _state, under the GIL), and a client reads each future two

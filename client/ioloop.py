@@ -42,6 +42,7 @@ from zpar.errors import (
 )
 from zpar.messages import MsgType, Status, TaskOutcomes
 from zpar.privacy import iopub_topic
+from zpar.profiling import profiled
 from zpar.sockets import configure, recv_frames
 from zpar.transport import direct_address, usable_ipc
 from zpar.wire import Message, Session, batches, recv_message, send_frames
@@ -64,6 +65,9 @@ BATCHED_CHANNELS = frozenset({"task"})
 #: Gives up the processor once (see ClientIO._run); time.sleep(0) where the OS has no
 #: sched_yield.
 _yield_core: Callable[[], None] = getattr(os, "sched_yield", None) or (lambda: time.sleep(0))
+
+#: an empty set to discard from (never added to)
+_NONE: set[str] = set()
 
 #: Notifications that change the set of engines; the hub may publish others.
 _ENGINE_NOTIFICATIONS = frozenset(
@@ -211,13 +215,16 @@ class ClientIO(FaultHandling):
                 resolve(fut, error=self.wrong_key)
             return request
         # registered here, in the caller's thread, so that a reply can never find it missing
-        self._pending[request.msg_id] = request
-        uuids = list(request.replies) if request.replies is not None else [request.engine_uuid]
-        for u in uuids:
-            if u is not None:
-                self._by_engine.setdefault(u, set()).add(request.msg_id)
+        msg_id = request.msg_id
+        self._pending[msg_id] = request
+        if request.replies is not None:
+            for u in request.replies:
+                self._by_engine.setdefault(u, set()).add(msg_id)
+        elif request.engine_uuid is not None:
+            self._by_engine.setdefault(request.engine_uuid, set()).add(msg_id)
         self._outbox.append(request)
-        self._wake()
+        if not self._wake_pending:  # see _wake: one pending wake-up is enough
+            self._wake()
         return request
 
     def request(self, msg_id: str) -> Request | None:
@@ -323,6 +330,10 @@ class ClientIO(FaultHandling):
     # -- I/O thread -----------------------------------------------------------------------
 
     def _run(self) -> None:
+        with profiled("client-io"):  # $ZPAR_PROFILE_DIR: a cProfile of this thread
+            self._serve()
+
+    def _serve(self) -> None:
         self._poller = poller = zmq.Poller()
         poller.register(self._wake_r, zmq.POLLIN)
         handlers: dict[Any, Callable[[zmq.Socket], None]] = {}
@@ -477,8 +488,26 @@ class ClientIO(FaultHandling):
                 )
             )
             return
+        pending = self._pending
         for msg in self.session.feed_all(frames, where="client", private=private):
-            self._route_reply(Reply(msg))
+            reply = Reply(msg)
+            request = pending.get(reply.parent_msg_id)
+            if request is None or request.replies is not None or request.report_outcome:
+                self._route_reply(reply)
+                continue
+            # the common case, inline (once per task): one reply answering one request
+            fut = request.future
+            if fut.done():
+                log.debug("second reply to %s dropped", request.msg_id)
+                continue
+            del pending[request.msg_id]
+            request.unanswered = 0
+            if request.windowed:
+                self._admitted.extend(self.windows.answered(request))
+            if request.engine_uuid is not None:
+                self._by_engine.get(request.engine_uuid, _NONE).discard(request.msg_id)
+            request.frames = None
+            fut.set_result(reply)
 
     def _route_reply(self, msg: Any) -> None:
         """Resolve the future a checked reply answers (a broadcast's: its engine's)."""
