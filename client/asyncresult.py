@@ -24,7 +24,7 @@ from zpar.wire import Message
 
 from .futurestate import FutureMachinery, FutureStateMixin
 from .outputs import OutputsMixin
-from .request import request_of
+from .request import request_of, submitted_of
 from .resultmeta import MetadataMixin
 
 _UNSET = object()
@@ -115,11 +115,10 @@ class AsyncResult(FutureStateMixin, MetadataMixin, OutputsMixin, concurrent.futu
         self._trackers = tuple(trackers)
         if submitted is None:  # when the first message was made (its header's date)
             if len(self._futures) == 1:  # most results: one call
-                r = request_of(self._futures[0])
-                submitted = (r.submitted if r is not None else None) or time.time()
+                submitted = submitted_of(self._futures[0]) or time.time()
             else:
-                dates = [r.submitted for f in self._futures if (r := request_of(f)) is not None]
-                submitted = min((d for d in dates if d is not None), default=None) or time.time()
+                dates = [d for f in self._futures if (d := submitted_of(f)) is not None]
+                submitted = min(dates, default=None) or time.time()
         self._submitted = submitted
         self._values: list[Any] | None = None
         self._result: Any = _UNSET
@@ -143,7 +142,7 @@ class AsyncResult(FutureStateMixin, MetadataMixin, OutputsMixin, concurrent.futu
         ar._single = True
         ar._postprocess = None
         ar._trackers = ()
-        ar._submitted = request.submitted or time.time()
+        ar._submitted = request.future.submitted or time.time()
         ar._values = None
         ar._result = _UNSET
         ar._return_exceptions = False

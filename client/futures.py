@@ -93,11 +93,17 @@ class ReplyFuture(Future):
         self._exception = None
         self._waiters = []
         self._done_callbacks: list[Callable[[Future], object]] = []
+        #: the client.request.Request it answers, until it is resolved: then None, so that
+        #: the two never hold each other (see set_result)
         self.request = request
+        #: when its request was made (the header's date), kept past the request
+        self.submitted: float | None = None
         #: the engine whose reply this is (a direct call's, or one engine of a broadcast)
-        self.engine_uuid = (
-            engine_uuid if engine_uuid is not None or request is None else request.engine_uuid
-        )
+        self.engine_uuid = engine_uuid
+        if request is not None:
+            self.submitted = request.submitted
+            if engine_uuid is None:
+                self.engine_uuid = request.engine_uuid
 
     # Reads of a finished future without its lock: once FINISHED, _result and _exception
     # never change (set before _state, under the GIL), and a client reads each future two
@@ -117,7 +123,14 @@ class ReplyFuture(Future):
             for waiter in self._waiters:
                 waiter.add_result(self)
             condition.notify_all()
+        # Let go of the Request: it holds this future (Request.future), and a cycle would
+        # leave a dropped result (and its buffers) to the cyclic GC. Read only while pending.
+        self.request = None
         self._invoke_callbacks()  # type: ignore[attr-defined]
+
+    def set_exception(self, exception: BaseException | None) -> None:
+        super().set_exception(exception)
+        self.request = None  # as set_result
 
     def result(self, timeout: float | None = None) -> Any:
         if self._state == _FINISHED:
