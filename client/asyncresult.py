@@ -24,7 +24,7 @@ from zpar.wire import Message
 
 from .futurestate import FutureMachinery, FutureStateMixin
 from .outputs import OutputsMixin
-from .request import request_of
+from .request import request_of, submitted_of
 from .resultmeta import MetadataMixin
 
 _UNSET = object()
@@ -115,11 +115,10 @@ class AsyncResult(FutureStateMixin, MetadataMixin, OutputsMixin, concurrent.futu
         self._trackers = tuple(trackers)
         if submitted is None:  # when the first message was made (its header's date)
             if len(self._futures) == 1:  # most results: one call
-                r = request_of(self._futures[0])
-                submitted = (r.submitted if r is not None else None) or time.time()
+                submitted = submitted_of(self._futures[0]) or time.time()
             else:
-                dates = [r.submitted for f in self._futures if (r := request_of(f)) is not None]
-                submitted = min((d for d in dates if d is not None), default=None) or time.time()
+                dates = [d for f in self._futures if (d := submitted_of(f)) is not None]
+                submitted = min(dates, default=None) or time.time()
         self._submitted = submitted
         self._values: list[Any] | None = None
         self._result: Any = _UNSET
@@ -128,6 +127,28 @@ class AsyncResult(FutureStateMixin, MetadataMixin, OutputsMixin, concurrent.futu
         # a concurrent.futures.Future (as ipyparallel's): its lock and waiters are made only
         # if concurrent.futures.wait / asyncio.wrap_future ask (client.futurestate)
         self._futurestate: FutureMachinery | None = None
+
+    @classmethod
+    def of_call(cls, client: Any, request: Any, fname: str) -> AsyncResult:
+        """The result of one call (``single``), from its client.request.Request: what
+        ``__init__`` makes of ``[request.msg_id], [request.future]``, without its checks
+        and defaults (once per task on the submitting thread)."""
+        ar = cls.__new__(cls)
+        ar._client = client
+        ar.msg_ids = [request.msg_id]
+        ar._futures = [request.future]
+        ar._fname = fname
+        ar._targets = None
+        ar._single = True
+        ar._postprocess = None
+        ar._trackers = ()
+        ar._submitted = request.future.submitted or time.time()
+        ar._values = None
+        ar._result = _UNSET
+        ar._return_exceptions = False
+        ar.owner = True
+        ar._futurestate = None
+        return ar
 
     # -- state ----------------------------------------------------------------------------
 
@@ -281,6 +302,8 @@ class AsyncResult(FutureStateMixin, MetadataMixin, OutputsMixin, concurrent.futu
         if self._result is not _UNSET and not return_exceptions:
             return self._result
         timeout = _timeout(timeout)
+        if self._single and not return_exceptions and return_when is None:
+            return self._get_one(timeout)
         if return_when == FIRST_EXCEPTION:
             self._wait_first_exception(timeout)
             failed = [f for f in self._futures if _future_failed(f)]
@@ -289,20 +312,46 @@ class AsyncResult(FutureStateMixin, MetadataMixin, OutputsMixin, concurrent.futu
                 raise v
         elif return_when not in (None, ALL_COMPLETED, FIRST_COMPLETED):
             raise ValueError(f"return_when must be one of {RETURN_WHEN}, got {return_when!r}")
+        if return_exceptions:
+            if not self._wait_all(timeout):
+                raise TimeoutError(
+                    f"Result not ready: {self.progress}/{len(self)} of "
+                    f"{self._fname or 'the call'} done within {timeout} s"
+                )
+            values = [self._value_or_error(f) for f in self._futures]
+            values = self._postprocess(values) if self._postprocess is not None else values
+            return values[0] if self._single else values
+        values = self._wait_and_collect(timeout)
+        self._result = values[0] if self._single else values
+        return self._result
+
+    def _get_one(self, timeout: float | None) -> Any:
+        """get() of a one-call result (what _wait_all and _collect do, for one future:
+        most results)."""
+        if len(self._futures) != 1 or self._postprocess is not None:
+            values = self._wait_and_collect(timeout)
+            self._result = values[0] if self._single else values
+            return self._result
+        f = self._futures[0]
+        if not f.done() and not self._wait_all(timeout):
+            raise TimeoutError(
+                f"Result not ready: 0/1 of {self._fname or 'the call'} done within {timeout} s"
+            )
+        value = self._value_or_error(f)
+        if isinstance(value, Exception):
+            raise value
+        self._values = [value]
+        self._result = value
+        return value
+
+    def _wait_and_collect(self, timeout: float | None) -> Any:
         if not self._wait_all(timeout):
             raise TimeoutError(
                 f"Result not ready: {self.progress}/{len(self)} of "
                 f"{self._fname or 'the call'} done within {timeout} s"
             )
-        if return_exceptions:
-            values = [self._value_or_error(f) for f in self._futures]
-            values = self._postprocess(values) if self._postprocess is not None else values
-            return values[0] if self._single else values
         values = self._collect()
-        if self._postprocess is not None:
-            values = self._postprocess(values)
-        self._result = values[0] if self._single else values
-        return self._result
+        return self._postprocess(values) if self._postprocess is not None else values
 
     @property
     def r(self) -> Any:

@@ -10,10 +10,13 @@ take their condition twice, so a non-reentrant lock is enough.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 _allocate_lock = threading.Lock
 _FINISHED = "FINISHED"
@@ -86,16 +89,61 @@ class ReplyFuture(Future):
     the client.request.Request it answers (None: made elsewhere) and the engine its reply
     comes from. (Not typed as Request: client.request imports this module.)"""
 
+    #: Future's per-instance lists (concurrent.futures.wait's waiters, done-callbacks), made
+    #: on first use: most replies have neither, and two lists per task were two more objects
+    #: for the cyclic GC to walk while results are held (see the _waiters property)
+    _waiter_list: list[Any] | None = None
+    _callback_list: list[Callable[[Future], object]] | None = None
+
     def __init__(self, request: Any = None, engine_uuid: str | None = None) -> None:
         self._condition = _LightCondition()  # type: ignore[assignment]
         self._state = "PENDING"
         self._result = None
         self._exception = None
-        self._waiters = []
-        self._done_callbacks: list[Callable[[Future], object]] = []
+        #: the client.request.Request it answers, until it is resolved: then None, so that
+        #: the two never hold each other (see set_result)
         self.request = request
+        #: when its request was made (the header's date), kept past the request
+        self.submitted: float | None = None
         #: the engine whose reply this is (a direct call's, or one engine of a broadcast)
-        self.engine_uuid = engine_uuid or (request.engine_uuid if request else None)
+        self.engine_uuid = engine_uuid
+        if request is not None:
+            self.submitted = request.submitted
+            if engine_uuid is None:
+                self.engine_uuid = request.engine_uuid
+
+    # concurrent.futures reads _waiters and _done_callbacks (under this future's lock) and
+    # appends to them: each is made on that first read, atomically (dict.setdefault under
+    # the GIL), so two threads reading at once still share one list.
+
+    @property
+    def _waiters(self) -> list[Any]:
+        waiters = self._waiter_list
+        if waiters is None:
+            waiters = self.__dict__.setdefault("_waiter_list", [])
+        return waiters
+
+    @_waiters.setter
+    def _waiters(self, value: list[Any]) -> None:
+        self._waiter_list = value
+
+    @property
+    def _done_callbacks(self) -> list[Callable[[Future], object]]:
+        callbacks = self._callback_list
+        if callbacks is None:
+            callbacks = self.__dict__.setdefault("_callback_list", [])
+        return callbacks
+
+    @_done_callbacks.setter
+    def _done_callbacks(self, value: list[Callable[[Future], object]]) -> None:
+        self._callback_list = value
+
+    def _invoke_callbacks(self) -> None:
+        for callback in self._callback_list or ():
+            try:
+                callback(self)
+            except Exception:
+                log.exception("exception calling callback for %r", self)
 
     # Reads of a finished future without its lock: once FINISHED, _result and _exception
     # never change (set before _state, under the GIL), and a client reads each future two
@@ -112,10 +160,27 @@ class ReplyFuture(Future):
                 raise InvalidStateError(f"{self._state}: {self!r}")
             self._result = result
             self._state = _FINISHED
-            for waiter in self._waiters:
+            for waiter in self._waiter_list or ():
                 waiter.add_result(self)
             condition.notify_all()
-        self._invoke_callbacks()  # type: ignore[attr-defined]
+        # Let go of the Request: it holds this future (Request.future), and a cycle would
+        # leave a dropped result (and its buffers) to the cyclic GC. Read only while pending.
+        self.request = None
+        self._invoke_callbacks()
+
+    def set_exception(self, exception: BaseException | None) -> None:
+        """Future.set_exception on the lazily made lists (see _waiters)."""
+        condition = self._condition
+        with condition._lock:  # type: ignore[attr-defined]  # a _LightCondition
+            if self._state in _DONE_STATES:
+                raise InvalidStateError(f"{self._state}: {self!r}")
+            self._exception = exception
+            self._state = _FINISHED
+            for waiter in self._waiter_list or ():
+                waiter.add_exception(self)
+            condition.notify_all()
+        self.request = None  # as set_result
+        self._invoke_callbacks()
 
     def result(self, timeout: float | None = None) -> Any:
         if self._state == _FINISHED:

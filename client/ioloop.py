@@ -16,6 +16,11 @@ sent at once, as itself (no timer ever holds it back). Replies are checked (sign
 replay) here, one by one even when they come batched, routed by their parent header (the
 rest is decoded when read: client.replies.Reply) and resolve the Request's future (a
 client.futures.ReplyFuture), which plain scripts block on, and asyncio wraps (``await ar``).
+
+This module holds the thread, its sockets, the user-side interface and the reply path;
+ClientIO's other parts each have a module: client.sending (the outbox, batches, windows,
+engines' own ipc sockets), client.engineevents (registrations, deaths, IOPub watchers) and
+client.iofaults (a lost controller or scheduler, a wrong key).
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from typing import Any
 import msgpack
 import zmq
 
-from zpar.constants import BAD_KEY, WELCOME
+from zpar.constants import BAD_KEY
 from zpar.curve import secure
 from zpar.errors import (
     EngineError,
@@ -41,37 +46,32 @@ from zpar.errors import (
     ZparError,
 )
 from zpar.messages import MsgType, Status, TaskOutcomes
-from zpar.privacy import iopub_topic
-from zpar.sockets import configure, recv_frames
-from zpar.transport import direct_address, usable_ipc
-from zpar.wire import Message, Session, batches, recv_message, send_frames
+from zpar.profiling import profiled
+from zpar.sockets import configure
+from zpar.wire import Message, Session, recv_message, send_frames
 
+from .engineevents import EngineEvents
 from .futures import resolve
 from .iofaults import HANDSHAKE_FAILED, FaultHandling
 from .replies import Reply
 from .request import Request, engine_of
-from .window import Windows, aborted_here
+from .sending import Sending
+from .window import Windows
 
 log = logging.getLogger(__name__)
 
 CHANNELS = ("query", "mux", "control", "task")
-
-#: Channels whose queued requests go out as one batch. The task scheduler takes batches
-#: (Session.feed_all in its handlers); engines take MUX and control messages one at a time.
-BATCHED_CHANNELS = frozenset({"task"})
 
 
 #: Gives up the processor once (see ClientIO._run); time.sleep(0) where the OS has no
 #: sched_yield.
 _yield_core: Callable[[], None] = getattr(os, "sched_yield", None) or (lambda: time.sleep(0))
 
-#: Notifications that change the set of engines; the hub may publish others.
-_ENGINE_NOTIFICATIONS = frozenset(
-    {MsgType.REGISTRATION_NOTIFICATION, MsgType.UNREGISTRATION_NOTIFICATION}
-)
+#: an empty set to discard from (never added to)
+_NONE: set[str] = set()
 
 
-class ClientIO(FaultHandling):
+class ClientIO(Sending, EngineEvents, FaultHandling):
     """Owns the sockets and the pending Requests; the Client talks to it through its
     public methods (submit, request, outstanding, pending_futures, has_channel, engines,
     watch_*), never through its members."""
@@ -169,37 +169,6 @@ class ClientIO(FaultHandling):
         if not done.wait(10):
             raise RuntimeError("client I/O thread did not answer: is it alive?")
 
-    def watch_output(self, msg_ids: list[str], callback: Callable[[str, Message], None]) -> None:
-        """Call ``callback(msg_id, message)`` (in the I/O thread) for each IOPub stream
-        message of these requests as it arrives. Output printed before the subscription
-        took effect is not replayed: the reply's metadata always has all of it."""
-        address = self.iopub_addr
-        if address is None:
-            raise RuntimeError("this client does not know the IOPub address yet")
-        done = threading.Event()
-
-        def _watch() -> None:
-            if "iopub" not in self._sockets:
-                sock = secure(configure(self.context.socket(zmq.SUB)), self.curve)
-                # the relay admits only the cluster's topic (hub.iopubgate)
-                sock.setsockopt(zmq.SUBSCRIBE, iopub_topic(self.session.key))
-                sock.connect(address)
-                self._sockets["iopub"] = sock
-                self._poller.register(sock, zmq.POLLIN)
-            for m in msg_ids:
-                self._output_watchers[m] = callback
-            done.set()
-
-        self.call_soon(_watch)
-        done.wait(10)
-
-    def unwatch_output(self, msg_ids: list[str]) -> None:
-        def _unwatch() -> None:
-            for m in msg_ids:
-                self._output_watchers.pop(m, None)
-
-        self.call_soon(_unwatch)
-
     # -- user side ------------------------------------------------------------------------
 
     def submit(self, request: Request) -> Request:
@@ -211,13 +180,16 @@ class ClientIO(FaultHandling):
                 resolve(fut, error=self.wrong_key)
             return request
         # registered here, in the caller's thread, so that a reply can never find it missing
-        self._pending[request.msg_id] = request
-        uuids = list(request.replies) if request.replies is not None else [request.engine_uuid]
-        for u in uuids:
-            if u is not None:
-                self._by_engine.setdefault(u, set()).add(request.msg_id)
+        msg_id = request.msg_id
+        self._pending[msg_id] = request
+        if request.replies is not None:
+            for u in request.replies:
+                self._by_engine.setdefault(u, set()).add(msg_id)
+        elif request.engine_uuid is not None:
+            self._by_engine.setdefault(request.engine_uuid, set()).add(msg_id)
         self._outbox.append(request)
-        self._wake()
+        if not self._wake_pending:  # see _wake: one pending wake-up is enough
+            self._wake()
         return request
 
     def request(self, msg_id: str) -> Request | None:
@@ -273,33 +245,6 @@ class ClientIO(FaultHandling):
         except BlockingIOError:
             pass  # the pipe is full of wake-ups already
 
-    def watch_direct(self, uuid: str, fut: Future) -> None:
-        with self._direct_lock:
-            self._direct_watch.setdefault(uuid, set()).add(fut)
-        if self._stop:
-            self._fail_direct(None, "the client was closed before the reply came")
-        elif uuid not in self.engines.values():  # died before we watched
-            self._fail_direct(uuid, f"engine {uuid} is not registered")
-
-    def unwatch_direct(self, uuid: str, fut: Future) -> None:
-        with self._direct_lock:
-            futs = self._direct_watch.get(uuid)
-            if futs is not None:
-                futs.discard(fut)
-                if not futs:
-                    del self._direct_watch[uuid]
-
-    def _fail_direct(self, uuid: str | None, why: str) -> None:
-        """Fail the blocking direct calls waiting on engine ``uuid`` (None: all)."""
-        with self._direct_lock:
-            if uuid is None:
-                futs = [f for fs in self._direct_watch.values() for f in fs]
-                self._direct_watch.clear()
-            else:
-                futs = list(self._direct_watch.pop(uuid, ()))
-        for fut in futs:
-            resolve(fut, error=EngineError(why))
-
     def pending_futures(self) -> list[Future]:
         """Every future still waiting for a reply (broadcasts count once per engine)."""
         return [f for r in list(self._pending.values()) for f in r.reply_futures()]
@@ -323,6 +268,10 @@ class ClientIO(FaultHandling):
     # -- I/O thread -----------------------------------------------------------------------
 
     def _run(self) -> None:
+        with profiled("client-io"):  # $ZPAR_PROFILE_DIR: a cProfile of this thread
+            self._serve()
+
+    def _serve(self) -> None:
         self._poller = poller = zmq.Poller()
         poller.register(self._wake_r, zmq.POLLIN)
         handlers: dict[Any, Callable[[zmq.Socket], None]] = {}
@@ -384,84 +333,6 @@ class ClientIO(FaultHandling):
             except zmq.Again:
                 return
 
-    def _flush_outbox(self) -> None:
-        """Send what is queued, in order per socket: the requests for a BATCHED_CHANNELS
-        socket together, as few batches as wire.MAX_BATCH allows (one request alone goes
-        as itself). A function queued by call_soon runs after everything queued before
-        it has been sent."""
-        outbox = self._outbox
-        runs: dict[str, list[Request]] = {}
-        admitted = self._admitted  # let out of their window by replies: older than the outbox
-        while admitted:
-            let_out = admitted.popleft()
-            if let_out.msg_id in self._pending:  # not failed meanwhile (its engine died)
-                self._send_or_batch(let_out, runs)
-        while outbox:
-            item = outbox.popleft()
-            if type(item) is not Request:
-                self._send_runs(runs)
-                item()  # type: ignore[operator]
-                continue
-            if item.windowed and not self.windows.offer(item):
-                continue  # held in its window until replies make room
-            self._send_or_batch(item, runs)
-        self._send_runs(runs)
-
-    def _send_or_batch(self, item: Request, runs: dict[str, list[Request]]) -> None:
-        if item.channel in BATCHED_CHANNELS and item.trackers is None:
-            runs.setdefault(item.channel, []).append(item)
-        else:
-            self._send_one(item)
-
-    def _send_runs(self, runs: dict[str, list[Request]]) -> None:
-        if not runs:
-            return
-        for channel, requests in runs.items():
-            sock = self._sockets[channel]
-            for frames in batches([r.frames for r in requests]):  # type: ignore[misc]
-                send_frames(sock, frames)
-            now = time.time()
-            for r in requests:
-                r.sent = now
-                if not r.resend:
-                    r.frames = None
-        runs.clear()
-
-    def _send_one(self, request: Request) -> None:
-        frames = request.frames
-        assert frames is not None
-        sock = self._sockets[request.channel]
-        if request.channel == "mux" and self.direct_dir is not None:
-            direct = self._direct_socket(frames[0])
-            if direct is not None:
-                sock, frames = direct, frames[1:]  # the engine uuid routes nothing here
-        send_frames(sock, frames, request.trackers)
-        request.sent = time.time()
-        if not request.resend:
-            request.frames = None
-
-    def _direct_socket(self, uuid: Any) -> zmq.Socket | None:
-        """This engine's direct socket, made on first use; None if it has none."""
-        key = bytes(uuid)
-        if key in self._direct:
-            return self._direct[key]
-        addr = direct_address(self.direct_dir or "", key.decode("ascii", "replace"))
-        sock = None
-        if usable_ipc(addr):
-            sock = configure(self.context.socket(zmq.DEALER))
-            sock.connect(addr)
-            self._poller.register(sock, zmq.POLLIN)
-            self._sockets[f"direct:{key.decode('ascii', 'replace')}"] = sock
-        self._direct[key] = sock
-        return sock
-
-    def _close_direct(self, uuid: str) -> None:
-        sock = self._direct.pop(uuid.encode(), None)
-        if sock is not None:
-            self._poller.unregister(sock)
-            self._sockets.pop(f"direct:{uuid}", None)
-            sock.close(linger=0)
-
     def _on_direct_reply(self, sock: zmq.Socket) -> None:
         """A reply on an engine's own ipc socket (private: see wire.Session.serialize)."""
         self._on_reply(sock, private=True)
@@ -477,8 +348,26 @@ class ClientIO(FaultHandling):
                 )
             )
             return
+        pending = self._pending
         for msg in self.session.feed_all(frames, where="client", private=private):
-            self._route_reply(Reply(msg))
+            reply = Reply(msg)
+            request = pending.get(reply.parent_msg_id)
+            if request is None or request.replies is not None or request.report_outcome:
+                self._route_reply(reply)
+                continue
+            # the common case, inline (once per task): one reply answering one request
+            fut = request.future
+            if fut.done():
+                log.debug("second reply to %s dropped", request.msg_id)
+                continue
+            del pending[request.msg_id]
+            request.unanswered = 0
+            if request.windowed:
+                self._admitted.extend(self.windows.answered(request))
+            if request.engine_uuid is not None:
+                self._by_engine.get(request.engine_uuid, _NONE).discard(request.msg_id)
+            request.frames = None
+            fut.set_result(reply)
 
     def _route_reply(self, msg: Any) -> None:
         """Resolve the future a checked reply answers (a broadcast's: its engine's)."""
@@ -512,128 +401,6 @@ class ClientIO(FaultHandling):
         """``request`` is answered for good: the held requests its window lets out now."""
         if request.windowed:
             self._admitted.extend(self.windows.answered(request))
-
-    def abort_held(self, msg_ids: list[str] | None) -> list[str]:
-        """Abort requests still held in this client's windows (``msg_ids`` None: all), as
-        the task scheduler aborts its queued tasks: each fails with TaskAborted, nothing
-        is sent. The msg_ids aborted here."""
-        aborted: list[str] = []
-        done = threading.Event()
-
-        def _abort() -> None:
-            for request in self.windows.withdraw(msg_ids):
-                self._pending.pop(request.msg_id, None)
-                if request.engine_uuid is not None:
-                    self._by_engine.get(request.engine_uuid, set()).discard(request.msg_id)
-                request.frames = None
-                for fut in request.reply_futures():
-                    resolve(fut, error=aborted_here(request.msg_id))
-                aborted.append(request.msg_id)
-            done.set()
-
-        if self._thread is None or self._stop:
-            return aborted
-        if threading.current_thread() is self._thread:  # from a reply's done-callback
-            _abort()
-            return aborted
-        self.call_soon(_abort)
-        if not done.wait(10):
-            raise RuntimeError("client I/O thread did not answer: is it alive?")
-        return aborted
-
-    def _on_iopub(self, sock: zmq.Socket) -> None:
-        frames = recv_frames(sock, zmq.NOBLOCK)
-        if not self._output_watchers:
-            return  # nobody watches: not even worth checking the signature
-        msg = self.session.feed(frames, where="iopub")
-        if msg is None:
-            return
-        msg_id = msg.parent_header.get("msg_id")
-        callback = self._output_watchers.get(msg_id) if isinstance(msg_id, str) else None
-        if callback is not None and isinstance(msg_id, str):
-            try:
-                callback(msg_id, msg)
-            except Exception:
-                log.exception("output callback for %s failed", msg_id)
-
-    def _on_notification(self, sock: zmq.Socket) -> None:
-        frames = recv_frames(sock, zmq.NOBLOCK)
-        if len(frames) == 1 and frames[0].bytes == WELCOME:
-            self.subscribed.set()
-            return
-        msg = self.session.feed(frames, where="notification")
-        if msg is None:
-            return
-        c = msg.content
-        if msg.msg_type == MsgType.SCHEDULER_RESTARTED:
-            self._on_scheduler_restarted(str(c.get("reason", "the task scheduler died")))
-            return
-        if msg.msg_type not in _ENGINE_NOTIFICATIONS:
-            # other news for clients (a communicator's failed rendezvous, issue 16)
-            if msg.msg_type == MsgType.RENDEZVOUS_ERROR:
-                log.warning("rendezvous %s failed: %s", c.get("comm_id"), c.get("evalue"))
-            if self.on_notification is not None:
-                self.on_notification(msg)
-            return
-        eid = int(c["id"])
-        registered = msg.msg_type == MsgType.REGISTRATION_NOTIFICATION
-        with self.engines_changed:  # read-modify-write against apply_snapshot
-            engines = dict(self.engines)
-            if registered:
-                engines[eid] = c["uuid"]
-            elif engines.get(eid) == c["uuid"]:  # not an engine restarted under its old id
-                engines.pop(eid, None)
-            if self._notified is not None:
-                self._notified[eid] = c["uuid"] if registered else None
-            self.engines = engines
-            self.engines_changed.notify_all()
-        if registered:
-            log.debug("engine %s registered", eid)
-        elif msg.msg_type == MsgType.UNREGISTRATION_NOTIFICATION:
-            self._fail_engine(eid, c["uuid"], c.get("reason", ""))
-            self._close_direct(c["uuid"])
-        if self.on_notification is not None:
-            self.on_notification(msg)
-
-    def apply_snapshot(self, engines: dict[int, str]) -> None:
-        """The connection reply's engines, with the notifications that overtook it (they
-        travel on another socket, so a registration after the snapshot may arrive first)."""
-        with self.engines_changed:
-            merged = dict(engines)
-            for eid, uuid in (self._notified or {}).items():
-                if uuid is None:
-                    merged.pop(eid, None)
-                else:
-                    merged[eid] = uuid
-            self._notified = None
-            self.engines = merged
-            self.engines_changed.notify_all()
-
-    def set_engines(self, engines: dict[int, str]) -> None:
-        with self.engines_changed:
-            self.engines = engines
-            self.engines_changed.notify_all()
-
-    def _fail_engine(self, eid: int, uuid: str, reason: str) -> None:
-        self._fail_direct(
-            uuid, f"engine {eid} ({uuid}) died before replying" + (f": {reason}" if reason else "")
-        )
-        for msg_id in self._by_engine.pop(uuid, set()):
-            request = self._pending.get(msg_id)
-            fut = request.reply_future(uuid) if request is not None else None
-            if request is not None and fut is not None:
-                request.unanswered -= 1
-                if not request.unanswered:
-                    del self._pending[msg_id]
-                    self._window_done(request)
-                fut.set_exception(
-                    EngineError(
-                        f"engine {eid} ({uuid}) died before replying to {msg_id}"
-                        + (f": {reason}" if reason else "")
-                    )
-                )
-                if request.report_outcome:
-                    self._send_outcomes({msg_id: [False, uuid]})
 
 
 def outcome_of(fut: Future) -> list[Any]:

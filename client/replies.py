@@ -21,10 +21,17 @@ class Reply(LazyMessage):
     __slots__ = ("_content",)
 
     def __init__(self, msg: Message) -> None:
-        envelope = msg.frames[2] if len(msg.frames) > 2 else b""
+        # LazyMessage's slots set here, without its __init__ (once per reply, in the I/O
+        # thread): the Message is dropped after this, so its buffers list is taken as is
+        frames = msg.frames
+        envelope = frames[2] if len(frames) > 2 else b""
         if type(envelope) is not bytes:  # recv_message takes it as bytes: not copied again
             envelope = msg.envelope
-        super().__init__(msg.idents, msg.parent_header.get("msg_id"), envelope, msg.buffers)
+        self.idents = msg.idents
+        self.parent_msg_id = msg.parent_header.get("msg_id")
+        self._envelope = envelope
+        self._parts = None
+        self.buffers = msg.buffers
         self._content = msg.content
 
     @property

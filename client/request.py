@@ -3,9 +3,11 @@
 The user's thread makes a Request and hands it to the I/O thread (ClientIO.submit), which
 alone changes it afterwards: it sends the frames (when several are queued, in one batch),
 stamps ``sent``, routes the reply (or the engine's death) to ``future``, and forgets it.
-The futures an AsyncResult holds point back at their Request (``ReplyFuture.request``), so
-what the handle reports (when it was submitted and sent, zmq's trackers, the engine it went
-to) is read from one record, not from attributes stuck onto futures.
+The futures an AsyncResult holds point back at their Request (``ReplyFuture.request``) until
+they are resolved, so what the handle reports while it waits (whether it was sent, zmq's
+trackers) is read from one record. A resolved future lets go of its Request (see
+client.futures): Request and future never form a reference cycle that outlives the reply,
+so a dropped result and its buffers are freed at once, not by the cyclic GC.
 """
 
 from __future__ import annotations
@@ -59,6 +61,8 @@ class Request:
         self.frames: list[Any] | None = frames
         #: the engine a direct request is bound to (None: load balanced, or a query)
         self.engine_uuid = engine_uuid
+        #: the header's date (Unix time): when the request was made
+        self.submitted = submitted
         self.future: ReplyFuture = ReplyFuture(self)
         #: a broadcast's reply futures by engine uuid (never changed: the caller reads it)
         self.replies: dict[str, ReplyFuture] | None = None
@@ -66,8 +70,6 @@ class Request:
             self.replies = {u: ReplyFuture(self, u) for u in broadcast}
         #: replies still awaited (engines of a broadcast)
         self.unanswered = len(broadcast) if broadcast else 1
-        #: the header's date (Unix time): when the request was made
-        self.submitted = submitted
         #: time.time() when the I/O thread handed it to zmq; None until then
         self.sent: float | None = None
         #: zmq MessageTrackers of its zero-copy frames (track=True), once sent
@@ -102,9 +104,15 @@ class Request:
 
 
 def request_of(fut: Future) -> Request | None:
-    """The Request behind a future an AsyncResult holds (None for futures of other
-    origins: a result fetched from the hub's store, an executor's)."""
+    """The Request behind a future an AsyncResult holds while it is pending (None once
+    resolved, and for futures of other origins: a result fetched from the hub's store, an
+    executor's)."""
     return fut.request if isinstance(fut, ReplyFuture) else None
+
+
+def submitted_of(fut: Future) -> float | None:
+    """When a future's request was made (its header's date); None if not one of ours."""
+    return fut.submitted if isinstance(fut, ReplyFuture) else None
 
 
 def engine_of(fut: Future) -> str | None:

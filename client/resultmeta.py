@@ -13,7 +13,7 @@ from typing import Any
 from zpar.errors import TimeoutError
 from zpar.util import as_datetime
 
-from .request import request_of
+from .request import submitted_of
 
 #: Metadata keys every result has (ipyparallel's Metadata), with their value until known.
 METADATA_DEFAULTS: dict[str, Any] = {
@@ -70,9 +70,7 @@ class MetadataMixin:
         out = []
         for m, f in zip(self.msg_ids, self._futures, strict=True):
             md = Metadata(METADATA_DEFAULTS, outputs=[], data={})
-            request = request_of(f)
-            submitted = request.submitted if request is not None else None
-            md.update(msg_id=m, submitted=submitted or self._submitted)
+            md.update(msg_id=m, submitted=submitted_of(f) or self._submitted)
             if f.done():
                 if f.exception() is None:
                     reply = f.result()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import builtins
 import collections
-import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,6 +28,7 @@ from zpar.serialize import pack_apply
 from zpar.wire import Message, Session
 
 from .directcall import DirectCaller
+from .handles import Handles
 from .ioloop import ClientIO, outcome_of
 from .request import Request, engine_of
 from .window import WINDOWED_CHANNELS
@@ -57,7 +57,7 @@ class RequestSender:
         self.closed = False
         #: AsyncResults the user still holds, by msg_id (weakly: results are kept by their
         #: handles, never by the client; ipyparallel's grows with every result it ever got)
-        self.handles: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
+        self.handles = Handles()
 
     # -- engines ------------------------------------------------------------------------
 
@@ -235,8 +235,7 @@ class RequestSender:
 
     def remember(self, ar: Any) -> Any:
         """Remember ``ar`` (weakly) under its msg_ids: rc.results, rc.metadata, rc.wait()."""
-        for m in ar.msg_ids:
-            self.handles[m] = ar
+        self.handles.add(ar.msg_ids, ar)
         return ar
 
     def future_of(self, msg_id: str) -> Any:

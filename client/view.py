@@ -438,11 +438,12 @@ class LoadBalancedView(View):
 
     def _apply(self, f: Any, args: Any, kwargs: Any, block: bool) -> Any:
         _check_callable(f)
-        r = self.client.sender.apply(
-            "task", None, f, args, kwargs, metadata=self._metadata(), track=self.track
-        )
-        ar = AsyncResult(self.client, [r.msg_id], [r.future], fname=_fname(f), single=True)
-        return self._finish(self.client.sender.remember(ar), block)
+        client = self.client
+        sender = client.sender
+        r = sender.apply("task", None, f, args, kwargs, metadata=self._metadata(), track=self.track)
+        ar = AsyncResult.of_call(client, r, _fname(f))
+        sender.handles.add(ar.msg_ids, ar)  # sender.remember(ar), once per task
+        return self._finish(ar, block) if block or self.track else ar
 
     def _map(
         self,

@@ -37,7 +37,7 @@ def frames_nbytes(frames: Iterable[Any]) -> int:
         if kind is bytes or kind is zmq.Frame:
             total += len(f)  # a Frame's len is its size in bytes
         else:
-            total += memoryview(f).nbytes
+            total += f.nbytes if kind is memoryview else memoryview(f).nbytes
     return total
 
 
@@ -61,49 +61,47 @@ class Window:
         self._held: deque[tuple[Any, int]] = deque()  # (request, bytes of its frames)
         self._held_ids: set[str] = set()
 
-    def _fits(self, nbytes: int) -> bool:
-        if not self._in_flight:
-            return True  # always at least one, however large
-        return len(self._in_flight) < self.limit and self._bytes + nbytes <= self.max_bytes
-
     def offer(self, request: Any) -> bool:
         """True: send ``request`` now (it counts as in flight); False: it is held here,
         behind those held before it, until ``answered`` makes room."""
         nbytes = frames_nbytes(request.frames)
-        if not self._held and self._fits(nbytes):
-            self._admit(request.msg_id, nbytes)
+        in_flight = self._in_flight
+        # the room check inline (always at least one in flight): once per task, in the I/O
+        # thread
+        if not self._held and (
+            not in_flight
+            or (len(in_flight) < self.limit and self._bytes + nbytes <= self.max_bytes)
+        ):
+            in_flight[request.msg_id] = nbytes
+            self._bytes += nbytes
             return True
         self._held.append((request, nbytes))
         self._held_ids.add(request.msg_id)
         return False
 
-    def _admit(self, msg_id: str, nbytes: int) -> None:
-        self._in_flight[msg_id] = nbytes
-        self._bytes += nbytes
-
     def answered(self, msg_id: str) -> list[Any]:
         """``msg_id`` is answered (a reply, an error in its stead): the held requests that
         may go now, oldest first (already counted in flight). A request answered while
         still held (its engine died) is withdrawn: it will never be sent."""
-        if msg_id in self._held_ids:
-            self.withdraw((msg_id,))
-            return []
         nbytes = self._in_flight.pop(msg_id, None)
         if nbytes is None:
+            if msg_id in self._held_ids:
+                self.withdraw((msg_id,))
             return []
         self._bytes -= nbytes
-        return self._release()
+        return self._release() if self._held else []
 
     def _release(self) -> list[Any]:
         out = []
-        held = self._held
+        held, in_flight, limit, max_bytes = self._held, self._in_flight, self.limit, self.max_bytes
         while held:
             request, nbytes = held[0]
-            if not self._fits(nbytes):
+            if in_flight and (len(in_flight) >= limit or self._bytes + nbytes > max_bytes):
                 break
             held.popleft()
             self._held_ids.discard(request.msg_id)
-            self._admit(request.msg_id, nbytes)
+            in_flight[request.msg_id] = nbytes
+            self._bytes += nbytes
             out.append(request)
         return out
 
@@ -155,12 +153,16 @@ class Windows:
     def offer(self, request: Any) -> bool:
         """True: send it now. Requests that are not work (queries, aborts, control) or on
         another channel always go at once."""
-        window = self.by_channel.get(request.channel) if request.windowed else None
+        if not request.windowed:
+            return True
+        window = self.by_channel.get(request.channel)
         return True if window is None else window.offer(request)
 
     def answered(self, request: Any) -> list[Any]:
         """A windowed request is answered for good: those that may go now."""
-        window = self.by_channel.get(request.channel) if request.windowed else None
+        if not request.windowed:
+            return []
+        window = self.by_channel.get(request.channel)
         return [] if window is None else window.answered(request.msg_id)
 
     def withdraw(self, msg_ids: Iterable[str] | None) -> list[Any]:

@@ -138,3 +138,28 @@ def test_a_finished_future_is_read_without_its_lock():
         fut._condition.release()
     with pytest.raises(concurrent.futures.TimeoutError):
         pending.result(timeout=0.01)
+
+
+def test_a_resolved_future_lets_go_of_its_request_so_a_dropped_result_is_freed_at_once():
+    # Request.future -> ReplyFuture -> Request was a cycle: a dropped AsyncResult (and the
+    # reply's buffers) waited for the cyclic GC. Resolved, the future no longer points back.
+    import gc
+    import sys
+
+    from zpar.client.request import Request, request_of
+
+    gc.disable()
+    try:
+        for resolve_it in (
+            lambda f: f.set_result("reply"),
+            lambda f: f.set_exception(ValueError("engine died")),
+        ):
+            request = Request("m", "task", [b"frames"], submitted=5.0)
+            fut = request.future
+            assert request_of(fut) is request  # pending: its request is read through it
+            resolve_it(fut)
+            assert request_of(fut) is None and fut.submitted == 5.0
+            # only this test's name holds it now: freed by its count, no collection needed
+            assert sys.getrefcount(request) == 2  # the name and getrefcount's argument
+    finally:
+        gc.enable()

@@ -168,18 +168,18 @@ def test_use_pickle_still_sends_local_functions_by_value(rc):
 
 
 def test_broadcast_view_sends_the_payload_once(rc, monkeypatch):
-    import zpar.client.ioloop as ioloop_mod
+    import zpar.client.sending as sending_mod
 
     bv = rc.broadcast_view()
     big = np.arange(2**18, dtype=np.float64)  # 2 MB
     sent = []
-    real = ioloop_mod.send_frames
+    real = sending_mod.send_frames
 
     def spy(sock, frames, *rest):
         sent.append(sum(len(memoryview(f).cast("B")) for f in frames if not isinstance(f, str)))
         return real(sock, frames, *rest)
 
-    monkeypatch.setattr(ioloop_mod, "send_frames", spy)
+    monkeypatch.setattr(sending_mod, "send_frames", spy)
     sums = bv.apply_sync(np.sum, big)
     assert sums == [big.sum(), big.sum()]
     assert len(sent) == 1 and sent[0] >= big.nbytes  # one message, not one per engine

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 import zpar.client.directcall as directcall_mod
-import zpar.client.ioloop as ioloop_mod
+import zpar.client.sending as sending_mod
 
 
 def _frame_of(arr):
@@ -20,7 +20,7 @@ def _frame_of(arr):
 def test_100mb_array_is_not_copied_on_either_side(rc, monkeypatch):
     arr = np.arange(100 * 2**20 // 8, dtype=np.float64)
     sent = []
-    real_send = ioloop_mod.send_frames
+    real_send = sending_mod.send_frames
 
     def spy(sock, frames, *rest):
         sent.extend(
@@ -34,7 +34,7 @@ def test_100mb_array_is_not_copied_on_either_side(rc, monkeypatch):
 
     # a blocking call on one engine is sent by the calling thread (directcall), others by
     # the I/O thread (ioloop): both hand zmq the caller's memory
-    monkeypatch.setattr(ioloop_mod, "send_frames", spy)
+    monkeypatch.setattr(sending_mod, "send_frames", spy)
     monkeypatch.setattr(directcall_mod, "send_frames", spy)
     owner, writable, last = rc[0].apply_sync(_frame_of, arr)
     assert sent, "the client copied the array before handing it to zmq"
