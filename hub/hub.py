@@ -524,7 +524,8 @@ class Hub:
                 else:  # taken back from its engine unstarted (prefetch)
                     tasks.requeued(event.msg_id)
             elif isinstance(event, TaskIn):
-                tasks.submitted(event.header, "task", event.client, None, event.metadata)
+                engine = event.engine or None  # placed in the same batch (zpar.monitor)
+                tasks.submitted(event.header, "task", event.client, engine, event.metadata)
             elif isinstance(event, TaskOut):
                 metadata = dict(event.metadata)
                 status = str(metadata.get("status", ""))

@@ -26,11 +26,14 @@ _packb = msgpack.Packer(use_bin_type=True).pack
 
 @dataclass(frozen=True, slots=True)
 class TaskIn:
-    """A load-balanced request reached the scheduler."""
+    """A load-balanced request reached the scheduler; ``engine``: the engine it was placed
+    on before this batch left (its TaskDest folded in: one event, one record update for
+    the hub), "" if it was not."""
 
     client: bytes
     header: dict[str, Any]
     metadata: dict[str, Any]
+    engine: str = ""
 
     kind = TASK_IN
 
@@ -75,7 +78,7 @@ TaskEvent = TaskIn | TaskDest | TaskOut | TaskRetry
 
 _KINDS: dict[str, type] = {c.kind: c for c in (TaskIn, TaskDest, TaskOut, TaskRetry)}
 _TYPES: dict[type, dict[str, type | tuple[type, ...]]] = {
-    TaskIn: {"client": bytes, "header": dict, "metadata": dict},
+    TaskIn: {"client": bytes, "header": dict, "metadata": dict, "engine": str},
     TaskDest: {"msg_id": str, "engine": str},
     TaskOut: {
         "engine": str,
