@@ -129,15 +129,13 @@ def unpack_batch(data: Any) -> Iterator[TaskEvent | str]:
             yield f"unknown task event {str(raw)[:64]}"
             continue
         cls, types = check
-        if len(raw) != len(types) + 1:
+        values = raw[1:]
+        # the fields' types checked in one C loop (a Python loop over them was a tenth of
+        # the hub's time per task)
+        if len(values) != len(types) or not all(map(isinstance, values, types)):
             yield f"malformed {cls.__name__} event"
             continue
-        for i, t in enumerate(types, 1):
-            if not isinstance(raw[i], t):
-                yield f"malformed {cls.__name__} event"
-                break
-        else:
-            yield cls(*raw[1:])
+        yield cls(*values)
 
 
 def split_monitor(frames: list[Any]) -> tuple[bytes, list[Any]]:
