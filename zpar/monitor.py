@@ -8,6 +8,10 @@ controller's 0700 run directory, never the network):
   the hub checks like any receiver (zpar.wire) before it records anything;
 - the task scheduler's event batches, ``[task_batch, msgpack list of events]``, each event a
   TaskIn / TaskDest / TaskOut / TaskRetry below, built from messages the scheduler checked.
+
+The records are slotted dataclasses, not frozen: a frozen one's __init__ costs five times
+as much (each field set through object.__setattr__), and the scheduler and the hub build
+several per task. Nothing changes a record once made.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from .messages import MON_TASK_BATCH, TASK_DEST, TASK_IN, TASK_OUT, TASK_RETRY
 _packb = msgpack.Packer(use_bin_type=True).pack
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TaskIn:
     """A load-balanced request reached the scheduler; ``engine``: the engine it was placed
     on before this batch left (its TaskDest folded in: one event, one record update for
@@ -38,7 +42,7 @@ class TaskIn:
     kind = TASK_IN
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TaskDest:
     """The scheduler placed a task on an engine (engine "": took it back unstarted)."""
 
@@ -48,7 +52,7 @@ class TaskDest:
     kind = TASK_DEST
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TaskOut:
     """A reply (an engine's, or the scheduler's in its stead) went to the client; buffers
     are the result's when small enough to travel here, else None."""
@@ -63,7 +67,7 @@ class TaskOut:
     kind = TASK_OUT
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TaskRetry:
     """A task left an engine (its error, or the engine's death) to be tried elsewhere."""
 
