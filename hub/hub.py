@@ -521,8 +521,9 @@ class Hub:
         large_results = self._large_results
         for event in unpack_batch(frames[0]):
             if type(event) is TaskIn:
-                engine = event.engine or None  # placed in the same batch (zpar.monitor)
-                tasks.submitted(event.header, "task", event.client, engine, event.metadata)
+                tasks.submitted(event.header, "task", event.client, None, event.metadata)
+                if event.engine:  # its TaskDest, folded in (zpar.monitor): as if it followed
+                    tasks.assigned(event.header["msg_id"], event.engine)
             elif type(event) is TaskOut:
                 # the event's metadata was decoded for this call alone: finished may keep it
                 metadata = event.metadata
