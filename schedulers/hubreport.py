@@ -1,7 +1,9 @@
 """HubReport: what the task scheduler tells the hub, batched (the hub is not on the task path).
 
 Every task passes the hub three times (in, destination, out) as events of one msgpack list
-per batch (zpar.messages: TASK_IN / TASK_DEST / TASK_OUT / TASK_RETRY). A batch goes at the
+per batch (zpar.messages: TASK_IN / TASK_DEST / TASK_OUT / TASK_RETRY); a task placed
+before its TaskIn left has its destination folded into that TaskIn (one event fewer to
+pack, check and record: the hub's share of a task is mostly per event). A batch goes at the
 end of a scheduler turn, but no sooner than TASK_BATCH_INTERVAL after the previous one: a
 lone task is known to the hub at once, a stream wakes it 100 times a second instead of once
 per turn (it shares the cores with the task path).
@@ -22,7 +24,7 @@ from zpar.messages import (
     TASK_BATCH_MAX,
     MsgType,
 )
-from zpar.monitor import TaskEvent, TaskOut, pack_batch
+from zpar.monitor import TaskDest, TaskEvent, TaskIn, TaskOut, pack_batch
 from zpar.refusals import RefusalReporter
 from zpar.sockets import configure
 from zpar.wire import Message, Session, frame_bytes, send_frames
@@ -38,6 +40,8 @@ class HubReport:
         self.socket.setsockopt(zmq.RECONNECT_IVL, 10)
         self.socket.connect(address)
         self.events: list[TaskEvent] = []
+        #: msg_id -> index in ``events`` of its TaskIn not yet placed (see event)
+        self._unplaced: dict[str, int] = {}
         self.due = 0.0  # when the unsent events must go (monotonic)
         self._sent = 0.0  # when the last batch went
         self._refusals: RefusalReporter | None = None
@@ -46,10 +50,20 @@ class HubReport:
         self.socket.send_multipart([MON_SCHEDULER, *frames])
 
     def event(self, event: TaskEvent) -> None:
-        if not self.events:
+        events = self.events
+        if not events:
             self.due = self._sent + TASK_BATCH_INTERVAL
-        self.events.append(event)
-        if len(self.events) >= TASK_BATCH_MAX:
+        if isinstance(event, TaskDest):
+            i = self._unplaced.pop(event.msg_id, None) if self._unplaced else None
+            if i is not None and event.engine:  # placed before its TaskIn left: fold
+                first = events[i]
+                assert isinstance(first, TaskIn)
+                events[i] = TaskIn(first.client, first.header, first.metadata, event.engine)
+                return
+        elif isinstance(event, TaskIn) and not event.engine:
+            self._unplaced[event.header["msg_id"]] = len(events)
+        events.append(event)
+        if len(events) >= TASK_BATCH_MAX:
             self.flush()
 
     def task_out(self, uuid: bytes, client: bytes, reply: Message) -> None:
@@ -79,6 +93,7 @@ class HubReport:
         if self.events:
             self.socket.send_multipart(pack_batch(self.events))
             self.events = []
+            self._unplaced = {}
             self._sent = time.monotonic()
 
     def flush_due(self, now: float) -> None:

@@ -145,6 +145,15 @@ class TaskScheduler:
         #: sends gathered during a pass, by route (schedulers/outbox.py)
         self._tasks_out: Outbox[tuple[Task, EngineSlot]] = Outbox()
         self._replies_out: Outbox[None] = Outbox(max_bytes=REPLY_BATCH_BYTES)
+        self._handlers: dict[type, Any] = {
+            SendTask: self._do_send_task,
+            RelayReply: self._do_relay_reply,
+            FailTask: self._do_fail_task,
+            HubEvent: self._do_hub_event,
+            AbortReply: self._do_abort_reply,
+            RevokeTasks: self._do_revoke_tasks,
+            Refuse: self._do_refuse,
+        }
 
     @property
     def engines(self) -> dict[bytes, EngineSlot]:
@@ -316,7 +325,7 @@ class TaskScheduler:
             or self.quota.holds(header["msg_id"])
         ):
             return False
-        why = self.quota.charge(client, header["msg_id"], sum(len(f) for f in msg.frames))
+        why = self.quota.charge(client, header["msg_id"], sum(map(len, msg.frames)))
         if why is None:
             return False
         self.session._refuse(RemoteProtocolError(OVER_WINDOW, why), "task scheduler (client)")
@@ -425,31 +434,47 @@ class TaskScheduler:
                     log.exception("could not carry out %s", type(instruction).__name__)
 
     def _do(self, instruction: Instruction) -> None:
-        match instruction:
-            case SendTask(task, engine):
-                self._send_task(task, engine)
-            case RelayReply(client, uuid, reply):
-                self._replies_out.add((client, uuid), reply.frames, None)
-                self.hub.task_out(uuid, client, reply)
-                self._release(reply.parent_header.get("msg_id"))
-            case FailTask():
-                self._send_error(instruction)
-                self._release(instruction.header.get("msg_id"))
-            case HubEvent(event):
-                self.hub.event(event)
-            case AbortReply(client, parent, aborted):
-                self._flush_replies(client)  # its replies in the order the book gave them
-                _, frames = self.session.serialize(
-                    MsgType.ABORT_REPLY, {"status": Status.OK, "aborted": aborted}, parent=parent
-                )
-                self.link.send(client, frames)
-            case RevokeTasks(engine, msg_ids):
-                self._flush_tasks()  # what it asks back has left first
-                self._send_revoke(engine, msg_ids)
-            case Refuse(reason, detail):
-                self.session._refuse(RemoteProtocolError(reason, detail), "task scheduler (client)")
-            case _:
-                raise TypeError(f"unknown instruction {instruction!r}")
+        # one dict lookup per instruction: a match over the classes tried each case in turn
+        # (a few per task, on the hot path)
+        handler = self._handlers.get(type(instruction))
+        if handler is None:
+            raise TypeError(f"unknown instruction {instruction!r}")
+        handler(instruction)
+
+    def _do_send_task(self, instruction: SendTask) -> None:
+        self._send_task(instruction.task, instruction.engine)
+
+    def _do_relay_reply(self, instruction: RelayReply) -> None:
+        reply, client, uuid = instruction.reply, instruction.client, instruction.engine
+        self._replies_out.add((client, uuid), reply.frames, None)
+        self.hub.task_out(uuid, client, reply)
+        self._release(reply.parent_header.get("msg_id"))
+
+    def _do_fail_task(self, instruction: FailTask) -> None:
+        self._send_error(instruction)
+        self._release(instruction.header.get("msg_id"))
+
+    def _do_hub_event(self, instruction: HubEvent) -> None:
+        self.hub.event(instruction.event)
+
+    def _do_abort_reply(self, instruction: AbortReply) -> None:
+        client = instruction.client
+        self._flush_replies(client)  # its replies in the order the book gave them
+        _, frames = self.session.serialize(
+            MsgType.ABORT_REPLY,
+            {"status": Status.OK, "aborted": instruction.aborted},
+            parent=instruction.parent,
+        )
+        self.link.send(client, frames)
+
+    def _do_revoke_tasks(self, instruction: RevokeTasks) -> None:
+        self._flush_tasks()  # what it asks back has left first
+        self._send_revoke(instruction.engine, instruction.msg_ids)
+
+    def _do_refuse(self, instruction: Refuse) -> None:
+        self.session._refuse(
+            RemoteProtocolError(instruction.reason, instruction.detail), "task scheduler (client)"
+        )
 
     def _send_task(self, task: Task, engine: EngineSlot) -> None:
         """Send ``task`` to ``engine``, signed anew for that engine alone (its header's

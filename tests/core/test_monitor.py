@@ -11,6 +11,7 @@ from zpar.monitor import TaskDest, TaskIn, TaskOut, TaskRetry, pack_batch, unpac
 EVENTS = [
     TaskIn(b"client", {"msg_id": "m", "msg_type": "apply_request"}, {"retries": 1}),
     TaskDest("m", "engine-uuid"),
+    TaskIn(b"client", {"msg_id": "m3", "msg_type": "apply_request"}, {}, "engine-uuid"),
     TaskOut("engine-uuid", b"client", "m", {"status": "ok"}, {"status": "ok"}, [b"result"]),
     TaskOut("", b"client", "m2", {}, {"status": "error"}),
     TaskRetry("m", "engine-uuid", "engine 0 died"),
