@@ -6,8 +6,9 @@ run for ever, or wait for what its client does only after reading the held reply
 user code runs with replies held, this thread watches the clock and, HOLD_LIMIT after the
 first of them was held, sends them itself on the main thread's task socket.
 
-    main thread   [lock] take, run, hold/send [unlock] user code [lock] hold/send ...
-    this thread              waits (condition)    ^ held for HOLD_LIMIT: flush, under the lock
+    main thread   take, run, hold/send | enter: user code :leave | hold/send ...
+    this thread      sleeps (condition)  ^ held for HOLD_LIMIT and still in user code:
+                                           flush, under the lock enter/leave take
 
 A zmq socket is not thread-safe, but it may pass from one thread to another behind a full
 memory barrier (zmq_socket(3), "Thread safety"); a lock taken and released by both threads
@@ -19,9 +20,10 @@ exactly once: it is taken off the held list by whichever thread sends it.
 
 No timer is on the path of a reply that is not held: a lone reply, or the last of its
 batch, leaves at once from the main thread, and this thread sleeps untimed until a task
-runs with replies held. Like the signal thread it needs the GIL to send: immediate when
-the task sleeps or waits on I/O, within the interpreter's switch interval (5 ms) when it
-computes in Python, and only once C code that holds the GIL returns.
+runs with replies held; then it wakes at each held run's deadline while runs keep coming.
+Like the signal thread it needs the GIL to send: at once when the task sleeps or waits on
+I/O, within the interpreter's switch interval (5 ms) when it computes in Python, and only
+once C code that holds the GIL returns.
 """
 
 from __future__ import annotations
@@ -33,11 +35,13 @@ from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
-#: Seconds a held reply may wait for the rest of its batch. A batch of 8 no-op tasks runs
-#: in ~0.5-1 ms on a quiet engine, so most batches' replies still leave as one message,
-#: while a client waits at most this much longer for a reply than with no holding at all
+#: Seconds a held reply may wait for the rest of its batch. While an engine runs batches
+#: this thread wakes about once per HOLD_LIMIT (each wake takes the GIL from the main
+#: thread: ~0.06 wakes per no-op task at 1 ms, ~0.04 at 2 ms, in bench.enginemicro), and a
+#: run of HELD_REPLIES_MAX no-op tasks lasts ~0.2-0.4 ms, so 2 ms leaves runs whole, while
+#: a client waits at most this much longer for a reply than with no holding at all
 #: (docs/decisions.md, "Held replies leave within a bound").
-HOLD_LIMIT = 0.001
+HOLD_LIMIT = 0.002
 
 
 class HeldReplyWatchdog:
@@ -77,11 +81,12 @@ class HeldReplyWatchdog:
     def enter(self, held_since: float | None) -> None:
         """The main thread starts user code, with replies held since ``held_since`` (None:
         nothing held). It touches neither the task socket nor the held replies until
-        ``leave``."""
+        ``leave``. Cheap when the thread already times this run, or any: it is woken only
+        from its untimed sleep (the first run after an idle spell)."""
         with self._cond:
             self._in_user_code = True
-            self._since = held_since
-            if held_since is not None:
+            if held_since is not None and held_since != self._since:
+                self._since = held_since
                 if self._thread is None:
                     self._start()
                 elif self._parked:
@@ -92,7 +97,6 @@ class HeldReplyWatchdog:
         own again (waits while this thread is sending them)."""
         with self._cond:
             self._in_user_code = False
-            self._since = None
 
     def close(self, timeout: float = 2.0) -> None:
         """End the thread; replies still held are the main thread's to send."""
@@ -111,25 +115,31 @@ class HeldReplyWatchdog:
         with cond:
             while not self._closed:
                 since = self._since
-                if since is None or not self._in_user_code:
+                if since is None:
                     self._parked = True
                     cond.wait()
                     self._parked = False
                     continue
                 remaining = since + self.limit - time.monotonic()
                 if remaining > 0:
-                    cond.wait(remaining)
+                    cond.wait(remaining)  # woken early only by close()
                     continue
-                self._since = None
-                if self._held_since() is None:
-                    continue  # nothing held after all (sent by the main thread's rule)
-                try:
-                    self._flush()
-                    self.flushes += 1
-                except Exception:  # a closed socket at shutdown, a full queue
-                    log.exception("engine %d: could not send the held replies", self.engine_id)
-                log.debug(
-                    "engine %d: sent replies held %.2f ms while a task ran",
-                    self.engine_id,
-                    (time.monotonic() - since) * 1000,
-                )
+                # the run timed has waited its limit: sent here if user code still runs
+                # with it held; else it is gone, or the main thread's own rule sends it
+                # between two tasks (engine.replies)
+                if self._in_user_code and self._held_since() == since:
+                    self._send(since)
+                if self._since == since:
+                    self._since = None  # no newer run: sleep untimed until one comes
+
+    def _send(self, since: float) -> None:
+        try:
+            self._flush()
+            self.flushes += 1
+        except Exception:  # a socket closed under it at shutdown
+            log.exception("engine %d: could not send the held replies", self.engine_id)
+        log.debug(
+            "engine %d: sent replies held %.2f ms while a task ran",
+            self.engine_id,
+            (time.monotonic() - since) * 1000,
+        )

@@ -11,7 +11,7 @@ import zmq
 
 from zpar.engine.iopub import IOPub
 from zpar.engine.kernel import Kernel
-from zpar.engine.replies import HELD_BYTES_MAX, ReplySender
+from zpar.engine.replies import HELD_BYTES_MAX, HELD_REPLIES_MAX, ReplySender
 from zpar.engine.revoke import RevokeGate
 from zpar.engine.serving import RunState, Server, Sockets
 from zpar.messages import MsgType, Status
@@ -161,13 +161,15 @@ def test_a_lone_reply_is_sent_alone_at_once(rig):
 
 def test_replies_of_a_batch_go_back_together_in_order(rig, patient):
     warm(rig, noop)
-    ids, frames = zip(*(rig.apply(noop) for _ in range(5)), strict=True)
+    n = HELD_REPLIES_MAX + 2
+    ids, frames = zip(*(rig.apply(noop) for _ in range(n)), strict=True)
     rig.place(*frames)
     rig.run_all()
     got = rig.received()
-    assert len(got) == 1  # one multipart: a batch of the five replies
-    assert [m.parent_header["msg_id"] for m in got[0]] == list(ids)
-    assert all(m.content["status"] == Status.OK for m in got[0])
+    # HELD_REPLIES_MAX together, then the rest (the last one of the batch sends them)
+    assert [len(part) for part in got] == [HELD_REPLIES_MAX, 2]
+    assert [m.parent_header["msg_id"] for part in got for m in part] == list(ids)
+    assert all(m.content["status"] == Status.OK for part in got for m in part)
     assert rig.replies.watchdog.flushes == 0
 
 
