@@ -223,7 +223,7 @@ class Engine:
             self.id, self.uuid, publish=self.iopub.publish, restartable=self.restartable
         )
         replies = ReplySender(
-            self.session, self.id, self.uuid, direct=self.direct, monitor=self.monitor
+            self.session, self.id, self.uuid, direct=self.direct, task=task, monitor=self.monitor
         )
         self.server = Server(
             engine_id=self.id,

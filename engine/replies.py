@@ -50,6 +50,7 @@ class ReplySender:
         engine_uuid: str,
         *,
         direct: zmq.Socket | None = None,
+        task: zmq.Socket | None = None,
         monitor: MonitorCopies | None = None,
     ) -> None:
         self.session = session
@@ -57,6 +58,8 @@ class ReplySender:
         self.engine_uuid = engine_uuid
         self.ident = engine_uuid.encode("ascii")
         self.direct = direct
+        #: the task socket: the scheduler takes any reply there as a (packed) batch
+        self.task = task
         self.monitor = monitor
         #: (socket, idents, frames from the delimiter on) of replies not sent yet, in order
         self.held: list[tuple[zmq.Socket, list[bytes], list[Any]]] = []
@@ -101,9 +104,9 @@ class ReplySender:
             return
         if self.held:
             self.flush()  # replies leave in the order their tasks ran
-        # through batch() on the relayed paths: a small lone message goes packed in fewer
+        # to the scheduler through batch(): a small lone message goes packed in fewer
         # frames (zpar.wire.batching; pyzmq costs a few us a frame on both ends)
-        send_frames(sock, [*msg.idents, *(frames if direct else batch([frames]))])
+        send_frames(sock, [*msg.idents, *(batch([frames]) if sock is self.task else frames)])
         self.sent_multiparts += 1
         self.sent_replies += 1
         if direct and self.monitor is not None and msg.idents:

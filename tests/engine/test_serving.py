@@ -218,8 +218,7 @@ def _block_until_a_reply_arrives_then(action: str, msg_id: str) -> bool:
 @pytest.mark.parametrize("action", ["revoke", "abort"])
 def test_each_reply_leaves_once_when_the_watchdog_sent_some_and_the_rest_is_cut(rig, action):
     warm(rig, noop)
-    a, fa = rig.apply(noop)
-    b, fb = rig.apply(noop)
+    a, fa = rig.apply(noop)  # the first reply of the batch: held (nothing was)
     c, fc = rig.apply(noop)  # revoked or aborted while d runs
     d, fd = rig.apply(_block_until_a_reply_arrives_then, action, c)
     e, fe = rig.apply(noop)
@@ -227,8 +226,8 @@ def test_each_reply_leaves_once_when_the_watchdog_sent_some_and_the_rest_is_cut(
     _scheduler["hub"] = rig.hub
     _, abort = rig.client.serialize(MsgType.ABORT_REQUEST, {"msg_ids": [c]}, dest=UUID)
     _scheduler[f"abort {c}"] = [UUID.encode(), b"client", *abort]
-    # a's and b's replies are held while d runs, until the watchdog sends them; d cuts c
-    rig.place(fa, fb, fd, fc, fe)
+    # a's reply is held while d runs, until the watchdog sends it; d cuts c
+    rig.place(fa, fd, fc, fe)
     rig.server.take(rig.task)
     while rig.server.in_hand:
         if rig.control.poll(0):  # as the loop: control before the next request
@@ -241,12 +240,11 @@ def test_each_reply_leaves_once_when_the_watchdog_sent_some_and_the_rest_is_cut(
     answered = [m.parent_header["msg_id"] for m in replies]
     status = {m.parent_header["msg_id"]: m.content["status"] for m in replies}
     if action == "revoke":
-        assert answered == [a, b, d, e]  # c placed elsewhere by the scheduler, unanswered
+        assert answered == [a, d, e]  # c placed elsewhere by the scheduler, unanswered
     else:
-        assert answered == [a, b, d, c, e]
+        assert answered == [a, d, c, e]
         assert status[c] == Status.ABORTED
-    assert len(set(answered)) == len(answered)
-    assert rig.replies.watchdog.flushes >= 1  # a and b were sent while d ran
+    assert rig.replies.watchdog.flushes == 1  # a's, while d ran
     assert deserialize_object(next(m for m in replies if m.parent_header["msg_id"] == d).buffers)
 
 
