@@ -223,7 +223,7 @@ class Engine:
             self.id, self.uuid, publish=self.iopub.publish, restartable=self.restartable
         )
         replies = ReplySender(
-            self.session, self.id, self.uuid, direct=self.direct, monitor=self.monitor
+            self.session, self.id, self.uuid, direct=self.direct, task=task, monitor=self.monitor
         )
         self.server = Server(
             engine_id=self.id,
@@ -323,10 +323,16 @@ class Engine:
         current = server.current if server is not None else None
         if server is not None and current is not None and current[1].msg_id == msg_id:
             sock, msg = current
-            try:
-                server.replies.send(sock, msg, server.timeout_reply(msg, limit, None))
-            except Exception:
-                log.exception("engine %d: could not answer %s before restarting", self.id, msg_id)
+            # the held-replies watchdog may be sending on this socket: wait for it (the
+            # replies it holds leave first, engine.heldreplies); the main thread, inside
+            # the task, never takes the socket back
+            with server.replies.watchdog.lock:
+                try:
+                    server.replies.send(sock, msg, server.timeout_reply(msg, limit, None))
+                except Exception:
+                    log.exception(
+                        "engine %d: could not answer %s before restarting", self.id, msg_id
+                    )
             self._close_for_restart(sock)
         log.error("engine %d: restarting: %s holds the engine past its time_limit", self.id, msg_id)
         assert self.restart_now is not None

@@ -10,7 +10,6 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from time import perf_counter
 from typing import Any
 
 import zpar.mapchunk  # noqa: F401 - loaded before the first map's chunk (1.2 ms)
@@ -46,22 +45,6 @@ _OWN_FILES = frozenset({__file__, namespace.__file__, zpar.serialize.__file__})
 _BUSY = {"execution_state": "busy"}
 _IDLE = {"execution_state": "idle"}
 _APPLY_OK = ApplyReply(Status.OK).as_dict()
-
-#: A function whose recent runs on this engine took less than this (seconds) is predicted
-#: quick: replies of tasks before it in a batch may wait for it (engine.replies). Off (0):
-#: a function quick so far can turn slow, and then the replies held for it wait its whole
-#: run -- for ever when that run waits for what its client does after an earlier result
-#: (tests/e2e/test_map.py: a map's chunks of one function). Holding is safe again once a
-#: watchdog outside the running task flushes held replies after a bound (see
-#: docs/decisions.md); it was worth ~20 % of W3 (4,580-4,680 vs 3,580-3,930 tasks/s).
-QUICK_RUN = 0.0
-#: Each run halves what a function's earlier runs weigh in its estimate (Kernel.slowest):
-#: after a 3 s run it takes ~13 quick runs to be predicted quick again, after a cold
-#: first run of a few ms, two or three.
-SLOW_RUN_DECAY = 0.5
-#: Functions whose estimate is remembered (all forgotten at once past this many).
-KNOWN_FUNCTIONS = 256
-
 
 #: the ok reply of each control request the kernel answers itself
 _OK_REPLIES: dict[str, type[ClearReply | AbortReply | ShutdownReply]] = {
@@ -125,10 +108,6 @@ class Kernel:
         }
         #: message types already looked up among the installed handlers (engine.handlers)
         self._looked_up: set[str] = set()
-        #: each function applied here: its slowest recent run (seconds, decaying), for ``quick``
-        self.slowest: dict[Any, float] = {}
-        #: (request, its unpacked call) of the request ``quick`` looked at, not run yet
-        self._prepared: tuple[Message, tuple[Any, Any, Any]] | None = None
         #: reply type of each request type (zpar.msgtypes.reply_type_of), looked up once
         self._reply_types: dict[str, str | None] = {}
         self._control: dict[str, Callable[[Message], Reply]] = {
@@ -213,38 +192,9 @@ class Kernel:
         assert reply_type is not None  # handlers exist only for requests (engine.handlers)
         return Reply(reply_type, content, md, buffers)
 
-    def quick(self, msg: Message) -> bool:
-        """Whether ``msg`` is predicted to run quick: an apply_request without a time_limit
-        of a function whose recent runs here took under QUICK_RUN (see SLOW_RUN_DECAY). Unpacks its call (kept
-        for the run); a request that cannot be unpacked is not quick (its run reports
-        why)."""
-        if msg.header["msg_type"] != MsgType.APPLY_REQUEST or "time_limit" in msg.metadata:
-            return False
-        if self.aborted and msg.header["msg_id"] in self.aborted:
-            return True  # answered at once
-        if not QUICK_RUN:  # predictions off: no unpacking ahead, no estimates kept (_apply)
-            return False
-        try:
-            call = unpack_apply(msg.buffers)
-            slowest = self.slowest.get(call[0])
-        except Exception:  # any unpickling error, or an unhashable callable
-            return False
-        self._prepared = (msg, call)
-        return slowest is not None and slowest < QUICK_RUN
-
     def _apply(self, msg: Message) -> tuple[dict[str, Any], list[Any]]:
-        prepared = self._prepared
-        if prepared is not None and prepared[0] is msg:
-            f, args, kwargs = prepared[1]
-        else:
-            f, args, kwargs = unpack_apply(msg.buffers)
-        self._prepared = None
-        t = perf_counter()
-        try:
-            result = namespace.call(f, args, kwargs, self.ns)
-        finally:
-            if QUICK_RUN:
-                self._ran(f, perf_counter() - t)
+        f, args, kwargs = unpack_apply(msg.buffers)
+        result = namespace.call(f, args, kwargs, self.ns)
         try:
             buffers = serialize_object(result)
         except Exception as e:
@@ -253,16 +203,6 @@ class Kernel:
                 f"serializable ({type(e).__name__}: {e})"
             ) from None
         return dict(_APPLY_OK), buffers
-
-    def _ran(self, f: Any, seconds: float) -> None:
-        slowest = self.slowest
-        try:
-            before = slowest.get(f)
-            if before is None and len(slowest) >= KNOWN_FUNCTIONS:
-                slowest.clear()
-            slowest[f] = seconds if before is None else max(seconds, before * SLOW_RUN_DECAY)
-        except TypeError:  # an unhashable callable: never predicted quick
-            pass
 
     def _execute(self, msg: Message) -> tuple[dict[str, Any], list[Any]]:
         code = msg.content.get("code", "")

@@ -1,26 +1,29 @@
 """Replies of an engine: signed, sent on the socket their request came on, with its idents.
 
 Replies to the task scheduler may be *held* and sent together as one wire batch
-(zpar.wire.batch), under the rule of docs/decisions.md ("Engine reply batches"): a reply
-is held only while the engine goes straight on to the next task of the same incoming batch
-and that task is predicted quick (Kernel.quick); everything held leaves before any other
-task starts, before the engine reads control messages, and when the batch in hand ends.
-So a lone reply is never held, no timer is involved, and a short task's reply never waits
-behind a long (or unknown) task.
+(zpar.wire.batch), under the rule of docs/decisions.md ("Held replies leave within a
+bound"): a reply is held only while the engine goes straight on to the next task of the
+same incoming batch; everything held leaves before the engine reads control messages, when
+the batch in hand ends, and at the latest HOLD_LIMIT after the first of them was held --
+sent by the main thread between two tasks, or by the watchdog thread (engine.heldreplies)
+while a task runs. So a lone reply is never held, no timer is on its path, and a short
+task's reply waits behind a long one at most HOLD_LIMIT.
 """
 
 from __future__ import annotations
 
 import logging
+from time import monotonic
 from typing import Any
 
 import zmq
 
-from zpar.constants import MAX_BATCH
+from zpar.constants import TASK_HWM_LOADED
 from zpar.errors import LocalProtocolError, error_content
 from zpar.messages import MON_MUX_OUT, Status
 from zpar.wire import Message, Session, batch, buffers_size, checkable_copy, send_frames
 
+from .heldreplies import HeldReplyWatchdog
 from .kernel import Reply
 from .monitorcopies import MonitorCopies
 
@@ -30,6 +33,11 @@ log = logging.getLogger(__name__)
 #: receiver's high-water marks (the scheduler bounds its reply batches to clients alike),
 #: and a large result is worth sending at once; a reply past this leaves with those held.
 HELD_BYTES_MAX = 64 * 1024
+#: Replies held at most: the task scheduler gives a busy engine up to TASK_HWM_LOADED tasks
+#: and places more only as replies come back, so replies held for a whole batch leave the
+#: engine idle for the scheduler's round trip after each batch (W3 fell from ~3,000 to
+#: ~2,000 tasks/s); half of it leaves the other half to run meanwhile.
+HELD_REPLIES_MAX = max(1, TASK_HWM_LOADED // 2)
 
 
 class ReplySender:
@@ -42,6 +50,7 @@ class ReplySender:
         engine_uuid: str,
         *,
         direct: zmq.Socket | None = None,
+        task: zmq.Socket | None = None,
         monitor: MonitorCopies | None = None,
     ) -> None:
         self.session = session
@@ -49,10 +58,16 @@ class ReplySender:
         self.engine_uuid = engine_uuid
         self.ident = engine_uuid.encode("ascii")
         self.direct = direct
+        #: the task socket: the scheduler takes any reply there as a (packed) batch
+        self.task = task
         self.monitor = monitor
         #: (socket, idents, frames from the delimiter on) of replies not sent yet, in order
         self.held: list[tuple[zmq.Socket, list[bytes], list[Any]]] = []
         self._held_bytes = 0
+        #: when the first of the held replies was held (monotonic; None: none held)
+        self.held_since: float | None = None
+        #: sends what is held once it waited its bound while a task runs
+        self.watchdog = HeldReplyWatchdog(self.flush, lambda: self.held_since, engine_id=engine_id)
         #: multiparts sent, and replies in them (a reply batch counts once, its replies each)
         self.sent_multiparts = 0
         self.sent_replies = 0
@@ -61,8 +76,9 @@ class ReplySender:
         self.stale: str | None = None
 
     def send(self, sock: zmq.Socket, msg: Message, reply: Reply, *, hold: bool = False) -> None:
-        """Answer ``msg`` with ``reply``; ``hold``: keep it for the next flush (the caller
-        guarantees one comes before anything slow, see the module's rule)."""
+        """Answer ``msg`` with ``reply``; ``hold``: keep it for the next flush if the replies
+        held already waited less than the watchdog's limit (the caller guarantees a flush
+        when the batch in hand ends, and tells the watchdog when user code runs)."""
         if self.stale is not None:
             log.info(
                 "engine %d: %s's %s dropped: the hub unregistered this engine (%s)",
@@ -76,14 +92,21 @@ class ReplySender:
         frames = self._frames(msg, reply, direct)
         if not direct and (hold or self.held):
             # the last of a run of held replies leaves with them, as one batch
-            self.held.append((sock, msg.idents, frames))
+            held, since = self.held, self.held_since
+            if since is None:
+                self.held_since = monotonic()
+            elif hold and monotonic() - since >= self.watchdog.limit:
+                hold = False  # held long enough: they leave with this one
+            held.append((sock, msg.idents, frames))
             self._held_bytes += buffers_size(frames)
-            if not hold or len(self.held) >= MAX_BATCH or self._held_bytes > HELD_BYTES_MAX:
+            if not hold or len(held) >= HELD_REPLIES_MAX or self._held_bytes > HELD_BYTES_MAX:
                 self.flush()
             return
         if self.held:
             self.flush()  # replies leave in the order their tasks ran
-        send_frames(sock, [*msg.idents, *frames])
+        # to the scheduler through batch(): a small lone message goes packed in fewer
+        # frames (zpar.wire.batching; pyzmq costs a few us a frame on both ends)
+        send_frames(sock, [*msg.idents, *(batch([frames]) if sock is self.task else frames)])
         self.sent_multiparts += 1
         self.sent_replies += 1
         if direct and self.monitor is not None and msg.idents:
@@ -96,6 +119,7 @@ class ReplySender:
         """Send every held reply: consecutive ones to one destination as one batch."""
         held, self.held = self.held, []
         self._held_bytes = 0
+        self.held_since = None
         if self.stale is not None:
             return
         i = 0

@@ -5,7 +5,7 @@ several tasks at once: ``[client, <ZPAR|BATCH>, index, (signature, envelope, buf
 each is checked on its own (signed, every field sound, bound to this engine) and the good
 ones are kept *in hand*, run in order. Control messages are read before every request,
 also between the requests of a batch, so an abort reaches tasks in hand. Replies of a
-batch's quick tasks go back together (engine.replies).
+batch's tasks go back together, within a bound (engine.replies, engine.heldreplies).
 """
 
 from __future__ import annotations
@@ -161,6 +161,7 @@ class Server:
                         continue
                     self.run_next()
                     if watched.handlers:
+                        self.replies.flush()  # a capability's handler may take its time
                         watched.serve_ready()
                     continue
                 ready = {r for r, _ in poller.poll(timeout_ms)}
@@ -181,6 +182,7 @@ class Server:
                 self._serve_others(ready)
         finally:
             self.replies.flush()
+            self.replies.watchdog.close()
             r = self.replies
             log.info(
                 "engine %d: took %d request(s) in %d multipart(s), sent %d reply(ies) in %d",
@@ -268,11 +270,13 @@ class Server:
                 self.handle(control, "control", msg)
 
     def run_next(self) -> None:
-        if self.state.resumed and self._on_resumed is not None and not self._on_resumed():
-            return  # stale: left in hand, dropped as the loop stops
         """Run the first request in hand. Held replies never outlive the batch in hand: a
         reply held for the next task leaves even when that task is then dropped (revoked
         by the scheduler) or answers nothing."""
+        if self.state.resumed and self._on_resumed is not None:
+            self.replies.flush()  # the hub's answer may take a while
+            if not self._on_resumed():
+                return  # stale: left in hand, dropped as the loop stops
         sock, where, msg = self.in_hand.popleft()
         self.handle(sock, where, msg)
         if not self.in_hand and self.replies.held:
@@ -290,6 +294,9 @@ class Server:
             self.monitor.put([MON_MUX_IN, self.ident, msg.idents[0], *copy])
         state = self.state
         limit = self.arm_time_limit(sock, msg)
+        replies = self.replies
+        # from here to leave() the held replies and the task socket are the watchdog's
+        replies.watchdog.enter(replies.held_since)
         state.busy = True
         try:
             reply = self.kernel.handle(msg)
@@ -299,7 +306,8 @@ class Server:
             log.info("engine %d: %s interrupted before it ran", self.id, msg.msg_id)
             reply = self.kernel.aborted_reply(msg)
         finally:
-            state.busy = False
+            state.busy = False  # no signal handler raises from here on: leave() completes
+            replies.watchdog.leave()
         if limit is not None and self.disarm_time_limit():
             reply = self.timeout_reply(msg, limit, reply)
         if reply is None:
@@ -312,7 +320,7 @@ class Server:
             return
         if reply.drain:
             self.abort_queued()
-        self.replies.send(sock, msg, reply, hold=sock is s.task and self._next_is_quick(sock))
+        replies.send(sock, msg, reply, hold=sock is s.task and self._next_is_same(sock))
         if reply.stop:
             log.info(
                 "engine %d: shutdown requested; %s",
@@ -323,15 +331,13 @@ class Server:
             state.stopping = True
             state.linger = SHUTDOWN_LINGER_MS
 
-    def _next_is_quick(self, sock: zmq.Socket) -> bool:
-        """Whether the reply just made may wait for the next request in hand: one of the
-        same batch, predicted quick (engine.replies)."""
+    def _next_is_same(self, sock: zmq.Socket) -> bool:
+        """Whether the reply just made may wait for the next request in hand: one from the
+        same socket, which runs next (a control message waiting is read first, and held
+        replies leave before it is: Server.loop). The watchdog bounds the wait whatever
+        that request does (engine.heldreplies)."""
         in_hand = self.in_hand
-        if not in_hand or in_hand[0][0] is not sock:
-            return False
-        # a control message waiting is read before the next task, and held replies leave
-        # before it is (Server.loop)
-        return self.kernel.quick(in_hand[0][2])
+        return bool(in_hand) and in_hand[0][0] is sock
 
     def may_start(self, msg: Message) -> bool:
         """A task from the scheduler runs unless the scheduler took it back meanwhile (it

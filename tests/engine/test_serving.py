@@ -1,18 +1,17 @@
 """The engine's serving loop over in-process sockets: batches of requests checked one by
-one, replies of quick tasks sent together, never a reply held behind a slow task, and
-abort / revoke reaching the tasks in hand."""
+one, replies of a batch sent together, a held reply sent by the watchdog while the next
+task runs on, and abort / revoke reaching the tasks in hand, each reply sent once."""
 
 from __future__ import annotations
 
 import itertools
-import time
 
 import pytest
 import zmq
 
 from zpar.engine.iopub import IOPub
 from zpar.engine.kernel import Kernel
-from zpar.engine.replies import HELD_BYTES_MAX, ReplySender
+from zpar.engine.replies import HELD_BYTES_MAX, HELD_REPLIES_MAX, ReplySender
 from zpar.engine.revoke import RevokeGate
 from zpar.engine.serving import RunState, Server, Sockets
 from zpar.messages import MsgType, Status
@@ -35,19 +34,6 @@ def noop():
 
 def bulky():
     return b"x" * (HELD_BYTES_MAX // 2 + 1)
-
-
-#: QUICK_RUN for the tests of predictions (off by default: docs/decisions.md)
-PREDICTING = 0.0005
-
-
-@pytest.fixture
-def predicting(monkeypatch):
-    monkeypatch.setattr("zpar.engine.kernel.QUICK_RUN", PREDICTING)
-
-
-def sleepy():
-    time.sleep(PREDICTING * 100)
 
 
 def replies_arrived_before_me():
@@ -97,9 +83,9 @@ class Rig:
             gate=self.gate,
         )
 
-    def apply(self, f, dest: str = UUID, **metadata) -> tuple[str, list]:
+    def apply(self, f, *args, dest: str = UUID, **metadata) -> tuple[str, list]:
         header, frames = self.client.serialize(
-            MsgType.APPLY_REQUEST, {}, buffers=pack_apply(f), metadata=metadata, dest=dest
+            MsgType.APPLY_REQUEST, {}, buffers=pack_apply(f, args), metadata=metadata, dest=dest
         )
         return header["msg_id"], frames
 
@@ -131,14 +117,22 @@ def rig():
     ctx = zmq.Context()
     r = Rig(ctx)
     yield r
+    r.replies.watchdog.close()
     ctx.destroy(linger=0)
 
 
 def warm(rig: Rig, f) -> None:
-    """Run f once alone, so the engine knows it as quick (or not)."""
+    """Run f once alone (its first run loads what it needs)."""
     rig.place(rig.apply(f)[1])
     rig.run_all()
     assert len(rig.received()) == 1
+
+
+@pytest.fixture
+def patient(rig):
+    """A watchdog that never fires in a test's time: on a loaded host a batch of no-ops
+    can take longer than HOLD_LIMIT, and these tests pin what the main thread does."""
+    rig.replies.watchdog.limit = 600.0
 
 
 def test_each_request_of_a_batch_is_checked_on_its_own(rig):
@@ -165,73 +159,93 @@ def test_a_lone_reply_is_sent_alone_at_once(rig):
     assert [[m.parent_header["msg_id"] for m in part] for part in got] == [[msg_id]]
 
 
-def test_replies_of_quick_tasks_of_a_batch_go_back_together_in_order(rig, monkeypatch):
-    # "quick" is measured: on a loaded host a no-op can be preempted past QUICK_RUN
-    monkeypatch.setattr("zpar.engine.kernel.QUICK_RUN", 60.0)
+def test_replies_of_a_batch_go_back_together_in_order(rig, patient):
     warm(rig, noop)
-    ids, frames = zip(*(rig.apply(noop) for _ in range(5)), strict=True)
+    n = HELD_REPLIES_MAX + 2
+    ids, frames = zip(*(rig.apply(noop) for _ in range(n)), strict=True)
     rig.place(*frames)
     rig.run_all()
     got = rig.received()
-    assert len(got) == 1  # one multipart: a batch of the five replies
-    assert [m.parent_header["msg_id"] for m in got[0]] == list(ids)
-    assert all(m.content["status"] == Status.OK for m in got[0])
+    # HELD_REPLIES_MAX together, then the rest (the last one of the batch sends them)
+    assert [len(part) for part in got] == [HELD_REPLIES_MAX, 2]
+    assert [m.parent_header["msg_id"] for part in got for m in part] == list(ids)
+    assert all(m.content["status"] == Status.OK for part in got for m in part)
+    assert rig.replies.watchdog.flushes == 0
 
 
-def test_by_default_no_reply_waits_for_the_next_task_of_its_batch(rig):
-    """Predictions are off: a function quick so far may turn slow (decisions.md)."""
+def test_replies_held_past_the_limit_leave_with_the_next_one(rig, monkeypatch):
+    """Between two tasks the main thread applies the bound itself: a reply made once the
+    held ones waited the limit leaves with them (each task here outlasts a 0 s limit)."""
     warm(rig, noop)
+    rig.replies.watchdog.limit = 0.0
+    monkeypatch.setattr(rig.replies.watchdog, "enter", lambda since: None)  # no thread
     ids, frames = zip(*(rig.apply(noop) for _ in range(3)), strict=True)
     rig.place(*frames)
     rig.run_all()
     got = rig.received()
-    assert [[m.parent_header["msg_id"] for m in part] for part in got] == [[i] for i in ids]
-    assert not rig.kernel.slowest  # nothing estimated while off
+    # the first is held (nothing was), the second finds it held past 0 s: both leave
+    assert [[m.parent_header["msg_id"] for m in part] for part in got] == [
+        [ids[0], ids[1]],
+        [ids[2]],
+    ]
 
 
-def test_a_reply_never_waits_behind_a_task_not_known_quick(rig, predicting):
+def test_a_held_reply_leaves_while_the_next_task_still_runs(rig):
+    """The watchdog sends it: the next task sees it arrive at the scheduler's end, which
+    it would never do if the reply waited for that task to end."""
     warm(rig, noop)
     first, a = rig.apply(noop)
-    second, b = rig.apply(replies_arrived_before_me)  # never run here: not known quick
+    second, b = rig.apply(replies_arrived_before_me)
     rig.place(a, b)
     rig.run_all()
     got = rig.received()
     assert [[m.parent_header["msg_id"] for m in part] for part in got] == [[first], [second]]
-    reply = got[1][0]
-    # the test's poll inside the task consumed nothing: it only saw the first reply waiting
-    assert deserialize_object(reply.buffers) is True
+    assert deserialize_object(got[1][0].buffers) is True  # it saw the first reply waiting
+    assert rig.replies.watchdog.flushes == 1
 
 
-def test_a_slow_function_is_not_predicted_quick_until_its_runs_are_quick_again(rig, predicting):
-    kernel = rig.kernel
-    warm(rig, sleepy)
-    rig.place(rig.apply(sleepy)[1], rig.apply(sleepy)[1])
-    rig.run_all()
-    assert [len(part) for part in rig.received()] == [1, 1]  # each sent at once
-    assert kernel.slowest[sleepy] >= PREDICTING
+def _block_until_a_reply_arrives_then(action: str, msg_id: str) -> bool:
+    """Inside a task: wait for a reply at the scheduler's end (the watchdog's), then act
+    on a later task of the batch as the signal thread or the hub would meanwhile."""
+    arrived = bool(_scheduler["task"].poll(10_000))
+    if action == "revoke":
+        _scheduler["gate"].revoke([msg_id])
+    else:
+        _scheduler["hub"].send_multipart(_scheduler[f"abort {msg_id}"])
+    return arrived
 
 
-def test_quick_predictions(rig, monkeypatch):
-    monkeypatch.setattr("zpar.engine.kernel.QUICK_RUN", 1.0)  # a no-op preempted stays quick
-    kernel = rig.kernel
-    session = Session(KEY)
-
-    def msg(f=noop, msg_type=MsgType.APPLY_REQUEST, **metadata):
-        _, frames = rig.client.serialize(
-            msg_type, {}, buffers=pack_apply(f), metadata=metadata, dest=UUID
-        )
-        return session.unpack(frames, [b"client"])
-
-    assert not kernel.quick(msg())  # never run here
-    kernel.handle(msg())
-    assert kernel.quick(msg())
-    assert not kernel.quick(msg(time_limit=5))  # a limited task always flushes first
-    assert not kernel.quick(msg(msg_type=MsgType.EXECUTE_REQUEST))
-    kernel.slowest[noop] = 3.0  # one long run: unknown-length again for a while
-    assert not kernel.quick(msg())
-    for _ in range(20):
-        kernel.handle(msg())
-    assert kernel.quick(msg())
+@pytest.mark.parametrize("action", ["revoke", "abort"])
+def test_each_reply_leaves_once_when_the_watchdog_sent_some_and_the_rest_is_cut(rig, action):
+    warm(rig, noop)
+    a, fa = rig.apply(noop)  # the first reply of the batch: held (nothing was)
+    c, fc = rig.apply(noop)  # revoked or aborted while d runs
+    d, fd = rig.apply(_block_until_a_reply_arrives_then, action, c)
+    e, fe = rig.apply(noop)
+    _scheduler["gate"] = rig.gate
+    _scheduler["hub"] = rig.hub
+    _, abort = rig.client.serialize(MsgType.ABORT_REQUEST, {"msg_ids": [c]}, dest=UUID)
+    _scheduler[f"abort {c}"] = [UUID.encode(), b"client", *abort]
+    # a's reply is held while d runs, until the watchdog sends it; d cuts c
+    rig.place(fa, fd, fc, fe)
+    rig.server.take(rig.task)
+    while rig.server.in_hand:
+        if rig.control.poll(0):  # as the loop: control before the next request
+            rig.replies.flush()
+            rig.server.drain_control()
+            continue
+        rig.server.run_next()
+    assert not rig.replies.held
+    replies = [m for p in rig.received() for m in p]
+    answered = [m.parent_header["msg_id"] for m in replies]
+    status = {m.parent_header["msg_id"]: m.content["status"] for m in replies}
+    if action == "revoke":
+        assert answered == [a, d, e]  # c placed elsewhere by the scheduler, unanswered
+    else:
+        assert answered == [a, d, c, e]
+        assert status[c] == Status.ABORTED
+    assert rig.replies.watchdog.flushes == 1  # a's, while d ran
+    assert deserialize_object(next(m for m in replies if m.parent_header["msg_id"] == d).buffers)
 
 
 def test_an_abort_reaches_the_tasks_in_hand(rig):
@@ -285,13 +299,12 @@ def test_a_revoked_task_of_a_batch_is_dropped_unanswered(rig):
     assert answered == [a, c]
 
 
-def test_a_held_reply_leaves_when_the_rest_of_its_batch_is_revoked(rig, monkeypatch):
-    monkeypatch.setattr("zpar.engine.kernel.QUICK_RUN", 60.0)
+def test_a_held_reply_leaves_when_the_rest_of_its_batch_is_revoked(rig, patient):
     warm(rig, noop)
     (a, fa), (b, fb), (c, fc) = (rig.apply(noop) for _ in range(3))
     rig.place(fa, fb, fc)
     rig.server.take(rig.task)
-    rig.server.run_next()  # a ran; its reply is held for b, predicted quick
+    rig.server.run_next()  # a ran; its reply is held for b
     assert rig.replies.held
     rig.gate.revoke([b, c])  # then the scheduler takes b and c back
     while rig.server.in_hand:
@@ -301,8 +314,7 @@ def test_a_held_reply_leaves_when_the_rest_of_its_batch_is_revoked(rig, monkeypa
     assert answered == [a]
 
 
-def test_replies_held_together_stay_under_a_byte_bound(rig, monkeypatch):
-    monkeypatch.setattr("zpar.engine.kernel.QUICK_RUN", 60.0)
+def test_replies_held_together_stay_under_a_byte_bound(rig, patient):
     warm(rig, bulky)
     rig.place(*(rig.apply(bulky)[1] for _ in range(4)))
     rig.run_all()
