@@ -31,6 +31,7 @@ from zpar.errors import (
 from zpar.messages import (
     MON_CONTROL_IN,
     MON_CONTROL_OUT,
+    MON_COPY_BATCH,
     MON_MUX_IN,
     MON_MUX_OUT,
     MON_SCHEDULER,
@@ -48,7 +49,15 @@ from zpar.messages import (
     Status,
     UnregistrationNotification,
 )
-from zpar.monitor import TaskDest, TaskIn, TaskOut, TaskRetry, split_monitor, unpack_batch
+from zpar.monitor import (
+    TaskDest,
+    TaskIn,
+    TaskOut,
+    TaskRetry,
+    split_monitor,
+    unpack_batch,
+    unpack_copies,
+)
 from zpar.msgtypes import reply_type_of
 from zpar.refusals import merged
 from zpar.sockets import recv_frames
@@ -151,6 +160,7 @@ class Hub:
         self._monitor_handlers: dict[bytes, Callable[[list[Any]], None]] = {
             MON_MUX_IN: self._mux_in,
             MON_MUX_OUT: self._mux_out,
+            MON_COPY_BATCH: self._copy_batch,
             MON_CONTROL_IN: _ignore,
             MON_CONTROL_OUT: _ignore,
             MON_TASK_BATCH: self._task_batch,
@@ -479,6 +489,21 @@ class Hub:
             return None
         # the signature covers the small buffers; large ones are checked below when stored
         return self.copies.feed(frames, where, buffers=False, private=True)
+
+    def _copy_batch(self, frames: list[Any]) -> None:
+        # [msgpack list of copies] from an engine's copy thread (zpar.monitor.pack_copies):
+        # each copy checked and recorded as if it had come alone; a bad one is refused there
+        try:
+            copies = unpack_copies(frames[0])
+        except ValueError as e:
+            log.warning("malformed copy batch dropped: %s", e)
+            return
+        handlers = self._monitor_handlers
+        for copy in copies:
+            try:
+                handlers[copy[0]](copy[1:])
+            except Exception as e:  # garbage on the monitor must not kill the hub
+                log.warning("malformed %r copy in a batch ignored: %s", copy[0], e)
 
     def _mux_in(self, frames: list[Any]) -> None:
         # [engine_uuid, client_ident, <ZPAR|MSG>, signature, envelope] (no buffers)
