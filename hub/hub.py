@@ -74,6 +74,9 @@ from .stores import LOST_IN_RESTART, MemoryStore, TaskStore
 
 log = logging.getLogger(__name__)
 
+#: Copies of a batch checked between two yields of the GIL to the relay threads.
+COPY_YIELD_EVERY = 8
+
 #: Large results (over STORE_INLINE_LIMIT) held until their TaskOut event arrives; a batch
 #: interval's worth at most, so the oldest beyond this are surely orphans.
 LARGE_RESULTS_HELD = 256
@@ -499,11 +502,15 @@ class Hub:
             log.warning("malformed copy batch dropped: %s", e)
             return
         handlers = self._monitor_handlers
-        for copy in copies:
+        for i, copy in enumerate(copies, 1):
             try:
                 handlers[copy[0]](copy[1:])
             except Exception as e:  # garbage on the monitor must not kill the hub
                 log.warning("malformed %r copy in a batch ignored: %s", copy[0], e)
+            if i % COPY_YIELD_EVERY == 0:
+                # the relay threads share this GIL: without a yield a batch held a relayed
+                # message up to the 5 ms switch interval (docs/decisions.md, W2)
+                time.sleep(0)
 
     def _mux_in(self, frames: list[Any]) -> None:
         # [engine_uuid, client_ident, <ZPAR|MSG>, signature, envelope] (no buffers)
