@@ -22,6 +22,7 @@ from zpar.constants import (
     STORE_RESULT_LIMIT,
     WELCOME,
 )
+from zpar.copybatch import unpack_copies
 from zpar.errors import (
     HubRefused,
     RegistrationRefused,
@@ -49,15 +50,7 @@ from zpar.messages import (
     Status,
     UnregistrationNotification,
 )
-from zpar.monitor import (
-    TaskDest,
-    TaskIn,
-    TaskOut,
-    TaskRetry,
-    split_monitor,
-    unpack_batch,
-    unpack_copies,
-)
+from zpar.monitor import TaskDest, TaskIn, TaskOut, TaskRetry, split_monitor, unpack_batch
 from zpar.msgtypes import reply_type_of
 from zpar.refusals import merged
 from zpar.sockets import recv_frames
@@ -494,7 +487,7 @@ class Hub:
         return self.copies.feed(frames, where, buffers=False, private=True)
 
     def _copy_batch(self, frames: list[Any]) -> None:
-        # [msgpack list of copies] from an engine's copy thread (zpar.monitor.pack_copies):
+        # [msgpack list of copies] from an engine's copy thread (zpar.copybatch.pack_copies):
         # each copy checked and recorded as if it had come alone; a bad one is refused there
         try:
             copies = unpack_copies(frames[0])

@@ -39,9 +39,9 @@ from typing import Any
 
 import zmq
 
+from zpar.copybatch import COPY_BATCH_MAX, COPY_PACK_MAX, pack_copies
 from zpar.curve import secure
 from zpar.messages import MON_CONTROL_IN, MON_CONTROL_OUT, MON_MUX_IN, MON_MUX_OUT
-from zpar.monitor import COPY_BATCH_MAX, COPY_PACK_MAX, pack_copies
 from zpar.sockets import bind_port, configure, recv_frames
 from zpar.wire import checkable_copy, routing, unbatch
 
@@ -79,7 +79,7 @@ COPY_INTERVAL = 0.01
 class RelayCopies:
     """The MUX relay's copies for the hub's monitor: ``send_multipart`` as on the monitor
     socket itself; the first after a quiet interval leaves at once, the others wait for
-    ``flush`` (due when ``wait_ms`` says) and leave packed (zpar.monitor.pack_copies), a
+    ``flush`` (due when ``wait_ms`` says) and leave packed (zpar.copybatch.pack_copies), a
     copy over COPY_PACK_MAX alone in its place, zero-copy."""
 
     def __init__(self, mon: zmq.Socket, interval: float = COPY_INTERVAL) -> None:

@@ -7,9 +7,7 @@ controller's 0700 run directory, never the network):
   MUX/control relays and from engines serving direct calls: the message as it passed, which
   the hub checks like any receiver (zpar.wire) before it records anything;
 - the task scheduler's event batches, ``[task_batch, msgpack list of events]``, each event a
-  TaskIn / TaskDest / TaskOut / TaskRetry below, built from messages the scheduler checked;
-- an engine's direct-call copies in batches, ``[copy_batch, msgpack list of copies]``, each
-  copy a relay copy's frames as above (pack_copies / unpack_copies below).
+  TaskIn / TaskDest / TaskOut / TaskRetry below, built from messages the scheduler checked.
 """
 
 from __future__ import annotations
@@ -21,16 +19,7 @@ from typing import Any
 
 import msgpack
 
-from .messages import (
-    MON_COPY_BATCH,
-    MON_MUX_IN,
-    MON_MUX_OUT,
-    MON_TASK_BATCH,
-    TASK_DEST,
-    TASK_IN,
-    TASK_OUT,
-    TASK_RETRY,
-)
+from .messages import MON_TASK_BATCH, TASK_DEST, TASK_IN, TASK_OUT, TASK_RETRY
 
 _packb = msgpack.Packer(use_bin_type=True).pack
 
@@ -153,46 +142,3 @@ def split_monitor(frames: list[Any]) -> tuple[bytes, list[Any]]:
     first = frames[0]
     kind = first.bytes if hasattr(first, "bytes") else bytes(first)
     return kind, list(frames[1:])
-
-
-# -- an engine's direct-call copies, batched (engine.monitorcopies) -----------------------------
-
-#: Copies packed in one monitor message at most (a hub turn reads a batch whole).
-COPY_BATCH_MAX = 256
-#: Bytes a copy may hold to be packed: larger ones (a result for the store) travel alone,
-#: without being copied into msgpack.
-COPY_PACK_MAX = 64 * 1024
-#: The kinds a copy batch may carry.
-COPY_KINDS = frozenset({MON_MUX_IN, MON_MUX_OUT})
-
-
-def batchable_copy(frames: list[Any]) -> bool:
-    """Whether a copy may travel packed: all its frames bytes, together under COPY_PACK_MAX."""
-    total = 0
-    for f in frames:
-        if type(f) is not bytes:
-            return False
-        total += len(f)
-    return total <= COPY_PACK_MAX
-
-
-def pack_copies(copies: list[list[bytes]]) -> list[bytes]:
-    """The monitor message carrying these copies (each as batchable_copy allows)."""
-    return [MON_COPY_BATCH, _packb(copies)]
-
-
-def unpack_copies(data: Any) -> list[list[bytes]]:
-    """The copies of a batch, each a list of bytes starting with its kind; ValueError
-    naming what is wrong when the batch is malformed (it is then dropped whole)."""
-    try:
-        copies = msgpack.unpackb(data, raw=False, strict_map_key=False)
-    except Exception as e:  # msgpack raises several types for garbage
-        raise ValueError(f"a copy batch must be msgpack: {e}") from None
-    if type(copies) is not list or len(copies) > COPY_BATCH_MAX:
-        raise ValueError(f"a copy batch must be a list of at most {COPY_BATCH_MAX} copies")
-    for c in copies:
-        if type(c) is not list or not c or not all(type(f) is bytes for f in c):
-            raise ValueError("each copy of a batch must be a non-empty list of bin frames")
-        if c[0] not in COPY_KINDS:
-            raise ValueError(f"a copy batch cannot carry {c[0][:32]!r}")
-    return copies

@@ -1,5 +1,5 @@
 """The hub reads an engine's direct-call copies packed in one monitor batch
-(zpar.monitor.pack_copies) exactly as it reads them one by one: each copy checked on its
+(zpar.copybatch.pack_copies) exactly as it reads them one by one: each copy checked on its
 own, a forged one refused while the others are recorded, a malformed batch dropped whole
 without harm to what follows."""
 
@@ -12,9 +12,9 @@ import pytest
 import zmq
 
 from tests.hubrig import inproc_hub
+from zpar.copybatch import pack_copies
 from zpar.hub.hub import EngineRecord, Hub
 from zpar.messages import MON_COPY_BATCH, MON_MUX_IN, MON_MUX_OUT, MsgType, Status
-from zpar.monitor import pack_copies
 from zpar.wire import Session
 
 KEY = b"k" * 32
