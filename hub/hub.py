@@ -22,6 +22,7 @@ from zpar.constants import (
     STORE_RESULT_LIMIT,
     WELCOME,
 )
+from zpar.copybatch import unpack_copies
 from zpar.errors import (
     HubRefused,
     RegistrationRefused,
@@ -31,6 +32,7 @@ from zpar.errors import (
 from zpar.messages import (
     MON_CONTROL_IN,
     MON_CONTROL_OUT,
+    MON_COPY_BATCH,
     MON_MUX_IN,
     MON_MUX_OUT,
     MON_SCHEDULER,
@@ -64,6 +66,9 @@ from .staleheart import StaleHearts
 from .stores import LOST_IN_RESTART, MemoryStore, TaskStore
 
 log = logging.getLogger(__name__)
+
+#: Copies of a batch checked between two yields of the GIL to the relay threads.
+COPY_YIELD_EVERY = 8
 
 #: Large results (over STORE_INLINE_LIMIT) held until their TaskOut event arrives; a batch
 #: interval's worth at most, so the oldest beyond this are surely orphans.
@@ -151,6 +156,7 @@ class Hub:
         self._monitor_handlers: dict[bytes, Callable[[list[Any]], None]] = {
             MON_MUX_IN: self._mux_in,
             MON_MUX_OUT: self._mux_out,
+            MON_COPY_BATCH: self._copy_batch,
             MON_CONTROL_IN: _ignore,
             MON_CONTROL_OUT: _ignore,
             MON_TASK_BATCH: self._task_batch,
@@ -479,6 +485,25 @@ class Hub:
             return None
         # the signature covers the small buffers; large ones are checked below when stored
         return self.copies.feed(frames, where, buffers=False, private=True)
+
+    def _copy_batch(self, frames: list[Any]) -> None:
+        # [msgpack list of copies] from an engine's copy thread (zpar.copybatch.pack_copies):
+        # each copy checked and recorded as if it had come alone; a bad one is refused there
+        try:
+            copies = unpack_copies(frames[0])
+        except ValueError as e:
+            log.warning("malformed copy batch dropped: %s", e)
+            return
+        handlers = self._monitor_handlers
+        for i, copy in enumerate(copies, 1):
+            try:
+                handlers[copy[0]](copy[1:])
+            except Exception as e:  # garbage on the monitor must not kill the hub
+                log.warning("malformed %r copy in a batch ignored: %s", copy[0], e)
+            if i % COPY_YIELD_EVERY == 0:
+                # the relay threads share this GIL: without a yield a batch held a relayed
+                # message up to the 5 ms switch interval (docs/decisions.md, W2)
+                time.sleep(0)
 
     def _mux_in(self, frames: list[Any]) -> None:
         # [engine_uuid, client_ident, <ZPAR|MSG>, signature, envelope] (no buffers)

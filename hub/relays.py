@@ -19,12 +19,19 @@ chose. This relay takes each message whole (recv_multipart), forwards it only if
 drops anything else whole, so a peer can only ever address its own message. A batch goes
 on whole (the receiver checks each message); the hub gets one copy per message. Frames are passed on as zmq
 Frames (refcounted, not copied). The threads end when the context is terminated.
+
+The MUX relay's copies reach the hub as an engine's do (engine.monitorcopies): the first
+after a quiet interval at once, the others queued and sent packed in one monitor batch at
+most every COPY_INTERVAL (RelayCopies; the relay's poll wakes for it: a timer on the
+copies, never on the messages relayed). Each copy sent alone woke the hub, which shares
+this thread's GIL: a relayed message waited for the GIL while the hub checked copies.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,6 +39,7 @@ from typing import Any
 
 import zmq
 
+from zpar.copybatch import COPY_BATCH_MAX, COPY_PACK_MAX, pack_copies
 from zpar.curve import secure
 from zpar.messages import MON_CONTROL_IN, MON_CONTROL_OUT, MON_MUX_IN, MON_MUX_OUT
 from zpar.sockets import bind_port, configure, recv_frames
@@ -64,8 +72,85 @@ class Relay:
 RELAY_BATCH = 256
 
 
+#: Seconds between two batches of the MUX relay's copies while messages keep coming.
+COPY_INTERVAL = 0.01
+
+
+class RelayCopies:
+    """The MUX relay's copies for the hub's monitor: ``send_multipart`` as on the monitor
+    socket itself; the first after a quiet interval leaves at once, the others wait for
+    ``flush`` (due when ``wait_ms`` says) and leave packed (zpar.copybatch.pack_copies), a
+    copy over COPY_PACK_MAX alone in its place, zero-copy."""
+
+    def __init__(self, mon: zmq.Socket, interval: float = COPY_INTERVAL) -> None:
+        self.mon = mon
+        self.interval = interval
+        self._queue: list[list[Any]] = []
+        self._sent_at = -interval
+        #: zmq messages sent, and copies in them
+        self.sent_messages = 0
+        self.sent_copies = 0
+
+    def send_multipart(self, frames: list[Any], copy: bool = False) -> None:
+        if not self._queue and time.monotonic() >= self._sent_at + self.interval:
+            self._send(frames, 1)
+            self._sent_at = time.monotonic()
+        else:
+            self._queue.append(frames)
+
+    def due(self) -> bool:
+        """Whether queued copies wait for a flush now."""
+        return bool(self._queue) and time.monotonic() >= self._sent_at + self.interval
+
+    def wait_ms(self) -> int | None:
+        """Milliseconds until the queued copies are due; None when none are queued."""
+        if not self._queue:
+            return None
+        return max(0, int((self._sent_at + self.interval - time.monotonic()) * 1000) + 1)
+
+    def flush(self) -> None:
+        """Send what is queued, in order."""
+        queue, self._queue = self._queue, []
+        packed: list[list[bytes]] = []
+        for frames in queue:
+            small = _small_copy(frames)
+            if small is None:
+                self._send_packed(packed)
+                packed = []
+                self._send(frames, 1)
+                continue
+            packed.append(small)
+            if len(packed) == COPY_BATCH_MAX:
+                self._send_packed(packed)
+                packed = []
+        self._send_packed(packed)
+        self._sent_at = time.monotonic()
+
+    def _send_packed(self, packed: list[list[bytes]]) -> None:
+        if len(packed) == 1:
+            self._send(packed[0], 1)
+        elif packed:
+            self._send(pack_copies(packed), len(packed))
+
+    def _send(self, frames: list[Any], copies: int) -> None:
+        self.mon.send_multipart(frames, copy=False)
+        self.sent_messages += 1
+        self.sent_copies += copies
+
+
+def _small_copy(frames: list[Any]) -> list[bytes] | None:
+    """A copy's frames as bytes when they are small enough to pack, else None."""
+    if sum(len(f) for f in frames) > COPY_PACK_MAX:
+        return None
+    return [f.bytes if isinstance(f, zmq.Frame) else bytes(f) for f in frames]
+
+
 def relay_one(
-    frames: list[Any], out: zmq.Socket, mon: zmq.Socket, prefix: bytes, with_buffers: bool
+    frames: list[Any],
+    out: zmq.Socket,
+    mon: zmq.Socket | RelayCopies,
+    prefix: bytes,
+    with_buffers: bool,
 ) -> bool:
     """Forward one message or batch received on a ROUTER, identities swapped, and copy
     each message to the hub's monitor (with its buffers only for replies small enough to
@@ -93,19 +178,23 @@ def _relay(
     poller = zmq.Poller()
     poller.register(front, zmq.POLLIN)
     poller.register(back, zmq.POLLIN)
+    # only the MUX relay's copies are read by the hub (the control relay's are ignored)
+    copies = RelayCopies(mon) if prefixes[0] == MON_MUX_IN else None
+    sink: zmq.Socket | RelayCopies = copies if copies is not None else mon
     sides = {
         front: (back, prefixes[0], False, "client"),
         back: (front, prefixes[1], True, "engine"),
     }
     while True:
-        for sock, _ in poller.poll():
+        wait = copies.wait_ms() if copies is not None else None
+        for sock, _ in poller.poll(wait):
             out, prefix, with_buffers, side = sides[sock]
             for _ in range(RELAY_BATCH):
                 try:
                     frames = recv_frames(sock, zmq.NOBLOCK)
                 except zmq.Again:
                     break
-                if not relay_one(frames, out, mon, prefix, with_buffers):
+                if not relay_one(frames, out, sink, prefix, with_buffers):
                     relay.dropped[side] += 1
                     log.warning(
                         "%s relay: a message of %d frame(s) from the %s side is not "
@@ -116,6 +205,8 @@ def _relay(
                         side,
                         relay.dropped[side],
                     )
+        if copies is not None and copies.due():
+            copies.flush()
 
 
 def _bind_local(sock: zmq.Socket, ipc_dir: str | None, name: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -67,3 +68,14 @@ def test_clientmicro_measures_the_client_path_without_a_cluster():
         "reply checked, routed and read (I/O thread + ar.get())",
     }
     assert all(us > 0 for us in figures.values())
+
+
+@pytest.mark.timeout(120)
+def test_directfloor_runs_every_way():
+    """bench.directfloor: W2's topology in plain pyzmq, each way answered (tiny count)."""
+    cmd = [sys.executable, "-m", "bench.directfloor", "--count", "20", "--json"]
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=110)
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [row["way"] for row in rows] == ["plain", "engine-shaped", "engine-shaped+hmac"]
+    assert all(0 < row["min_us"] <= row["median_us"] <= row["p99_us"] for row in rows)

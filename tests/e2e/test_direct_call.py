@@ -40,6 +40,50 @@ def test_blocking_call_on_one_engine_skips_the_io_thread(rc, monkeypatch):
         rc[0].apply_sync(lambda: 1 / 0)
 
 
+def test_a_blocking_call_leaves_no_cyclic_garbage(rc):
+    """Freed by reference counts alone: the client's gc has nothing to collect for it (a
+    collection every ~60 calls was ~300 us added to one call in 60; docs/decisions.md)."""
+    import gc
+
+    from zpar.client.futures import ReplyFuture
+    from zpar.client.request import Request
+
+    assert rc[0].apply_sync(os.getpid) > 0  # the socket made, warm
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        for i in range(50):
+            assert rc[0].apply_sync(lambda x: x, i) == i
+        gc.collect()
+        requests = [o for o in gc.garbage if isinstance(o, Request)]
+        requests += [o.request for o in gc.garbage if isinstance(o, ReplyFuture)]
+        left = [r for r in requests if r is not None and r.channel == "direct"]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert left == []
+
+
+def test_the_hub_records_every_blocking_call_once_from_the_batched_copies(rc):
+    """The engine's copies of a burst of direct calls reach the hub packed in batches
+    (engine.monitorcopies): each call is still recorded, once, with its engine and result."""
+    t0 = time.time()
+    for i in range(300):
+        assert rc[i % 2].apply_sync(abs, -i) == i
+    ids = rc.history[-300:]
+    query = {"submitted": {"$gte": t0}, "status": "ok"}
+    deadline = time.monotonic() + 60  # the copies come at most every 10 ms
+    while len(recs := rc.db_query(query, ["engine_uuid", "queue"])) < 300:
+        assert time.monotonic() < deadline, f"{len(recs)} of 300 recorded"
+        time.sleep(0.05)
+    assert sorted(r["msg_id"] for r in recs) == sorted(ids)  # each once, nothing else
+    uuids = {r["engine_uuid"] for r in recs}
+    assert len(uuids) == 2 and {r["queue"] for r in recs} == {"mux"}
+    assert rc.get_result(ids[-1]).get(timeout=10) == 299
+
+
 def test_threads_each_wait_for_their_own_reply(rc):
     got, errors = {}, []
 

@@ -143,6 +143,13 @@ TASK_BATCH_MAX = 1000
 TASK_BATCH_INTERVAL = 0.01
 MON_SCHEDULER = b"sched"
 
+# -- w2 (direct calls): the engines' monitor copies in batches ----------------------------
+#: [MON_COPY_BATCH, msgpack array of copies]: what an engine's copy thread sends at one
+#: turn (engine.monitorcopies), each copy the frames of a MON_MUX_IN / MON_MUX_OUT message
+#: as bin ([kind, ident, ident, <ZPAR|MSG>, signature, envelope, small buffers…]); the hub
+#: checks each as if it had come alone. A copy with a large frame travels alone.
+MON_COPY_BATCH = b"copy_batch"
+
 __all__ = [
     "AbortReply",
     "AbortRequest",
@@ -169,6 +176,7 @@ __all__ = [
     "HubHistoryRequest",
     "MON_CONTROL_IN",
     "MON_CONTROL_OUT",
+    "MON_COPY_BATCH",
     "MON_MUX_IN",
     "MON_MUX_OUT",
     "MON_SCHEDULER",
