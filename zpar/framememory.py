@@ -22,7 +22,11 @@ and up to RETAINED_BYTES of free memory kept at the top of the heap instead of r
   call, which is slower than fresh mappings (W5 0.27-0.51 GB/s against 0.4-1.7).
 
 The price: a process keeps up to RETAINED_BYTES of freed memory for the next frame, and
-its threads share one malloc arena. ``ZPAR_FRAME_REUSE``: ``engines`` (the default),
+its threads share one malloc arena. A heap returns only its top to the system when a
+block is freed: free blocks below a live one (nine of ten 100 MB arrays deleted, the
+tenth kept) would stay resident, so a reusing process runs a trimmer thread that gives
+such holes back (``malloc_trim``) once they exceed HOLES_BYTES, checked every
+TRIM_INTERVAL seconds (a frame freed at the top, W5's case, is kept for the next one). ``ZPAR_FRAME_REUSE``: ``engines`` (the default),
 ``all`` (engines and clients), ``0`` (neither).
 """
 
@@ -32,6 +36,7 @@ import ctypes
 import logging
 import os
 import platform
+import threading
 
 log = logging.getLogger(__name__)
 
@@ -50,12 +55,19 @@ REUSE_TUNABLES = (
     f"glibc.malloc.trim_threshold={RETAINED_BYTES}",
 )
 
+#: Free memory below the heap's top a reusing process gives back once it is larger than
+#: this (a frame freed below a live block is a hole: kept up to this, for the next one)...
+HOLES_BYTES = RETAINED_BYTES
+#: ...looked at this often (seconds) by its trimmer thread.
+TRIM_INTERVAL = 1.0
+
 # mallopt's parameter numbers (glibc's malloc.h)
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_MAX = -4
 _M_ARENA_MAX = -8
 
 _applied: bool | None = None
+_trimmer: threading.Thread | None = None
 
 
 def _switch() -> str:
@@ -92,4 +104,86 @@ def reuse_in_this_process() -> bool:
         log.debug("frame memory reuse not set: %s", e)
         return False
     log.debug("frame memory reuse %s (pid %d)", "set" if _applied else "refused", os.getpid())
+    if _applied:
+        start_trimmer()
     return _applied
+
+
+def reusing_by_environment() -> bool:
+    """Whether this process was started with the reuse tunables (an engine)."""
+    return "glibc.malloc.mmap_max=0" in os.environ.get("GLIBC_TUNABLES", "").split(":")
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd",
+            "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost",
+        )
+    ]  # fmt: skip
+
+
+def _glibc_heap() -> ctypes.CDLL:
+    """glibc with mallinfo2 (>= 2.33) and malloc_trim typed; OSError or AttributeError
+    without them."""
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallinfo2.restype = _MallInfo2
+    libc.malloc_trim.argtypes = [ctypes.c_size_t]
+    return libc
+
+
+def heap_holes(libc: ctypes.CDLL) -> int:
+    """Free bytes in the heap below its releasable top (libc: from _glibc_heap)."""
+    info = libc.mallinfo2()
+    return int(info.fordblks) - int(info.keepcost)
+
+
+class HoleTrimmer:
+    """Gives the heap's holes back once they exceed HOLES_BYTES (and its top beyond
+    RETAINED_BYTES). malloc_trim releases a free block's pages but it stays free in
+    malloc's count, so a trim is due only when the heap changed by HOLES_BYTES since the
+    last one (blocks allocated and freed again: their pages resident again)."""
+
+    def __init__(self, libc: ctypes.CDLL) -> None:
+        self.libc = libc  # from _glibc_heap
+        self._at_last_trim: tuple[int, int] | None = None
+
+    def __call__(self) -> bool:
+        """Trim if due; True if it trimmed."""
+        info = self.libc.mallinfo2()
+        holes = int(info.fordblks) - int(info.keepcost)
+        if holes <= HOLES_BYTES:
+            return False
+        state = (int(info.arena), int(info.uordblks))
+        last = self._at_last_trim
+        if last is not None and last[0] == state[0] and abs(last[1] - state[1]) < HOLES_BYTES:
+            return False
+        self.libc.malloc_trim(RETAINED_BYTES)
+        self._at_last_trim = state
+        return True
+
+
+def start_trimmer(interval: float = TRIM_INTERVAL) -> bool:
+    """Start this process's trimmer thread (once; a daemon: it never holds the process
+    up). False without glibc's mallinfo2 (glibc < 2.33): nothing watches the holes."""
+    global _trimmer
+    if _trimmer is not None:
+        return True
+    try:
+        libc = _glibc_heap()
+    except (OSError, AttributeError) as e:
+        log.warning("large blocks reused, but their holes are not trimmed: %s", e)
+        return False
+
+    trim = HoleTrimmer(libc)
+
+    def trim_forever() -> None:
+        event = threading.Event()
+        while not event.wait(interval):  # ctypes calls release the GIL
+            if trim():
+                log.debug("heap holes given back (pid %d)", os.getpid())
+
+    _trimmer = threading.Thread(target=trim_forever, name="zpar-heap-trimmer", daemon=True)
+    _trimmer.start()
+    return True

@@ -72,3 +72,44 @@ def test_the_switch_says_where_reuse_is_on(monkeypatch):
     monkeypatch.setenv(framememory.SWITCH_ENV, "sometimes")
     with pytest.raises(ValueError, match="not 'sometimes'"):
         framememory.for_clients()
+
+
+# Eleven of twelve 32 MB arrays freed below a live twelfth (352 MB > HOLES_BYTES): holes the heap cannot give back by
+# itself. The trimmer gives them back; a block freed at the top (the next frame's) stays.
+HOLES = textwrap.dedent(
+    """
+    import time, numpy as np, psutil
+    from zpar import framememory
+    assert framememory.reuse_in_this_process()  # its trimmer thread too
+    libc = framememory._glibc_heap()
+    rss = lambda: psutil.Process().memory_info().rss
+    arrays = [np.ones(32 * 2**20 // 8) for _ in range(12)]
+    kept = arrays[-1]
+    del arrays
+    assert framememory.heap_holes(libc) >= 11 * 32 * 2**20
+    before = rss()
+    deadline = time.monotonic() + 60  # the trimmer looks every TRIM_INTERVAL
+    while rss() > before - 10 * 32 * 2**20 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert rss() < before - 10 * 32 * 2**20, (before, rss())
+    trim = framememory.HoleTrimmer(libc)
+    assert trim() and not trim()  # nothing changed since: not due again
+    top = np.ones(32 * 2**20 // 8)
+    del top  # freed at the top: kept for the next block, not a hole
+    assert not trim()
+    print("ok", kept[-1])
+    """
+)
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
+def test_the_trimmer_gives_back_holes_below_a_live_block():
+    out = subprocess.run(
+        [sys.executable, "-c", HOLES],
+        capture_output=True,
+        text=True,
+        timeout=100,
+        env={**os.environ, "GLIBC_TUNABLES": ""},
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.split() == ["ok", "1.0"]
