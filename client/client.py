@@ -16,6 +16,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from zpar import framememory
 from zpar.connection import default_url_file, profile_dir, wait_for_connection_file
 from zpar.constants import DEFAULT_PROFILE, HUB_TIMEOUT, WINDOW_BYTES, WINDOW_REQUESTS
 from zpar.curve import keys_of
@@ -133,6 +134,8 @@ class Client(TaskStoreMixin, EngineControlMixin, ClientCompatMixin):
         self.url_file = path
         info = wait_for_connection_file(path, timeout)
         self.session = Session(info.key or None, allow_insecure=not info.key)
+        if framememory.for_clients():  # before zmq's I/O thread first allocates
+            framememory.reuse_in_this_process()
         self._io = ClientIO(self.session)
         self._io.windows = Windows(window, window_bytes)
         self._io.curve = keys_of(info)

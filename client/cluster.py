@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+from zpar import framememory
 from zpar.constants import DEFAULT_PROFILE
 from zpar.launcher import LocalCluster
 
@@ -65,6 +66,8 @@ class Cluster:
 
     def start(self) -> Client:
         """Start and wait; return a Client connected to the cluster."""
+        if framememory.for_clients():  # before this process's threads take malloc arenas
+            framememory.reuse_in_this_process()
         try:
             self._launcher.start(self.timeout)
             self.client = Client(url_file=self._launcher.client_file, timeout=self.timeout)

@@ -34,6 +34,7 @@ from typing import Any
 
 import zmq
 
+from zpar import framememory
 from zpar.connection import ConnectionInfo
 from zpar.constants import HUB_TIMEOUT, RESUME_CHECK_TIMEOUT
 from zpar.curve import secure
@@ -263,6 +264,8 @@ class Engine:
     def run(self) -> int:
         """Register, serve, clean up; returns the process exit code (0: a normal stop)."""
         restore = self._install_signals()
+        if framememory.reusing_by_environment():  # started to reuse large frames' memory
+            framememory.start_trimmer()
         try:
             self.connect(self.register())
             self.watched.engine_id = self.id

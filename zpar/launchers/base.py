@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 
 import psutil
 
+from zpar import framememory
 from zpar.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -96,15 +97,25 @@ def spawn(
 ENGINE_GLIBC_TUNABLE = "glibc.malloc.hugetlb=1"
 
 
+def engine_tunables() -> list[str]:
+    """The glibc tunables a local engine starts with, by default: huge pages, and large
+    frames received into reused memory (zpar.framememory), each unless turned off."""
+    out = [] if os.environ.get("ZPAR_ENGINE_HUGEPAGES", "1") == "0" else [ENGINE_GLIBC_TUNABLE]
+    if framememory.for_engines():
+        out += framememory.REUSE_TUNABLES
+    return out
+
+
 def engine_environment() -> dict[str, str] | None:
-    """The environment a local engine starts with: this process's, plus
-    ENGINE_GLIBC_TUNABLE unless turned off or GLIBC_TUNABLES already sets it (None: the
+    """The environment a local engine starts with: this process's, plus engine_tunables()
+    but for those GLIBC_TUNABLES already names (the user's choice wins; None: the
     environment as it is)."""
     tunables = os.environ.get("GLIBC_TUNABLES", "")
-    if os.environ.get("ZPAR_ENGINE_HUGEPAGES", "1") == "0" or "glibc.malloc.hugetlb" in tunables:
+    theirs = {t.split("=", 1)[0] for t in tunables.split(":") if t}
+    ours = [t for t in engine_tunables() if t.split("=", 1)[0] not in theirs]
+    if not ours:
         return None
-    joined = f"{tunables}:{ENGINE_GLIBC_TUNABLE}" if tunables else ENGINE_GLIBC_TUNABLE
-    return {**os.environ, "GLIBC_TUNABLES": joined}
+    return {**os.environ, "GLIBC_TUNABLES": ":".join([*([tunables] if tunables else []), *ours])}
 
 
 def ident(pid: int) -> list[float]:

@@ -1,0 +1,74 @@
+"""Large arrays there and back through an engine land in reused memory at both ends
+(zpar.framememory, docs/decisions.md "W4 maps and W5 large arrays"): engines by default,
+a client started through zpar.Cluster with ZPAR_FRAME_REUSE=all. Page-fault counts of one
+round trip, not times: a 64 MB frame in fresh 4 KiB pages is 16,384 faults."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytestmark = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc")
+
+# In a fresh interpreter: the client's setting changes its process for good. gc.collect()
+# after each call: until the client's Request <-> future cycle is broken on every reply
+# path, a reply stays held until the cyclic GC runs (and its memory cannot be reused).
+ROUND_TRIPS = textwrap.dedent(
+    """
+    import gc, json, os, resource, sys
+    import numpy as np
+    import psutil
+    import zpar
+
+    def minflt(pid):
+        return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[7])
+
+    a = np.ones(64 * 2**20 // 8)
+    with zpar.Cluster(n=1) as rc:
+        engine = rc[0].apply_sync(os.getpid)
+        faults = []
+        for _ in range(4):
+            c0, e0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, minflt(engine)
+            back = rc[0].apply_sync(lambda x: x, a)
+            assert back.shape == a.shape and back[-1] == 1.0
+            del back
+            gc.collect()
+            faults.append([resource.getrusage(resource.RUSAGE_SELF).ru_minflt - c0,
+                           minflt(engine) - e0])
+    print(json.dumps(faults))
+    """
+)
+
+
+def _faults(switch: str) -> list[list[int]]:
+    env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
+    env["ZPAR_FRAME_REUSE"] = switch
+    out = subprocess.run(
+        [sys.executable, "-c", ROUND_TRIPS],
+        capture_output=True,
+        text=True,
+        timeout=110,
+        env=env,
+        check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_both_ends_reuse_frame_memory_when_asked():
+    pages = 64 * 2**20 // os.sysconf("SC_PAGE_SIZE")
+    client, engine = _faults("all")[-1]
+    assert client < pages // 20, client
+    assert engine < pages // 20, engine
+
+
+def test_by_default_only_engines_reuse():
+    pages = 64 * 2**20 // os.sysconf("SC_PAGE_SIZE")
+    client, engine = _faults("engines")[-1]
+    assert client > pages // 2, client  # the client's frames are fresh pages, as before
+    assert engine < pages // 20, engine

@@ -1,0 +1,189 @@
+"""Large received frames land in memory reused from one frame to the next (W5).
+
+libzmq's I/O thread mallocs every frame it receives. glibc serves a block over 32 MiB
+with a fresh mmap and unmaps it when it is freed (and the I/O thread's own arena can hold
+nothing over 64 MiB), so every 100 MB array received is 100 MB of fresh pages. On this
+project's hosts (VMs whose balloon reports free pages back to the hypervisor) touching
+fresh memory costs 75-180 ms per 100 MB (74-110 with huge pages), against ~8 ms to copy
+into memory touched before: W5's round trip was mostly page faults at both ends, and its
+spread from run to run came from them (docs/decisions.md, "W5: reused frame memory").
+
+Both ends therefore ask glibc to keep large blocks in its heap and hand them out again:
+one arena for every thread (so the I/O thread allocates from the main heap, which can
+grow to any size), no mmap for large blocks (they come from the heap and go back to it),
+and up to RETAINED_BYTES of free memory kept at the top of the heap instead of returned.
+
+- Engines get it as GLIBC_TUNABLES when they start (zpar.launchers.base), by default.
+- A client gets it from ``mallopt`` when the first Client is made, before its zmq I/O
+  thread allocates for the first time (an I/O thread that allocated before, zmq used
+  earlier in the process, keeps its own arena: its frames are fresh pages as before).
+  Not by default yet: a reply is held by a reference cycle (its Request and its future)
+  until the cyclic GC runs, and a heap that cannot reuse the frame grows by one frame a
+  call, which is slower than fresh mappings (W5 0.27-0.51 GB/s against 0.4-1.7).
+
+The price: a process keeps up to RETAINED_BYTES of freed memory for the next frame, and
+its threads share one malloc arena. A heap returns only its top to the system when a
+block is freed: free blocks below a live one (nine of ten 100 MB arrays deleted, the
+tenth kept) would stay resident, so a reusing process runs a trimmer thread that gives
+such holes back (``malloc_trim``) once they exceed HOLES_BYTES, checked every
+TRIM_INTERVAL seconds (a frame freed at the top, W5's case, is kept for the next one). ``ZPAR_FRAME_REUSE``: ``engines`` (the default),
+``all`` (engines and clients), ``0`` (neither).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import platform
+import threading
+
+log = logging.getLogger(__name__)
+
+#: Free memory a process keeps at the top of its heap for the next large frame.
+RETAINED_BYTES = 256 * 2**20
+
+#: Where reuse is on: "engines" (the default), "all" (clients too) or "0" (nowhere); read
+#: when an engine is started and when a process's first Client is made.
+SWITCH_ENV = "ZPAR_FRAME_REUSE"
+SWITCH_VALUES = ("engines", "all", "0")
+
+#: glibc's names for what the engines are started with: GLIBC_TUNABLES entries.
+REUSE_TUNABLES = (
+    "glibc.malloc.arena_max=1",
+    "glibc.malloc.mmap_max=0",
+    f"glibc.malloc.trim_threshold={RETAINED_BYTES}",
+)
+
+#: Free memory below the heap's top a reusing process gives back once it is larger than
+#: this (a frame freed below a live block is a hole: kept up to this, for the next one)...
+HOLES_BYTES = RETAINED_BYTES
+#: ...looked at this often (seconds) by its trimmer thread.
+TRIM_INTERVAL = 1.0
+
+# mallopt's parameter numbers (glibc's malloc.h)
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_MAX = -4
+_M_ARENA_MAX = -8
+
+_applied: bool | None = None
+_trimmer: threading.Thread | None = None
+
+
+def _switch() -> str:
+    value = os.environ.get(SWITCH_ENV, "engines").strip().lower() or "engines"
+    if value not in SWITCH_VALUES:
+        raise ValueError(f"{SWITCH_ENV} must be one of {', '.join(SWITCH_VALUES)}, not {value!r}")
+    return value
+
+
+def for_engines() -> bool:
+    """Whether engines started now get reuse (ZPAR_FRAME_REUSE is not 0)."""
+    return _switch() != "0"
+
+
+def for_clients() -> bool:
+    """Whether a client process made now gets reuse (ZPAR_FRAME_REUSE=all)."""
+    return _switch() == "all"
+
+
+def reuse_in_this_process() -> bool:
+    """Ask this process's glibc to reuse large blocks (see the module docstring); once per
+    process, a no-op without glibc. True if it is in effect."""
+    global _applied
+    if _applied is not None:
+        return _applied
+    _applied = False
+    if platform.libc_ver()[0] != "glibc":
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        settings = ((_M_ARENA_MAX, 1), (_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, RETAINED_BYTES))
+        _applied = all(libc.mallopt(param, value) == 1 for param, value in settings)
+    except (OSError, AttributeError) as e:  # not the glibc we know: leave malloc alone
+        log.debug("frame memory reuse not set: %s", e)
+        return False
+    log.debug("frame memory reuse %s (pid %d)", "set" if _applied else "refused", os.getpid())
+    if _applied:
+        start_trimmer()
+    return _applied
+
+
+def reusing_by_environment() -> bool:
+    """Whether this process was started with the reuse tunables (an engine)."""
+    return "glibc.malloc.mmap_max=0" in os.environ.get("GLIBC_TUNABLES", "").split(":")
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd",
+            "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost",
+        )
+    ]  # fmt: skip
+
+
+def _glibc_heap() -> ctypes.CDLL:
+    """glibc with mallinfo2 (>= 2.33) and malloc_trim typed; OSError or AttributeError
+    without them."""
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallinfo2.restype = _MallInfo2
+    libc.malloc_trim.argtypes = [ctypes.c_size_t]
+    return libc
+
+
+def heap_holes(libc: ctypes.CDLL) -> int:
+    """Free bytes in the heap below its releasable top (libc: from _glibc_heap)."""
+    info = libc.mallinfo2()
+    return int(info.fordblks) - int(info.keepcost)
+
+
+class HoleTrimmer:
+    """Gives the heap's holes back once they exceed HOLES_BYTES (and its top beyond
+    RETAINED_BYTES). malloc_trim releases a free block's pages but it stays free in
+    malloc's count, so a trim is due only when the heap changed by HOLES_BYTES since the
+    last one (blocks allocated and freed again: their pages resident again)."""
+
+    def __init__(self, libc: ctypes.CDLL) -> None:
+        self.libc = libc  # from _glibc_heap
+        self._at_last_trim: tuple[int, int] | None = None
+
+    def __call__(self) -> bool:
+        """Trim if due; True if it trimmed."""
+        info = self.libc.mallinfo2()
+        holes = int(info.fordblks) - int(info.keepcost)
+        if holes <= HOLES_BYTES:
+            return False
+        state = (int(info.arena), int(info.uordblks))
+        last = self._at_last_trim
+        if last is not None and last[0] == state[0] and abs(last[1] - state[1]) < HOLES_BYTES:
+            return False
+        self.libc.malloc_trim(RETAINED_BYTES)
+        self._at_last_trim = state
+        return True
+
+
+def start_trimmer(interval: float = TRIM_INTERVAL) -> bool:
+    """Start this process's trimmer thread (once; a daemon: it never holds the process
+    up). False without glibc's mallinfo2 (glibc < 2.33): nothing watches the holes."""
+    global _trimmer
+    if _trimmer is not None:
+        return True
+    try:
+        libc = _glibc_heap()
+    except (OSError, AttributeError) as e:
+        log.warning("large blocks reused, but their holes are not trimmed: %s", e)
+        return False
+
+    trim = HoleTrimmer(libc)
+
+    def trim_forever() -> None:
+        event = threading.Event()
+        while not event.wait(interval):  # ctypes calls release the GIL
+            if trim():
+                log.debug("heap holes given back (pid %d)", os.getpid())
+
+    _trimmer = threading.Thread(target=trim_forever, name="zpar-heap-trimmer", daemon=True)
+    _trimmer.start()
+    return True
