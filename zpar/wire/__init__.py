@@ -41,7 +41,10 @@ The package's modules, one job each (import from ``zpar.wire``):
 - frames: views of frames, where each part of a message sits, the msgpack codec
 - batching: batch / batches / split_messages / routing (the batch layouts above)
 - envelope: the checks of every decoded field and version, what the signature covers
-- session: Session, which signs, tags, serializes, verifies and refuses replays
+- signing: Signer, the cluster key's HMAC over a message and BLAKE3 tags of large buffers
+- replay: ReplayGuard, the signatures accepted lately (refused if seen again)
+- session: Session, which builds, serializes, verifies (through its Signer) and refuses
+  replays (through its ReplayGuard)
 - received: Message and LazyMessage, what a checked message is handed on as
 - multipart: recv_message / send_frames on a socket
 """

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import hashlib
 import hmac
 import itertools
 import logging
@@ -14,14 +13,11 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-import blake3
 import zmq
 
 from ..constants import (
-    BUFFER_TAG_SIZE,
     DELIM,
     INLINE_SIGNED_MAX,
-    PARALLEL_TAG_MIN,
     PROTOCOL_VERSION,
     REPLAY_HISTORY,
     STORE_RESULT_LIMIT,
@@ -36,13 +32,13 @@ from .frames import (
     encode,
     frame_view,
     nbytes,
-    octets,
     signed_inline,
     split_idents,
 )
 from .multipart import send_frames
 from .received import LazyMessage, Message
 from .replay import ReplayGuard
+from .signing import Signer
 
 log = logging.getLogger(__name__)
 
@@ -57,21 +53,6 @@ def _refresh_pid() -> None:
 
 
 os.register_at_fork(after_in_child=_refresh_pid)
-
-
-#: HMAC's block size for SHA-256 (RFC 2104: a longer key is hashed first, a shorter padded)
-_SHA256_BLOCK = 64
-
-
-def _hmac_states(key: bytes) -> tuple[Any, Any]:
-    """The inner and outer SHA-256 states of HMAC-SHA256 under ``key``, keyed once: a
-    message's signature is outer(inner(data)), each a copy of these (RFC 2104)."""
-    if len(key) > _SHA256_BLOCK:
-        key = hashlib.sha256(key).digest()
-    key = key.ljust(_SHA256_BLOCK, b"\0")
-    inner = hashlib.sha256(bytes(k ^ 0x36 for k in key))
-    outer = hashlib.sha256(bytes(k ^ 0x5C for k in key))
-    return inner, outer
 
 
 class Session:
@@ -103,11 +84,8 @@ class Session:
                 "these ports can run code on the engines."
             )
         self.key: bytes = key or b""
-        # HMAC-SHA256 (RFC 2104) as its two keyed SHA-256 states, each copied per message: a
-        # C-level copy, where hmac.HMAC.copy() is Python code (~0.7 us a message, 6+ per task)
-        self._hmac: tuple[Any, Any] | None = _hmac_states(self.key) if self.key else None
-        # buffers are tagged with a key of their own, derived from the cluster key
-        self._tag_key = hmac.digest(self.key, b"zpar buffer tags", "sha256") if key else b""
+        #: signs and tags under the key; None: no key (an insecure cluster, asked for)
+        self._signer: Signer | None = Signer(self.key) if self.key else None
         self.session = session_id or uuid.uuid4().hex
         self.username = username or os.environ.get("USER", "zpar")
         self._counter = itertools.count()
@@ -150,42 +128,11 @@ class Session:
 
     def sign(self, parts: Iterable[Any]) -> bytes:
         """HMAC-SHA256 of the parts (in practice: the envelope); b"" without a key."""
-        if self._hmac is None:
-            return b""
-        inner, outer = self._hmac
-        h = inner.copy()
-        for p in parts:
-            h.update(p)
-        o = outer.copy()
-        o.update(h.digest())
-        return o.digest()
-
-    def _signature(self, envelope: Any, buffers: Sequence[Any]) -> bytes:
-        """sign(signed_parts(envelope, buffers)) without building the list: the envelope,
-        then every buffer signed inline (under INLINE_SIGNED_MAX), in order."""
-        inner, outer = self._hmac  # type: ignore[misc]  # callers check there is a key
-        h = inner.copy()
-        h.update(envelope)
-        for b in buffers:
-            if type(b) is bytes:
-                if len(b) < INLINE_SIGNED_MAX:
-                    h.update(b)
-            elif signed_inline(b):
-                h.update(frame_view(b))
-        o = outer.copy()
-        o.update(h.digest())
-        return o.digest()
+        return b"" if self._signer is None else self._signer.sign(parts)
 
     def tag(self, buffer: Any) -> bytes | None:
         """The keyed BLAKE3 tag of one buffer; None without a key."""
-        if not self._tag_key:
-            return None
-        data = octets(buffer)
-        if len(data) >= PARALLEL_TAG_MIN:
-            hasher = blake3.blake3(data, key=self._tag_key, max_threads=blake3.blake3.AUTO)
-        else:  # passing max_threads at all costs ~3 us: a small buffer's whole tag
-            hasher = blake3.blake3(data, key=self._tag_key)
-        return hasher.digest(BUFFER_TAG_SIZE)
+        return None if self._signer is None else self._signer.tag(buffer)
 
     def _tags(self, buffers: Sequence[Any], private: bool) -> list[bytes | None]:
         tags: list[bytes | None] = []
@@ -232,7 +179,7 @@ class Session:
             envelope = p([header, parent or {}, metadata or {}, content or {}, tags])
         except (TypeError, ValueError, OverflowError) as e:
             raise LocalProtocolError(f"cannot encode {msg_type} message with msgpack: {e}") from e
-        signature = self._signature(envelope, buffers) if self._hmac is not None else b""
+        signature = b"" if self._signer is None else self._signer.signature(envelope, buffers)
         return header, [DELIM, signature, envelope, *buffers]
 
     def resign(
@@ -255,7 +202,7 @@ class Session:
             ]
         )
         buffers = msg.buffers
-        signature = self._signature(envelope, buffers) if self._hmac is not None else b""
+        signature = b"" if self._signer is None else self._signer.signature(envelope, buffers)
         return [DELIM, signature, envelope, *buffers]
 
     def send(
@@ -313,11 +260,11 @@ class Session:
             signature = bytes(frame_view(signature))
         if type(envelope) is not bytes:
             envelope = bytes(frame_view(envelope))
-        if self._hmac is not None:
+        if self._signer is not None:
             if not signature:
                 raise RemoteProtocolError("unsigned", "message has no signature")
             if len(signature) != SIGNATURE_SIZE or not hmac.compare_digest(
-                signature, self._signature(envelope, msg_frames[HEAD_FRAMES:])
+                signature, self._signer.signature(envelope, msg_frames[HEAD_FRAMES:])
             ):
                 theirs = sniff_version(msg_frames)
                 if theirs is not None and theirs != PROTOCOL_VERSION:
@@ -333,7 +280,7 @@ class Session:
 
     def accept(self, signature: bytes) -> None:
         """Remember an accepted message's signature (the replay guard)."""
-        if self._hmac is not None:
+        if self._signer is not None:
             self._seen.add(int.from_bytes(signature[:8], "little"))
 
     def check_buffers(
@@ -341,7 +288,7 @@ class Session:
     ) -> None:
         """Refuse buffers that do not match their signed tags (the small ones, signed inline,
         were checked with the signature)."""
-        if self._hmac is None:
+        if self._signer is None:
             return
         for i, (t, b) in enumerate(zip(tags, buffers, strict=True)):
             if type(b) is bytes and len(b) < INLINE_SIGNED_MAX or signed_inline(b):
@@ -354,7 +301,7 @@ class Session:
                 if private and nbytes(b) > STORE_RESULT_LIMIT:
                     continue
                 raise RemoteProtocolError("untagged-buffer", f"buffer {i} has no signed tag")
-            if not hmac.compare_digest(t, self.tag(b) or b""):
+            if not hmac.compare_digest(t, self._signer.tag(b)):
                 raise RemoteProtocolError("bad-buffer", f"buffer {i} does not match its tag")
 
     def unpack(
@@ -379,11 +326,11 @@ class Session:
         ):  # as recv_message and unbatch give it: _verify inlined, the replay key read once
             signature, envelope = frames[1], frames[2]
             seen = None
-            if self._hmac is not None:
+            if self._signer is not None:
                 if not signature:
                     raise RemoteProtocolError("unsigned", "message has no signature")
                 if len(signature) != SIGNATURE_SIZE or not hmac.compare_digest(
-                    signature, self._signature(envelope, frames[HEAD_FRAMES:])
+                    signature, self._signer.signature(envelope, frames[HEAD_FRAMES:])
                 ):
                     self._verify(frames, replay)  # raises the refusal, the version named
                     raise RemoteProtocolError("bad-signature", "signature does not match")
@@ -393,7 +340,7 @@ class Session:
                         raise RemoteProtocolError("replayed", "signature already seen")
         else:
             signature, envelope = self._verify(frames, replay)
-            seen = int.from_bytes(signature[:8], "little") if replay and self._hmac else None
+            seen = int.from_bytes(signature[:8], "little") if replay and self._signer else None
         try:
             env = decode(envelope)
         except Exception as e:  # msgpack raises several unrelated types
