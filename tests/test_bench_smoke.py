@@ -67,3 +67,14 @@ def test_clientmicro_measures_the_client_path_without_a_cluster():
         "reply checked, routed and read (I/O thread + ar.get())",
     }
     assert all(us > 0 for us in figures.values())
+
+
+def test_clientfloor_sends_and_reads_back_every_task():
+    """bench.clientfloor's send and receive sides each take time, for every batch size (it
+    raises on a reply that does not verify, is replayed or answers no task)."""
+    from bench import clientfloor
+
+    for b in (1, 8):
+        figures = clientfloor.run(count=40, b=b, repeat=1)
+        assert figures["send"] > 0 and figures["receive"] > 0
+        assert figures["total"] == figures["send"] + figures["receive"]
