@@ -22,7 +22,6 @@ from typing import Any
 from zpar.client.asyncresult import AsyncResult
 from zpar.client.directcall import DirectCaller
 from zpar.client.ioloop import ClientIO
-from zpar.client.replies import Reply
 from zpar.client.sender import RequestSender
 from zpar.client.view import LoadBalancedView
 from zpar.serialize import pack_apply, serialize_object
@@ -88,8 +87,7 @@ def run(number: int = 2000, repeat: int = 7) -> dict[str, float]:
     def read_replies(state: tuple[list[Any], list[list[Any]]]) -> None:
         ars, replies = state
         for frames in replies:  # the I/O thread's part, as ClientIO._on_reply does it
-            for msg in session.feed_all(frames, where="bench"):
-                io._route_reply(Reply(msg))
+            io._answer(session.feed_all(frames, where="bench"))
         for ar in ars:
             ar.get()
 
@@ -98,8 +96,7 @@ def run(number: int = 2000, repeat: int = 7) -> dict[str, float]:
     def held_results() -> list[Any]:
         ars = submit_all()
         for frames in answers(ars):
-            for msg in session.feed_all(frames, where="bench"):
-                io._route_reply(Reply(msg))
+            io._answer(session.feed_all(frames, where="bench"))
         return ars
 
     best("ar.get() of a result in", lambda ars: [ar.get() for ar in ars], held_results)

@@ -24,7 +24,7 @@ from zpar.wire import Message
 
 from .futurestate import FutureMachinery, FutureStateMixin
 from .outputs import OutputsMixin
-from .request import request_of, submitted_of
+from .request import request_of, sent_of, submitted_of
 from .resultmeta import MetadataMixin
 
 _UNSET = object()
@@ -54,13 +54,6 @@ def _future_failed(f: concurrent.futures.Future) -> bool:
     if f.exception() is not None:
         return True
     return f.result().content.get("status") != Status.OK
-
-
-def _sent(f: concurrent.futures.Future) -> bool:
-    """Whether a future's request has left the client (one that came from elsewhere, the
-    hub's store or its own thread, has nothing left to send)."""
-    request = request_of(f)
-    return request is None or request.sent is not None
 
 
 def _timeout(timeout: float | None) -> float | None:
@@ -227,7 +220,7 @@ class AsyncResult(FutureStateMixin, MetadataMixin, OutputsMixin, concurrent.futu
     @property
     def sent(self) -> bool:
         """True once every message has left the client (handed to zmq by the I/O thread)."""
-        return all(_sent(f) for f in self._futures)
+        return all(sent_of(f) for f in self._futures)
 
     def wait_for_send(self, timeout: float | None = -1) -> bool:
         """Wait until zmq no longer reads the memory of the arguments (``track=True``);

@@ -94,6 +94,9 @@ class ReplyFuture(Future):
     #: for the cyclic GC to walk while results are held (see the _waiters property)
     _waiter_list: list[Any] | None = None
     _callback_list: list[Callable[[Future], object]] | None = None
+    #: when its request was handed to zmq, as the Request said when this future let go of
+    #: it (None: never sent, e.g. aborted while held in the client's window)
+    sent: float | None = None
 
     def __init__(self, request: Any = None, engine_uuid: str | None = None) -> None:
         self._condition = _LightCondition()  # type: ignore[assignment]
@@ -163,9 +166,7 @@ class ReplyFuture(Future):
             for waiter in self._waiter_list or ():
                 waiter.add_result(self)
             condition.notify_all()
-        # Let go of the Request: it holds this future (Request.future), and a cycle would
-        # leave a dropped result (and its buffers) to the cyclic GC. Read only while pending.
-        self.request = None
+        self._let_go()
         self._invoke_callbacks()
 
     def set_exception(self, exception: BaseException | None) -> None:
@@ -179,8 +180,17 @@ class ReplyFuture(Future):
             for waiter in self._waiter_list or ():
                 waiter.add_exception(self)
             condition.notify_all()
-        self.request = None  # as set_result
+        self._let_go()
         self._invoke_callbacks()
+
+    def _let_go(self) -> None:
+        """Let go of the Request: it holds this future (Request.future), and the cycle would
+        leave a dropped result (and its buffers) to the cyclic GC. What a handle reads of it
+        once answered (when it was sent) is kept here."""
+        request = self.request
+        if request is not None:
+            self.sent = request.sent
+            self.request = None
 
     def result(self, timeout: float | None = None) -> Any:
         if self._state == _FINISHED:

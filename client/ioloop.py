@@ -348,8 +348,12 @@ class ClientIO(Sending, EngineEvents, FaultHandling):
                 )
             )
             return
+        self._answer(self.session.feed_all(frames, where="client", private=private))
+
+    def _answer(self, messages: list[Message]) -> None:
+        """Resolve the futures these checked replies answer (one received multipart's)."""
         pending = self._pending
-        for msg in self.session.feed_all(frames, where="client", private=private):
+        for msg in messages:
             reply = Reply(msg)
             request = pending.get(reply.parent_msg_id)
             if request is None or request.replies is not None or request.report_outcome:

@@ -110,6 +110,15 @@ def request_of(fut: Future) -> Request | None:
     return fut.request if isinstance(fut, ReplyFuture) else None
 
 
+def sent_of(fut: Future) -> bool:
+    """Whether a future's request has left the client (one that came from elsewhere, the
+    hub's store or its own thread, has nothing left to send)."""
+    if not isinstance(fut, ReplyFuture):
+        return True
+    request = fut.request
+    return (request.sent if request is not None else fut.sent) is not None
+
+
 def submitted_of(fut: Future) -> float | None:
     """When a future's request was made (its header's date); None if not one of ours."""
     return fut.submitted if isinstance(fut, ReplyFuture) else None

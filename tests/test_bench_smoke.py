@@ -79,3 +79,14 @@ def test_directfloor_runs_every_way():
     rows = [json.loads(line) for line in r.stdout.splitlines()]
     assert [row["way"] for row in rows] == ["plain", "engine-shaped", "engine-shaped+hmac"]
     assert all(0 < row["min_us"] <= row["median_us"] <= row["p99_us"] for row in rows)
+
+
+def test_clientfloor_sends_and_reads_back_every_task():
+    """bench.clientfloor's send and receive sides each take time, for every batch size (it
+    raises on a reply that does not verify, is replayed or answers no task)."""
+    from bench import clientfloor
+
+    for b in (1, 8):
+        figures = clientfloor.run(count=40, b=b, repeat=1)
+        assert figures["send"] > 0 and figures["receive"] > 0
+        assert figures["total"] == figures["send"] + figures["receive"]

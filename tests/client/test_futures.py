@@ -146,7 +146,7 @@ def test_a_resolved_future_lets_go_of_its_request_so_a_dropped_result_is_freed_a
     import gc
     import sys
 
-    from zpar.client.request import Request, request_of
+    from zpar.client.request import Request, request_of, sent_of
 
     gc.disable()
     try:
@@ -159,7 +159,19 @@ def test_a_resolved_future_lets_go_of_its_request_so_a_dropped_result_is_freed_a
             assert request_of(fut) is request  # pending: its request is read through it
             resolve_it(fut)
             assert request_of(fut) is None and fut.submitted == 5.0
+            assert not sent_of(fut)  # answered before it left (aborted in the window)
             # only this test's name holds it now: freed by its count, no collection needed
             assert sys.getrefcount(request) == 2  # the name and getrefcount's argument
     finally:
         gc.enable()
+
+
+def test_a_resolved_future_still_says_whether_its_request_was_sent():
+    from zpar.client.request import Request, sent_of
+
+    request = Request("m", "task", [b"frames"], submitted=5.0)
+    assert not sent_of(request.future)
+    request.sent = 6.0  # what the I/O thread stamps once zmq has the frames
+    assert sent_of(request.future)
+    request.future.set_result("reply")
+    assert sent_of(request.future) and request.future.sent == 6.0
