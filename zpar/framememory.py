@@ -6,7 +6,7 @@ nothing over 64 MiB), so every 100 MB array received is 100 MB of fresh pages. O
 project's hosts (VMs whose balloon reports free pages back to the hypervisor) touching
 fresh memory costs 75-180 ms per 100 MB (74-110 with huge pages), against ~8 ms to copy
 into memory touched before: W5's round trip was mostly page faults at both ends, and its
-spread from run to run came from them (docs/decisions.md, "W5: reused frame memory").
+spread from run to run came from them (docs/decisions.md, "W4 maps and W5 large arrays").
 
 Both ends therefore ask glibc to keep large blocks in its heap and hand them out again:
 one arena for every thread (so the I/O thread allocates from the main heap, which can
@@ -14,20 +14,21 @@ grow to any size), no mmap for large blocks (they come from the heap and go back
 and up to RETAINED_BYTES of free memory kept at the top of the heap instead of returned.
 
 - Engines get it as GLIBC_TUNABLES when they start (zpar.launchers.base), by default.
-- A client gets it from ``mallopt`` when the first Client is made, before its zmq I/O
-  thread allocates for the first time (an I/O thread that allocated before, zmq used
-  earlier in the process, keeps its own arena: its frames are fresh pages as before).
-  Not by default yet: a reply is held by a reference cycle (its Request and its future)
-  until the cyclic GC runs, and a heap that cannot reuse the frame grows by one frame a
-  call, which is slower than fresh mappings (W5 0.27-0.51 GB/s against 0.4-1.7).
+- A client gets it from ``mallopt`` at ``zpar.Cluster.start`` and in ``Client.__init__``,
+  before its zmq I/O thread first allocates (an I/O thread that allocated before keeps
+  its own arena: its frames are fresh pages as before). Not by default yet: a reply is
+  held by a reference cycle (its Request and its future) until the cyclic GC runs, so the
+  heap cannot reuse the frame; W5 measured no better that way (0.59-1.66 GB/s against
+  1.75-1.82 with engines alone), 1.78-3.27 once blocking calls left no cycle.
 
 The price: a process keeps up to RETAINED_BYTES of freed memory for the next frame, and
 its threads share one malloc arena. A heap returns only its top to the system when a
 block is freed: free blocks below a live one (nine of ten 100 MB arrays deleted, the
 tenth kept) would stay resident, so a reusing process runs a trimmer thread that gives
-such holes back (``malloc_trim``) once they exceed HOLES_BYTES, checked every
-TRIM_INTERVAL seconds (a frame freed at the top, W5's case, is kept for the next one). ``ZPAR_FRAME_REUSE``: ``engines`` (the default),
-``all`` (engines and clients), ``0`` (neither).
+such holes back (``malloc_trim``) once they exceed HOLES_BYTES, looked at every
+TRIM_INTERVAL seconds (a frame freed at the top, W5's case, stays for the next one).
+
+``ZPAR_FRAME_REUSE``: ``engines`` (the default), ``all`` (engines and clients), ``0``.
 """
 
 from __future__ import annotations
