@@ -13,13 +13,13 @@ one arena for every thread (so the I/O thread allocates from the main heap, whic
 grow to any size), no mmap for large blocks (they come from the heap and go back to it),
 and up to RETAINED_BYTES of free memory kept at the top of the heap instead of returned.
 
-- Engines get it as GLIBC_TUNABLES when they start (zpar.launchers.base), by default.
+- Engines get it as GLIBC_TUNABLES when they start (zpar.launchers.base).
 - A client gets it from ``mallopt`` at ``zpar.Cluster.start`` and in ``Client.__init__``,
   before its zmq I/O thread first allocates (an I/O thread that allocated before keeps
-  its own arena: its frames are fresh pages as before). Not by default yet: a reply is
-  held by a reference cycle (its Request and its future) until the cyclic GC runs, so the
-  heap cannot reuse the frame; W5 measured no better that way (0.59-1.66 GB/s against
-  1.75-1.82 with engines alone), 1.78-3.27 once blocking calls left no cycle.
+  its own arena: its frames are fresh pages as before). It needs each reply freed when
+  its caller drops it: with the reply held by a Request <-> future cycle until the cyclic
+  GC ran, W5 measured no better (0.59-1.66 GB/s against 1.75-1.82 with engines alone);
+  without the cycle 1.27-3.27, push/pull 2.35-3.18.
 
 The price: a process keeps up to RETAINED_BYTES of freed memory for the next frame, and
 its threads share one malloc arena. A heap returns only its top to the system when a
@@ -28,7 +28,7 @@ tenth kept) would stay resident, so a reusing process runs a trimmer thread that
 such holes back (``malloc_trim``) once they exceed HOLES_BYTES, looked at every
 TRIM_INTERVAL seconds (a frame freed at the top, W5's case, stays for the next one).
 
-``ZPAR_FRAME_REUSE``: ``engines`` (the default), ``all`` (engines and clients), ``0``.
+``ZPAR_FRAME_REUSE``: ``all`` (the default: engines and clients), ``engines``, ``0``.
 """
 
 from __future__ import annotations
@@ -44,10 +44,10 @@ log = logging.getLogger(__name__)
 #: Free memory a process keeps at the top of its heap for the next large frame.
 RETAINED_BYTES = 256 * 2**20
 
-#: Where reuse is on: "engines" (the default), "all" (clients too) or "0" (nowhere); read
-#: when an engine is started and when a process's first Client is made.
+#: Where reuse is on: "all" (the default: engines and clients), "engines" or "0"
+#: (nowhere); read when an engine is started and when a process's first Client is made.
 SWITCH_ENV = "ZPAR_FRAME_REUSE"
-SWITCH_VALUES = ("engines", "all", "0")
+SWITCH_VALUES = ("all", "engines", "0")
 
 #: glibc's names for what the engines are started with: GLIBC_TUNABLES entries.
 REUSE_TUNABLES = (
@@ -72,7 +72,7 @@ _trimmer: threading.Thread | None = None
 
 
 def _switch() -> str:
-    value = os.environ.get(SWITCH_ENV, "engines").strip().lower() or "engines"
+    value = os.environ.get(SWITCH_ENV, "all").strip().lower() or "all"
     if value not in SWITCH_VALUES:
         raise ValueError(f"{SWITCH_ENV} must be one of {', '.join(SWITCH_VALUES)}, not {value!r}")
     return value
@@ -84,7 +84,7 @@ def for_engines() -> bool:
 
 
 def for_clients() -> bool:
-    """Whether a client process made now gets reuse (ZPAR_FRAME_REUSE=all)."""
+    """Whether a client process made now gets reuse (ZPAR_FRAME_REUSE=all, the default)."""
     return _switch() == "all"
 
 
