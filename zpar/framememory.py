@@ -6,28 +6,29 @@ nothing over 64 MiB), so every 100 MB array received is 100 MB of fresh pages. O
 project's hosts (VMs whose balloon reports free pages back to the hypervisor) touching
 fresh memory costs 75-180 ms per 100 MB (74-110 with huge pages), against ~8 ms to copy
 into memory touched before: W5's round trip was mostly page faults at both ends, and its
-spread from run to run came from them (docs/decisions.md, "W5: reused frame memory").
+spread from run to run came from them (docs/decisions.md, "W4 maps and W5 large arrays").
 
 Both ends therefore ask glibc to keep large blocks in its heap and hand them out again:
 one arena for every thread (so the I/O thread allocates from the main heap, which can
 grow to any size), no mmap for large blocks (they come from the heap and go back to it),
 and up to RETAINED_BYTES of free memory kept at the top of the heap instead of returned.
 
-- Engines get it as GLIBC_TUNABLES when they start (zpar.launchers.base), by default.
-- A client gets it from ``mallopt`` when the first Client is made, before its zmq I/O
-  thread allocates for the first time (an I/O thread that allocated before, zmq used
-  earlier in the process, keeps its own arena: its frames are fresh pages as before).
-  Not by default yet: a reply is held by a reference cycle (its Request and its future)
-  until the cyclic GC runs, and a heap that cannot reuse the frame grows by one frame a
-  call, which is slower than fresh mappings (W5 0.27-0.51 GB/s against 0.4-1.7).
+- Engines get it as GLIBC_TUNABLES when they start (zpar.launchers.base).
+- A client gets it from ``mallopt`` at ``zpar.Cluster.start`` and in ``Client.__init__``,
+  before its zmq I/O thread first allocates (an I/O thread that allocated before keeps
+  its own arena: its frames are fresh pages as before). It needs each reply freed when
+  its caller drops it: with the reply held by a Request <-> future cycle until the cyclic
+  GC ran, W5 measured no better (0.59-1.66 GB/s against 1.75-1.82 with engines alone);
+  without the cycle 1.27-3.27, push/pull 2.35-3.18.
 
 The price: a process keeps up to RETAINED_BYTES of freed memory for the next frame, and
 its threads share one malloc arena. A heap returns only its top to the system when a
 block is freed: free blocks below a live one (nine of ten 100 MB arrays deleted, the
 tenth kept) would stay resident, so a reusing process runs a trimmer thread that gives
-such holes back (``malloc_trim``) once they exceed HOLES_BYTES, checked every
-TRIM_INTERVAL seconds (a frame freed at the top, W5's case, is kept for the next one). ``ZPAR_FRAME_REUSE``: ``engines`` (the default),
-``all`` (engines and clients), ``0`` (neither).
+such holes back (``malloc_trim``) once they exceed HOLES_BYTES, looked at every
+TRIM_INTERVAL seconds (a frame freed at the top, W5's case, stays for the next one).
+
+``ZPAR_FRAME_REUSE``: ``all`` (the default: engines and clients), ``engines``, ``0``.
 """
 
 from __future__ import annotations
@@ -43,10 +44,10 @@ log = logging.getLogger(__name__)
 #: Free memory a process keeps at the top of its heap for the next large frame.
 RETAINED_BYTES = 256 * 2**20
 
-#: Where reuse is on: "engines" (the default), "all" (clients too) or "0" (nowhere); read
-#: when an engine is started and when a process's first Client is made.
+#: Where reuse is on: "all" (the default: engines and clients), "engines" or "0"
+#: (nowhere); read when an engine is started and when a process's first Client is made.
 SWITCH_ENV = "ZPAR_FRAME_REUSE"
-SWITCH_VALUES = ("engines", "all", "0")
+SWITCH_VALUES = ("all", "engines", "0")
 
 #: glibc's names for what the engines are started with: GLIBC_TUNABLES entries.
 REUSE_TUNABLES = (
@@ -71,7 +72,7 @@ _trimmer: threading.Thread | None = None
 
 
 def _switch() -> str:
-    value = os.environ.get(SWITCH_ENV, "engines").strip().lower() or "engines"
+    value = os.environ.get(SWITCH_ENV, "all").strip().lower() or "all"
     if value not in SWITCH_VALUES:
         raise ValueError(f"{SWITCH_ENV} must be one of {', '.join(SWITCH_VALUES)}, not {value!r}")
     return value
@@ -83,7 +84,7 @@ def for_engines() -> bool:
 
 
 def for_clients() -> bool:
-    """Whether a client process made now gets reuse (ZPAR_FRAME_REUSE=all)."""
+    """Whether a client process made now gets reuse (ZPAR_FRAME_REUSE=all, the default)."""
     return _switch() == "all"
 
 

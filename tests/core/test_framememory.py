@@ -64,9 +64,9 @@ def test_a_large_frame_is_received_into_reused_memory():
 
 def test_the_switch_says_where_reuse_is_on(monkeypatch):
     monkeypatch.delenv(framememory.SWITCH_ENV, raising=False)
-    assert framememory.for_engines() and not framememory.for_clients()
-    monkeypatch.setenv(framememory.SWITCH_ENV, "all")
     assert framememory.for_engines() and framememory.for_clients()
+    monkeypatch.setenv(framememory.SWITCH_ENV, "engines")
+    assert framememory.for_engines() and not framememory.for_clients()
     monkeypatch.setenv(framememory.SWITCH_ENV, "0")
     assert not framememory.for_engines() and not framememory.for_clients()
     monkeypatch.setenv(framememory.SWITCH_ENV, "sometimes")

@@ -56,7 +56,7 @@ def test_a_users_own_hugetlb_choice_or_the_off_switches_win(monkeypatch):
 
 def test_a_misspelt_switch_is_an_error_naming_it(monkeypatch):
     monkeypatch.setenv(framememory.SWITCH_ENV, "yes")
-    with pytest.raises(ValueError, match="ZPAR_FRAME_REUSE must be one of engines, all, 0"):
+    with pytest.raises(ValueError, match="ZPAR_FRAME_REUSE must be one of all, engines, 0"):
         engine_environment()
 
 
