@@ -540,31 +540,25 @@ class Hub:
             self._result_buffers(msg_id, buffers)
 
     def _task_batch(self, frames: list[Any]) -> None:
-        # [msgpack list of events] (zpar.monitor: TaskIn / TaskDest / TaskOut / TaskRetry),
-        # dispatched on the exact type: the events are the monitor's own records
-        tasks = self.tasks
-        large_results = self._large_results
+        # [msgpack list of events] (zpar.monitor), dispatched on their exact type
+        tasks, large_results = self.tasks, self._large_results
         for event in unpack_batch(frames[0]):
             if type(event) is TaskIn:
                 tasks.submitted(event.header, "task", event.client, None, event.metadata)
                 if event.engine:  # its TaskDest, folded in (zpar.monitor): as if it followed
                     tasks.assigned(event.header["msg_id"], event.engine)
             elif type(event) is TaskOut:
-                # the event's metadata was decoded for this call alone: finished may keep it
-                metadata = event.metadata
-                status = str(metadata.get("status", ""))
-                large = large_results.pop(event.msg_id, None) if large_results else None
-                if tasks.finished(
-                    event.msg_id, event.engine or None, metadata, status, event.content
-                ):
+                md, msg_id = event.metadata, event.msg_id  # decoded for this call: no copy
+                status = str(md.get("status", ""))
+                large = large_results.pop(msg_id, None) if large_results else None
+                if tasks.finished(msg_id, event.engine or None, md, status, event.content):
                     buffers = event.buffers if event.buffers is not None else large
                     if buffers:
-                        self._result_buffers(event.msg_id, buffers)
-            elif type(event) is TaskDest:
-                if event.engine:
-                    tasks.assigned(event.msg_id, event.engine)
-                else:  # taken back from its engine unstarted (prefetch)
-                    tasks.requeued(event.msg_id)
+                        self._result_buffers(msg_id, buffers)
+            elif type(event) is TaskDest and event.engine:
+                tasks.assigned(event.msg_id, event.engine)
+            elif type(event) is TaskDest:  # taken back from its engine unstarted (prefetch)
+                tasks.requeued(event.msg_id)
             elif type(event) is TaskRetry:
                 log.info("task %s retried after %s", event.msg_id, event.why)
                 tasks.retried(event.msg_id)
