@@ -16,10 +16,12 @@ log = logging.getLogger(__name__)
 
 #: Seconds between polls of the hub while fetched tasks are still pending (doubling to 1 s).
 POLL_START, POLL_MAX = 0.02, 1.0
-#: Seconds the hub may take to hear of a task this client sent: it learns from copies that
-#: engines and the scheduler send in batches (at most every 10 ms under load), so a task
-#: submitted a moment ago can still be unknown there.
+#: Seconds the hub may take to hear of a task: it learns from copies that engines and the
+#: scheduler send in batches (an engine's direct calls at most every 10 ms), so a task
+#: submitted or answered a moment ago can still be unknown there, to its own client (which
+#: may wait longer: it knows the id is real) and to another one that was handed the id.
 UNKNOWN_GRACE = 2.0
+FOREIGN_GRACE = 0.5
 
 
 class HubResultFetcher(threading.Thread):
@@ -32,14 +34,14 @@ class HubResultFetcher(threading.Thread):
 
     def run(self) -> None:
         delay = POLL_START
-        grace = time.monotonic() + UNKNOWN_GRACE
+        started = time.monotonic()
         while self.wanted and not self.client.sender.closed:
             try:
                 reply = self.client.sender.query(
                     MsgType.RESULT_REQUEST, ResultRequest(list(self.wanted)).as_dict()
                 )
             except HubRefused as e:
-                if self._not_heard_of_yet(e.content.get("unknown"), grace):
+                if self._not_heard_of_yet(e.content.get("unknown"), started):
                     time.sleep(delay)
                     delay = min(POLL_MAX, delay * 2)
                     continue
@@ -57,11 +59,14 @@ class HubResultFetcher(threading.Thread):
                 time.sleep(delay)
                 delay = min(POLL_MAX, delay * 2)
 
-    def _not_heard_of_yet(self, unknown: Any, grace: float) -> bool:
-        """Only tasks this client sent are unknown, and they were sent a moment ago."""
-        if not unknown or time.monotonic() > grace:
+    def _not_heard_of_yet(self, unknown: Any, started: float) -> bool:
+        """The unknown ids may still be on their way to the hub: within UNKNOWN_GRACE of the
+        first ask for ids this client sent, FOREIGN_GRACE for any other (a wrong id fails
+        after that)."""
+        if not unknown:
             return False
-        return set(unknown) <= set(self.client.history)
+        own = set(unknown) <= set(self.client.history)
+        return time.monotonic() - started < (UNKNOWN_GRACE if own else FOREIGN_GRACE)
 
     def _fail(self, e: BaseException) -> None:
         for fut in self.wanted.values():
