@@ -136,6 +136,10 @@ class TaskBook(Gating, Prefetch):
         else:
             if isinstance(msg_ids, str):
                 msg_ids = [msg_ids]
+            elif not isinstance(msg_ids, list):  # signed, yet malformed: refused, not fatal
+                why = f"abort_request's msg_ids is {type(msg_ids).__name__}, not a list of ids"
+                self.out.append(Refuse("malformed", why))
+                return
             tasks = [self.live[m] for m in msg_ids if isinstance(m, str) and m in self.live]
         aborted = []
         for task in tasks:
