@@ -6,6 +6,7 @@ returns, so every rule here (namespace, abort, errors, metadata) is tested in me
 
 from __future__ import annotations
 
+import logging
 import time
 import traceback
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from zpar.messages import (
     MsgType,
     ShutdownReply,
     Status,
+    abort_ids,
 )
 from zpar.msgtypes import reply_type_of
 from zpar.serialize import serialize_object, unpack_apply
@@ -31,6 +33,8 @@ from zpar.wire import Message
 from . import namespace
 from .capture import Capture, Publish
 from .handlers import find_handler
+
+log = logging.getLogger(__name__)
 
 #: Requests that run user code: they can be aborted, are captured and flagged busy/idle.
 EXECUTION = frozenset({MsgType.APPLY_REQUEST, MsgType.EXECUTE_REQUEST})
@@ -231,13 +235,17 @@ class Kernel:
         return self._ok(MsgType.CLEAR_REPLY)
 
     def _abort(self, msg: Message) -> Reply:
-        msg_ids = msg.content.get("msg_ids")
+        try:
+            msg_ids = abort_ids(msg.content)
+        except ValueError as e:  # signed, yet malformed: answered with the reason, not fatal
+            log.warning("engine %d: abort %s refused: %s", self.engine_id, msg.header["msg_id"], e)
+            now = time.time()
+            content = self._error_content(e, MsgType.ABORT_REQUEST)
+            return Reply(MsgType.ABORT_REPLY, content, self._metadata(now, now, Status.ERROR))
         if msg_ids is None:
             reply = self._ok(MsgType.ABORT_REPLY)
             reply.drain = True
             return reply
-        if isinstance(msg_ids, str):
-            msg_ids = [msg_ids]
         self.aborted.update(msg_ids)
         return self._ok(MsgType.ABORT_REPLY)
 

@@ -32,7 +32,7 @@ from zpar.errors import (
     UnmetDependency,
     ZparError,
 )
-from zpar.messages import TASK_REQUESTS, MsgType, Status
+from zpar.messages import TASK_REQUESTS, MsgType, Status, abort_ids
 from zpar.monitor import TaskIn, TaskRetry
 from zpar.wire import Message
 
@@ -130,17 +130,15 @@ class TaskBook(Gating, Prefetch):
     def abort(self, client: bytes, header: dict[str, Any], content: dict[str, Any]) -> None:
         """Abort tasks still in our hands (waiting, queued or held); running ones are the
         engines' to abort. msg_ids None: every such task of this client."""
-        msg_ids = content.get("msg_ids")
+        try:
+            msg_ids = abort_ids(content)
+        except ValueError as e:  # signed, yet malformed: refused, not fatal
+            self.out.append(Refuse("malformed", str(e)))
+            return
         if msg_ids is None:
             tasks = [t for t in self.live.values() if t.client == client]
         else:
-            if isinstance(msg_ids, str):
-                msg_ids = [msg_ids]
-            elif not isinstance(msg_ids, list):  # signed, yet malformed: refused, not fatal
-                why = f"abort_request's msg_ids is {type(msg_ids).__name__}, not a list of ids"
-                self.out.append(Refuse("malformed", why))
-                return
-            tasks = [self.live[m] for m in msg_ids if isinstance(m, str) and m in self.live]
+            tasks = [self.live[m] for m in msg_ids if m in self.live]
         aborted = []
         for task in tasks:
             if task.state in (WAITING, QUEUED, HELD):

@@ -154,6 +154,18 @@ def test_abort_by_msg_id(kernel):
     assert result(kernel.handle(apply(lambda: "ran"))) == "ran"  # others still run
 
 
+@pytest.mark.parametrize("msg_ids", [7, 2.5, {"t": 1}, [1, 2], [["t"]], [None]])
+def test_a_malformed_abort_is_answered_with_its_reason(kernel, msg_ids):
+    """Signed, yet malformed: the engine answers what is wrong and lives on (a set of
+    msg_ids updated with an int raised TypeError and killed it)."""
+    reply = kernel.handle(request(MsgType.ABORT_REQUEST, {"msg_ids": msg_ids}))
+    c = reply.content
+    assert reply.msg_type == MsgType.ABORT_REPLY and c["status"] == Status.ERROR
+    assert c["ename"] == "ValueError" and "abort_request's msg_ids" in c["evalue"]
+    assert not reply.drain and not kernel.aborted
+    assert result(kernel.handle(apply(lambda: "ran"))) == "ran"
+
+
 def test_abort_all_asks_the_loop_to_drain(kernel):
     reply = kernel.handle(request(MsgType.ABORT_REQUEST, {"msg_ids": None}))
     assert reply.drain and not reply.stop

@@ -33,6 +33,7 @@ from .control import (
     ShutdownRequest,
     SignalReply,
     SignalRequest,
+    abort_ids,
 )
 from .enums import (
     MsgType,
@@ -151,6 +152,7 @@ MON_SCHEDULER = b"sched"
 MON_COPY_BATCH = b"copy_batch"
 
 __all__ = [
+    "abort_ids",
     "AbortReply",
     "AbortRequest",
     "ApplyReply",

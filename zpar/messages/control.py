@@ -46,6 +46,27 @@ class AbortRequest(Content):
     msg_ids: list | None = None  # None aborts everything queued
 
 
+def abort_ids(content: dict) -> list[str] | None:
+    """The msg_ids an abort_request names (None: everything queued), one id given as a str
+    taken as a list of one; ValueError naming what is wrong otherwise (a signed request may
+    still be malformed, and neither the scheduler nor an engine may die of it)."""
+    msg_ids = content.get("msg_ids")
+    if msg_ids is None:
+        return None
+    if isinstance(msg_ids, str):
+        return [msg_ids]
+    if not isinstance(msg_ids, list):
+        raise ValueError(
+            f"abort_request's msg_ids is {type(msg_ids).__name__}, not a list of msg_ids"
+        )
+    wrong = [m for m in msg_ids if not isinstance(m, str)]
+    if wrong:
+        raise ValueError(
+            f"abort_request's msg_ids holds {len(wrong)} non-string id(s), e.g. {wrong[0]!r:.60}"
+        )
+    return msg_ids
+
+
 @dataclass(frozen=True, slots=True)
 class AbortReply(Content):
     msg_type = MsgType.ABORT_REPLY
