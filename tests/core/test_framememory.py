@@ -9,6 +9,7 @@ import platform
 import subprocess
 import sys
 import textwrap
+import types
 
 import pytest
 
@@ -113,3 +114,53 @@ def test_the_trimmer_gives_back_holes_below_a_live_block():
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.split() == ["ok", "1.0"]
+
+
+class _Heap:
+    """mallinfo2 and malloc_trim of a heap the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.arena, self.in_use, self.free, self.top = 600 * 2**20, 100 * 2**20, 0, 0
+        self.trims: list[int] = []
+
+    def mallinfo2(self):
+        return types.SimpleNamespace(
+            arena=self.arena, uordblks=self.in_use, fordblks=self.free, keepcost=self.top
+        )
+
+    def malloc_trim(self, pad: int) -> int:
+        self.trims.append(pad)
+        if pad == 0:  # everything free goes back; the top shrinks the arena
+            self.arena -= self.top
+            self.free -= self.top
+            self.top = 0
+        return 1
+
+
+def test_a_heap_left_idle_gives_back_what_a_burst_kept():
+    """A 100 MB frame freed at the top is kept for the next one while transfers go on, and
+    given back once, after IDLE_RELEASE seconds without change."""
+    heap, now = _Heap(), [0.0]
+    trim = framememory.HoleTrimmer(heap, clock=lambda: now[0])
+    heap.free = heap.top = 200 * 2**20  # two frames freed at the top: no holes
+    for t in range(4):  # a burst: the heap moves every second, nothing trimmed
+        now[0] = float(t)
+        heap.in_use += 100 * 2**20 if t % 2 else -100 * 2**20
+        assert not trim()
+    now[0] += framememory.IDLE_RELEASE - 0.1
+    assert not trim() and heap.trims == []
+    now[0] += 0.2
+    assert trim() and heap.trims == [0] and heap.top == 0
+    for _ in range(3):  # given back once, not at every look
+        now[0] += framememory.IDLE_RELEASE
+        assert not trim()
+    assert heap.trims == [0]
+
+
+def test_a_small_idle_heap_is_left_alone():
+    heap, now = _Heap(), [0.0]
+    trim = framememory.HoleTrimmer(heap, clock=lambda: now[0])
+    heap.free = heap.top = framememory.IDLE_FREE_MIN // 2
+    assert not trim()
+    now[0] += 2 * framememory.IDLE_RELEASE
+    assert not trim() and heap.trims == []
