@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 import zmq
 
-from tests.hubrig import inproc_hub
+from tests.hubrig import hub_rig
 from zpar.hub import hub as hubmod
 from zpar.hub.hub import EngineRecord, Hub
 from zpar.messages import MsgType
@@ -49,17 +49,6 @@ class Recorder:
 
 @pytest.fixture
 def rig(monkeypatch) -> Iterator[tuple[Hub, zmq.Socket, Session, list]]:
-    ctx = zmq.Context()
-    socks = []
-
-    def sock(kind, addr=None, bind=True):
-        s = ctx.socket(kind)
-        s.setsockopt(zmq.LINGER, 0)
-        socks.append(s)
-        if addr:
-            s.bind(addr) if bind else s.connect(addr)
-        return s
-
     loads: list = []
 
     def load(hub):
@@ -67,18 +56,9 @@ def rig(monkeypatch) -> Iterator[tuple[Hub, zmq.Socket, Session, list]]:
         return [Recorder(hub)]
 
     monkeypatch.setattr(hubmod, "load_services", load)
-    hub = inproc_hub(sock, KEY)
-    sock(zmq.PULL, "inproc://e", bind=False)  # the scheduler's end: a PUSH without one blocks
-    member = sock(zmq.DEALER)
-    member.setsockopt(zmq.ROUTING_ID, b"member-1")
-    member.connect("inproc://q")
-    try:
+    with hub_rig(KEY) as (hub, sock, _):
+        member = sock(zmq.DEALER, "inproc://q", bind=False, ident=b"member-1")
         yield hub, member, Session(KEY), loads
-    finally:
-        hub.writer.flush(everything=True)
-        for s in socks:
-            s.close()
-        ctx.term()
 
 
 def deliver(hub: Hub, member: zmq.Socket, session: Session, msg_type: str) -> None:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 import zmq
 
-from tests.hubrig import inproc_hub
+from tests.hubrig import hub_rig
 from zpar.copybatch import pack_copies
 from zpar.hub.hub import EngineRecord, Hub
 from zpar.messages import MON_COPY_BATCH, MON_MUX_IN, MON_MUX_OUT, MsgType, Status
@@ -23,29 +23,11 @@ UUID = "5d7c1a4e-0b6f-4f8e-9d61-1f2b3c4d5e6f"
 
 @pytest.fixture
 def rig() -> Iterator[tuple[Hub, zmq.Socket]]:
-    ctx = zmq.Context()
-    socks: list[zmq.Socket] = []
-
-    def sock(kind, addr=None, bind=True):
-        s = ctx.socket(kind)
-        s.setsockopt(zmq.LINGER, 0)
-        socks.append(s)
-        if addr:
-            s.bind(addr) if bind else s.connect(addr)
-        return s
-
-    hub = inproc_hub(sock, KEY)
-    sock(zmq.PULL, "inproc://e", bind=False)  # the hub's events PUSH needs a peer
-    monitor = sock(zmq.PUSH, "inproc://m", bind=False)
-    rec = EngineRecord(0, UUID, "host", 123)
-    hub.engines[0], hub.by_uuid[UUID.encode()] = rec, rec
-    try:
+    with hub_rig(KEY) as (hub, sock, _):
+        monitor = sock(zmq.PUSH, "inproc://m", bind=False)
+        rec = EngineRecord(0, UUID, "host", 123)
+        hub.engines[0], hub.by_uuid[UUID.encode()] = rec, rec
         yield hub, monitor
-    finally:
-        hub.writer.flush(everything=True)
-        for s in socks:
-            s.close()
-        ctx.term()
 
 
 def _call(client: Session, engine: Session, n: int) -> tuple[str, list[bytes], list[bytes]]:

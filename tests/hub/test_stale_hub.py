@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 import zmq
 
-from tests.hubrig import inproc_hub
+from tests.hubrig import hub_rig
 from zpar.constants import PING, SIGNAL_SUFFIX
 from zpar.hub.hub import EngineRecord, Hub
 from zpar.messages import MON_MUX_IN, MON_MUX_OUT, MsgType, Status
@@ -22,33 +22,16 @@ UUID = "0f93c59e-b3c3-4b1e-ba8d-cfa88254e961"
 
 @pytest.fixture
 def rig() -> Iterator[tuple[Hub, dict[str, zmq.Socket]]]:
-    ctx = zmq.Context()
-    socks: list[zmq.Socket] = []
-
-    def sock(kind, addr=None, bind=True, ident=None):
-        s = ctx.socket(kind)
-        s.setsockopt(zmq.LINGER, 0)
-        if ident is not None:
-            s.setsockopt(zmq.ROUTING_ID, ident)
-        socks.append(s)
-        if addr:
-            s.bind(addr) if bind else s.connect(addr)
-        return s
-
-    hub = inproc_hub(sock, KEY)
-    peers = {
-        "scheduler": sock(zmq.PULL, "inproc://e", bind=False),
-        "signal": sock(zmq.DEALER, "inproc://q", bind=False, ident=UUID.encode() + SIGNAL_SUFFIX),
-        "heart": sock(zmq.DEALER, "inproc://pong", bind=False, ident=UUID.encode()),
-        "monitor": sock(zmq.PUSH, "inproc://m", bind=False),
-    }
-    try:
+    with hub_rig(KEY) as (hub, sock, events):
+        peers = {
+            "scheduler": events,
+            "signal": sock(
+                zmq.DEALER, "inproc://q", bind=False, ident=UUID.encode() + SIGNAL_SUFFIX
+            ),
+            "heart": sock(zmq.DEALER, "inproc://pong", bind=False, ident=UUID.encode()),
+            "monitor": sock(zmq.PUSH, "inproc://m", bind=False),
+        }
         yield hub, peers
-    finally:
-        hub.writer.flush(everything=True)
-        for s in socks:
-            s.close()
-        ctx.term()
 
 
 def _registered_then_declared_dead(hub: Hub) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import zmq
 
+from tests.hubrig import hub_rig
 from zpar.monitor import TaskDest, TaskIn, TaskOut, TaskRetry, pack_batch, unpack_batch
 from zpar.schedulers.hubreport import HubReport
 
@@ -78,22 +79,7 @@ def test_what_cannot_fold_goes_as_its_own_event_in_order():
 
 
 def test_the_hub_records_a_folded_task_in_as_submitted_and_placed():
-    from tests.hubrig import inproc_hub
-
-    ctx = zmq.Context()
-    socks: list[zmq.Socket] = []
-
-    def sock(kind: int, address: str) -> zmq.Socket:
-        s = ctx.socket(kind)
-        s.bind(address)
-        socks.append(s)
-        return s
-
-    try:
-        hub = inproc_hub(sock, b"key")
-        events_in = ctx.socket(zmq.PULL)
-        events_in.connect("inproc://e")
-        socks.append(events_in)
+    with hub_rig(b"key") as (hub, _, _):
         header = {"msg_type": "apply_request", "date": 1.0}
         placed = [
             TaskIn(b"c", {**header, "msg_id": "a"}, {}, "e0"),
@@ -108,32 +94,13 @@ def test_the_hub_records_a_folded_task_in_as_submitted_and_placed():
         rec = hub.tasks.records["a"]
         assert rec.status == "ok" and not rec.pending
         assert hub.tasks.tasks["e0"] == set()
-    finally:
-        for s in socks:
-            s.close(linger=0)
-        ctx.term()
 
 
 def test_a_folded_placement_moves_a_resubmitted_task_to_its_new_engine():
     """A task resent after a scheduler restart (same msg_id, record pending on the old
     engine): the new scheduler's folded TaskIn reassigns it, so the new engine's reply
     completes the record (as TaskIn then TaskDest did)."""
-    from tests.hubrig import inproc_hub
-
-    ctx = zmq.Context()
-    socks: list[zmq.Socket] = []
-
-    def sock(kind: int, address: str) -> zmq.Socket:
-        s = ctx.socket(kind)
-        s.bind(address)
-        socks.append(s)
-        return s
-
-    try:
-        hub = inproc_hub(sock, b"key")
-        events_in = ctx.socket(zmq.PULL)
-        events_in.connect("inproc://e")
-        socks.append(events_in)
+    with hub_rig(b"key") as (hub, _, _):
         header = {"msg_id": "a", "msg_type": "apply_request", "date": 1.0}
         hub._task_batch([pack_batch([TaskIn(b"c", header, {}, "old")])[1]])
         hub._task_batch([pack_batch([TaskIn(b"c2", header, {}, "new")])[1]])
@@ -142,7 +109,3 @@ def test_a_folded_placement_moves_a_resubmitted_task_to_its_new_engine():
         out = TaskOut("new", b"c2", "a", {"status": "ok", "completed": 2.0}, {"status": "ok"})
         hub._task_batch([pack_batch([out])[1]])
         assert not hub.tasks.records["a"].pending
-    finally:
-        for s in socks:
-            s.close(linger=0)
-        ctx.term()
