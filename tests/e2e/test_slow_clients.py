@@ -107,6 +107,19 @@ def _output(tmp_path) -> str:
     return f"{out}\n{(tmp_path / 'client.err').read_text()[-3000:]}"
 
 
+def _resume_and_finish(proc: subprocess.Popen, tmp_path) -> None:
+    """SIGCONT the stopped client and wait until it has read every result (killed if it
+    fails or times out: never left behind)."""
+    os.kill(proc.pid, signal.SIGCONT)
+    try:
+        assert proc.wait(timeout=400) == 0, _output(tmp_path)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    assert f"all {N_RESULTS} results" in _output(tmp_path)
+
+
 def _statuses(rc, ids):
     recs = rc.db_query({"msg_id": {"$in": ids}}, keys=["status"])
     return {r["msg_id"]: r["status"] for r in recs}
@@ -170,15 +183,11 @@ def test_a_stopped_client_gets_every_result_later_and_the_scheduler_stays_bounde
             f"{N_RESULTS} tasks held back"
         )
         assert grown <= RSS_BOUND, f"the scheduler grew by {grown / 2**20:.0f} MB"
-    finally:
-        os.kill(proc.pid, signal.SIGCONT)
-    try:
-        assert proc.wait(timeout=400) == 0, _output(tmp_path)
-    finally:
-        if proc.poll() is None:  # never left behind, whatever failed above
-            proc.kill()
-            proc.wait(timeout=30)
-    assert f"all {N_RESULTS} results" in _output(tmp_path)
+    except BaseException:  # the stopped client is never left behind
+        proc.kill()
+        proc.wait(timeout=30)
+        raise
+    _resume_and_finish(proc, tmp_path)
     # nothing lost, nothing failed: the store has every one as ok
     wait_until(
         _every(0.2, lambda: set(_statuses(rc, ids).values()) == {"ok"}), "all stored ok", 120
@@ -256,12 +265,8 @@ def test_a_stopped_clients_direct_results_wait_in_the_engine_within_its_window(
             f"{done} direct results of {RESULT_SIZE} B toward the stopped client"
         )
         assert grown <= WINDOW_REQUESTS * RESULT_SIZE * 2 + 50 * 2**20
-    finally:
-        os.kill(proc.pid, signal.SIGCONT)
-    try:
-        assert proc.wait(timeout=400) == 0, _output(tmp_path)
-    finally:
-        if proc.poll() is None:  # never left behind, whatever failed above
-            proc.kill()
-            proc.wait(timeout=30)
-    assert f"all {N_RESULTS} results" in _output(tmp_path)
+    except BaseException:  # the stopped client is never left behind
+        proc.kill()
+        proc.wait(timeout=30)
+        raise
+    _resume_and_finish(proc, tmp_path)
