@@ -10,7 +10,7 @@ COPY engine engine
 COPY client client
 COPY schedulers schedulers
 COPY typed typed
-COPY comm comm
+COPY communicator communicator
 COPY darray darray
 RUN pip install --no-cache-dir .
 ENV ZPAR_DIR=/zpar

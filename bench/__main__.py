@@ -72,7 +72,7 @@ def run_system(system: str, only: str, scale: str, count: int | None) -> list[di
 def bench_path(tmp: str) -> str:
     """A directory holding only ``bench`` (a link to this package), for PYTHONPATH: the
     runner and every system's workers import bench.tasks from it. Not the repository root,
-    whose top-level folders (comm/, typed/, ...) would shadow PyPI packages of the same
+    whose top-level folders (communicator/, typed/, ...) would shadow PyPI packages of the same
     name in the peers' virtualenv (ipykernel imports ``comm``)."""
     path = Path(tmp) / "path"
     path.mkdir()

@@ -49,12 +49,12 @@ def run_zpar(sizes: list[int], quick: bool, params: dict[str, int]) -> dict[int,
             dv.communicator(name="bench", **params)
 
             def run(quick=quick):
-                from zpar.engine.namespace import current
+                from zpar.namespace import current
 
                 return comm_kernels.suite(current()["bench"], quick)
 
             def free():
-                from zpar.engine.namespace import current
+                from zpar.namespace import current
 
                 current()["bench"].Free()
 

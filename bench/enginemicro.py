@@ -24,9 +24,9 @@ from zpar.engine.kernel import Kernel
 from zpar.engine.replies import ReplySender
 from zpar.engine.revoke import RevokeGate
 from zpar.engine.serving import RunState, Server, Sockets
-from zpar.messages import MsgType
 from zpar.serialize import pack_apply
 from zpar.wire import Session, batch, send_frames, split_messages
+from zpar.wire.messages import MsgType
 
 KEY = b"benchmark-key-0123456789abcdef"
 ENGINE = "3f1c9a7e-5b2d-4c8e-9a61-0d2f7b4e8c15"

@@ -36,13 +36,13 @@ from zpar.hub.heartmonitor import HeartMonitor
 from zpar.hub.hub import Addresses, Hub
 from zpar.hub.stores import open_store
 from zpar.hub.stores.sqlite import _INSERT_BUFFER, _UPSERT, DDL, _params
-from zpar.messages import ApplyReply, Status
-from zpar.monitor import TaskDest, TaskIn, TaskOut
 from zpar.schedulers import task as task_module
 from zpar.schedulers.hubreport import HubReport
 from zpar.schedulers.task import TaskScheduler
 from zpar.serialize import pack_apply, serialize_object
 from zpar.wire import Session, batch, recv_message, send_frames, split_messages
+from zpar.wire.messages import ApplyReply, ReplyStatus
+from zpar.wire.monitor import TaskDest, TaskIn, TaskOut
 
 KEY = b"benchmark-key-0123456789abcdef"
 BATCH = 8
@@ -111,7 +111,7 @@ def floor(tasks: int, repeat: int, replies_batched: bool) -> float:
             replies.append(
                 engine_s.serialize(
                     "apply_reply",
-                    ApplyReply(Status.OK).as_dict(),
+                    ApplyReply(ReplyStatus.OK).as_dict(),
                     parent=request.header,
                     metadata=_reply_metadata(),
                     buffers=result,
@@ -195,7 +195,7 @@ def scheduler(tasks: int, repeat: int) -> dict[str, float]:
             request = engine_s.unpack(m, replay=False)
             _, reply = engine_s.serialize(
                 "apply_reply",
-                ApplyReply(Status.OK).as_dict(),
+                ApplyReply(ReplyStatus.OK).as_dict(),
                 parent=request.header,
                 metadata=_reply_metadata(),
                 buffers=result,
@@ -302,7 +302,7 @@ def hub(tasks: int, repeat: int, per_batch: int = 30) -> dict[str, float]:
             msg_id = m.header["msg_id"]
             report.event(TaskIn(client, m.header, m.metadata))
             report.event(TaskDest(msg_id, ENGINE))
-            content = ApplyReply(Status.OK).as_dict()
+            content = ApplyReply(ReplyStatus.OK).as_dict()
             report.event(TaskOut(ENGINE, client, msg_id, _reply_metadata(), content, result))
             if (i + 1) % per_batch == 0:
                 report.flush()

@@ -22,9 +22,9 @@ from typing import Any
 import zmq
 
 from zpar.constants import REPLAY_HISTORY
-from zpar.messages import ApplyReply, Status
 from zpar.serialize import pack_apply, serialize_object
 from zpar.wire import Session, batch, recv_message, send_frames, split_messages
+from zpar.wire.messages import ApplyReply, ReplyStatus
 
 KEY = b"benchmark-key-0123456789abcdef"
 ENGINE = "3f1c9a7e-5b2d-4c8e-9a61-0d2f7b4e8c15"
@@ -80,7 +80,7 @@ def cases(n_pre: int) -> dict[str, Callable[[], Any]]:
     def reply() -> list[Any]:
         return engine.serialize(
             "apply_reply",
-            ApplyReply(Status.OK).as_dict(),
+            ApplyReply(ReplyStatus.OK).as_dict(),
             parent=header,
             metadata=_reply_metadata(),
             buffers=result,
@@ -100,7 +100,7 @@ def cases(n_pre: int) -> dict[str, Callable[[], Any]]:
         "scheduler: unpack apply_request": lambda: sched.unpack(next(reqs)),
         "scheduler: resign for an engine": lambda: sched.resign(checked, header=header),
         "engine: unpack apply_request": lambda: engine.unpack(next(resigned)),
-        "engine: ApplyReply(OK).as_dict()": lambda: ApplyReply(Status.OK).as_dict(),
+        "engine: ApplyReply(OK).as_dict()": lambda: ApplyReply(ReplyStatus.OK).as_dict(),
         "engine: serialize apply_reply": reply,
         "scheduler: unpack apply_reply": lambda: sched_rx.unpack(next(replies)),
         "client: feed_lazy_all apply_reply": lambda: client_rx.feed_lazy_all(

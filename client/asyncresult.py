@@ -18,9 +18,9 @@ from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, FIRST_EXCEPTION
 from typing import Any
 
 from zpar.errors import CompositeError, NotReadyError, RemoteError, TaskAborted, TimeoutError
-from zpar.messages import Status
 from zpar.serialize import deserialize_object
 from zpar.wire import Message
+from zpar.wire.messages import ReplyStatus
 
 from .futurestate import FutureMachinery, FutureStateMixin
 from .outputs import OutputsMixin
@@ -35,7 +35,7 @@ def decode_reply(msg: Message) -> Any:
     """The value of an apply/execute reply, or raise the error it carries."""
     c = msg.content
     status = c.get("status")
-    if status == Status.OK:
+    if status == ReplyStatus.OK:
         if msg.buffers:
             if "function_id" in c:  # a typed_reply read back from the hub: raw type arrays
                 from zpar.typed.codec import type_arrays
@@ -43,7 +43,7 @@ def decode_reply(msg: Message) -> Any:
                 return type_arrays(c.get("counts") or [], msg.buffers)
             return deserialize_object(msg.buffers)
         return c.get("execute_result") if "execute_result" in c else None
-    if status == Status.ABORTED:
+    if status == ReplyStatus.ABORTED:
         raise TaskAborted(c.get("evalue") or f"task {msg.parent_header.get('msg_id')} aborted")
     raise RemoteError.from_content(c)
 
@@ -53,7 +53,7 @@ def _future_failed(f: concurrent.futures.Future) -> bool:
         return False
     if f.exception() is not None:
         return True
-    return f.result().content.get("status") != Status.OK
+    return f.result().content.get("status") != ReplyStatus.OK
 
 
 def _timeout(timeout: float | None) -> float | None:
@@ -123,7 +123,7 @@ class AsyncResult(FutureStateMixin, MetadataMixin, OutputsMixin, concurrent.futu
 
     @classmethod
     def of_call(cls, client: Any, request: Any, fname: str) -> AsyncResult:
-        """The result of one call (``single``), from its client.request.Request: what
+        """The result of one call (``single``), from its client.request.PendingRequest: what
         ``__init__`` makes of ``[request.msg_id], [request.future]``, without its checks
         and defaults (once per task on the submitting thread)."""
         ar = cls.__new__(cls)

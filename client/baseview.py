@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 from zpar.errors import SerializationError
-from zpar.messages import SchedulingFlags
 from zpar.tasklimits import parse_time_limit
+from zpar.wire.messages import SchedulingFlags
 
 from .asyncresult import AsyncMapResult, AsyncResult
 from .executor import ViewExecutor
@@ -22,7 +22,7 @@ from .executor import ViewExecutor
 def _check_callable(f: Any) -> None:
     if callable(f):
         return
-    from zpar.canning import Reference  # only for what is not callable: a Reference
+    from zpar.serialize.canning import Reference  # only for what is not callable: a Reference
 
     if not isinstance(f, Reference):  # a Reference: a function there
         raise SerializationError(f"{f!r} ({type(f).__name__}) is not callable")

@@ -16,17 +16,16 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from zpar import framememory
-from zpar.connection import default_url_file, profile_dir, wait_for_connection_file
+from zpar.cluster.connection import default_url_file, profile_dir, wait_for_connection_file
 from zpar.constants import DEFAULT_PROFILE, HUB_TIMEOUT, WINDOW_BYTES, WINDOW_REQUESTS
-from zpar.curve import keys_of
 from zpar.errors import (
     NoEnginesRegistered,
     TimeoutError,
 )
-from zpar.messages import AbortRequest, ClearRequest, MsgType, QueueRequest
-from zpar.transport import choose, direct_dir
-from zpar.wire import Session
+from zpar.wire import Session, framememory
+from zpar.wire.curve import keys_of
+from zpar.wire.messages import AbortRequest, ClearRequest, MsgType, QueueRequest
+from zpar.wire.transport import choose, direct_dir
 
 from .asyncresult import AsyncResult
 from .clientcompat import (

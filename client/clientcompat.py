@@ -13,7 +13,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from zpar.connection import ConnectionInfo, write_connection_file
+from zpar.cluster.connection import ConnectionInfo, write_connection_file
 
 from .taskstore import msg_ids_of
 

@@ -6,9 +6,9 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from zpar import framememory
+from zpar.cluster.launcher import LocalCluster
 from zpar.constants import DEFAULT_PROFILE
-from zpar.launcher import LocalCluster
+from zpar.wire import framememory
 
 from .client import Client
 
@@ -36,8 +36,8 @@ class Cluster:
         """Without a ``cluster_id`` the cluster is a throwaway: its task store, logs and
         connection files are removed when it stops, unless ``keep_files``. ``engines``: the
         launcher (local, mpi, ssh, slurm, pbs); ``keep``: replace engines that die; any
-        other zpar.settings name (``hwm=4``, ``ssh_hosts={...}``) overrides the profile."""
-        from zpar.settings import load
+        other zpar.cluster.settings name (``hwm=4``, ``ssh_hosts={...}``) overrides the profile."""
+        from zpar.cluster.settings import load
 
         flags = {"ip": ip, "log_level": log_level, "engines": engines, "keep": keep, **settings}
         self._launcher = LocalCluster(

@@ -18,12 +18,12 @@ from typing import Any
 import zmq
 
 from zpar.errors import EngineError
-from zpar.sockets import configure
-from zpar.transport import direct_address, usable_ipc
 from zpar.wire import Session, batch, recv_message, send_frames
+from zpar.wire.sockets import configure
+from zpar.wire.transport import direct_address, usable_ipc
 
 from .futures import ReplyFuture, resolve
-from .request import Request
+from .request import PendingRequest
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ class DirectCaller:
     def reachable(self, uuid: str) -> bool:
         return self._socket(uuid) is not None
 
-    def call(self, request: Request) -> ReplyFuture:
+    def call(self, request: PendingRequest) -> ReplyFuture:
         """Send a request's signed frames to its engine and wait for the reply; its
         future is done when this returns (with the reply, or the engine's death)."""
         uuid, frames, msg_id = request.engine_uuid or "", request.frames or [], request.msg_id

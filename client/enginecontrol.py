@@ -12,7 +12,7 @@ from typing import Any
 
 from zpar.constants import HUB_TIMEOUT
 from zpar.errors import TimeoutError
-from zpar.messages import MsgType, ShutdownRequest, SignalRequest
+from zpar.wire.messages import MsgType, ShutdownRequest, SignalRequest
 
 log = logging.getLogger(__name__)
 

@@ -13,12 +13,12 @@ from typing import Any
 import zmq
 
 from zpar.constants import WELCOME
-from zpar.curve import secure
 from zpar.errors import EngineError
-from zpar.messages import MsgType
-from zpar.privacy import iopub_topic
-from zpar.sockets import configure, recv_frames
 from zpar.wire import Message, Session
+from zpar.wire.curve import secure
+from zpar.wire.messages import MsgType
+from zpar.wire.privacy import iopub_topic
+from zpar.wire.sockets import configure, recv_frames
 
 from .futures import resolve
 

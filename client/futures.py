@@ -86,15 +86,15 @@ class _LightCondition:
 
 class ReplyFuture(Future):
     """A Future whose condition is a _LightCondition (see the module docstring), tied to
-    the client.request.Request it answers (None: made elsewhere) and the engine its reply
-    comes from. (Not typed as Request: client.request imports this module.)"""
+    the client.request.PendingRequest it answers (None: made elsewhere) and the engine its reply
+    comes from. (Not typed as PendingRequest: client.request imports this module.)"""
 
     #: Future's per-instance lists (concurrent.futures.wait's waiters, done-callbacks), made
     #: on first use: most replies have neither, and two lists per task were two more objects
     #: for the cyclic GC to walk while results are held (see the _waiters property)
     _waiter_list: list[Any] | None = None
     _callback_list: list[Callable[[Future], object]] | None = None
-    #: when its request was handed to zmq, as the Request said when this future let go of
+    #: when its request was handed to zmq, as the PendingRequest said when this future let go of
     #: it (None: never sent, e.g. aborted while held in the client's window)
     sent: float | None = None
 
@@ -103,7 +103,7 @@ class ReplyFuture(Future):
         self._state = "PENDING"
         self._result = None
         self._exception = None
-        #: the client.request.Request it answers, until it is resolved: then None, so that
+        #: the client.request.PendingRequest it answers, until it is resolved: then None, so that
         #: the two never hold each other (see set_result)
         self.request = request
         #: when its request was made (the header's date), kept past the request
@@ -184,7 +184,7 @@ class ReplyFuture(Future):
         self._invoke_callbacks()
 
     def _let_go(self) -> None:
-        """Let go of the Request: it holds this future (Request.future), and the cycle would
+        """Let go of the PendingRequest: it holds this future (PendingRequest.future), and the cycle would
         leave a dropped result (and its buffers) to the cyclic GC. What a handle reads of it
         once answered (when it was sent) is kept here."""
         request = self.request

@@ -9,8 +9,8 @@ from concurrent.futures import Future
 from typing import Any
 
 from zpar.errors import EngineError, HubRefused, ResultNotStored, TaskLost, error_content
-from zpar.messages import MsgType, ResultRequest
 from zpar.wire import Message
+from zpar.wire.messages import MsgType, ResultRequest
 
 log = logging.getLogger(__name__)
 

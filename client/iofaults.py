@@ -12,8 +12,8 @@ from typing import Any
 import zmq
 
 from zpar.errors import ControllerLost, SchedulerLost, WrongKey, ZparError
-from zpar.sockets import recv_monitor_event
 from zpar.wire import send_frames
+from zpar.wire.sockets import recv_monitor_event
 
 from .futures import resolve
 

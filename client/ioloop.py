@@ -3,18 +3,18 @@
 ```
  user threads                ClientIO thread                                 controller
  ------------                ---------------                                 ----------
- submit(Request)   ->  deque + wake pipe -> DEALER mux/control/task/query ->
+ submit(PendingRequest)   ->  deque + wake pipe -> DEALER mux/control/task/query ->
                        pending[msg_id].future.set_result(reply)        <- replies
                        engines, EngineError on death                   <- SUB notification
 ```
 
 User calls serialize and sign in their own thread, then hand the finished frames over in a
-client.request.Request, which this thread owns from then on. What is queued when the thread
+client.request.PendingRequest, which this thread owns from then on. What is queued when the thread
 wakes goes out together: the load-balanced requests as one batch (wire.batch) to the task
 scheduler, so a burst of submissions costs one multipart, not one each; a lone request is
 sent at once, as itself (no timer ever holds it back). Replies are checked (signature,
 replay) here, one by one even when they come batched, routed by their parent header (the
-rest is decoded when read: client.replies.Reply) and resolve the Request's future (a
+rest is decoded when read: client.replies.Reply) and resolve the PendingRequest's future (a
 client.futures.ReplyFuture), which plain scripts block on, and asyncio wraps (``await ar``).
 
 This module holds the thread, its sockets, the user-side interface and the reply path;
@@ -38,23 +38,23 @@ import msgpack
 import zmq
 
 from zpar.constants import BAD_KEY
-from zpar.curve import secure
 from zpar.errors import (
     EngineError,
     RemoteProtocolError,
     WrongKey,
     ZparError,
 )
-from zpar.messages import MsgType, Status, TaskOutcomes
 from zpar.profiling import profiled
-from zpar.sockets import configure
 from zpar.wire import Message, Session, recv_message, send_frames
+from zpar.wire.curve import secure
+from zpar.wire.messages import MsgType, ReplyStatus, TaskOutcomes
+from zpar.wire.sockets import configure
 
 from .engineevents import EngineEvents
 from .futures import resolve
 from .iofaults import HANDSHAKE_FAILED, FaultHandling
 from .replies import Reply
-from .request import Request, engine_of
+from .request import PendingRequest, engine_of
 from .sending import Sending
 from .window import Windows
 
@@ -81,9 +81,9 @@ class ClientIO(Sending, EngineEvents, FaultHandling):
         self.context = context or zmq.Context.instance()
         self._sockets: dict[str, zmq.Socket] = {}
         #: Requests to send and functions to call in this thread, in order
-        self._outbox: deque[Request | Callable[[], None]] = deque()
-        #: every Request not answered yet, by msg_id (a broadcast until every engine replied)
-        self._pending: dict[str, Request] = {}
+        self._outbox: deque[PendingRequest | Callable[[], None]] = deque()
+        #: every PendingRequest not answered yet, by msg_id (a broadcast until every engine replied)
+        self._pending: dict[str, PendingRequest] = {}
         self._by_engine: dict[str, set[str]] = {}  # engine uuid -> outstanding direct msg_ids
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
@@ -112,7 +112,7 @@ class ClientIO(Sending, EngineEvents, FaultHandling):
         self._direct_watch: dict[str, set[Future]] = {}
         self._direct_lock = threading.Lock()
         self._packb = msgpack.Packer(use_bin_type=True).pack  # this thread's own
-        #: zpar.curve.CurveKeys of a --curve cluster: every socket to the controller uses them
+        #: zpar.wire.curve.CurveKeys of a --curve cluster: every socket to the controller uses them
         self.curve: Any = None
         #: the connection file, named in errors
         self.where = ""
@@ -125,7 +125,7 @@ class ClientIO(Sending, EngineEvents, FaultHandling):
         self.controller = ""
         #: submission windows (client/window.py): work past them waits here, in order
         self.windows = Windows()
-        self._admitted: deque[Request] = deque()  # let out of a window, to send next
+        self._admitted: deque[PendingRequest] = deque()  # let out of a window, to send next
 
     # -- set-up -------------------------------------------------------------------------
 
@@ -171,7 +171,7 @@ class ClientIO(Sending, EngineEvents, FaultHandling):
 
     # -- user side ------------------------------------------------------------------------
 
-    def submit(self, request: Request) -> Request:
+    def submit(self, request: PendingRequest) -> PendingRequest:
         """Queue a signed request for sending; from now on the I/O thread owns it. Its
         ``future`` resolves with the reply (a client.replies.Reply), or each of ``replies`` for a
         broadcast; a wrong key fails it at once."""
@@ -192,8 +192,8 @@ class ClientIO(Sending, EngineEvents, FaultHandling):
             self._wake()
         return request
 
-    def request(self, msg_id: str) -> Request | None:
-        """The pending Request of ``msg_id`` (None once answered, or never sent here)."""
+    def request(self, msg_id: str) -> PendingRequest | None:
+        """The pending PendingRequest of ``msg_id`` (None once answered, or never sent here)."""
         return self._pending.get(msg_id)
 
     def outstanding(self) -> set[str]:
@@ -401,7 +401,7 @@ class ClientIO(Sending, EngineEvents, FaultHandling):
         if request.report_outcome:
             self._send_outcomes({msg_id: outcome_of(fut)})
 
-    def _window_done(self, request: Request) -> None:
+    def _window_done(self, request: PendingRequest) -> None:
         """``request`` is answered for good: the held requests its window lets out now."""
         if request.windowed:
             self._admitted.extend(self.windows.answered(request))
@@ -413,7 +413,7 @@ def outcome_of(fut: Future) -> list[Any]:
         return [False, engine_of(fut) or ""]
     msg = fut.result()
     try:
-        ok = msg.content.get("status") == Status.OK
+        ok = msg.content.get("status") == ReplyStatus.OK
         return [ok, str(msg.metadata.get("engine_uuid") or "")]
     except RemoteProtocolError:  # a reply that does not decode counts as failed
         return [False, ""]

@@ -1,12 +1,12 @@
 """One request's state on the client, from the moment it is signed to its reply.
 
-The user's thread makes a Request and hands it to the I/O thread (ClientIO.submit), which
+The user's thread makes a PendingRequest and hands it to the I/O thread (ClientIO.submit), which
 alone changes it afterwards: it sends the frames (when several are queued, in one batch),
 stamps ``sent``, routes the reply (or the engine's death) to ``future``, and forgets it.
-The futures an AsyncResult holds point back at their Request (``ReplyFuture.request``) until
+The futures an AsyncResult holds point back at their PendingRequest (``ReplyFuture.request``) until
 they are resolved, so what the handle reports while it waits (whether it was sent, zmq's
-trackers) is read from one record. A resolved future lets go of its Request (see
-client.futures): Request and future never form a reference cycle that outlives the reply,
+trackers) is read from one record. A resolved future lets go of its PendingRequest (see
+client.futures): PendingRequest and future never form a reference cycle that outlives the reply,
 so a dropped result and its buffers are freed at once, not by the cyclic GC.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 from .futures import ReplyFuture
 
 
-class Request:
+class PendingRequest:
     """A request the client sent and awaits. ``future`` resolves with the reply (a
     wire.LazyMessage) or the error that ended the wait; a broadcast (one message the task
     scheduler hands to several engines) has one reply future per engine uuid in
@@ -100,11 +100,11 @@ class Request:
 
     def __repr__(self) -> str:
         state = "sent" if self.sent is not None else "queued"
-        return f"<Request {self.msg_id} on {self.channel} {state}>"
+        return f"<PendingRequest {self.msg_id} on {self.channel} {state}>"
 
 
-def request_of(fut: Future) -> Request | None:
-    """The Request behind a future an AsyncResult holds while it is pending (None once
+def request_of(fut: Future) -> PendingRequest | None:
+    """The PendingRequest behind a future an AsyncResult holds while it is pending (None once
     resolved, and for futures of other origins: a result fetched from the hub's store, an
     executor's)."""
     return fut.request if isinstance(fut, ReplyFuture) else None

@@ -1,10 +1,10 @@
 """RequestSender: the send side of a Client, the interface views and capabilities use.
 
 Views (client.view), typed calls, distributed arrays and the magics build their calls
-through it: they name engines by id and get back a client.request.Request (msg_id, the
+through it: they name engines by id and get back a client.request.PendingRequest (msg_id, the
 reply's future, a broadcast's futures per engine), never touching the Client's or the I/O
 thread's members. Everything here runs in the calling thread; the signed frames are
-handed to the I/O thread (ClientIO.submit), which owns the Request from then on.
+handed to the I/O thread (ClientIO.submit), which owns the PendingRequest from then on.
 """
 
 from __future__ import annotations
@@ -23,14 +23,14 @@ from zpar.errors import (
     NoSuchEngine,
     TimeoutError,
 )
-from zpar.messages import MsgType, ResultRequest, Status
 from zpar.serialize import pack_apply
 from zpar.wire import Message, Session
+from zpar.wire.messages import MsgType, ReplyStatus, ResultRequest
 
 from .directcall import DirectCaller
 from .handles import Handles
 from .ioloop import ClientIO, outcome_of
-from .request import Request, engine_of
+from .request import PendingRequest, engine_of
 from .window import WINDOWED_CHANNELS
 
 #: Requests remembered in Client.history: the work sent, which get_result(-1) refers to.
@@ -115,10 +115,10 @@ class RequestSender:
         engine_id: int | None = None,
         track: bool = False,
         broadcast: list[int] | None = None,
-    ) -> Request:
+    ) -> PendingRequest:
         """Sign a request and queue it on ``channel`` ("mux", "control", "task",
         "query"), bound to engine ``engine_id`` or, on "task", to the task scheduler.
-        broadcast: engine ids each of which replies (``Request.replies``)."""
+        broadcast: engine ids each of which replies (``PendingRequest.replies``)."""
         if self.closed:
             raise RuntimeError("this Client is closed")
         uuid = self.engine_uuid(engine_id) if engine_id is not None else None
@@ -131,7 +131,7 @@ class RequestSender:
         if uuid is not None:
             frames = [uuid.encode(), *frames]
         uuids = [self.engine_uuid(i) for i in broadcast] if broadcast is not None else None
-        request = Request(
+        request = PendingRequest(
             msg_id,
             channel,
             frames,
@@ -157,7 +157,7 @@ class RequestSender:
         metadata: dict[str, Any] | None = None,
         buffers: list[Any] | None = None,
         track: bool = False,
-    ) -> Request:
+    ) -> PendingRequest:
         """An apply_request of ``f(*args, **kwargs)`` (or of ready ``buffers``)."""
         if buffers is None:
             buffers = pack_apply(f, args, kwargs)
@@ -178,9 +178,9 @@ class RequestSender:
         metadata: dict[str, Any] | None,
         msg_type: str = MsgType.APPLY_REQUEST,
         content: dict[str, Any] | None = None,
-    ) -> Request | None:
+    ) -> PendingRequest | None:
         """A blocking request (apply, or a capability's, e.g. typed_request) on one engine,
-        sent and awaited by the calling thread (client.directcall): its Request, answered,
+        sent and awaited by the calling thread (client.directcall): its PendingRequest, answered,
         or None when the engine has no endpoint on this host and the call must go through
         the I/O thread."""
         if self.closed:
@@ -199,7 +199,9 @@ class RequestSender:
         msg_id = header["msg_id"]
         if msg_type in HISTORY_TYPES:
             self._history.append(msg_id)
-        request = Request(msg_id, "direct", frames, engine_uuid=uuid, submitted=header["date"])
+        request = PendingRequest(
+            msg_id, "direct", frames, engine_uuid=uuid, submitted=header["date"]
+        )
         self._direct_caller.call(request)
         return request
 
@@ -215,7 +217,7 @@ class RequestSender:
                 f"the hub at {self._where} did not answer {msg_type} within {timeout} s: "
                 "is the controller running?"
             ) from None
-        if reply.content.get("status") == Status.ERROR:
+        if reply.content.get("status") == ReplyStatus.ERROR:
             raise HubRefused(
                 f"hub refused {msg_type}: {reply.content.get('evalue', '')}", reply.content
             )

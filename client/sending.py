@@ -13,12 +13,12 @@ from typing import Any
 
 import zmq
 
-from zpar.sockets import configure
-from zpar.transport import direct_address, usable_ipc
 from zpar.wire import batches, send_frames
+from zpar.wire.sockets import configure
+from zpar.wire.transport import direct_address, usable_ipc
 
 from .futures import resolve
-from .request import Request
+from .request import PendingRequest
 from .window import Windows, aborted_here
 
 #: Channels whose queued requests go out as one batch. The task scheduler takes batches
@@ -32,9 +32,9 @@ class Sending:
     context: zmq.Context
     _sockets: dict[str, zmq.Socket]
     _outbox: deque[Any]
-    _pending: dict[str, Request]
+    _pending: dict[str, PendingRequest]
     _by_engine: dict[str, set[str]]
-    _admitted: deque[Request]
+    _admitted: deque[PendingRequest]
     _direct: dict[bytes, zmq.Socket | None]
     _poller: zmq.Poller
     _thread: threading.Thread | None
@@ -49,7 +49,7 @@ class Sending:
         as itself). A function queued by call_soon runs after everything queued before
         it has been sent."""
         outbox = self._outbox
-        runs: dict[str, list[Request]] = {}
+        runs: dict[str, list[PendingRequest]] = {}
         admitted = self._admitted  # let out of their window by replies: older than the outbox
         while admitted:
             let_out = admitted.popleft()
@@ -57,7 +57,7 @@ class Sending:
                 self._send_or_batch(let_out, runs)
         while outbox:
             item = outbox.popleft()
-            if type(item) is not Request:
+            if type(item) is not PendingRequest:
                 self._send_runs(runs)
                 item()
                 continue
@@ -66,13 +66,13 @@ class Sending:
             self._send_or_batch(item, runs)
         self._send_runs(runs)
 
-    def _send_or_batch(self, item: Request, runs: dict[str, list[Request]]) -> None:
+    def _send_or_batch(self, item: PendingRequest, runs: dict[str, list[PendingRequest]]) -> None:
         if item.channel in BATCHED_CHANNELS and item.trackers is None:
             runs.setdefault(item.channel, []).append(item)
         else:
             self._send_one(item)
 
-    def _send_runs(self, runs: dict[str, list[Request]]) -> None:
+    def _send_runs(self, runs: dict[str, list[PendingRequest]]) -> None:
         if not runs:
             return
         for channel, requests in runs.items():
@@ -86,7 +86,7 @@ class Sending:
                     r.frames = None
         runs.clear()
 
-    def _send_one(self, request: Request) -> None:
+    def _send_one(self, request: PendingRequest) -> None:
         frames = request.frames
         assert frames is not None
         sock = self._sockets[request.channel]

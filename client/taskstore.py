@@ -8,7 +8,7 @@ import contextlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from zpar.messages import MsgType, QueueRequest, ResultRequest
+from zpar.wire.messages import MsgType, QueueRequest, ResultRequest
 
 from .asyncresult import AsyncHubResult, AsyncResult
 from .hubresult import HubResultFetcher

@@ -11,8 +11,8 @@ from typing import Any
 
 import zpar.serialize
 from zpar.dependency import to_wire
-from zpar.messages import ExecuteRequest, MsgType
 from zpar.serialize import pack_apply
+from zpar.wire.messages import ExecuteRequest, MsgType
 
 from .asyncresult import AsyncMapResult, AsyncResult
 from .baseview import LazyMapIterator, View, _check_callable, _flags_metadata, _fname
@@ -54,8 +54,8 @@ class DirectView(View):
     ) -> Any:
         """Give each engine of this view a communicator ``name`` (ranks in the view's
         order; mpi4py's method names), bootstrapped through the hub's rendezvous; returns
-        once every peer link is open. See zpar.comm.clientside.create for the options."""
-        from zpar.comm.clientside import create
+        once every peer link is open. See zpar.comm.client.create for the options."""
+        from zpar.comm.client import create
 
         return create(self, name, auth, hosts, **kw)
 
@@ -195,7 +195,7 @@ class DirectView(View):
         track: bool | None = None,
     ) -> Any:
         """Update each engine's namespace with ns."""
-        from zpar.engine.namespace import push
+        from zpar.namespace import push
 
         if not isinstance(ns, dict):
             raise TypeError(f"Must be a dict, not {type(ns)}")
@@ -208,7 +208,7 @@ class DirectView(View):
 
     def pull(self, names: str | Sequence[str], targets: Any = None, block: bool | None = None):
         """Values of names in each engine's namespace."""
-        from zpar.engine.namespace import pull
+        from zpar.namespace import pull
 
         if isinstance(names, list | tuple | set):
             for key in names:
@@ -302,7 +302,7 @@ class DirectView(View):
         """Split seq into one part per engine (dist 'b': blocks, numpy arrays without
         copying; 'r': round robin) and push each as ``key``; ``flatten``: a part of one
         element is pushed as that element. Returns None when blocking, as ipyparallel."""
-        from zpar.engine.namespace import push
+        from zpar.namespace import push
 
         ids = self._ids(targets)
         parts = split_parts(seq, len(ids), dist)
@@ -325,7 +325,7 @@ class DirectView(View):
         self, key: str, dist: str = "b", targets: Any = None, block: bool | None = None
     ) -> Any:
         """Join ``key`` from every engine, in engine order (the inverse of scatter)."""
-        from zpar.engine.namespace import pull
+        from zpar.namespace import pull
 
         from .partition import check_dist
 

@@ -14,7 +14,7 @@ from typing import Any, TypedDict, Unpack
 
 import numpy as np
 
-from . import onengine
+from . import engine
 from .consistency import EngineExport, InconsistentExport, check_global
 from .distarray import DistArray, new_key
 from .layout import plan
@@ -95,7 +95,7 @@ class DarrayClient:
         shape, ids, per_rank = self._plan(shape, layout)
         dtype = np.dtype(dtype).str
         key = new_key()
-        self._each(ids, onengine.allocate, lambda r: (key, per_rank[r], dtype, fill, empty))
+        self._each(ids, engine.allocate, lambda r: (key, per_rank[r], dtype, fill, empty))
         return DistArray(self.client, key, ids, per_rank, np.dtype(dtype))
 
     # -- constructors -----------------------------------------------------------------------
@@ -128,7 +128,7 @@ class DarrayClient:
                 np.ascontiguousarray(owned_piece(array, d.local_maps[rank])),
             )
 
-        self._each(ids, onengine.place, args)
+        self._each(ids, engine.place, args)
         return DistArray(self.client, key, ids, per_rank, array.dtype, distribution=d)
 
     def fromfunction(
@@ -138,7 +138,7 @@ class DarrayClient:
         shape, ids, per_rank = self._plan(shape, layout)
         key = new_key()
         dt = np.dtype(dtype).str
-        self._each(ids, onengine.from_function, lambda r: (key, per_rank[r], dt, function))
+        self._each(ids, engine.from_function, lambda r: (key, per_rank[r], dt, function))
         return DistArray(self.client, key, ids, per_rank, np.dtype(dt))
 
     def from_engines(self, name: str, targets: Any = None) -> DistArray:
@@ -147,7 +147,7 @@ class DarrayClient:
         shared (no copy) under a new key. Refusals name the engine and the broken rule."""
         ids = self.client.sender.resolve_targets("all" if targets is None else targets)
         key = new_key()
-        replies = self._each(ids, onengine.adopt, lambda r: (name, key))
+        replies = self._each(ids, engine.adopt, lambda r: (name, key))
         try:
             for eid, (ok, why, *_rest) in zip(ids, replies, strict=True):
                 if not ok:
@@ -158,7 +158,7 @@ class DarrayClient:
             ]
             ordered = check_global(exports)
         except InconsistentExport:
-            self.client[ids].apply_sync(onengine.free, [key])
+            self.client[ids].apply_sync(engine.free, [key])
             raise
         return DistArray(
             self.client,

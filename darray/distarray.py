@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
-from . import onengine, shmgather
+from . import engine, shmgather
 from .layout import plan
 from .maps import Distribution, block_bounds, global_keys, outer_key, owned_dim_dict
 
@@ -31,7 +31,7 @@ def _free(client: Any, targets: list[int], key: str) -> None:
     """Drop the engines' sections when the handle goes (best effort: never raises)."""
     try:
         if not client._closed:
-            client[targets].apply_async(onengine.free, [key])
+            client[targets].apply_async(engine.free, [key])
     except Exception:  # noqa: BLE001 - a finalizer must not raise (client closing, engine gone)
         pass
 
@@ -143,7 +143,7 @@ class DistArray(NDArrayOperatorsMixin):
     def free(self) -> None:
         """Drop the sections on the engines now (also done when the handle is collected)."""
         if self._finalizer.detach():
-            self._on_all(onengine.free, [self.key])
+            self._on_all(engine.free, [self.key])
 
     # -- to the client ----------------------------------------------------------------------
 
@@ -154,12 +154,12 @@ class DistArray(NDArrayOperatorsMixin):
         with shmgather.shared_result(self.shape, self.dtype) as shared:
             if shared is None:
                 out = np.empty(self.shape, dtype=self.dtype)
-                ars = [self.client[e].apply_async(onengine.owned, self.key) for e in self.targets]
+                ars = [self.client[e].apply_async(engine.owned, self.key) for e in self.targets]
             else:
                 path, out = shared
                 ars = [
                     self.client[eid].apply_async(
-                        onengine.owned_into,
+                        engine.owned_into,
                         self.key,
                         path,
                         self.shape,
@@ -208,7 +208,7 @@ class DistArray(NDArrayOperatorsMixin):
             if any(len(p) == 0 for p in pos):
                 continue
             local_keys = [as_slice(lc[p]) for lc, p in zip(locals_, pos, strict=True)]
-            ar = self.client[eid].apply_async(onengine.take, self.key, local_keys)
+            ar = self.client[eid].apply_async(engine.take, self.key, local_keys)
             calls.append((pos, ar))
         for pos, ar in calls:
             out[np.ix_(*pos) if pos else ()] = ar.get()
@@ -262,7 +262,7 @@ class DistArray(NDArrayOperatorsMixin):
         for x in inputs:
             if isinstance(x, DistArray):
                 self._compatible(x)
-                operands.append(onengine.Ref(x.key))
+                operands.append(engine.Ref(x.key))
             elif isinstance(x, numbers.Number) or (
                 isinstance(x, np.ndarray | np.generic) and np.ndim(x) == 0
             ):
@@ -275,15 +275,15 @@ class DistArray(NDArrayOperatorsMixin):
             if not isinstance(target, DistArray) or ufunc.nout != 1:
                 return NotImplemented
             self._compatible(target)
-            kwargs["out"] = onengine.Ref(target.key)
-            self._on_all(onengine.elementwise, None, ufunc, operands, kwargs)
+            kwargs["out"] = engine.Ref(target.key)
+            self._on_all(engine.elementwise, None, ufunc, operands, kwargs)
             return target
         if ufunc.nout == 1:
             key = new_key()
-            dtypes = self._on_all(onengine.elementwise, key, ufunc, operands, kwargs)
+            dtypes = self._on_all(engine.elementwise, key, ufunc, operands, kwargs)
             return self._like(key, dtypes[0])
         keys = [new_key() for _ in range(ufunc.nout)]  # divmod, modf, frexp: one each
-        dtypes = self._on_all(onengine.elementwise, keys, ufunc, operands, kwargs)
+        dtypes = self._on_all(engine.elementwise, keys, ufunc, operands, kwargs)
         return tuple(self._like(k, dt) for k, dt in zip(keys, dtypes[0], strict=True))
 
     def _like(self, key: str, dtype: Any) -> DistArray:
@@ -296,16 +296,16 @@ class DistArray(NDArrayOperatorsMixin):
         """``func(local_array, *args)`` on every engine's section (a stencil kernel, a local
         solver); the results by grid rank. The LocalArray's ``ndarray`` may be changed in
         place: that is how kernels update the distributed array."""
-        return self._on_all(onengine.call_local, self.key, func, args)
+        return self._on_all(engine.call_local, self.key, func, args)
 
     def astype(self, dtype: Any) -> DistArray:
         key = new_key()
-        self._on_all(onengine.astype, self.key, key, np.dtype(dtype).str)
+        self._on_all(engine.astype, self.key, key, np.dtype(dtype).str)
         return self._like(key, dtype)
 
     def copy(self) -> DistArray:
         key = new_key()
-        self._on_all(onengine.copy, self.key, key)
+        self._on_all(engine.copy, self.key, key)
         return self._like(key, self.dtype)
 
     # -- engine to engine -------------------------------------------------------------------
@@ -332,7 +332,7 @@ class DistArray(NDArrayOperatorsMixin):
                 raise ValueError(f"axis {axis} is out of bounds for a {self.ndim}-d array")
             axis = int(axis) % self.ndim
         if axis is None or self.ndim == 1:  # one number, as numpy gives
-            return self._collective(onengine.reduce_all, op)[0]
+            return self._collective(engine.reduce_all, op)[0]
         return self._reduce_axis(op, axis)
 
     def _reduce_axis(self, op: str, axis: int) -> DistArray:
@@ -348,7 +348,7 @@ class DistArray(NDArrayOperatorsMixin):
             for rank, maps in enumerate(self.distribution.local_maps)
         ]
         key = new_key()
-        dtypes = self._collective(onengine.reduce_axis, op, axis, coords, key, result_dim_data)
+        dtypes = self._collective(engine.reduce_axis, op, axis, coords, key, result_dim_data)
         roots = [r for r, dd in enumerate(result_dim_data) if dd is not None]
         return DistArray(
             self.client,
@@ -393,7 +393,7 @@ class DistArray(NDArrayOperatorsMixin):
             [getattr(m, "padding", (0, 0)) for m in ax.maps] for ax in self.distribution.axes
         ]
         if any(p != (0, 0) for per_axis in paddings for p in per_axis):
-            self._collective(onengine.exchange_halos, self._coords(), paddings)
+            self._collective(engine.exchange_halos, self._coords(), paddings)
 
     def redistribute(
         self,
@@ -406,5 +406,5 @@ class DistArray(NDArrayOperatorsMixin):
         sends each other engine the cells it will own, in one all-to-all."""
         _, per_rank = plan(self.shape, dist, grid_shape, padding, periodic, len(self.targets))
         key = new_key()
-        self._collective(onengine.redistribute, key, per_rank)
+        self._collective(engine.redistribute, key, per_rank)
         return DistArray(self.client, key, self.targets, per_rank, self.dtype)

@@ -1,4 +1,4 @@
 """zpar engines: the process that runs users' functions (``python -m zpar.engine``).
 
-Kept import-light: clients import ``zpar.engine.namespace`` for push/pull.
+Kept import-light: clients import ``zpar.namespace`` for push/pull.
 """

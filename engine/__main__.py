@@ -8,17 +8,17 @@ import os
 import sys
 import time
 
-from zpar.argparsing import Parser, checked
-from zpar.connection import (
+from zpar.cluster.argparsing import Parser, checked
+from zpar.cluster.connection import (
     default_url_file,
     stopped_on_purpose,
     wait_for_connection_file,
     wait_for_new_controller,
 )
+from zpar.cluster.names import log_level, profile_name
 from zpar.constants import DEFAULT_PROFILE, ENGINE_RECONNECT_WINDOW
 from zpar.errors import TimeoutError, ZparError
 from zpar.logs import setup_logging
-from zpar.names import log_level, profile_name
 
 #: Exit codes: a normal stop (shutdown, SIGTERM, controller gone) / could not start or serve.
 EXIT_OK = 0

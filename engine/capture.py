@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from zpar.constants import MAX_CAPTURED_OUTPUT
-from zpar.messages import MsgType
+from zpar.wire.messages import MsgType
 
 #: (msg_type, content, parent header) -> None: the engine sends it on IOPub.
 Publish = Callable[[MsgType, dict[str, Any], dict[str, Any]], None]

@@ -34,18 +34,17 @@ from typing import Any
 
 import zmq
 
-from zpar import framememory
-from zpar.connection import ConnectionInfo
+from zpar.cluster.connection import ConnectionInfo
 from zpar.constants import HUB_TIMEOUT, RESUME_CHECK_TIMEOUT
-from zpar.curve import secure
 from zpar.logs import setup_logging
-from zpar.messages import RegistrationReply
-from zpar.privacy import iopub_topic
 from zpar.profiling import profiled
-from zpar.refusals import merged
-from zpar.sockets import configure
-from zpar.transport import choose, direct_address, direct_dir
-from zpar.wire import Session
+from zpar.wire import Session, framememory
+from zpar.wire.curve import secure
+from zpar.wire.messages import RegistrationReply
+from zpar.wire.privacy import iopub_topic
+from zpar.wire.refusals import merged
+from zpar.wire.sockets import configure
+from zpar.wire.transport import choose, direct_address, direct_dir
 
 from .heart import Heart
 from .iopub import IOPub

@@ -7,7 +7,7 @@ A package declares, in its pyproject.toml::
 
 name = the request's msg_type, value = "module:factory"; ``factory(kernel)`` returns
 ``handler(msg) -> (content, buffers)``, run by the kernel like apply_request (busy/idle,
-captured output, the reply type from zpar.msgtypes.reply_type_of: a MsgType of the core
+captured output, the reply type from zpar.wire.msgtypes.reply_type_of: a MsgType of the core
 or a type the capability declares in ``zpar.message_types``). The kernel looks a type up
 the first time it sees it, so the apply hot path never pays for this.
 """
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any
 
-from zpar.msgtypes import reply_type_of
+from zpar.wire.msgtypes import reply_type_of
 
 log = logging.getLogger(__name__)
 

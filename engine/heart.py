@@ -21,8 +21,8 @@ from typing import Any
 
 import zmq
 
-from zpar.curve import secure
-from zpar.sockets import configure
+from zpar.wire.curve import secure
+from zpar.wire.sockets import configure
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ class Heart:
     """Start with ``start()``; ``stop()`` ends the proxy and closes its sockets."""
 
     def __init__(self, ping: str, pong: str, identity: bytes, curve: Any = None) -> None:
-        """``curve``: the cluster's zpar.curve keys (or its ConnectionInfo) on --curve. The
+        """``curve``: the cluster's zpar.wire.curve keys (or its ConnectionInfo) on --curve. The
         heart makes a zmq context of its own when it starts (see the module doc)."""
         self._ctx: zmq.Context | None = None
         self._curve = curve

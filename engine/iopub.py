@@ -12,8 +12,8 @@ from typing import Any, cast
 
 import zmq
 
-from zpar.messages import MsgType
 from zpar.wire import Session
+from zpar.wire.messages import MsgType
 
 _EVENTS = int(zmq.EVENTS)
 _POLLIN = int(zmq.POLLIN)
@@ -27,7 +27,7 @@ class IOPub:
     def __init__(self, socket: zmq.Socket, session: Session, topic: bytes | None) -> None:
         self.socket = socket
         self.session = session
-        self.topic = topic  # its subscribers hold the key (zpar.privacy)
+        self.topic = topic  # its subscribers hold the key (zpar.wire.privacy)
         self.engine_id = -1
         self.listeners = 0
 

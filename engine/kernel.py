@@ -1,4 +1,4 @@
-"""The engine's message handlers, without sockets: a decoded Message in, a Reply out.
+"""The engine's message handlers, without sockets: a decoded Message in, a KernelReply out.
 
 The engine loop (engine.py) only receives, calls ``Kernel.handle`` and sends what it
 returns, so every rule here (namespace, abort, errors, metadata) is tested in memory.
@@ -15,22 +15,22 @@ from typing import Any
 
 import zpar.mapchunk  # noqa: F401 - loaded before the first map's chunk (1.2 ms)
 import zpar.serialize
+from zpar import namespace
 from zpar.errors import SerializationError, TaskAborted, error_content
-from zpar.messages import (
+from zpar.serialize import serialize_object, unpack_apply
+from zpar.wire import Message
+from zpar.wire.messages import (
     AbortReply,
     ApplyReply,
     ClearReply,
     ExecuteReply,
     MsgType,
+    ReplyStatus,
     ShutdownReply,
-    Status,
     abort_ids,
 )
-from zpar.msgtypes import reply_type_of
-from zpar.serialize import serialize_object, unpack_apply
-from zpar.wire import Message
+from zpar.wire.msgtypes import reply_type_of
 
-from . import namespace
 from .capture import Capture, Publish
 from .handlers import find_handler
 
@@ -48,7 +48,7 @@ _OWN_FILES = frozenset({__file__, namespace.__file__, zpar.serialize.__file__})
 
 _BUSY = {"execution_state": "busy"}
 _IDLE = {"execution_state": "idle"}
-_APPLY_OK = ApplyReply(Status.OK).as_dict()
+_APPLY_OK = ApplyReply(ReplyStatus.OK).as_dict()
 
 #: the ok reply of each control request the kernel answers itself
 _OK_REPLIES: dict[str, type[ClearReply | AbortReply | ShutdownReply]] = {
@@ -57,10 +57,10 @@ _OK_REPLIES: dict[str, type[ClearReply | AbortReply | ShutdownReply]] = {
 
 
 @dataclass(slots=True)
-class Reply:
+class KernelReply:
     """What to send back on the socket the request came on."""
 
-    msg_type: str  # a MsgType, or a capability's reply type (zpar.msgtypes.reply_type_of)
+    msg_type: str  # a MsgType, or a capability's reply type (zpar.wire.msgtypes.reply_type_of)
     content: dict[str, Any]
     metadata: dict[str, Any]
     buffers: list[Any] = field(default_factory=list)
@@ -112,9 +112,9 @@ class Kernel:
         }
         #: message types already looked up among the installed handlers (engine.handlers)
         self._looked_up: set[str] = set()
-        #: reply type of each request type (zpar.msgtypes.reply_type_of), looked up once
+        #: reply type of each request type (zpar.wire.msgtypes.reply_type_of), looked up once
         self._reply_types: dict[str, str | None] = {}
-        self._control: dict[str, Callable[[Message], Reply]] = {
+        self._control: dict[str, Callable[[Message], KernelReply]] = {
             MsgType.CLEAR_REQUEST: self._clear,
             MsgType.ABORT_REQUEST: self._abort,
             MsgType.SHUTDOWN_REQUEST: self._shutdown,
@@ -122,7 +122,7 @@ class Kernel:
 
     # -- dispatch ---------------------------------------------------------------------------
 
-    def handle(self, msg: Message) -> Reply | None:
+    def handle(self, msg: Message) -> KernelReply | None:
         """The reply to ``msg``; None for a message type an engine does not handle."""
         msg_type = msg.header["msg_type"]
         run = self._handlers.get(msg_type)
@@ -144,7 +144,7 @@ class Kernel:
             self._handlers[msg_type] = run
         return run
 
-    def aborted_reply(self, msg: Message) -> Reply | None:
+    def aborted_reply(self, msg: Message) -> KernelReply | None:
         """The reply telling a client its request was aborted before it ran."""
         msg_type = msg.header.get("msg_type")
         reply_type = reply_type_of(msg_type) if isinstance(msg_type, str) else None
@@ -154,13 +154,13 @@ class Kernel:
         content = error_content(
             TaskAborted,
             f"task {msg_id} was aborted before it ran",
-            status=Status.ABORTED,
+            status=ReplyStatus.ABORTED,
             traceback=[],
             engine_info=self._engine_info(msg_type),
             zpar_error=True,
         )
         now = time.time()
-        return Reply(reply_type, content, self._metadata(now, now, Status.ABORTED))
+        return KernelReply(reply_type, content, self._metadata(now, now, ReplyStatus.ABORTED))
 
     # -- execution --------------------------------------------------------------------------
 
@@ -169,7 +169,7 @@ class Kernel:
         msg: Message,
         msg_type: str,
         run: Callable[[Message], tuple[dict[str, Any], list[Any]]],
-    ) -> Reply:
+    ) -> KernelReply:
         parent = msg.header
         publish = self._publish
         if publish is not None:
@@ -194,7 +194,7 @@ class Kernel:
         if reply_type is None:
             reply_type = self._reply_types[msg_type] = reply_type_of(msg_type)
         assert reply_type is not None  # handlers exist only for requests (engine.handlers)
-        return Reply(reply_type, content, md, buffers)
+        return KernelReply(reply_type, content, md, buffers)
 
     def _apply(self, msg: Message) -> tuple[dict[str, Any], list[Any]]:
         f, args, kwargs = unpack_apply(msg.buffers)
@@ -216,7 +216,7 @@ class Kernel:
         n = self.execution_count
         result = namespace.execute(code, self.ns, f"<zpar-execute-{n}>")
         reply = ExecuteReply(
-            Status.OK, execution_count=n, execute_result=None if silent else result
+            ReplyStatus.OK, execution_count=n, execute_result=None if silent else result
         )
         return reply.as_dict(), []
 
@@ -230,18 +230,20 @@ class Kernel:
 
     # -- control ----------------------------------------------------------------------------
 
-    def _clear(self, msg: Message) -> Reply:
+    def _clear(self, msg: Message) -> KernelReply:
         namespace.reset_namespace(self.ns)
         return self._ok(MsgType.CLEAR_REPLY)
 
-    def _abort(self, msg: Message) -> Reply:
+    def _abort(self, msg: Message) -> KernelReply:
         try:
             msg_ids = abort_ids(msg.content)
         except ValueError as e:  # signed, yet malformed: answered with the reason, not fatal
             log.warning("engine %d: abort %s refused: %s", self.engine_id, msg.header["msg_id"], e)
             now = time.time()
             content = self._error_content(e, MsgType.ABORT_REQUEST)
-            return Reply(MsgType.ABORT_REPLY, content, self._metadata(now, now, Status.ERROR))
+            return KernelReply(
+                MsgType.ABORT_REPLY, content, self._metadata(now, now, ReplyStatus.ERROR)
+            )
         if msg_ids is None:
             reply = self._ok(MsgType.ABORT_REPLY)
             reply.drain = True
@@ -249,7 +251,7 @@ class Kernel:
         self.aborted.update(msg_ids)
         return self._ok(MsgType.ABORT_REPLY)
 
-    def _shutdown(self, msg: Message) -> Reply:
+    def _shutdown(self, msg: Message) -> KernelReply:
         restart = bool(msg.content.get("restart", False))
         if restart and not self.restartable:
             now = time.time()
@@ -258,7 +260,9 @@ class Kernel:
                 "not as its own process (zpar engine); shut it down without restart"
             )
             content = self._error_content(refusal, MsgType.SHUTDOWN_REQUEST)
-            return Reply(MsgType.SHUTDOWN_REPLY, content, self._metadata(now, now, Status.ERROR))
+            return KernelReply(
+                MsgType.SHUTDOWN_REPLY, content, self._metadata(now, now, ReplyStatus.ERROR)
+            )
         reply = self._ok(MsgType.SHUTDOWN_REPLY)
         reply.drain = reply.stop = True
         reply.restart = restart
@@ -266,10 +270,10 @@ class Kernel:
 
     # -- helpers ----------------------------------------------------------------------------
 
-    def _ok(self, reply_type: MsgType) -> Reply:
+    def _ok(self, reply_type: MsgType) -> KernelReply:
         now = time.time()
-        content = _OK_REPLIES[reply_type](Status.OK).as_dict()
-        return Reply(reply_type, content, self._metadata(now, now, Status.OK))
+        content = _OK_REPLIES[reply_type](ReplyStatus.OK).as_dict()
+        return KernelReply(reply_type, content, self._metadata(now, now, ReplyStatus.OK))
 
     def _engine_info(self, method: Any) -> dict[str, Any]:
         return {"engine_id": self.engine_id, "engine_uuid": self.engine_uuid, "method": method}

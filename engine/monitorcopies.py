@@ -13,7 +13,7 @@ GIL within the switch interval), so a long call's request still reaches the hub 
 The thread costs the call in progress as little as it can (docs/decisions.md, "W2: the
 engine's monitor copies"): it is woken only when it sleeps without a deadline (the first copy
 after a quiet interval); while an interval runs, copies are queued without waking it. What
-it sends at a turn travels as one monitor batch (zpar.copybatch.pack_copies), one zmq send:
+it sends at a turn travels as one monitor batch (zpar.wire.copybatch.pack_copies), one zmq send:
 one copy a message and a GIL yield after each cost the engine's main thread a GIL hand-off
 per copy, ~100-200 us of CPU per direct call.
 """
@@ -28,9 +28,9 @@ from typing import Any
 
 import zmq
 
-from zpar.copybatch import COPY_BATCH_MAX, batchable_copy, pack_copies
-from zpar.sockets import configure
 from zpar.wire import send_frames
+from zpar.wire.copybatch import COPY_BATCH_MAX, batchable_copy, pack_copies
+from zpar.wire.sockets import configure
 
 log = logging.getLogger(__name__)
 

@@ -12,13 +12,13 @@ from typing import Any
 
 import zmq
 
+from zpar.cluster.launchers.mpirank import mpi_rank
 from zpar.constants import BAD_KEY, HUB_TIMEOUT
-from zpar.curve import secure
 from zpar.errors import RegistrationRefused, TimeoutError, WrongKey
-from zpar.launchers.mpirank import mpi_rank
-from zpar.messages import MsgType, RegistrationReply, RegistrationRequest, Status
-from zpar.sockets import configure, recv_monitor_event
 from zpar.wire import Session
+from zpar.wire.curve import secure
+from zpar.wire.messages import MsgType, RegistrationReply, RegistrationRequest, ReplyStatus
+from zpar.wire.sockets import configure, recv_monitor_event
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ def still_registered(
 
 
 def _check(content: dict[str, Any], address: str) -> RegistrationReply:
-    if content.get("status") != Status.OK:
+    if content.get("status") != ReplyStatus.OK:
         reason = content.get("evalue") or "no reason given"
         raise RegistrationRefused(f"registration refused by the controller at {address}: {reason}")
     try:
@@ -122,7 +122,7 @@ def connect_and_wait(pairs: Sequence[tuple[zmq.Socket, str]], timeout: float) ->
     """Connect each socket and wait until each has completed its ZMTP handshake.
 
     The monitors are attached before connecting: on loopback a handshake can finish before
-    a monitor attached after connect() sees it (zpar.sockets.wait_handshakes would then
+    a monitor attached after connect() sees it (zpar.wire.sockets.wait_handshakes would then
     time out).
     """
     monitors = [s.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED) for s, _ in pairs]

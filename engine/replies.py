@@ -20,11 +20,11 @@ import zmq
 
 from zpar.constants import TASK_HWM_LOADED
 from zpar.errors import LocalProtocolError, error_content
-from zpar.messages import MON_MUX_OUT, Status
 from zpar.wire import Message, Session, batch, buffers_size, checkable_copy, send_frames
+from zpar.wire.messages import MON_MUX_OUT, ReplyStatus
 
 from .heldreplies import HeldReplyWatchdog
-from .kernel import Reply
+from .kernel import KernelReply
 from .monitorcopies import MonitorCopies
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,9 @@ class ReplySender:
         #: work was failed or placed elsewhere; hub/staleheart.py)
         self.stale: str | None = None
 
-    def send(self, sock: zmq.Socket, msg: Message, reply: Reply, *, hold: bool = False) -> None:
+    def send(
+        self, sock: zmq.Socket, msg: Message, reply: KernelReply, *, hold: bool = False
+    ) -> None:
         """Answer ``msg`` with ``reply``; ``hold``: keep it for the next flush if the replies
         held already waited less than the watchdog's limit (the caller guarantees a flush
         when the batch in hand ends, and tells the watchdog when user code runs)."""
@@ -135,7 +137,7 @@ class ReplySender:
             self.sent_replies += len(group)
             i = j
 
-    def _frames(self, msg: Message, reply: Reply, private: bool) -> list[Any]:
+    def _frames(self, msg: Message, reply: KernelReply, private: bool) -> list[Any]:
         try:
             _, frames = self.session.serialize(
                 reply.msg_type,
@@ -161,7 +163,7 @@ class ReplySender:
                 engine_info={"engine_id": self.engine_id, "engine_uuid": self.engine_uuid},
             )
             md = {k: v for k, v in reply.metadata.items() if k not in ("stdout", "stderr")}
-            md["status"] = Status.ERROR
+            md["status"] = ReplyStatus.ERROR
             _, frames = self.session.serialize(
                 reply.msg_type, content, parent=msg.header, metadata=md, private=private
             )

@@ -21,13 +21,13 @@ from typing import Any, cast
 import zmq
 
 from zpar.errors import RemoteProtocolError
-from zpar.messages import MON_MUX_IN, MsgType, Status
-from zpar.msgtypes import reply_type_of
 from zpar.tasklimits import parse_time_limit, timeout_content
 from zpar.wire import Message, Session, checkable_copy, recv_message, split_messages
+from zpar.wire.messages import MON_MUX_IN, MsgType, ReplyStatus
+from zpar.wire.msgtypes import reply_type_of
 
 from .iopub import IOPub
-from .kernel import Kernel, Reply
+from .kernel import Kernel, KernelReply
 from .monitorcopies import MonitorCopies
 from .replies import ReplySender
 from .revoke import RevokeGate
@@ -397,12 +397,12 @@ class Server:
         self.current = None
         return self.time_limits.disarm()
 
-    def timeout_reply(self, msg: Message, limit: float, reply: Reply | None) -> Reply:
+    def timeout_reply(self, msg: Message, limit: float, reply: KernelReply | None) -> KernelReply:
         info = {"engine_id": self.id, "engine_uuid": self.uuid, "method": msg.msg_type}
         content = timeout_content(msg.msg_id, limit, info, reply.content if reply else None)
         now = time.time()
         md: dict[str, Any] = (
             dict(reply.metadata) if reply is not None else {"started": now, "completed": now}
         )
-        md.update(status=Status.ERROR, engine_id=self.id, engine_uuid=self.uuid)
-        return Reply(reply_type_of(msg.msg_type) or MsgType.APPLY_REPLY, content, md)
+        md.update(status=ReplyStatus.ERROR, engine_id=self.id, engine_uuid=self.uuid)
+        return KernelReply(reply_type_of(msg.msg_type) or MsgType.APPLY_REPLY, content, md)

@@ -36,10 +36,10 @@ from zpar.constants import (
     SIGNAL_REPLAY_HISTORY,
     SIGNAL_SUFFIX,
 )
-from zpar.messages import MsgType, Status
-from zpar.refusals import RefusalReporter
-from zpar.sockets import configure
 from zpar.wire import Session, send_frames
+from zpar.wire.messages import MsgType, ReplyStatus
+from zpar.wire.refusals import RefusalReporter
+from zpar.wire.sockets import configure
 
 from .revoke import RevokeGate
 
@@ -75,7 +75,7 @@ class SignalListener:
         self._thread: threading.Thread | None = None
         self.engine_id = -1
         #: the engine's refused messages, which this thread reports to the hub when they
-        #: change (zpar.refusals; the main thread may be busy in user code for hours)
+        #: change (zpar.wire.refusals; the main thread may be busy in user code for hours)
         self.refusals = RefusalReporter(lambda: dict(self.session.refused))
         #: called (on this thread) with the hub's reason when the hub says this engine is
         #: no longer registered
@@ -144,7 +144,7 @@ class SignalListener:
         log.debug("engine %d: revoked %d of %d task(s)", self.engine_id, len(revoked), len(msg_ids))
         _, out = self.session.serialize(
             MsgType.REVOKE_REPLY,
-            {"status": Status.OK, "revoked": revoked},
+            {"status": ReplyStatus.OK, "revoked": revoked},
             parent=msg.header,
             packb=self._packb,
         )

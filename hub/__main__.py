@@ -9,7 +9,11 @@ import sys
 
 import zmq
 
-from zpar.argparsing import Parser, checked
+from zpar.cluster.argparsing import Parser, checked
+from zpar.cluster.names import cluster_id, log_level, profile_name
+from zpar.cluster.ownership import ControllerLock
+from zpar.cluster.settings import CONTROLLER_PORTS, convert, explicit
+from zpar.cluster.settings import load as load_settings
 from zpar.constants import (
     CLIENT_QUEUE_LIMIT,
     DEFAULT_PROFILE,
@@ -22,10 +26,6 @@ from zpar.constants import (
 )
 from zpar.errors import ClusterBusy, ExposureRefused, ZparError
 from zpar.logs import setup_logging
-from zpar.names import cluster_id, log_level, profile_name
-from zpar.ownership import ControllerLock
-from zpar.settings import CONTROLLER_PORTS, convert, explicit
-from zpar.settings import load as load_settings
 
 
 def _at_least_one(value: str) -> int:
@@ -106,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-#: Settings (zpar.settings) the controller takes from its profile and ZPAR_* variables
+#: Settings (zpar.cluster.settings) the controller takes from its profile and ZPAR_* variables
 #: when no flag gives them.
 CONTROLLER_SETTINGS = (
     "ip", "location", "hb_period", "hb_misses", "scheme", "hwm", "insecure", "db", "log_level",
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(str(e))
     if args.key and args.insecure:
         p.error("a cluster key (setting key) and --insecure (no key) exclude each other")
-    from zpar.privacy import check_exposure
+    from zpar.wire.privacy import check_exposure
 
     try:
         exposure = check_exposure(

@@ -21,7 +21,7 @@ from typing import Any
 
 import zmq
 
-from zpar.connection import (
+from zpar.cluster.connection import (
     CLIENT_FILE,
     ENGINE_FILE,
     ConnectionInfo,
@@ -33,19 +33,19 @@ from zpar.connection import (
 from zpar.constants import (
     WILDCARDS,
 )
-from zpar.curve import ZapAuthenticator, secure
 from zpar.errors import ControllerError, ZparError
 from zpar.memory import Trimmer
-from zpar.messages import MON_SCHEDULER, MsgType
-from zpar.monitor import split_monitor
-from zpar.privacy import iopub_topic
 from zpar.profiling import profiled
-from zpar.sockets import bind_port, configure
+from zpar.schedulers.relays import start_relays
 from zpar.wire import Session
+from zpar.wire.curve import ZapAuthenticator, secure
+from zpar.wire.messages import MON_SCHEDULER, MsgType
+from zpar.wire.monitor import split_monitor
+from zpar.wire.privacy import iopub_topic
+from zpar.wire.sockets import bind_port, configure
 
 from .heartmonitor import HeartMonitor
 from .hub import Addresses, Hub
-from .relays import start_relays
 from .schedproc import ControllerConfig, SchedulerLaunch, launch_scheduler
 from .schedwatch import SchedulerWatch
 from .status import add_refusal_parts
@@ -84,7 +84,7 @@ class Controller:
         self.rundir = launch.rundir
         self.key = launch.key
         self._key_file = launch.key_file
-        #: zpar.curve.CurveKeys of a --curve cluster; its ZAP handler, once started
+        #: zpar.wire.curve.CurveKeys of a --curve cluster; its ZAP handler, once started
         self.curve = launch.curve
         self.zap: ZapAuthenticator | None = None
         self.session = Session(self.key or None, allow_insecure=config.insecure)

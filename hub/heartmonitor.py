@@ -25,7 +25,7 @@ from collections.abc import Callable
 import zmq
 
 from zpar.constants import PING
-from zpar.sockets import recv_monitor_event
+from zpar.wire.sockets import recv_monitor_event
 
 log = logging.getLogger(__name__)
 

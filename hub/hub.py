@@ -22,14 +22,15 @@ from zpar.constants import (
     STORE_RESULT_LIMIT,
     WELCOME,
 )
-from zpar.copybatch import unpack_copies
 from zpar.errors import (
     HubRefused,
     RegistrationRefused,
     RemoteProtocolError,
     error_content,
 )
-from zpar.messages import (
+from zpar.wire import Message, Session, routing, send_frames
+from zpar.wire.copybatch import unpack_copies
+from zpar.wire.messages import (
     MON_CONTROL_IN,
     MON_CONTROL_OUT,
     MON_COPY_BATCH,
@@ -44,17 +45,16 @@ from zpar.messages import (
     QueueReply,
     RegistrationNotification,
     RegistrationReply,
+    ReplyStatus,
     ShutdownHubReply,
     SignalReply,
     SignalRequest,
-    Status,
     UnregistrationNotification,
 )
-from zpar.monitor import TaskDest, TaskIn, TaskOut, TaskRetry, split_monitor, unpack_batch
-from zpar.msgtypes import reply_type_of
-from zpar.refusals import merged
-from zpar.sockets import recv_frames
-from zpar.wire import Message, Session, routing, send_frames
+from zpar.wire.monitor import TaskDest, TaskIn, TaskOut, TaskRetry, split_monitor, unpack_batch
+from zpar.wire.msgtypes import reply_type_of
+from zpar.wire.refusals import merged
+from zpar.wire.sockets import recv_frames
 
 from . import launcherqueries, queries, status
 from .heartmonitor import HeartMonitor
@@ -326,7 +326,7 @@ class Hub:
         rec.rank = c.get("rank", -1) if isinstance(c.get("rank"), int) else -1
         self.pending[key] = rec
         log.info("engine %d (uuid %s, %s pid %d) registering", eid, uuid, rec.hostname, rec.pid)
-        return RegistrationReply(Status.OK, id=eid, **self.addresses.engine).as_dict()
+        return RegistrationReply(ReplyStatus.OK, id=eid, **self.addresses.engine).as_dict()
 
     def _engine_id_for(self, wanted: Any, hostname: str, pid: int) -> int:
         """The id asked for when it is free (an engine restarting itself asks for its old
@@ -346,7 +346,7 @@ class Hub:
 
     def _connection_request(self, msg: Message) -> dict[str, Any]:
         engines = {e.id: e.uuid for e in self.engines.values()}
-        return ConnectionReply(Status.OK, **self.addresses.client, engines=engines).as_dict()
+        return ConnectionReply(ReplyStatus.OK, **self.addresses.client, engines=engines).as_dict()
 
     def _queue_request(self, msg: Message) -> dict[str, Any]:
         verbose = bool(msg.content.get("verbose", False))
@@ -356,7 +356,7 @@ class Hub:
         queues = {i: self.tasks.queue_status(self.engines[i].uuid, verbose) for i in ids}
         unassigned = self.tasks.unassigned
         return QueueReply(
-            Status.OK,
+            ReplyStatus.OK,
             queues=queues,
             unassigned=sorted(unassigned) if verbose else len(unassigned),
             store=self.writer.status(),
@@ -397,12 +397,12 @@ class Hub:
                 parent=msg.header,
                 idents=[rec.uuid.encode() + SIGNAL_SUFFIX],
             )
-        return SignalReply(Status.OK, engines=ids).as_dict()
+        return SignalReply(ReplyStatus.OK, engines=ids).as_dict()
 
     def _shutdown_hub_request(self, msg: Message) -> dict[str, Any]:
         log.info("shutdown requested by client session %s", msg.header.get("session"))
         self.stopping = True
-        return ShutdownHubReply(Status.OK).as_dict()
+        return ShutdownHubReply(ReplyStatus.OK).as_dict()
 
     # -- engines ------------------------------------------------------------------------------
 
@@ -487,7 +487,7 @@ class Hub:
         return self.copies.feed(frames, where, buffers=False, private=True)
 
     def _copy_batch(self, frames: list[Any]) -> None:
-        # [msgpack list of copies] from an engine's copy thread (zpar.copybatch.pack_copies):
+        # [msgpack list of copies] from an engine's copy thread (zpar.wire.copybatch.pack_copies):
         # each copy checked and recorded as if it had come alone; a bad one is refused there
         try:
             copies = unpack_copies(frames[0])
@@ -540,12 +540,12 @@ class Hub:
             self._result_buffers(msg_id, buffers)
 
     def _task_batch(self, frames: list[Any]) -> None:
-        # [msgpack list of events] (zpar.monitor), dispatched on their exact type
+        # [msgpack list of events] (zpar.wire.monitor), dispatched on their exact type
         tasks, large_results = self.tasks, self._large_results
         for event in unpack_batch(frames[0]):
             if type(event) is TaskIn:
                 tasks.submitted(event.header, "task", event.client, None, event.metadata)
-                if event.engine:  # its TaskDest, folded in (zpar.monitor): as if it followed
+                if event.engine:  # its TaskDest, folded in (zpar.wire.monitor): as if it followed
                     tasks.assigned(event.header["msg_id"], event.engine)
             elif type(event) is TaskOut:
                 md, msg_id = event.metadata, event.msg_id  # decoded for this call: no copy

@@ -1,5 +1,5 @@
 """The IOPub relay of a keyed cluster: engines' output reaches only subscribers of the
-cluster's topic (zpar.privacy.iopub_topic), which only key holders can compute.
+cluster's topic (zpar.wire.privacy.iopub_topic), which only key holders can compute.
 
 ::
 

@@ -11,8 +11,8 @@ import logging
 from typing import Any
 
 from zpar.errors import HubRefused, error_content
-from zpar.messages import EngineExitedReply, EngineInfoReply, Status
 from zpar.wire import Message
+from zpar.wire.messages import EngineExitedReply, EngineInfoReply, ReplyStatus
 
 from .queryapi import HubState
 
@@ -36,7 +36,7 @@ def engine_exited(hub: HubState, msg: Message) -> dict[str, Any]:
     log.info(
         "launcher: engine process %s:%d exited (code %s); engines %s", hostname, pid, code, ids
     )
-    return EngineExitedReply(Status.OK, ids=ids).as_dict()
+    return EngineExitedReply(ReplyStatus.OK, ids=ids).as_dict()
 
 
 def engine_info(hub: HubState, msg: Message) -> dict[str, Any]:
@@ -44,4 +44,4 @@ def engine_info(hub: HubState, msg: Message) -> dict[str, Any]:
         rec.id: {"hostname": rec.hostname, "pid": rec.pid, "rank": rec.rank}
         for rec in hub.engines.values()
     }
-    return EngineInfoReply(Status.OK, engines=engines).as_dict()
+    return EngineInfoReply(ReplyStatus.OK, engines=engines).as_dict()

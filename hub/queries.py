@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from zpar.errors import HubRefused, error_content
-from zpar.messages import DbReply, HubHistoryReply, PurgeReply, ResultReply, Status
 from zpar.wire import Message
+from zpar.wire.messages import DbReply, HubHistoryReply, PurgeReply, ReplyStatus, ResultReply
 
 from .queryapi import HubState
 from .stores import check_keys, check_query
@@ -73,7 +73,7 @@ def result_request(hub: HubState, msg: Message) -> Any:
         )
     completed = [m for m in msg_ids if m not in set(pending)]
     if status_only:
-        return ResultReply(Status.OK, pending=pending, completed=completed).as_dict()
+        return ResultReply(ReplyStatus.OK, pending=pending, completed=completed).as_dict()
     results: dict[str, Any] = {}
     buffers: list[Any] = []
     for m in completed:
@@ -82,7 +82,7 @@ def result_request(hub: HubState, msg: Message) -> Any:
         results[m] = {k: row.get(k) for k in RESULT_KEYS}
         results[m]["buffers"] = [len(buffers), len(bufs)]  # slice of the reply's buffers
         buffers.extend(bufs)
-    reply = ResultReply(Status.OK, pending=pending, completed=completed, results=results)
+    reply = ResultReply(ReplyStatus.OK, pending=pending, completed=completed, results=results)
     return reply.as_dict(), buffers
 
 
@@ -120,7 +120,7 @@ def purge_request(hub: HubState, msg: Message) -> dict[str, Any]:
                 return _error(f"no such engine: {eid}")
             uuids.append(rec.uuid)
         purged += hub.store.delete(None, uuids)
-    return PurgeReply(Status.OK, purged=purged).as_dict()
+    return PurgeReply(ReplyStatus.OK, purged=purged).as_dict()
 
 
 def db_request(hub: HubState, msg: Message) -> dict[str, Any]:
@@ -132,11 +132,11 @@ def db_request(hub: HubState, msg: Message) -> dict[str, Any]:
     err = _sync(hub)
     if err:
         return _error(err)
-    return DbReply(Status.OK, records=hub.store.find(query, keys)).as_dict()
+    return DbReply(ReplyStatus.OK, records=hub.store.find(query, keys)).as_dict()
 
 
 def hub_history(hub: HubState, msg: Message) -> dict[str, Any]:
     err = _sync(hub)
     if err:
         return _error(err)
-    return HubHistoryReply(Status.OK, history=hub.store.history()).as_dict()
+    return HubHistoryReply(ReplyStatus.OK, history=hub.store.history()).as_dict()

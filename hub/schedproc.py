@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from zpar.cluster.ownership import RUNDIR_PREFIX, write_rundir_owner
 from zpar.constants import (
     CLIENT_QUEUE_LIMIT,
     CURVE_FILE_ENV,
@@ -32,7 +33,6 @@ from zpar.constants import (
     TASK_SCHEME,
     WILDCARDS,
 )
-from zpar.ownership import RUNDIR_PREFIX, write_rundir_owner
 
 #: The controller's tcp ports in the order ``port = P`` assigns them: P, P + 1, ...
 #: (docs/deploy.md). A relay's client side is the one clients connect to.
@@ -78,7 +78,7 @@ class ControllerConfig:
     client_queue: int = CLIENT_QUEUE_LIMIT  # schedulers/quota.py
     queue_budget: int = QUEUE_BUDGET
     insecure: bool = False
-    curve: bool = False  # CurveZMQ on every socket peers connect to (zpar.curve)
+    curve: bool = False  # CurveZMQ on every socket peers connect to (zpar.wire.curve)
     log_level: str = "INFO"
     db: str = ""  # task store: "" SQLite file in the profile dir, "memory", or an SQLAlchemy URL
     port: int = 0  # first of len(PORT_ORDER) consecutive tcp ports; 0: random ports
@@ -103,7 +103,7 @@ class SchedulerLaunch:
     key: str  # the cluster key ("" when insecure)
     key_file: Path  # read by the scheduler at start; removed once it is ready
     process: subprocess.Popen
-    curve: Any = None  # zpar.curve.CurveKeys of a --curve cluster (server secret included)
+    curve: Any = None  # zpar.wire.curve.CurveKeys of a --curve cluster (server secret included)
     generation: int = 0  # schedulers of this controller that died before this one
 
 
@@ -165,7 +165,7 @@ def launch_scheduler(
     env = {**os.environ, KEY_FILE_ENV: str(key_file)}
     curve = again.curve if again else None
     if config.curve:
-        from zpar.curve import CurveKeys  # imports zmq: only for a Curve cluster
+        from zpar.wire.curve import CurveKeys  # imports zmq: only for a Curve cluster
 
         curve = curve or CurveKeys.generate()
         (rundir / "curve").unlink(missing_ok=True)

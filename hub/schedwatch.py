@@ -22,7 +22,7 @@ from typing import Any
 
 import zmq
 
-from zpar.messages import MsgType
+from zpar.wire.messages import MsgType
 
 from .schedproc import ControllerConfig, SchedulerLaunch, launch_scheduler
 

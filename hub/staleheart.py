@@ -20,8 +20,8 @@ from collections import OrderedDict
 import zmq
 
 from zpar.constants import SIGNAL_SUFFIX, STALE_HEART_TELL_INTERVAL, STALE_HEARTS_KEPT
-from zpar.messages import MsgType, UnregistrationNotification
 from zpar.wire import Session
+from zpar.wire.messages import MsgType, UnregistrationNotification
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The controller's status: every process's refused messages (zpar.refusals), for
+"""The controller's status: every process's refused messages (zpar.wire.refusals), for
 ``rc.controller_status()`` and ``zpar cluster status``.
 
 The controller's own parts (the hub's sockets, the relays, IOPub, heartbeats, Curve
@@ -15,9 +15,9 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from zpar.constants import REFUSAL_PROCESSES_KEPT, SIGNAL_SUFFIX
-from zpar.messages import Status
-from zpar.refusals import checked_counts
 from zpar.wire import Message
+from zpar.wire.messages import ReplyStatus
+from zpar.wire.refusals import checked_counts
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ def engine_report(hub: StatusState, msg: Message) -> None:
 def controller_status(hub: StatusState, msg: Message) -> dict[str, Any]:
     refused = hub.refusals.snapshot()
     return {
-        "status": Status.OK,
+        "status": ReplyStatus.OK,
         "pid": os.getpid(),
         "engines": sorted(hub.engines),
         "refused": refused,

@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     curve = zap = None
     if os.environ.get(CURVE_FILE_ENV):
-        from zpar.curve import CurveKeys, ZapAuthenticator
+        from zpar.wire.curve import CurveKeys, ZapAuthenticator
 
         try:
             curve = CurveKeys.read(os.environ[CURVE_FILE_ENV])

@@ -32,12 +32,12 @@ from zpar.errors import (
     UnmetDependency,
     ZparError,
 )
-from zpar.messages import TASK_REQUESTS, MsgType, Status, abort_ids
-from zpar.monitor import TaskIn, TaskRetry
 from zpar.wire import Message
+from zpar.wire.messages import TASK_REQUESTS, MsgType, ReplyStatus, abort_ids
+from zpar.wire.monitor import TaskIn, TaskRetry
 
 from .gating import Gating
-from .instructions import AbortReply, FailTask, HubEvent, Refuse, RelayReply, SendTask
+from .instructions import AnswerAbort, FailTask, HubEvent, Refuse, RelayReply, SendTask
 from .placement import CONNECT_GRACE
 from .prefetch import Prefetch
 from .schemes import EngineSlot
@@ -147,11 +147,11 @@ class TaskBook(Gating, Prefetch):
                     task,
                     TaskAborted,
                     f"task {task.msg_id} was aborted before it ran",
-                    Status.ABORTED,
+                    ReplyStatus.ABORTED,
                 )
                 aborted.append(task.msg_id)
         log.info("aborted %d queued task(s) for a client", len(aborted))
-        self.out.append(AbortReply(client, header, aborted))
+        self.out.append(AnswerAbort(client, header, aborted))
         self._drain_queue()
 
     def tick(self) -> None:
@@ -202,7 +202,7 @@ class TaskBook(Gating, Prefetch):
         self.ledger.answered(task.client)
         content = reply.content
         status = content.get("status")
-        if status == Status.ERROR and not content.get("zpar_error"):
+        if status == ReplyStatus.ERROR and not content.get("zpar_error"):
             if content.get("ename") == UnmetDependency.__name__:
                 task.unmet = (task.unmet or set()) | {uuid}
                 self._retry(task, f"unmet dependency on engine {engine.id}")
@@ -218,7 +218,7 @@ class TaskBook(Gating, Prefetch):
         task.state = DONE
         task.msg = None
         self.out.append(RelayReply(client, uuid, reply))
-        self._finished(msg_id, status == Status.OK, uuid)  # type: ignore[arg-type]
+        self._finished(msg_id, status == ReplyStatus.OK, uuid)  # type: ignore[arg-type]
         self._after_answer(task.client)
 
     def _after_answer(self, client: bytes) -> None:
@@ -262,7 +262,7 @@ class TaskBook(Gating, Prefetch):
                 task,
                 TaskCancelled,
                 f"task {task.msg_id} was cancelled before it ran: its client's connection closed",
-                Status.CANCELLED,
+                ReplyStatus.CANCELLED,
             )
         log.info("%d queued task(s) of a gone client cancelled", len(doomed))
         self._drain_queue()
@@ -316,7 +316,7 @@ class TaskBook(Gating, Prefetch):
             self._drain_queue()  # also fails queued tasks only a gone engine could run
 
     def _fail(
-        self, task: Task, error: type[ZparError], evalue: str, status: str = Status.ERROR
+        self, task: Task, error: type[ZparError], evalue: str, status: str = ReplyStatus.ERROR
     ) -> None:
         """Answer a task in the engine's stead with a zpar error."""
         log.info("task %s failed in the scheduler: %s: %s", task.msg_id, error.__name__, evalue)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from zpar.constants import STEAL_AFTER, TASK_HWM, TASK_HWM_LOADED, TASK_SCHEME
 from zpar.errors import ZparError
-from zpar.messages import Status
+from zpar.wire.messages import ReplyStatus
 
 from .graph import DependencyGraph
 from .instructions import Instruction
@@ -72,7 +72,7 @@ class BookState:
     if TYPE_CHECKING:  # what the parts ask of the whole book (schedulers/book.py)
 
         def _fail(
-            self, task: Task, error: type[ZparError], evalue: str, status: str = Status.ERROR
+            self, task: Task, error: type[ZparError], evalue: str, status: str = ReplyStatus.ERROR
         ) -> None: ...
 
         def _remove(self, uuid: bytes, reason: str, drain: bool = True) -> None: ...

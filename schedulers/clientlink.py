@@ -28,8 +28,8 @@ from typing import Any
 import zmq
 
 from zpar.constants import CLIENT_KEEPALIVE, CLIENT_RCVHWM, CLIENT_SNDHWM
-from zpar.sockets import recv_monitor_event
 from zpar.wire import recv_message, send_frames
+from zpar.wire.sockets import recv_monitor_event
 
 from .clientledger import ClientLedger, Delivery, Send
 

@@ -1,4 +1,4 @@
-"""Reading a load-balanced request's scheduling flags (zpar.messages.SchedulingFlags)."""
+"""Reading a load-balanced request's scheduling flags (zpar.wire.messages.SchedulingFlags)."""
 
 from __future__ import annotations
 

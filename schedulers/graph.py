@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zpar.dependency import Dependency
-from zpar.recent import RecentKeys
+from zpar.wire.recent import RecentKeys
 
 #: Outcomes of finished tasks kept for dependencies still on their way (msg_id -> outcome).
 DONE_WINDOW = 65_536

@@ -1,7 +1,7 @@
 """HubReport: what the task scheduler tells the hub, batched (the hub is not on the task path).
 
 Every task passes the hub three times (in, destination, out) as events of one msgpack list
-per batch (zpar.messages: TASK_IN / TASK_DEST / TASK_OUT / TASK_RETRY); a task placed
+per batch (zpar.wire.messages: TASK_IN / TASK_DEST / TASK_OUT / TASK_RETRY); a task placed
 before its TaskIn left has its destination folded into that TaskIn (one event fewer to
 pack, check and record: the hub's share of a task is mostly per event). A batch goes at the
 end of a scheduler turn, but no sooner than TASK_BATCH_INTERVAL after the previous one: a
@@ -17,17 +17,17 @@ from typing import Any
 import zmq
 
 from zpar.constants import STORE_INLINE_LIMIT, STORE_RESULT_LIMIT
-from zpar.messages import (
+from zpar.wire import Message, Session, frame_bytes, send_frames
+from zpar.wire.messages import (
     MON_SCHEDULER,
     MON_TASK_RESULT,
     TASK_BATCH_INTERVAL,
     TASK_BATCH_MAX,
     MsgType,
 )
-from zpar.monitor import TaskDest, TaskEvent, TaskIn, TaskOut, pack_batch
-from zpar.refusals import RefusalReporter
-from zpar.sockets import configure
-from zpar.wire import Message, Session, frame_bytes, send_frames
+from zpar.wire.monitor import TaskDest, TaskEvent, TaskIn, TaskOut, pack_batch
+from zpar.wire.refusals import RefusalReporter
+from zpar.wire.sockets import configure
 
 
 class HubReport:
@@ -107,7 +107,7 @@ class HubReport:
         return max(0, int((self.due - now) * 1000) + 1)
 
     def report_refusals(self, session: Session, now: float) -> None:
-        """Tell the hub the scheduler's refused messages, when they changed (zpar.refusals)."""
+        """Tell the hub the scheduler's refused messages, when they changed (zpar.wire.refusals)."""
         if self._refusals is None:
             self._refusals = RefusalReporter(lambda: dict(session.refused))
         content = self._refusals.due(now)

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from zpar.errors import ZparError
-from zpar.monitor import TaskEvent
 from zpar.wire import Message
+from zpar.wire.monitor import TaskEvent
 
 if TYPE_CHECKING:
     from .schemes import EngineSlot
@@ -57,7 +57,7 @@ class FailTask:
 
 
 @dataclass(slots=True)
-class AbortReply:
+class AnswerAbort:
     """Answer a client's abort_request with the ids aborted while still in our hands."""
 
     client: bytes
@@ -88,4 +88,4 @@ class Refuse:
     detail: str
 
 
-Instruction = SendTask | RelayReply | FailTask | AbortReply | RevokeTasks | HubEvent | Refuse
+Instruction = SendTask | RelayReply | FailTask | AnswerAbort | RevokeTasks | HubEvent | Refuse

@@ -13,7 +13,7 @@ import logging
 from collections import deque
 
 from zpar.errors import EngineError, ImpossibleDependency, TaskCancelled
-from zpar.messages import Status
+from zpar.wire.messages import ReplyStatus
 
 from .bookstate import BookState
 from .instructions import SendTask
@@ -202,7 +202,7 @@ class Placement(BookState):
             task,
             TaskCancelled,
             f"task {task.msg_id} was cancelled before it ran: its client's connection closed",
-            Status.CANCELLED,
+            ReplyStatus.CANCELLED,
         )
         return True
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 
-from zpar.monitor import TaskDest
+from zpar.wire.monitor import TaskDest
 
 from .instructions import HubEvent, RevokeTasks
 from .placement import Placement

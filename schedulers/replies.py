@@ -6,8 +6,8 @@ import time
 from typing import Any
 
 from zpar.errors import ZparError, error_content
-from zpar.messages import REPLY_TYPE, MsgType, Status
 from zpar.wire import Message, Session
+from zpar.wire.messages import REPLY_TYPE, MsgType, ReplyStatus
 
 from .schemes import EngineSlot
 
@@ -18,7 +18,7 @@ def error_reply(
     engine: EngineSlot | None,
     error: type[ZparError],
     evalue: str,
-    status: str = Status.ERROR,
+    status: str = ReplyStatus.ERROR,
 ) -> Message:
     """A signed zpar error reply (EngineError, TaskAborted, …) to ``header``: its frames
     to send, its metadata and content for the hub."""

@@ -31,19 +31,19 @@ from zpar.constants import (
     TASK_HWM,
     TASK_SCHEME,
 )
-from zpar.curve import secure
 from zpar.errors import RemoteProtocolError, SubmissionRefused
 from zpar.memory import Trimmer
-from zpar.messages import TASK_REQUESTS, MsgType, Status
-from zpar.monitor import TaskDest, TaskIn, TaskOut
-from zpar.sockets import bind_port, configure
 from zpar.wire import Message, Session, buffers_size, recv_message, send_frames, split_messages
+from zpar.wire.curve import secure
+from zpar.wire.messages import TASK_REQUESTS, MsgType, ReplyStatus
+from zpar.wire.monitor import TaskDest, TaskIn, TaskOut
+from zpar.wire.sockets import bind_port, configure
 
 from .book import TASK_DEST_NAME, Task, TaskBook
 from .clientlink import ClientLink
 from .hubreport import HubReport
 from .instructions import (
-    AbortReply,
+    AnswerAbort,
     FailTask,
     HubEvent,
     Instruction,
@@ -102,7 +102,7 @@ class TaskScheduler:
         engine_batches: bool = ENGINE_BATCHES,
         quota: QueueQuota | None = None,
     ) -> None:
-        """``curve``: zpar.curve.CurveKeys (with the server secret) on a --curve cluster.
+        """``curve``: zpar.wire.curve.CurveKeys (with the server secret) on a --curve cluster.
         ``ports``: the client and engine tcp ports to bind (0: any free one); a scheduler
         the controller restarts binds its predecessor's, so peers reconnect on their own.
         ``generation``: how many schedulers died before this one; signed into each placement
@@ -130,7 +130,7 @@ class TaskScheduler:
         self.client_addr = bind_port(self.client, ip, ports[0])
         self.engine_addr = bind_port(self.engine, ip, ports[1])
         self.local_client = self.local_engine = ""
-        if ipc_dir:  # twins for peers on this host (zpar.transport)
+        if ipc_dir:  # twins for peers on this host (zpar.wire.transport)
             self.local_client = f"ipc://{ipc_dir}/task-client"
             self.local_engine = f"ipc://{ipc_dir}/task-engine"
             self.client.bind(self.local_client)
@@ -150,7 +150,7 @@ class TaskScheduler:
             RelayReply: self._do_relay_reply,
             FailTask: self._do_fail_task,
             HubEvent: self._do_hub_event,
-            AbortReply: self._do_abort_reply,
+            AnswerAbort: self._do_abort_reply,
             RevokeTasks: self._do_revoke_tasks,
             Refuse: self._do_refuse,
         }
@@ -331,7 +331,7 @@ class TaskScheduler:
         self.session._refuse(RemoteProtocolError(OVER_WINDOW, why), "task scheduler (client)")
         out = self.book.out
         out.append(HubEvent(TaskIn(client, header, msg.metadata)))
-        out.append(FailTask(client, header, None, SubmissionRefused, why, Status.ERROR))
+        out.append(FailTask(client, header, None, SubmissionRefused, why, ReplyStatus.ERROR))
         return True
 
     def _release(self, msg_id: Any) -> None:
@@ -457,12 +457,12 @@ class TaskScheduler:
     def _do_hub_event(self, instruction: HubEvent) -> None:
         self.hub.event(instruction.event)
 
-    def _do_abort_reply(self, instruction: AbortReply) -> None:
+    def _do_abort_reply(self, instruction: AnswerAbort) -> None:
         client = instruction.client
         self._flush_replies(client)  # its replies in the order the book gave them
         _, frames = self.session.serialize(
             MsgType.ABORT_REPLY,
-            {"status": Status.OK, "aborted": instruction.aborted},
+            {"status": ReplyStatus.OK, "aborted": instruction.aborted},
             parent=instruction.parent,
         )
         self.link.send(client, frames)

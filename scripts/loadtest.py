@@ -167,7 +167,7 @@ def _scheduler_of(controller: psutil.Process) -> psutil.Process | None:
 
 
 def _engine_pids(url_file: str) -> list[int]:
-    from zpar.launchers.hubquery import HubLine
+    from zpar.cluster.launchers.hubquery import HubLine
 
     line = HubLine(url_file)
     try:

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from zpar.client.partition import partition
-from zpar.messages import MsgType
+from zpar.wire.messages import MsgType
 
 from .codec import pack_columns, type_frames
 from .registry import register_here, signatures_here

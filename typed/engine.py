@@ -14,7 +14,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from zpar.messages import Status
+from zpar.wire.messages import ReplyStatus
 
 from .codec import CodecError, type_arrays, type_frames
 from .invoke import BadRequest, CallFailed, run_calls
@@ -67,7 +67,7 @@ def serve(
         )
         return _error(head, type(e.cause).__name__, str(e.cause), engine_info, e.cause, e.index), []
     counts, frames = type_frames(out)
-    return {"status": Status.OK, **head, "counts": counts}, frames
+    return {"status": ReplyStatus.OK, **head, "counts": counts}, frames
 
 
 def _error(
@@ -80,7 +80,7 @@ def _error(
 ) -> dict[str, Any]:
     tb = traceback.format_exception(type(cause), cause, cause.__traceback__) if cause else []
     return {
-        "status": Status.ERROR,
+        "status": ReplyStatus.ERROR,
         **{k: v if isinstance(v, int) else 0 for k, v in head.items()},
         "counts": [],
         "ename": ename,

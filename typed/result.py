@@ -15,7 +15,7 @@ import numpy as np
 
 from zpar.client.asyncresult import AsyncResult
 from zpar.errors import RemoteError, RemoteProtocolError, TaskAborted
-from zpar.messages import Status
+from zpar.wire.messages import ReplyStatus
 
 from .codec import TYPES, CodecError, param_columns, type_arrays
 from .signature import TypedSignature
@@ -56,9 +56,9 @@ def decode_typed_reply(msg: Any, sig: TypedSignature, chunk: Chunk) -> list[Any]
     call_id, start, ncalls = chunk
     c = msg.content
     status = c.get("status")
-    if status == Status.ABORTED:
+    if status == ReplyStatus.ABORTED:
         raise TaskAborted(c.get("evalue") or "typed call aborted")
-    if status != Status.OK and (c.get("zpar_error") or "call_id" not in c):
+    if status != ReplyStatus.OK and (c.get("zpar_error") or "call_id" not in c):
         # not the handler's answer: the scheduler's (EngineError, TaskTimeout...) or the
         # kernel's own (a handler that failed to load, a reply it could not encode)
         raise RemoteError.from_content(c)
@@ -70,7 +70,7 @@ def decode_typed_reply(msg: Any, sig: TypedSignature, chunk: Chunk) -> list[Any]
             f"expected call_id {call_id} of function {sig.name} (id {sig.function_id}), "
             f"got call_id {c.get('call_id')} of function id {c.get('function_id')}",
         )
-    if status != Status.OK:
+    if status != ReplyStatus.OK:
         index = c.get("call_index", -1)
         index = start + index if isinstance(index, int) and index >= 0 else -1
         raise RemoteCallError(

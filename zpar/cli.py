@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import names
-from .argparsing import Parser, checked
+from zpar.cluster import names
+from zpar.cluster.argparsing import Parser, checked
+
 from .constants import DEFAULT_PROFILE
 from .errors import ZparError
 
@@ -31,7 +32,7 @@ def _cluster_id(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import clustercli as cc
+    from zpar.cluster import commands as cc
 
     p = Parser(prog="zpar", description="zpar parallel computing controller")
     p.add_argument("--version", action="version", version=f"zpar {_version()}")

@@ -48,7 +48,7 @@ OOB_THRESHOLD = 64 * 1024
 COPY_THRESHOLD = 64 * 1024
 
 #: Signatures remembered for replay detection (per receiving process). Same order as
-#: jupyter_client's digest_history_size (2**16); 2 MB, fixed (zpar.recent.RecentKeys).
+#: jupyter_client's digest_history_size (2**16); 2 MB, fixed (zpar.wire.recent.RecentKeys).
 REPLAY_HISTORY = 1 << 16
 #: The engine's signal thread sees a few messages a minute: a short history is enough.
 SIGNAL_REPLAY_HISTORY = 1 << 10
@@ -158,7 +158,7 @@ ZPAR_LABEL_PARAMS = ZPAR_LABEL_BASE + 0x300
 #: member's socket on the hub's registration ROUTER.
 RENDEZVOUS_SUFFIX = b"/rdv/"
 
-# -- engine communicator (issue 16, comm/): IMPI's negotiated parameters (seed 003) ---------
+# -- engine communicator (issue 16, communicator/): IMPI's negotiated parameters (seed 003) ---------
 
 #: Payloads of at least this many bytes use the collectives' long protocol (pipelined in
 #: chunks); IMPI_C_COLL_XSIZE's default for IMPI 0.0.

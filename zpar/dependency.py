@@ -172,7 +172,7 @@ def _bound(f: Callable[..., Any]) -> Callable[..., Any]:
     function it calls); elsewhere ``f`` itself."""
     import sys
 
-    namespace = sys.modules.get("zpar.engine.namespace")
+    namespace = sys.modules.get("zpar.namespace")
     if namespace is None or namespace._current is None:
         return f
     return namespace.bind(f, namespace._current)

@@ -6,8 +6,6 @@ import builtins
 from collections.abc import Sequence
 from typing import Any
 
-from .messages import Status
-
 
 class ZparError(Exception):
     """Root of every zpar error."""
@@ -356,7 +354,7 @@ def error_content(
     error: BaseException | type[BaseException],
     evalue: str | None = None,
     *,
-    status: str = Status.ERROR,
+    status: str | None = None,
     traceback: list[str] | None = None,
     engine_info: dict[str, Any] | None = None,
     zpar_error: bool = False,
@@ -370,7 +368,12 @@ def error_content(
     the hub's query replies do not); ``zpar_error`` marks an error zpar itself decided
     (the client rebuilds it as its class, the task scheduler does not retry it);
     ``fields``: the reply's own extra keys (``unknown``, ``execution_count``…).
+    ``status`` defaults to ReplyStatus.ERROR (imported here: the wire imports this module).
     """
+    if status is None:
+        from zpar.wire.messages import ReplyStatus
+
+        status = ReplyStatus.ERROR
     cls = error if isinstance(error, type) else type(error)
     if evalue is None:
         evalue = "" if isinstance(error, type) else str(error)

@@ -30,7 +30,7 @@ def _bound(f: Any) -> Any:
     (its engines uncan a map's function with the user namespace as globals)."""
     # looked up, not imported: ~1.5 us a chunk less (an import with a fromlist runs
     # Python code), and an engine has always imported it (its kernel binds with it)
-    namespace = sys.modules.get("zpar.engine.namespace")
+    namespace = sys.modules.get("zpar.namespace")
     if namespace is None:  # not on an engine: nothing to bind to
         return f
     try:

@@ -1,6 +1,6 @@
 """Private shared-memory files: made 0600, space reserved, mapped, and unlinked when done.
 
-The communicator's rings and mailboxes (comm/shm.py, comm/mailbox.py) and the distributed
+The communicator's rings and mailboxes (communicator/shm.py, communicator/mailbox.py) and the distributed
 arrays' gather (darray/shmgather.py) share memory between processes of one user on one host
 through a file in a tmpfs (/dev/shm). Each needs the same care, kept here once:
 

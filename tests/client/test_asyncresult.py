@@ -205,9 +205,9 @@ def test_wait_interactive_shows_progress(capsys):
 
 
 def test_sent_and_wait_for_send():
-    from zpar.client.request import Request
+    from zpar.client.request import PendingRequest
 
-    request = Request("a", "task", [b"frames"], submitted=5.0)
+    request = PendingRequest("a", "task", [b"frames"], submitted=5.0)
     ar = AsyncResult(None, ["a"], [request.future])
     assert not ar.sent and ar._submitted == 5.0
     with pytest.raises(TimeoutError, match="sent"):  # as ipyparallel

@@ -1,4 +1,4 @@
-"""The client's I/O thread owns one Request per call: it coalesces queued load-balanced
+"""The client's I/O thread owns one PendingRequest per call: it coalesces queued load-balanced
 requests into one batch, sends a lone one as itself, and routes replies (batched or not)
 to the right future. Driven without its thread, over inproc sockets."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import zmq
 
 from zpar.client.ioloop import ClientIO
-from zpar.client.request import Request, request_of
+from zpar.client.request import PendingRequest, request_of
 from zpar.constants import BATCH_DELIM, DELIM
 from zpar.wire import Session, batch, recv_message
 
@@ -36,9 +36,11 @@ class Harness:
         if uuid is not None:
             frames = [uuid.encode(), *frames]
         return (
-            Request(header["msg_id"], channel, frames, engine_uuid=uuid, submitted=header["date"])
+            PendingRequest(
+                header["msg_id"], channel, frames, engine_uuid=uuid, submitted=header["date"]
+            )
             if not track
-            else Request(header["msg_id"], channel, frames, track=True)
+            else PendingRequest(header["msg_id"], channel, frames, track=True)
         )
 
     def received(self, channel: str) -> list[list]:
@@ -47,7 +49,7 @@ class Harness:
             out.append(recv_message(router, zmq.NOBLOCK))
         return out
 
-    def reply_to(self, request: Request, engine: bytes = b"engine-1") -> list:
+    def reply_to(self, request: PendingRequest, engine: bytes = b"engine-1") -> list:
         _, frames = self.session.serialize(
             "apply_reply", {"status": "ok"}, parent={"msg_id": request.msg_id, **_header()}
         )
@@ -131,7 +133,7 @@ def test_replies_batched_or_not_resolve_their_requests_and_only_once():
             h.io._route_reply(msg)
         assert all(r.future.done() for r in requests) and not h.io.outstanding()
         assert [r.future.result().parent_msg_id for r in requests] == [r.msg_id for r in requests]
-        # a resolved future lets go of its Request (no cycle outlives the reply) and keeps
+        # a resolved future lets go of its PendingRequest (no cycle outlives the reply) and keeps
         # what its result reports
         first = requests[0]
         assert request_of(first.future) is None and first.future.submitted == first.submitted
@@ -145,7 +147,7 @@ def test_a_broadcast_waits_for_each_engine_and_an_engine_death_fails_its_part():
     h = Harness()
     try:
         header, frames = h.session.serialize("apply_request", {}, dest="task")
-        r = h.io.submit(Request(header["msg_id"], "task", frames, broadcast=["e1", "e2"]))
+        r = h.io.submit(PendingRequest(header["msg_id"], "task", frames, broadcast=["e1", "e2"]))
         h.io._flush_outbox()
         h.io._route_reply(h.session.for_thread().feed_lazy(h.reply_to(r, b"e1")))
         assert r.replies["e1"].done() and not r.replies["e2"].done()

@@ -10,7 +10,7 @@ from zpar.errors import TaskAborted
 
 
 class Req:
-    """What a window reads of a client.request.Request."""
+    """What a window reads of a client.request.PendingRequest."""
 
     def __init__(self, msg_id, nbytes=10, channel="task", windowed=True):
         self.msg_id = msg_id

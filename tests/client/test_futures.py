@@ -141,12 +141,12 @@ def test_a_finished_future_is_read_without_its_lock():
 
 
 def test_a_resolved_future_lets_go_of_its_request_so_a_dropped_result_is_freed_at_once():
-    # Request.future -> ReplyFuture -> Request was a cycle: a dropped AsyncResult (and the
+    # PendingRequest.future -> ReplyFuture -> PendingRequest was a cycle: a dropped AsyncResult (and the
     # reply's buffers) waited for the cyclic GC. Resolved, the future no longer points back.
     import gc
     import sys
 
-    from zpar.client.request import Request, request_of, sent_of
+    from zpar.client.request import PendingRequest, request_of, sent_of
 
     gc.disable()
     try:
@@ -154,7 +154,7 @@ def test_a_resolved_future_lets_go_of_its_request_so_a_dropped_result_is_freed_a
             lambda f: f.set_result("reply"),
             lambda f: f.set_exception(ValueError("engine died")),
         ):
-            request = Request("m", "task", [b"frames"], submitted=5.0)
+            request = PendingRequest("m", "task", [b"frames"], submitted=5.0)
             fut = request.future
             assert request_of(fut) is request  # pending: its request is read through it
             resolve_it(fut)
@@ -167,9 +167,9 @@ def test_a_resolved_future_lets_go_of_its_request_so_a_dropped_result_is_freed_a
 
 
 def test_a_resolved_future_still_says_whether_its_request_was_sent():
-    from zpar.client.request import Request, sent_of
+    from zpar.client.request import PendingRequest, sent_of
 
-    request = Request("m", "task", [b"frames"], submitted=5.0)
+    request = PendingRequest("m", "task", [b"frames"], submitted=5.0)
     assert not sent_of(request.future)
     request.sent = 6.0  # what the I/O thread stamps once zmq has the frames
     assert sent_of(request.future)

@@ -37,7 +37,7 @@ def cluster(tmp_path_factory):
 
 
 def _comm(name="comm"):
-    from zpar.engine.namespace import current
+    from zpar.namespace import current
 
     return current()[name]
 
@@ -267,7 +267,7 @@ def test_two_communicators_at_once(cluster):
     cluster.client[list(reversed(ids[1:4]))].communicator(name="right", timeout=TIMEOUT)
 
     def both():
-        from zpar.engine.namespace import current
+        from zpar.namespace import current
 
         ns = current()
         out = {}
@@ -287,7 +287,7 @@ def test_two_communicators_at_once(cluster):
 def test_ranks_that_disagree_on_parameters_fail_naming_them(cluster):
     """IMPI: every client must bring the same COLL_XSIZE / COLL_MAXLINEAR, else an error."""
     from zpar.comm.bootstrap import join
-    from zpar.comm.clientside import PARAMS
+    from zpar.comm.client import PARAMS
 
     ids = cluster.client.ids[:2]
     ars = [

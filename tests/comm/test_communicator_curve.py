@@ -22,7 +22,7 @@ def _ship_by_value():
 def _allreduce_rank():
     import zmq
 
-    from zpar.engine.namespace import current
+    from zpar.namespace import current
 
     c = current()["comm"]
     curve = c._links.router.getsockopt(zmq.MECHANISM) == zmq.CURVE  # the links too

@@ -8,7 +8,7 @@ import pytest
 import zmq
 
 from zpar.comm.links import LinkError, PeerLinks
-from zpar.comm.peerwire import ENC_PICKLE, ENC_RAW, INLINE, Kind, Packet, Signer
+from zpar.comm.peerwire import ENC_PICKLE, ENC_RAW, INLINE, Kind, Packet, PeerSigner
 from zpar.errors import RemoteProtocolError
 
 KEY = b"k" * 32
@@ -61,7 +61,7 @@ def test_dance_refuses_a_hello_for_another_communicator():
 
 
 def test_packets_are_signed_and_small_payloads_inline():
-    s = Signer(KEY)
+    s = PeerSigner(KEY)
     small = Packet(Kind.DATA, 0, ENC_PICKLE, 1, 7, 0, 3, 5, b"hello")
     frames = s.pack(small)
     assert len(frames) == 1
@@ -74,7 +74,7 @@ def test_packets_are_signed_and_small_payloads_inline():
     with pytest.raises(RemoteProtocolError, match="bad-signature"):
         s.unpack([bytes(tampered)])
     with pytest.raises(RemoteProtocolError, match="bad-signature"):
-        Signer(b"other key").unpack(frames)
+        PeerSigner(b"other key").unpack(frames)
     with pytest.raises(RemoteProtocolError, match="bad-packet"):
         s.unpack([b"short"])
 

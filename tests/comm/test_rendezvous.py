@@ -15,7 +15,7 @@ from zpar.comm.rendezvous import (
     DoneReply,
     Failed,
     Finished,
-    Refuse,
+    RefuseMember,
     Rendezvous,
     RendezvousTable,
     SizeReply,
@@ -78,16 +78,16 @@ def test_auth_each_member_gets_its_own_challenge() -> None:
     assert a.challenge != b.challenge
     # a's proof replayed by b fails
     (refused,) = r.auth_proof("b", hmac_proof(KEY, a.challenge))
-    assert isinstance(refused, Refuse) and "wrong key" in refused.reason
+    assert isinstance(refused, RefuseMember) and "wrong key" in refused.reason
 
 
 def test_auth_wrong_key_refused() -> None:
     r = make(methods=(AUTH_HMAC,))
     (choice,) = r.auth_offer("a", AUTH_HMAC.bit)
     (refused,) = r.auth_proof("a", hmac_proof(b"1234", choice.challenge))
-    assert refused == Refuse("a", refused.reason) and "wrong key" in refused.reason
+    assert refused == RefuseMember("a", refused.reason) and "wrong key" in refused.reason
     # a refused peer is no member: its IMPI is refused too
-    assert isinstance(r.impi("a", 0)[0], Refuse)
+    assert isinstance(r.impi("a", 0)[0], RefuseMember)
 
 
 def test_auth_spec_key_is_the_64_bit_key() -> None:
@@ -97,23 +97,23 @@ def test_auth_spec_key_is_the_64_bit_key() -> None:
     assert r.auth_proof("a", (5678).to_bytes(8, "big")) == []
     (choice,) = r.auth_offer("b", 0x2)
     (refused,) = r.auth_proof("b", (1234).to_bytes(8, "big"))
-    assert isinstance(refused, Refuse)
+    assert isinstance(refused, RefuseMember)
 
 
 def test_auth_no_common_method_refused() -> None:
     r = make(methods=(AUTH_HMAC,))
     (refused,) = r.auth_offer("a", AUTH_NONE.bit)
-    assert isinstance(refused, Refuse)
+    assert isinstance(refused, RefuseMember)
     assert "no common authentication method" in refused.reason and "0x1" in refused.reason
 
 
 def test_auth_bad_mask_and_commands_before_auth_refused() -> None:
     r = make()
-    assert isinstance(r.auth_offer("a", -1)[0], Refuse)
-    assert isinstance(r.impi("b", 0)[0], Refuse)
+    assert isinstance(r.auth_offer("a", -1)[0], RefuseMember)
+    assert isinstance(r.impi("b", 0)[0], RefuseMember)
     assert "before authentication" in r.impi("b", 0)[0].reason
     r.auth_offer("c", AUTH_NONE.bit)
-    assert isinstance(r.auth_offer("c", AUTH_NONE.bit)[0], Refuse)
+    assert isinstance(r.auth_offer("c", AUTH_NONE.bit)[0], RefuseMember)
 
 
 # -- IMPI -----------------------------------------------------------------------------------------
@@ -133,7 +133,7 @@ def test_impi_rank_out_of_range_refused(rank: object) -> None:
     r = make(3)
     r.auth_offer("a", 1)
     (refused,) = r.impi("a", rank)  # type: ignore[arg-type]
-    assert isinstance(refused, Refuse) and "out of range" in refused.reason
+    assert isinstance(refused, RefuseMember) and "out of range" in refused.reason
 
 
 def test_impi_duplicate_rank_refused_and_rendezvous_goes_on() -> None:
@@ -162,7 +162,7 @@ def test_impi_twice_refused_and_fails_the_others() -> None:
     r.auth_offer("b", 1)
     r.impi("a", 0)
     out = r.impi("a", 0)
-    assert isinstance(out[0], Refuse) and "twice" in out[0].reason
+    assert isinstance(out[0], RefuseMember) and "twice" in out[0].reason
 
 
 # -- COLL -----------------------------------------------------------------------------------------
@@ -231,7 +231,7 @@ def test_coll_labels_must_ascend() -> None:
     r = joined(3)
     r.coll("p0", 0x2000, b"")
     out = r.coll("p0", 0x1000, b"")
-    assert out[0] == Refuse("p0", out[0].reason) and "ascend" in out[0].reason
+    assert out[0] == RefuseMember("p0", out[0].reason) and "ascend" in out[0].reason
     # the member is dropped: the others fail, naming it
     assert out[-1] == Finished("c", False)
     failed = [i for i in out if isinstance(i, Failed)]
@@ -243,7 +243,7 @@ def test_coll_before_everyone_joined_refused() -> None:
     r = make(2)
     r.auth_offer("a", 1)
     r.impi("a", 0)
-    assert isinstance(r.coll("a", 1, b"")[0], Refuse)
+    assert isinstance(r.coll("a", 1, b"")[0], RefuseMember)
 
 
 def test_coll_label_must_be_int32() -> None:
@@ -285,7 +285,7 @@ def test_member_dropping_before_fini_is_reported_to_the_others() -> None:
 
 def test_fini_before_done_refused() -> None:
     r = joined(2)
-    assert isinstance(r.fini("p0")[0], Refuse)
+    assert isinstance(r.fini("p0")[0], RefuseMember)
 
 
 def test_member_vanishing_mid_rendezvous_fails_the_others() -> None:

@@ -11,7 +11,7 @@ import pytest
 
 import zpar
 from tests.clusters import FAST_HB, module_cluster, shipped_by_value
-from zpar.connection import read_connection_file
+from zpar.cluster.connection import read_connection_file
 from zpar.constants import ZPAR_LABEL_ENDPOINTS, ZPAR_LABEL_HOSTNAME
 from zpar.errors import RemoteError
 
@@ -95,11 +95,11 @@ def test_several_communicators_at_once_with_a_member_outside_the_engines(cluster
 
 
 def test_auth_none_refused_on_a_keyed_cluster(cluster) -> None:
-    from zpar.comm.member import RendezvousError, RendezvousMember
+    from zpar.comm.member import RendezvousFailed, RendezvousMember
 
     ci = info(cluster)
     assert ci.key  # the cluster signs: the hub offers only KEY
-    with pytest.raises(RendezvousError, match="no common authentication method"):
+    with pytest.raises(RendezvousFailed, match="no common authentication method"):
         RendezvousMember(ci.registration, ci.key, "insecure", 0, 1, auth="none", timeout=30.0)
 
 
@@ -107,24 +107,24 @@ def test_wrong_key_never_reaches_the_rendezvous(cluster) -> None:
     """A member without the cluster key: its messages fail the hub's signature check, so it
     hears nothing and gives up at its own deadline, blaming the hub."""
     from zpar.comm import member as member_mod
-    from zpar.comm.member import RendezvousError, RendezvousMember
+    from zpar.comm.member import RendezvousFailed, RendezvousMember
 
     ci = info(cluster)
     mp = pytest.MonkeyPatch()
     mp.setattr(member_mod, "HUB_GRACE", 0.5)
     try:
-        with pytest.raises(RendezvousError, match="no answer from the hub"):
+        with pytest.raises(RendezvousFailed, match="no answer from the hub"):
             RendezvousMember(ci.registration, "0" * 64, "forged", 0, 1, timeout=0.5)
     finally:
         mp.undo()
 
 
 def test_timeout_names_the_missing_rank(cluster) -> None:
-    from zpar.comm.member import RendezvousError, RendezvousMember
+    from zpar.comm.member import RendezvousFailed, RendezvousMember
 
     ci = info(cluster)
     t0 = time.monotonic()
-    with pytest.raises(RendezvousError, match=r"waiting for rank\(s\) 1") as e:
+    with pytest.raises(RendezvousFailed, match=r"waiting for rank\(s\) 1") as e:
         RendezvousMember(ci.registration, ci.key, "lonely", 0, 2, timeout=1.0)
     assert e.value.missing == [1]
     assert time.monotonic() - t0 < 1.0 + 9.0  # the hub's error, not the member's backstop
@@ -133,10 +133,10 @@ def test_timeout_names_the_missing_rank(cluster) -> None:
 def test_duplicate_rank_refused(cluster) -> None:
     import zmq
 
-    from zpar.comm.member import RendezvousError, RendezvousMember
+    from zpar.comm.member import RendezvousFailed, RendezvousMember
     from zpar.comm.rendezvous import AUTH_HMAC, hmac_proof
-    from zpar.messages import MsgType
     from zpar.wire import Session
+    from zpar.wire.messages import MsgType
 
     ci = info(cluster)
     # a bare member takes rank 0 (it does not wait for the answer)
@@ -158,9 +158,9 @@ def test_duplicate_rank_refused(cluster) -> None:
         session.send(
             bare, MsgType.RENDEZVOUS_IMPI_REQUEST, {"comm_id": "dup", "rank": 0, "size": 2}
         )
-        with pytest.raises(RendezvousError, match="rank 0 is already taken"):
+        with pytest.raises(RendezvousFailed, match="rank 0 is already taken"):
             RendezvousMember(ci.registration, ci.key, "dup", 0, 2, timeout=30.0)
-        with pytest.raises(RendezvousError, match="size 3 differs from the communicator.s size 2"):
+        with pytest.raises(RendezvousFailed, match="size 3 differs from the communicator.s size 2"):
             RendezvousMember(ci.registration, ci.key, "dup", 1, 3, timeout=30.0)
         # rank 1 completes the IMPI phase: both get the size
         m1 = RendezvousMember(ci.registration, ci.key, "dup", 1, 2, timeout=30.0)
@@ -182,12 +182,12 @@ def join_then_hang(comm_id, rank, size, flag):
 
 
 def join_then_coll(comm_id, rank, size):
-    from zpar.comm.member import RendezvousError, RendezvousMember
+    from zpar.comm.member import RendezvousFailed, RendezvousMember
 
     m = RendezvousMember.from_engine(comm_id, rank, size, timeout=60.0)
     try:
         m.coll(ZPAR_LABEL_HOSTNAME, b"waiting")
-    except RendezvousError as e:
+    except RendezvousFailed as e:
         return str(e), e.missing
     return "no error", []
 
@@ -226,8 +226,8 @@ def test_engine_killed_mid_rendezvous_fails_the_others_naming_it(tmp_path, caplo
 def test_rendezvous_error_is_picklable() -> None:
     import pickle
 
-    from zpar.comm.member import RendezvousError
+    from zpar.comm.member import RendezvousFailed
 
-    e = pickle.loads(pickle.dumps(RendezvousError("rank 2 vanished", [2])))
+    e = pickle.loads(pickle.dumps(RendezvousFailed("rank 2 vanished", [2])))
     assert str(e) == "rank 2 vanished" and e.missing == [2]
     assert not isinstance(e, RemoteError)

@@ -13,8 +13,8 @@ import zmq
 from tests.hubrig import hub_rig
 from zpar.hub import hub as hubmod
 from zpar.hub.hub import EngineRecord, Hub
-from zpar.messages import MsgType
 from zpar.wire import Session
+from zpar.wire.messages import MsgType
 
 KEY = b"k" * 32
 

@@ -9,10 +9,10 @@ from collections.abc import Iterator
 import pytest
 import zmq
 
-from zpar.comm.hubservice import RendezvousService
-from zpar.comm.member import RendezvousError, RendezvousMember
-from zpar.messages import MsgType
+from zpar.comm.hub import RendezvousService
+from zpar.comm.member import RendezvousFailed, RendezvousMember
 from zpar.wire import Session
+from zpar.wire.messages import MsgType
 
 KEY = b"k" * 32
 
@@ -122,7 +122,7 @@ def test_member_lost_after_done_is_reported(hub: MiniHub) -> None:
     hub.lost.append(("ub", 9, "stopped heartbeating"))  # as the hub's heart would
     assert a.socket.poll(30_000)
     assert a.lost() == [1]
-    with pytest.raises(RendezvousError, match=r"rank 1 \(engine 9\) vanished before FINI"):
+    with pytest.raises(RendezvousFailed, match=r"rank 1 \(engine 9\) vanished before FINI"):
         a.coll(1, b"")
     a.fini()
     b.fini()
@@ -131,7 +131,7 @@ def test_member_lost_after_done_is_reported(hub: MiniHub) -> None:
 def test_member_against_a_hub_without_the_service() -> None:
     h = MiniHub(with_service=False)
     try:
-        with pytest.raises(RendezvousError, match="does not handle 'rendezvous_auth_request'"):
+        with pytest.raises(RendezvousFailed, match="does not handle 'rendezvous_auth_request'"):
             RendezvousMember(h.url, KEY, "c", 0, 1, timeout=30.0)
     finally:
         h.close()

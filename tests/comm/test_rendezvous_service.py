@@ -6,11 +6,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from zpar.comm.hubservice import RendezvousService
+from zpar.comm.hub import RendezvousService
 from zpar.comm.rendezvous import AUTH_HMAC, AUTH_NONE, hmac_proof
 from zpar.hub import services
-from zpar.messages import MsgType
 from zpar.wire import Message
+from zpar.wire.messages import MsgType
 
 KEY = b"cluster-key"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import zpar as ipp
-from zpar.canning import CannedObject
+from zpar.serialize.canning import CannedObject
 
 
 def test_can_uncan_round_trip_and_rebinds_functions_to_globals():

@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from zpar.connection import (
+from zpar.cluster.connection import (
     ConnectionInfo,
     default_url_file,
     profile_dir,

@@ -1,4 +1,4 @@
-"""zpar.curve without a cluster: keys, socket roles, and the ZAP handler's verdicts."""
+"""zpar.wire.curve without a cluster: keys, socket roles, and the ZAP handler's verdicts."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import stat
 import pytest
 import zmq
 
-from zpar.connection import ConnectionInfo, read_connection_file, write_connection_file
-from zpar.curve import ZAP_VERSION, CurveKeys, ZapAuthenticator, keys_of, secure
+from zpar.cluster.connection import ConnectionInfo, read_connection_file, write_connection_file
+from zpar.wire.curve import ZAP_VERSION, CurveKeys, ZapAuthenticator, keys_of, secure
 
 
 def test_keys_for_peers_never_hold_the_server_secret(tmp_path):

@@ -1,10 +1,10 @@
-"""zpar.privacy: the IOPub topic, and what a bind exposes."""
+"""zpar.wire.privacy: the IOPub topic, and what a bind exposes."""
 
 from __future__ import annotations
 
 import pytest
 
-from zpar.privacy import (
+from zpar.wire.privacy import (
     ExposureRefused,
     check_exposure,
     exposed_addresses,

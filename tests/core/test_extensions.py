@@ -9,12 +9,11 @@ from importlib.metadata import EntryPoint
 import pytest
 import zmq
 
-from zpar import msgtypes
 from zpar.engine.watched import WatchedSockets
 from zpar.hub import queryapi
-from zpar.messages import MsgType
-from zpar.msgtypes import extension_type, register_message_types, reply_type_of
-from zpar.wire import Session
+from zpar.wire import Session, msgtypes
+from zpar.wire.messages import MsgType
+from zpar.wire.msgtypes import extension_type, register_message_types, reply_type_of
 
 
 def test_registered_types_are_known_with_their_replies():

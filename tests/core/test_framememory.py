@@ -1,4 +1,4 @@
-"""zpar.framememory: a process whose glibc was asked to reuse large blocks receives a
+"""zpar.wire.framememory: a process whose glibc was asked to reuse large blocks receives a
 second large zmq frame into the memory of the first (no fresh pages), and the switch
 that says where reuse is on."""
 
@@ -13,7 +13,7 @@ import types
 
 import pytest
 
-from zpar import framememory
+from zpar.wire import framememory
 
 # Run in a fresh interpreter: mallopt must come before zmq's I/O thread first allocates,
 # and it changes the process for good. Page-fault counts, not times: 25,600 faults are
@@ -21,7 +21,7 @@ from zpar import framememory
 RECEIVE_TWICE = textwrap.dedent(
     """
     import os, resource, sys
-    from zpar import framememory
+    from zpar.wire import framememory
     if sys.argv[1] == "reuse":
         assert framememory.reuse_in_this_process()
         assert framememory.reuse_in_this_process()  # once per process, still in effect
@@ -80,7 +80,7 @@ def test_the_switch_says_where_reuse_is_on(monkeypatch):
 HOLES = textwrap.dedent(
     """
     import time, numpy as np, psutil
-    from zpar import framememory
+    from zpar.wire import framememory
     assert framememory.reuse_in_this_process()  # its trimmer thread too
     libc = framememory._glibc_heap()
     rss = lambda: psutil.Process().memory_info().rss

@@ -24,7 +24,7 @@ from zpar.errors import (
     ZparError,
     error_content,
 )
-from zpar.messages import Status
+from zpar.wire.messages import ReplyStatus
 
 ROOT = Path(__file__).resolve().parents[2]
 #: import name -> source folder, as pyproject.toml's package-dir maps them
@@ -34,7 +34,7 @@ PACKAGES = {
     "zpar.engine": ROOT / "engine",
     "zpar.client": ROOT / "client",
     "zpar.schedulers": ROOT / "schedulers",
-    "zpar.comm": ROOT / "comm",
+    "zpar.comm": ROOT / "communicator",
     "zpar.typed": ROOT / "typed",
     "zpar.darray": ROOT / "darray",
 }
@@ -182,13 +182,13 @@ def test_moved_errors_are_zpar_errors(cls):
 
 def test_old_import_paths_still_work():
     from zpar.client.asyncresult import NotReadyError as a
+    from zpar.cluster.launcher import LaunchError as launcher_error
+    from zpar.cluster.launchers import LaunchError as launchers_error
+    from zpar.cluster.ownership import ClusterBusy as b
     from zpar.engine.registration import RegistrationRefused as r
     from zpar.hub.controller import ControllerError as c
     from zpar.hub.stores import StoreError as s
-    from zpar.launcher import LaunchError as launcher_error
-    from zpar.launchers import LaunchError as launchers_error
-    from zpar.ownership import ClusterBusy as b
-    from zpar.privacy import ExposureRefused as e
+    from zpar.wire.privacy import ExposureRefused as e
 
     assert (a, r, c, s, b, e) == (
         NotReadyError,
@@ -204,7 +204,9 @@ def test_old_import_paths_still_work():
 
 
 def test_error_content_names_the_class():
-    c = error_content(TaskAborted, "task x was aborted", status=Status.ABORTED, zpar_error=True)
+    c = error_content(
+        TaskAborted, "task x was aborted", status=ReplyStatus.ABORTED, zpar_error=True
+    )
     assert c == {
         "status": "aborted",
         "ename": "TaskAborted",
@@ -254,3 +256,33 @@ def test_no_error_names_typed_as_strings():
     """Error replies come from zpar.errors.error_content, which names the class."""
     found = {m: lines for m, p in MODULES.items() if (lines := _string_enames(p))}
     assert found == {}
+
+
+#: zpar/ modules that sit on top of every room: the public façade (lazy re-exports of the
+#: client's names) and the command line, which hands a sub-command to a process's main and
+#: waits for engines through a Client (docs/decisions.md, "Floor plan")
+FACADE = {"zpar", "zpar.cli", "zpar.cluster.commands", "zpar.cluster.smoke"}
+ROOMS = tuple(p for p in PACKAGES if p != "zpar")
+
+
+def test_no_arrow_from_the_core_up_into_a_process_or_capability_folder():
+    up = {
+        (module, target)
+        for module, path in MODULES.items()
+        if not module.startswith(tuple(r + "." for r in ROOMS))
+        and module not in ROOMS
+        and module not in FACADE
+        for target in _imports(module, path)
+        if target.startswith(tuple(r + "." for r in ROOMS)) or target in ROOMS
+    }
+    assert not up, f"zpar/ imports a folder above it: {sorted(up)}"
+
+
+def test_no_class_is_defined_twice():
+    seen: dict[str, list[str]] = {}
+    for module, path in MODULES.items():
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef):
+                seen.setdefault(node.name, []).append(module)
+    twice = {name: where for name, where in seen.items() if len(where) > 1}
+    assert not twice, f"class names defined in more than one module: {twice}"

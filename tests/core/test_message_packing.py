@@ -4,7 +4,7 @@ map at their default, so the wire did not change."""
 
 from __future__ import annotations
 
-from zpar.messages import (
+from zpar.wire.messages import (
     ApplyReply,
     ClearReply,
     ConnectionReply,

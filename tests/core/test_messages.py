@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from zpar.messages import CONTENT, REPLY_TYPE, MsgType, RegistrationRequest
 from zpar.wire import Session
+from zpar.wire.messages import CONTENT, REPLY_TYPE, MsgType, RegistrationRequest
 
 KEY = b"k" * 32
 

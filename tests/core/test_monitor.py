@@ -5,8 +5,8 @@ from __future__ import annotations
 import msgpack
 import pytest
 
-from zpar.messages import MON_TASK_BATCH
-from zpar.monitor import TaskDest, TaskIn, TaskOut, TaskRetry, pack_batch, unpack_batch
+from zpar.wire.messages import MON_TASK_BATCH
+from zpar.wire.monitor import TaskDest, TaskIn, TaskOut, TaskRetry, pack_batch, unpack_batch
 
 EVENTS = [
     TaskIn(b"client", {"msg_id": "m", "msg_type": "apply_request"}, {"retries": 1}),

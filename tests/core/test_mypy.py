@@ -24,7 +24,7 @@ SUBPACKAGES = {
     "engine": "engine",
     "client": "client",
     "schedulers": "schedulers",
-    "comm": "comm",
+    "comm": "communicator",
     "typed": "typed",
     "darray": "darray",
 }
@@ -33,7 +33,7 @@ PUBLIC_MODULES = [
     "zpar",
     "zpar.errors",
     "zpar.error",
-    "zpar.msgtypes",
+    "zpar.wire.msgtypes",
     "zpar.constants",
     "zpar.dependency",
     "zpar.serialize",
@@ -41,7 +41,7 @@ PUBLIC_MODULES = [
     "zpar.typed.registry",
 ]
 #: packages checked whole, every module of them reported
-PUBLIC_PACKAGES = ["zpar.client", "zpar.messages"]
+PUBLIC_PACKAGES = ["zpar.client", "zpar.wire.messages"]
 
 
 def package_tree(where: Path) -> Path:

@@ -1,4 +1,4 @@
-"""docs/protocol.md documents every message type that zpar/messages.py defines."""
+"""docs/protocol.md documents every message type that zpar/wire/messages.py defines."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from zpar.messages import CONTENT, MsgType
+from zpar.wire.messages import CONTENT, MsgType
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zpar.recent import RecentKeys
+from zpar.wire.recent import RecentKeys
 
 # keys from a small pool (many repeats) whose low bits collide: the table probes and shifts
 _keys = st.one_of(

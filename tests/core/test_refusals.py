@@ -1,4 +1,4 @@
-"""zpar.refusals and hub.status: when a process reports its refusal counts, and how the hub
+"""zpar.wire.refusals and hub.status: when a process reports its refusal counts, and how the hub
 keeps them (sans-IO)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from zpar.hub.status import RefusalBook
-from zpar.refusals import RefusalReporter, checked_counts, merged
+from zpar.wire.refusals import RefusalReporter, checked_counts, merged
 
 
 def test_merged_sums_reasons_and_drops_zeros():

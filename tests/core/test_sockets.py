@@ -1,11 +1,11 @@
-"""zpar.sockets.recv_frames: one whole multipart as Frames, as recv_multipart(copy=False)."""
+"""zpar.wire.sockets.recv_frames: one whole multipart as Frames, as recv_multipart(copy=False)."""
 
 from __future__ import annotations
 
 import pytest
 import zmq
 
-from zpar.sockets import recv_frames
+from zpar.wire.sockets import recv_frames
 
 
 @pytest.fixture

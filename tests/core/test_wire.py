@@ -769,7 +769,7 @@ def test_recv_message_takes_a_batch_heads_as_bytes_and_large_buffers_without_cop
 
 
 def test_the_relay_forwards_a_batch_whole_and_copies_each_message_to_the_hub(pair):
-    from zpar.hub.relays import relay_one
+    from zpar.schedulers.relays import relay_one
 
     ctx = zmq.Context.instance()
     mon_out, mon_in = ctx.socket(zmq.PAIR), ctx.socket(zmq.PAIR)

@@ -27,9 +27,9 @@ def rc(cluster4):
 @pytest.fixture
 def ns():
     """A fresh engine namespace, current for darray's engine side, and an empty buffer pool
-    (the unit tests of darray/onengine.py run it in this process)."""
+    (the unit tests of darray/engine.py run it in this process)."""
+    from zpar import namespace
     from zpar.darray import bufferpool
-    from zpar.engine import namespace
 
     bufferpool.clear()
     space = namespace.new_namespace()

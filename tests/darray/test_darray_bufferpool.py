@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from zpar.darray import LocalArray, bufferpool, onengine
+from zpar.darray import LocalArray, bufferpool, engine
 
 DIM = (
     {
@@ -19,28 +19,28 @@ DIM = (
 
 
 def test_a_freed_section_is_reused_for_the_next_result(ns):
-    onengine.allocate("a", DIM, "<f8", 1.0, False)
-    onengine.allocate("b", DIM, "<f8", 2.0, False)
-    onengine.elementwise("c", np.add, [onengine.Ref("a"), onengine.Ref("b")], {})
+    engine.allocate("a", DIM, "<f8", 1.0, False)
+    engine.allocate("b", DIM, "<f8", 2.0, False)
+    engine.elementwise("c", np.add, [engine.Ref("a"), engine.Ref("b")], {})
     first = ns["c"].ndarray.__array_interface__["data"][0]
-    onengine.free(["c"])
-    onengine.elementwise("c", np.multiply, [onengine.Ref("a"), 3], {})
+    engine.free(["c"])
+    engine.elementwise("c", np.multiply, [engine.Ref("a"), 3], {})
     assert ns["c"].ndarray.__array_interface__["data"][0] == first  # same memory
     np.testing.assert_array_equal(ns["c"].ndarray, np.full((512, 512), 3.0))
-    assert onengine.elementwise("d", np.less, [onengine.Ref("a"), onengine.Ref("b")], {}) == "bool"
+    assert engine.elementwise("d", np.less, [engine.Ref("a"), engine.Ref("b")], {}) == "bool"
 
 
 def test_a_section_someone_still_holds_is_not_reused(ns):
-    onengine.allocate("a", DIM, "<f8", 5.0, False)
+    engine.allocate("a", DIM, "<f8", 5.0, False)
     kept_view = ns["a"].ndarray[:10]  # e.g. a user's variable on the engine
     kept_section = ns["a"]
     address = kept_section.ndarray.__array_interface__["data"][0]
-    onengine.free(["a"])
-    onengine.allocate("b", DIM, "<f8", 7.0, False)
+    engine.free(["a"])
+    engine.allocate("b", DIM, "<f8", 7.0, False)
     assert ns["b"].ndarray.__array_interface__["data"][0] != address
     assert kept_view[0, 0] == 5.0 and kept_section.ndarray[0, 0] == 5.0
     del kept_section
-    onengine.free(["b"])
+    engine.free(["b"])
     view_of_b = bufferpool._pool[-1][:1]  # a view made after recycling: never handed out
     assert bufferpool.take((512, 512), np.float64) is None
     del view_of_b
@@ -49,7 +49,7 @@ def test_a_section_someone_still_holds_is_not_reused(ns):
 def test_adopted_memory_is_never_recycled(ns):
     data = np.ones((512, 512))
     ns["x"] = LocalArray(np.asarray(memoryview(data)), DIM)
-    onengine.free(["x"])
+    engine.free(["x"])
     assert bufferpool.take((512, 512), np.float64) is None
 
 
@@ -66,7 +66,7 @@ def test_padded_sections_from_the_pool_have_zero_ghost_cells(ns):
         },
         DIM[1],
     )
-    onengine.allocate("a", padded, "<f8", 9.0, False)
-    onengine.free(["a"])
-    onengine.allocate("b", padded, "<f8", 1.0, False)
+    engine.allocate("a", padded, "<f8", 9.0, False)
+    engine.free(["a"])
+    engine.allocate("b", padded, "<f8", 1.0, False)
     assert ns["b"].ndarray[-1].tolist() == [0.0] * 512 and ns["b"].ndarray[0, 0] == 1.0

@@ -9,7 +9,7 @@ import pickle
 import numpy as np
 import pytest
 
-from zpar.darray import LocalArray, bufferpool, onengine, validate
+from zpar.darray import LocalArray, bufferpool, engine, validate
 
 
 def dim(size, grid=1, rank=0, start=0, stop=None, padding=None):
@@ -31,7 +31,7 @@ SHAPE = (512, 300)
 
 
 def test_a_constant_section_holds_no_memory_until_exported(ns):
-    onengine.allocate("a", DIM, "<f8", 1.5, False)
+    engine.allocate("a", DIM, "<f8", 1.5, False)
     la = ns["a"]
     assert la.memory is None and la.constant_value == 1.5
     assert la.shape == SHAPE and la.dtype == np.float64 and "constant" in repr(la)
@@ -48,7 +48,7 @@ def test_a_constant_section_holds_no_memory_until_exported(ns):
 
 def test_communication_padding_means_memory_at_once(ns):
     padded = (dim(20, 2, 0, 0, 11, (1, 1)), dim(4))
-    onengine.allocate("a", padded, "<f8", 3.0, False)
+    engine.allocate("a", padded, "<f8", 3.0, False)
     la = ns["a"]
     assert la.memory is not None
     assert la.ndarray[:10].tolist() == [[3.0] * 4] * 10 and la.ndarray[10].tolist() == [0] * 4
@@ -57,7 +57,7 @@ def test_communication_padding_means_memory_at_once(ns):
 
 
 def test_empty_gets_memory_on_first_read(ns):
-    onengine.allocate("e", DIM, "<i4", 0, True)
+    engine.allocate("e", DIM, "<i4", 0, True)
     la = ns["e"]
     assert la.memory is None and la.constant_value is None and la.dtype == np.int32
     assert la.values.shape == SHAPE and la.memory is not None
@@ -75,9 +75,9 @@ CASES = [
 
 @pytest.mark.parametrize("dtype, fill, ufunc, scalar", CASES)
 def test_constant_op_constant_is_constant_and_equals_numpy(ns, dtype, fill, ufunc, scalar):
-    onengine.allocate("a", DIM, dtype, fill, False)
-    operands = [onengine.Ref("a")] + ([] if scalar is None else [scalar])
-    got_dtype = onengine.elementwise("c", ufunc, operands, {})
+    engine.allocate("a", DIM, dtype, fill, False)
+    operands = [engine.Ref("a")] + ([] if scalar is None else [scalar])
+    got_dtype = engine.elementwise("c", ufunc, operands, {})
     want = ufunc(np.full(SHAPE, fill, dtype), *([] if scalar is None else [scalar]))
     c = ns["c"]
     assert c.memory is None and got_dtype == str(want.dtype) and c.dtype == want.dtype
@@ -85,72 +85,70 @@ def test_constant_op_constant_is_constant_and_equals_numpy(ns, dtype, fill, ufun
 
 
 def test_two_constants_and_a_mixed_operation(ns):
-    onengine.allocate("a", DIM, "<f8", 2.0, False)
-    onengine.allocate("b", DIM, "<f8", 3.0, False)
-    onengine.elementwise("c", np.add, [onengine.Ref("a"), onengine.Ref("b")], {})
+    engine.allocate("a", DIM, "<f8", 2.0, False)
+    engine.allocate("b", DIM, "<f8", 3.0, False)
+    engine.elementwise("c", np.add, [engine.Ref("a"), engine.Ref("b")], {})
     assert ns["c"].memory is None and ns["c"].constant_value == 5.0
     ramp = np.arange(np.prod(SHAPE), dtype=float).reshape(SHAPE)
-    onengine.place("r", DIM, "<f8", ramp)
-    onengine.elementwise("d", np.subtract, [onengine.Ref("r"), onengine.Ref("a")], {})
+    engine.place("r", DIM, "<f8", ramp)
+    engine.elementwise("d", np.subtract, [engine.Ref("r"), engine.Ref("a")], {})
     np.testing.assert_array_equal(ns["d"].ndarray, ramp - 2.0)
     assert ns["a"].memory is None  # read through its stride-0 view, never filled
 
 
 def test_in_place_on_a_constant(ns):
-    onengine.allocate("a", DIM, "<f8", 1.0, False)
-    onengine.elementwise(None, np.add, [onengine.Ref("a"), 1], {"out": onengine.Ref("a")})
+    engine.allocate("a", DIM, "<f8", 1.0, False)
+    engine.elementwise(None, np.add, [engine.Ref("a"), 1], {"out": engine.Ref("a")})
     assert ns["a"].memory is None and ns["a"].constant_value == 2.0
     ramp = np.arange(np.prod(SHAPE), dtype=float).reshape(SHAPE)
-    onengine.place("r", DIM, "<f8", ramp)
-    onengine.elementwise(
-        None, np.add, [onengine.Ref("a"), onengine.Ref("r")], {"out": onengine.Ref("a")}
-    )
+    engine.place("r", DIM, "<f8", ramp)
+    engine.elementwise(None, np.add, [engine.Ref("a"), engine.Ref("r")], {"out": engine.Ref("a")})
     np.testing.assert_array_equal(ns["a"].ndarray, ramp + 2.0)
-    onengine.allocate("i", DIM, "<i8", 1, False)
+    engine.allocate("i", DIM, "<i8", 1, False)
     with pytest.raises(TypeError, match="Cannot cast ufunc 'add' output"):
         np.add(np.ones(3, np.int64), 1.5, out=np.ones(3, np.int64))  # numpy refuses ...
     with pytest.raises(TypeError, match="Cannot cast ufunc 'add' output"):  # ... so do we
-        onengine.elementwise(None, np.add, [onengine.Ref("i"), 1.5], {"out": onengine.Ref("i")})
+        engine.elementwise(None, np.add, [engine.Ref("i"), 1.5], {"out": engine.Ref("i")})
     assert ns["i"].constant_value == 1
 
 
 def test_gather_take_astype_copy(ns):
-    onengine.allocate("a", DIM, "<f8", 4.0, False)
-    cell = onengine.owned("a")
+    engine.allocate("a", DIM, "<f8", 4.0, False)
+    cell = engine.owned("a")
     assert cell.shape == () and cell == 4.0  # one value: the client broadcasts it
-    assert onengine.take("a", [slice(2, 5), slice(0, 3)]).tolist() == [[4.0] * 3] * 3
-    onengine.astype("a", "b", "<i2")
+    assert engine.take("a", [slice(2, 5), slice(0, 3)]).tolist() == [[4.0] * 3] * 3
+    engine.astype("a", "b", "<i2")
     assert ns["b"].memory is None and ns["b"].dtype == np.int16 and ns["b"].constant_value == 4
-    onengine.copy("a", "c")
+    engine.copy("a", "c")
     ns["c"].ndarray[0, 0] = -1.0
     assert ns["a"].constant_value == 4.0 and ns["c"].ndarray[0, 0] == -1.0
     assert ns["a"].memory is None
 
 
 def test_freeing_constants_and_pickling(ns):
-    onengine.allocate("a", DIM, "<f8", 4.0, False)
-    onengine.free(["a"])
+    engine.allocate("a", DIM, "<f8", 4.0, False)
+    engine.free(["a"])
     assert bufferpool._pool == []  # nothing to keep
-    onengine.allocate("b", DIM, "<f8", 4.0, False)
+    engine.allocate("b", DIM, "<f8", 4.0, False)
     assert ns["b"].ndarray[0, 0] == 4.0  # filled now
-    onengine.free(["b"])
+    engine.free(["b"])
     assert len(bufferpool._pool) == 1
-    onengine.allocate("c", DIM, "<f8", 9.0, False)
+    engine.allocate("c", DIM, "<f8", 9.0, False)
     back = pickle.loads(pickle.dumps(ns["c"]))  # what rc[...].pull(key) sends
     assert back.memory is None and back.dim_data == ns["c"].dim_data
     np.testing.assert_array_equal(back.ndarray, np.full(SHAPE, 9.0))
 
 
 def test_ufuncs_with_two_outputs(ns):
-    onengine.allocate("a", DIM, "<f8", 7.5, False)
+    engine.allocate("a", DIM, "<f8", 7.5, False)
     ramp = np.arange(np.prod(SHAPE), dtype=float).reshape(SHAPE) / 3
-    onengine.place("r", DIM, "<f8", ramp)
-    assert onengine.elementwise(("q", "m"), np.divmod, [onengine.Ref("a"), 2], {}) == [
+    engine.place("r", DIM, "<f8", ramp)
+    assert engine.elementwise(("q", "m"), np.divmod, [engine.Ref("a"), 2], {}) == [
         "float64",
         "float64",
     ]
     assert ns["q"].constant_value == 3.0 and ns["m"].constant_value == 1.5
-    assert onengine.elementwise(("f", "e"), np.frexp, [onengine.Ref("r")], {}) == [
+    assert engine.elementwise(("f", "e"), np.frexp, [engine.Ref("r")], {}) == [
         "float64",
         "int32",
     ]

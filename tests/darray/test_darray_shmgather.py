@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tests.darray.test_darray_cluster import DISTS, FULL
-from zpar.darray import onengine, shmgather
+from zpar.darray import engine, shmgather
 
 
 def _leftovers() -> list[str]:
@@ -72,7 +72,7 @@ def test_toarray_in_place_of_padded_and_constant_arrays(rc, always_shared):
 def test_an_engine_that_cannot_see_the_file_sends_its_cells(rc):
     da = rc.darray.fromarray(FULL, dist=("b", "n"), grid_shape=(4, 1))
     cells = rc[da.targets[0]].apply_sync(
-        onengine.owned_into, da.key, "/dev/shm/zpar-gather-elsewhere", FULL.shape,
+        engine.owned_into, da.key, "/dev/shm/zpar-gather-elsewhere", FULL.shape,
         FULL.dtype, [slice(0, 2), slice(0, 9)],
     )  # fmt: skip
     np.testing.assert_array_equal(cells, FULL[:2])

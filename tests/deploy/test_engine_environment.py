@@ -1,6 +1,6 @@
 """Local engines start with glibc tunables (docs/decisions.md): huge pages ("The wire ...
 W5") and large frames received into reused memory ("W5: reused frame memory",
-zpar.framememory), each unless turned off or already set by the user."""
+zpar.wire.framememory), each unless turned off or already set by the user."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from zpar import framememory
-from zpar.launchers.base import ENGINE_GLIBC_TUNABLE, engine_environment
+from zpar.cluster.launchers.base import ENGINE_GLIBC_TUNABLE, engine_environment
+from zpar.wire import framememory
 
 ALL = ":".join([ENGINE_GLIBC_TUNABLE, *framememory.REUSE_TUNABLES])
 

@@ -15,10 +15,10 @@ import psutil
 import pytest
 
 import zpar
-from zpar.launchers import LaunchContext, LaunchError, engine_set_class
-from zpar.launchers.hubquery import HubLine, ids_by_rank
-from zpar.launchers.restart import RestartPolicy
-from zpar.settings import Settings
+from zpar.cluster.launchers import LaunchContext, LaunchError, engine_set_class
+from zpar.cluster.launchers.hubquery import HubLine, ids_by_rank
+from zpar.cluster.launchers.restart import RestartPolicy
+from zpar.cluster.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
 SLOW_HB = ["--hb-period", "5", "--hb-misses", "4"]  # the heartbeat would take 20 s

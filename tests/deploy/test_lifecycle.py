@@ -15,8 +15,8 @@ import psutil
 import pytest
 
 import zpar
-from zpar.connection import read_connection_file
-from zpar.ownership import RUNDIR_OWNER
+from zpar.cluster.connection import read_connection_file
+from zpar.cluster.ownership import RUNDIR_OWNER
 
 ZPAR = [sys.executable, "-m", "zpar"]
 

@@ -111,7 +111,7 @@ def test_ssh_tunnel_reaches_a_controller_on_loopback(network, tmp_path, zpar_dir
         " timeout=120)\n"
         "with c as rc:\n"
         "    pids = rc[:].apply_sync(os.getpid)\n"
-        "    reg = zpar.connection.read_connection_file(c.url_file).registration\n"
+        "    reg = zpar.cluster.connection.read_connection_file(c.url_file).registration\n"
         "    where = [os.popen(f'ip netns identify {p}').read().strip() for p in pids]\n"
         "    print(reg, *where)\n"
     )

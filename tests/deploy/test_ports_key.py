@@ -15,10 +15,10 @@ import sys
 import psutil
 import pytest
 
-from zpar import settings as S
-from zpar.connection import wait_for_connection_file
+from zpar.cluster import settings as S
+from zpar.cluster.connection import wait_for_connection_file
 from zpar.hub.schedproc import PORT_ORDER, check_ports_free
-from zpar.messages import MsgType
+from zpar.wire.messages import MsgType
 
 KEY = "0123456789abcdef" * 4
 

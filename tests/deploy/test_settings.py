@@ -12,8 +12,8 @@ import tomllib
 
 import pytest
 
-from zpar import settings as S
-from zpar.launchers.base import rotate_log
+from zpar.cluster import settings as S
+from zpar.cluster.launchers.base import rotate_log
 
 
 def run(args, env=None, timeout=60):
@@ -148,7 +148,7 @@ def test_logs_rotate(tmp_path):
 
 def test_cluster_flags_and_set_are_flag_sources(zpar_dir):
     from zpar.cli import build_parser
-    from zpar.clustercli import settings_from
+    from zpar.cluster.commands import settings_from
 
     write_config(zpar_dir, "f", "[engines]\nn = 8\nengines = 'mpi'\n")
     args = build_parser().parse_args(

@@ -9,7 +9,7 @@ import sys
 import psutil
 
 import zpar
-from zpar.launchers.ssh import parse_host, split_over_hosts, stop_script
+from zpar.cluster.launchers.ssh import parse_host, split_over_hosts, stop_script
 
 
 def test_host_specs_and_placement():
@@ -19,7 +19,7 @@ def test_host_specs_and_placement():
     assert split_over_hosts(3, {"a": 2, "b": 4}) == [("a", 2), ("b", 1)]
     import pytest
 
-    from zpar.launchers import LaunchError
+    from zpar.cluster.launchers import LaunchError
 
     with pytest.raises(LaunchError, match="offer 6 engines, 7 asked"):
         split_over_hosts(7, {"a": 2, "b": 4})
@@ -48,7 +48,7 @@ def test_ssh_engines_run_jobs_and_stop(sshd, tmp_path):
         f = d / "zpar-engine.json"
         assert stat.S_IMODE(f.stat().st_mode) == 0o600
         assert stat.S_IMODE(d.stat().st_mode) == 0o700
-        assert zpar.connection.read_connection_file(f).key  # the key went over, kept 0600
+        assert zpar.cluster.connection.read_connection_file(f).key  # the key went over, kept 0600
         assert sorted(rc.load_balanced_view().map_sync(lambda x: x * 2, range(6))) == [
             0, 2, 4, 6, 8, 10,
         ]  # fmt: skip
@@ -69,5 +69,7 @@ def test_ssh_unreachable_host_is_one_clear_error(tmp_path):
         ssh_remote_dir=str(tmp_path / "r"),
         timeout=30,
     )
-    with pytest.raises(zpar.launcher.LaunchError, match=r"ssh 127\.0\.0\.1:\d+: starting 1"):
+    with pytest.raises(
+        zpar.cluster.launcher.LaunchError, match=r"ssh 127\.0\.0\.1:\d+: starting 1"
+    ):
         c.start()

@@ -64,9 +64,9 @@ def cluster_addresses(cluster):
     """(ConnectionInfo, connection_reply content) of the module's cluster, asked of the hub."""
     import zmq
 
-    from zpar.connection import read_connection_file
-    from zpar.messages import MsgType
+    from zpar.cluster.connection import read_connection_file
     from zpar.wire import Session
+    from zpar.wire.messages import MsgType
 
     info = read_connection_file(cluster.url_file)
     s = zmq.Context.instance().socket(zmq.DEALER)

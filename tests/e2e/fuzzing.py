@@ -15,10 +15,10 @@ import zmq
 from hypothesis import strategies as st
 
 from zpar.constants import BATCH_DELIM, DELIM, PING, PROTOCOL_VERSION, SIGNAL_SUFFIX
-from zpar.messages import CONTENT, MsgType
-from zpar.privacy import iopub_topic
-from zpar.transport import direct_address
 from zpar.wire import Session, _signed_parts, batch
+from zpar.wire.messages import CONTENT, MsgType
+from zpar.wire.privacy import iopub_topic
+from zpar.wire.transport import direct_address
 
 #: Requests a key holder may send that stop or kill a part of the cluster on purpose: with
 #: the right key they are the user's orders, not attacks, so the fuzzer never signs them.
@@ -113,7 +113,7 @@ plausible = (
 
 @st.composite
 def contents(draw, msg_type: str):
-    """A content map with the fields ``msg_type`` has (zpar.messages), each of a plausible
+    """A content map with the fields ``msg_type`` has (zpar.wire.messages), each of a plausible
     or an arbitrary value, some left out, and a few fields no message has."""
     cls = CONTENT.get(msg_type) if msg_type in MsgType.__members__.values() else None
     names = [f.name for f in dataclasses.fields(cls)] if cls is not None else []

@@ -12,11 +12,11 @@ import pytest
 import zmq
 
 from tests.e2e.conftest import wait_until
-from zpar.connection import read_connection_file
+from zpar.cluster.connection import read_connection_file
 from zpar.constants import DELIM, PROTOCOL_VERSION
-from zpar.messages import MsgType
 from zpar.serialize import deserialize_object, pack_apply
 from zpar.wire import Session
+from zpar.wire.messages import MsgType
 
 #: milliseconds an attacker's socket is watched for anything the cluster sent it
 QUIET_MS = 300

@@ -9,8 +9,8 @@ import time
 import pytest
 
 import zpar
-from zpar.messages import MsgType
 from zpar.wire import Session
+from zpar.wire.messages import MsgType
 
 
 def _spin(seconds):
@@ -80,7 +80,7 @@ def test_sigkilled_engine_is_unregistered_and_its_work_fails(make_cluster, tmp_p
 def test_registration_with_identity_in_use_is_refused(rc, cluster):
     import zmq
 
-    from zpar.connection import read_connection_file
+    from zpar.cluster.connection import read_connection_file
 
     info = read_connection_file(cluster.launcher.engine_file)
     session = Session(info.key)

@@ -28,7 +28,7 @@ def test_engines_find_a_restarted_controller_and_no_task_is_answered_twice(make_
     rc.wait_for_engines(2, timeout=60)
     pids = sorted(
         e["pid"]
-        for e in rc.sender.query(zpar.messages.MsgType.ENGINE_INFO_REQUEST, {})
+        for e in rc.sender.query(zpar.wire.messages.MsgType.ENGINE_INFO_REQUEST, {})
         .content["engines"]
         .values()
     )
@@ -58,7 +58,9 @@ def test_engines_find_a_restarted_controller_and_no_task_is_answered_twice(make_
     try:
         new.wait_for_engines(2, timeout=90)  # the engines' own reconnection
         assert new.ids == [0, 1]
-        info = new.sender.query(zpar.messages.MsgType.ENGINE_INFO_REQUEST, {}).content["engines"]
+        info = new.sender.query(zpar.wire.messages.MsgType.ENGINE_INFO_REQUEST, {}).content[
+            "engines"
+        ]
         assert sorted(e["pid"] for e in info.values()) == pids  # the same processes
         assert new.load_balanced_view().map_sync(_work, range(20)) == [i * i for i in range(20)]
         assert new[:].apply_sync(_work, 3) == [9, 9]

@@ -18,8 +18,8 @@ import zmq
 
 import zpar
 from tests.e2e.conftest import FAST_HB, wait_until
-from zpar.connection import read_connection_file, write_connection_file
-from zpar.curve import CurveKeys
+from zpar.cluster.connection import read_connection_file, write_connection_file
+from zpar.wire.curve import CurveKeys
 
 
 @pytest.fixture

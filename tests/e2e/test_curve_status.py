@@ -14,10 +14,10 @@ import pytest
 
 import zpar
 from tests.e2e.conftest import FAST_HB, wait_until
-from zpar.connection import read_connection_file, write_connection_file
-from zpar.curve import CurveKeys
-from zpar.launchers.hubquery import HubLine
-from zpar.messages import MsgType
+from zpar.cluster.connection import read_connection_file, write_connection_file
+from zpar.cluster.launchers.hubquery import HubLine
+from zpar.wire.curve import CurveKeys
+from zpar.wire.messages import MsgType
 
 
 @pytest.fixture

@@ -46,7 +46,7 @@ def test_a_blocking_call_leaves_no_cyclic_garbage(rc):
     import gc
 
     from zpar.client.futures import ReplyFuture
-    from zpar.client.request import Request
+    from zpar.client.request import PendingRequest
 
     assert rc[0].apply_sync(os.getpid) > 0  # the socket made, warm
     gc.collect()
@@ -56,7 +56,7 @@ def test_a_blocking_call_leaves_no_cyclic_garbage(rc):
         for i in range(50):
             assert rc[0].apply_sync(lambda x: x, i) == i
         gc.collect()
-        requests = [o for o in gc.garbage if isinstance(o, Request)]
+        requests = [o for o in gc.garbage if isinstance(o, PendingRequest)]
         requests += [o.request for o in gc.garbage if isinstance(o, ReplyFuture)]
         left = [r for r in requests if r is not None and r.channel == "direct"]
     finally:

@@ -12,8 +12,8 @@ import pytest
 import zmq
 
 import zpar
+from zpar.cluster.launchers.hubquery import HubLine
 from zpar.errors import ZparError
-from zpar.launchers.hubquery import HubLine
 
 EXTPKG = Path(__file__).resolve().parents[1] / "extpkg"
 

@@ -1,5 +1,5 @@
 """Large arrays there and back through an engine land in reused memory at both ends
-(zpar.framememory, docs/decisions.md "W4 maps and W5 large arrays"): by default, or with
+(zpar.wire.framememory, docs/decisions.md "W4 maps and W5 large arrays"): by default, or with
 ZPAR_FRAME_REUSE=all, engines and a client started through zpar.Cluster; with
 ZPAR_FRAME_REUSE=engines only engines. Page-fault counts of one round trip, not times: a
 64 MB frame in fresh 4 KiB pages is 16,384 faults."""

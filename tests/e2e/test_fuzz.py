@@ -22,12 +22,12 @@ from hypothesis import strategies as st
 
 from tests.clusters import module_cluster, wait_until
 from tests.e2e import fuzzing
-from zpar.connection import read_connection_file
-from zpar.launchers.hubquery import HubLine
-from zpar.messages import MsgType
-from zpar.privacy import iopub_topic
-from zpar.transport import direct_dir
+from zpar.cluster.connection import read_connection_file
+from zpar.cluster.launchers.hubquery import HubLine
 from zpar.wire import Session
+from zpar.wire.messages import MsgType
+from zpar.wire.privacy import iopub_topic
+from zpar.wire.transport import direct_dir
 
 #: Messages hypothesis sends to one socket (each test) and the seeded generator (each seed).
 EXAMPLES = 30

@@ -6,9 +6,9 @@ import time
 
 import zmq
 
-from zpar.messages import MsgType
-from zpar.privacy import iopub_topic
 from zpar.wire import Session
+from zpar.wire.messages import MsgType
+from zpar.wire.privacy import iopub_topic
 
 
 def _talk():

@@ -13,8 +13,8 @@ import pytest
 
 import zpar
 from tests.e2e.conftest import FAST_HB
-from zpar.connection import read_connection_file, write_connection_file
-from zpar.curve import CurveKeys
+from zpar.cluster.connection import read_connection_file, write_connection_file
+from zpar.wire.curve import CurveKeys
 
 
 def _modes(root):

@@ -7,8 +7,8 @@ import os
 import zmq
 
 from zpar.constants import BAD_KEY, DELIM
-from zpar.messages import MsgType
 from zpar.wire import Session
+from zpar.wire.messages import MsgType
 
 GARBAGE = [
     [b""],

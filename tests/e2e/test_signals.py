@@ -70,7 +70,7 @@ def test_send_signal_bad_arguments_fail_before_sending(rc):
 
 
 def test_hub_refuses_a_bad_signal_request(rc):
-    from zpar.messages import MsgType
+    from zpar.wire.messages import MsgType
 
     with pytest.raises(RuntimeError, match="no such engines: \\[99\\]"):
         rc.sender.query(MsgType.SIGNAL_REQUEST, {"signum": 2, "targets": [99]})

@@ -13,7 +13,7 @@ import pytest
 
 import zpar
 from tests.e2e.conftest import wait_until
-from zpar.messages import MsgType
+from zpar.wire.messages import MsgType
 
 
 def _first_run_waits(log_path, go_path):

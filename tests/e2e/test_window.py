@@ -13,9 +13,9 @@ import zmq
 import zpar
 from tests.clusters import FAST_HB, module_cluster, wait_until
 from zpar.dependency import to_wire
-from zpar.messages import MsgType
 from zpar.serialize import pack_apply
 from zpar.wire import Session, recv_message
+from zpar.wire.messages import MsgType
 
 #: a window far smaller than the work submitted, so most of it waits in the client
 WINDOW = 4
@@ -142,7 +142,7 @@ def test_a_client_ignoring_the_window_gets_one_refusal_per_task_naming_the_limit
     """A raw DEALER sends CLIENT_QUEUE + 5 tasks that wait for a task that never comes:
     the scheduler takes CLIENT_QUEUE, refuses 5 (SubmissionRefused naming the limit,
     counted as over_window in the controller's status) and aborts the rest on request."""
-    from zpar.connection import read_connection_file
+    from zpar.cluster.connection import read_connection_file
 
     info = read_connection_file(cluster.url_file)
     session = Session(info.key)

@@ -6,17 +6,18 @@ from importlib.metadata import EntryPoint
 
 import pytest
 
-from zpar.engine import handlers, namespace
+from zpar import namespace
+from zpar.engine import handlers
 from zpar.engine.kernel import Kernel
-from zpar.messages import MsgType, Status
 from zpar.wire import Message, Session
+from zpar.wire.messages import MsgType, ReplyStatus
 
 pytestmark = pytest.mark.timeout(30)
 
 
 def echo_factory(kernel):
     def handle(msg):
-        return {"status": Status.OK, "seen_by": kernel.engine_id}, list(msg.buffers)
+        return {"status": ReplyStatus.OK, "seen_by": kernel.engine_id}, list(msg.buffers)
 
     return handle
 
@@ -60,7 +61,7 @@ def test_a_declared_handler_runs_as_a_request_and_is_looked_up_once(declared, ke
     for _ in range(2):
         reply = kernel.handle(request(MsgType.TYPED_REQUEST, [b"x"]))
         assert reply.msg_type == MsgType.TYPED_REPLY
-        assert reply.content == {"status": Status.OK, "seen_by": 9}
+        assert reply.content == {"status": ReplyStatus.OK, "seen_by": 9}
         assert reply.buffers == [b"x"]
         assert reply.metadata["engine_id"] == 9 and "started" in reply.metadata
     assert calls == [MsgType.TYPED_REQUEST]
@@ -70,7 +71,7 @@ def test_a_handler_that_cannot_load_answers_with_the_load_error(declared, kernel
     declared[MsgType.TYPED_REQUEST] = "no_such_module_anywhere:factory"
     reply = kernel.handle(request(MsgType.TYPED_REQUEST))
     assert reply.msg_type == MsgType.TYPED_REPLY
-    assert reply.content["status"] == Status.ERROR
+    assert reply.content["status"] == ReplyStatus.ERROR
     assert (
         "cannot load the typed_request handler no_such_module_anywhere:factory"
         in reply.content["evalue"]

@@ -1,4 +1,4 @@
-"""The engine's kernel and namespace, in memory: a Message in, a Reply out, no sockets."""
+"""The engine's kernel and namespace, in memory: a Message in, a KernelReply out, no sockets."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ import threading
 import numpy as np
 import pytest
 
+from zpar import namespace
 from zpar.constants import MAX_CAPTURED_OUTPUT
-from zpar.engine import namespace
 from zpar.engine.capture import TRUNCATED_NOTE, Capture
 from zpar.engine.kernel import Kernel
-from zpar.messages import MsgType, Status
 from zpar.serialize import deserialize_object, pack_apply
 from zpar.wire import Message, Session
+from zpar.wire.messages import MsgType, ReplyStatus
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -49,7 +49,7 @@ def kernel(published):
 
 
 def result(reply):
-    assert reply.content["status"] == Status.OK, reply.content
+    assert reply.content["status"] == ReplyStatus.OK, reply.content
     return deserialize_object(reply.buffers)
 
 
@@ -59,7 +59,7 @@ def test_apply_numpy_function(kernel):
     assert result(reply) == 45
     md = reply.metadata
     assert md["engine_id"] == 3 and md["engine_uuid"] == "uuid-3"
-    assert md["status"] == Status.OK and md["started"] <= md["completed"]
+    assert md["status"] == ReplyStatus.OK and md["started"] <= md["completed"]
     assert set(md) == {
         "engine_id",
         "engine_uuid",
@@ -95,10 +95,10 @@ def test_push_pull(kernel):
 def test_pull_missing_name_is_a_name_error(kernel):
     reply = kernel.handle(apply(namespace.pull, ["nope"]))
     c = reply.content
-    assert c["status"] == Status.ERROR and c["ename"] == "NameError"
+    assert c["status"] == ReplyStatus.ERROR and c["ename"] == "NameError"
     assert "'nope'" in c["evalue"]
     assert c["engine_info"] == {"engine_id": 3, "engine_uuid": "uuid-3", "method": "apply_request"}
-    assert reply.metadata["status"] == Status.ERROR
+    assert reply.metadata["status"] == ReplyStatus.ERROR
 
 
 def test_execute_returns_repr_of_last_expression(kernel):
@@ -123,7 +123,7 @@ def test_execute_error_shows_the_code_line(kernel):
 def test_exception_traceback_names_the_user_function(kernel):
     f = interactive("def failing_user_function(x):\n    return 1 / x\n", "failing_user_function")
     c = kernel.handle(apply(f, 0)).content
-    assert c["status"] == Status.ERROR
+    assert c["status"] == ReplyStatus.ERROR
     assert c["ename"] == "ZeroDivisionError" and c["evalue"] == "division by zero"
     assert isinstance(c["traceback"], list)
     text = "".join(c["traceback"])
@@ -136,20 +136,20 @@ def test_system_exit_in_user_code_is_a_task_error(kernel):
     import sys
 
     c = kernel.handle(apply(sys.exit, 3)).content
-    assert c["status"] == Status.ERROR and c["ename"] == "SystemExit"
+    assert c["status"] == ReplyStatus.ERROR and c["ename"] == "SystemExit"
 
 
 def test_abort_by_msg_id(kernel):
     queued = apply(lambda: "ran")
     reply = kernel.handle(request(MsgType.ABORT_REQUEST, {"msg_ids": [queued.msg_id]}))
-    assert reply.msg_type == MsgType.ABORT_REPLY and reply.content["status"] == Status.OK
+    assert reply.msg_type == MsgType.ABORT_REPLY and reply.content["status"] == ReplyStatus.OK
     assert not reply.drain
     aborted = kernel.handle(queued)
     c = aborted.content
     assert aborted.msg_type == MsgType.APPLY_REPLY
-    assert c["status"] == Status.ABORTED and c["ename"] == "TaskAborted"
+    assert c["status"] == ReplyStatus.ABORTED and c["ename"] == "TaskAborted"
     assert queued.msg_id in c["evalue"] and c["zpar_error"] is True
-    assert aborted.metadata["status"] == Status.ABORTED and not aborted.buffers
+    assert aborted.metadata["status"] == ReplyStatus.ABORTED and not aborted.buffers
     assert queued.msg_id not in kernel.aborted  # forgotten once used
     assert result(kernel.handle(apply(lambda: "ran"))) == "ran"  # others still run
 
@@ -160,7 +160,7 @@ def test_a_malformed_abort_is_answered_with_its_reason(kernel, msg_ids):
     msg_ids updated with an int raised TypeError and killed it)."""
     reply = kernel.handle(request(MsgType.ABORT_REQUEST, {"msg_ids": msg_ids}))
     c = reply.content
-    assert reply.msg_type == MsgType.ABORT_REPLY and c["status"] == Status.ERROR
+    assert reply.msg_type == MsgType.ABORT_REPLY and c["status"] == ReplyStatus.ERROR
     assert c["ename"] == "ValueError" and "abort_request's msg_ids" in c["evalue"]
     assert not reply.drain and not kernel.aborted
     assert result(kernel.handle(apply(lambda: "ran"))) == "ran"
@@ -172,13 +172,13 @@ def test_abort_all_asks_the_loop_to_drain(kernel):
     queued = request(MsgType.EXECUTE_REQUEST, {"code": "1"})
     aborted = kernel.aborted_reply(queued)
     assert aborted.msg_type == MsgType.EXECUTE_REPLY
-    assert aborted.content["status"] == Status.ABORTED
+    assert aborted.content["status"] == ReplyStatus.ABORTED
 
 
 def test_clear_resets_the_namespace(kernel):
     kernel.handle(apply(namespace.push, {"x": 1}))
     reply = kernel.handle(request(MsgType.CLEAR_REQUEST))
-    assert reply.msg_type == MsgType.CLEAR_REPLY and reply.content["status"] == Status.OK
+    assert reply.msg_type == MsgType.CLEAR_REPLY and reply.content["status"] == ReplyStatus.OK
     assert "x" not in kernel.ns and kernel.ns["__name__"] == "__main__"
     assert kernel.handle(apply(namespace.pull, "x")).content["ename"] == "NameError"
 
@@ -186,13 +186,13 @@ def test_clear_resets_the_namespace(kernel):
 def test_shutdown_stops_and_drains(kernel):
     reply = kernel.handle(request(MsgType.SHUTDOWN_REQUEST, {"restart": False}))
     assert reply.msg_type == MsgType.SHUTDOWN_REPLY
-    assert reply.stop and reply.drain and reply.content["status"] == Status.OK
+    assert reply.stop and reply.drain and reply.content["status"] == ReplyStatus.OK
     assert set(reply.metadata) >= {"engine_id", "started", "completed", "stdout", "stderr"}
 
 
 def test_unserializable_result_error_names_its_type(kernel):
     c = kernel.handle(apply(threading.Lock)).content
-    assert c["status"] == Status.ERROR and c["ename"] == "SerializationError"
+    assert c["status"] == ReplyStatus.ERROR and c["ename"] == "SerializationError"
     assert "lock" in c["evalue"] and "result" in c["evalue"]
 
 
@@ -259,7 +259,7 @@ def test_zero_copy_array_argument_is_a_view(kernel):
 
 def test_shutdown_with_restart_is_refused_by_an_embedded_engine(kernel):
     reply = kernel.handle(request(MsgType.SHUTDOWN_REQUEST, {"restart": True}))
-    assert reply.content["status"] == Status.ERROR
+    assert reply.content["status"] == ReplyStatus.ERROR
     assert reply.content["ename"] == "ValueError"
     assert "cannot restart: it runs inside another program" in reply.content["evalue"]
     assert not reply.stop and not reply.drain and not reply.restart  # it keeps serving
@@ -272,5 +272,5 @@ def test_shutdown_with_restart_of_a_restartable_engine():
         )
     finally:
         namespace.set_current(None)
-    assert reply.content["status"] == Status.OK
+    assert reply.content["status"] == ReplyStatus.OK
     assert reply.stop and reply.drain and reply.restart

@@ -9,9 +9,9 @@ import time
 
 import zmq
 
-from zpar.copybatch import COPY_BATCH_MAX, COPY_PACK_MAX, unpack_copies
 from zpar.engine.monitorcopies import COPY_INTERVAL, MonitorCopies
-from zpar.messages import MON_COPY_BATCH
+from zpar.wire.copybatch import COPY_BATCH_MAX, COPY_PACK_MAX, unpack_copies
+from zpar.wire.messages import MON_COPY_BATCH
 
 
 def _pair(name):

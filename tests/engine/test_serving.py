@@ -14,9 +14,9 @@ from zpar.engine.kernel import Kernel
 from zpar.engine.replies import HELD_BYTES_MAX, HELD_REPLIES_MAX, ReplySender
 from zpar.engine.revoke import RevokeGate
 from zpar.engine.serving import RunState, Server, Sockets
-from zpar.messages import MsgType, Status
 from zpar.serialize import deserialize_object, pack_apply
 from zpar.wire import Session, batch, split_messages
+from zpar.wire.messages import MsgType, ReplyStatus
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -169,7 +169,7 @@ def test_replies_of_a_batch_go_back_together_in_order(rig, patient):
     # HELD_REPLIES_MAX together, then the rest (the last one of the batch sends them)
     assert [len(part) for part in got] == [HELD_REPLIES_MAX, 2]
     assert [m.parent_header["msg_id"] for part in got for m in part] == list(ids)
-    assert all(m.content["status"] == Status.OK for part in got for m in part)
+    assert all(m.content["status"] == ReplyStatus.OK for part in got for m in part)
     assert rig.replies.watchdog.flushes == 0
 
 
@@ -243,7 +243,7 @@ def test_each_reply_leaves_once_when_the_watchdog_sent_some_and_the_rest_is_cut(
         assert answered == [a, d, e]  # c placed elsewhere by the scheduler, unanswered
     else:
         assert answered == [a, d, c, e]
-        assert status[c] == Status.ABORTED
+        assert status[c] == ReplyStatus.ABORTED
     assert rig.replies.watchdog.flushes == 1  # a's, while d ran
     assert deserialize_object(next(m for m in replies if m.parent_header["msg_id"] == d).buffers)
 
@@ -265,7 +265,7 @@ def test_an_abort_reaches_the_tasks_in_hand(rig):
     assert not rig.server.in_hand
     aborted = [m for part in rig.received() for m in part]
     assert [m.parent_header["msg_id"] for m in aborted] == ids
-    assert all(m.content["status"] == Status.ABORTED for m in aborted)
+    assert all(m.content["status"] == ReplyStatus.ABORTED for m in aborted)
     control = [m for part in rig.received(rig.hub) for m in part]
     assert [m.msg_type for m in control] == [MsgType.ABORT_REPLY]
 
@@ -283,7 +283,7 @@ def test_an_abort_of_one_task_in_hand_leaves_the_others(rig):
         rig.server.run_next()
     rig.replies.flush()
     status = {m.parent_header["msg_id"]: m.content["status"] for p in rig.received() for m in p}
-    assert status == {a: Status.OK, b: Status.ABORTED, c: Status.OK}
+    assert status == {a: ReplyStatus.OK, b: ReplyStatus.ABORTED, c: ReplyStatus.OK}
 
 
 def test_a_revoked_task_of_a_batch_is_dropped_unanswered(rig):

@@ -10,8 +10,8 @@ import zmq
 
 from zpar.constants import SIGNAL_SUFFIX
 from zpar.engine.signals import SignalListener
-from zpar.messages import MsgType
 from zpar.wire import Session
+from zpar.wire.messages import MsgType
 
 KEY = b"k" * 32
 UUID = b"5e751771-2bf6-43df-8f37-a075fdeef8ee"

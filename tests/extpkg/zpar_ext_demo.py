@@ -10,7 +10,7 @@ from typing import Any
 import zmq
 
 from zpar.engine.engine import this_engine
-from zpar.msgtypes import register_message_types
+from zpar.wire.msgtypes import register_message_types
 
 #: [zpar.message_types] demo = zpar_ext_demo:MESSAGE_TYPES
 MESSAGE_TYPES = {"demo_echo_request": "demo_echo_reply"}

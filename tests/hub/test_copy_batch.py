@@ -1,5 +1,5 @@
 """The hub reads an engine's direct-call copies packed in one monitor batch
-(zpar.copybatch.pack_copies) exactly as it reads them one by one: each copy checked on its
+(zpar.wire.copybatch.pack_copies) exactly as it reads them one by one: each copy checked on its
 own, a forged one refused while the others are recorded, a malformed batch dropped whole
 without harm to what follows."""
 
@@ -12,10 +12,10 @@ import pytest
 import zmq
 
 from tests.hubrig import hub_rig
-from zpar.copybatch import pack_copies
 from zpar.hub.hub import EngineRecord, Hub
-from zpar.messages import MON_COPY_BATCH, MON_MUX_IN, MON_MUX_OUT, MsgType, Status
 from zpar.wire import Session
+from zpar.wire.copybatch import pack_copies
+from zpar.wire.messages import MON_COPY_BATCH, MON_MUX_IN, MON_MUX_OUT, MsgType, ReplyStatus
 
 KEY = b"k" * 32
 UUID = "5d7c1a4e-0b6f-4f8e-9d61-1f2b3c4d5e6f"
@@ -36,9 +36,9 @@ def _call(client: Session, engine: Session, n: int) -> tuple[str, list[bytes], l
     now = time.time()
     _, reply = engine.serialize(
         MsgType.APPLY_REPLY,
-        {"status": Status.OK},
+        {"status": ReplyStatus.OK},
         parent=header,
-        metadata={"status": Status.OK, "started": now, "completed": now},
+        metadata={"status": ReplyStatus.OK, "started": now, "completed": now},
         buffers=[f"result {n}".encode()],
     )
     ident = UUID.encode()
@@ -67,7 +67,7 @@ def test_a_batch_of_copies_is_recorded_like_copies_sent_alone(rig):
     _read_until(hub, lambda: all(m in records and not records[m].pending for m, _, _ in calls))
     for msg_id, _, _ in calls:
         rec = records[msg_id]
-        assert rec.status == Status.OK and rec.queue == "mux" and rec.engine_uuid == UUID
+        assert rec.status == ReplyStatus.OK and rec.queue == "mux" and rec.engine_uuid == UUID
 
 
 def test_a_forged_copy_in_a_batch_is_refused_and_the_others_recorded(rig):
@@ -82,7 +82,7 @@ def test_a_forged_copy_in_a_batch_is_refused_and_the_others_recorded(rig):
     assert forged[0] not in records
     assert hub.copies.refused["bad-signature"] == 2
     assert hub.copies.refused["replayed"] == 1
-    assert records[good[0]].status == Status.OK
+    assert records[good[0]].status == ReplyStatus.OK
 
 
 @pytest.mark.parametrize(
@@ -102,4 +102,4 @@ def test_a_malformed_batch_is_dropped_and_the_hub_goes_on(rig, garbage):
     monitor.send_multipart(reply)
     records = hub.tasks.records
     _read_until(hub, lambda: msg_id in records and not records[msg_id].pending)
-    assert records[msg_id].status == Status.OK
+    assert records[msg_id].status == ReplyStatus.OK

@@ -9,10 +9,10 @@ import time
 import pytest
 import zmq
 
-from zpar.copybatch import COPY_PACK_MAX, unpack_copies
-from zpar.hub.relays import RelayCopies, relay_one
-from zpar.messages import MON_COPY_BATCH, MON_MUX_IN, MON_MUX_OUT
+from zpar.schedulers.relays import RelayCopies, relay_one
 from zpar.wire import Session
+from zpar.wire.copybatch import COPY_PACK_MAX, unpack_copies
+from zpar.wire.messages import MON_COPY_BATCH, MON_MUX_IN, MON_MUX_OUT
 
 
 @pytest.fixture

@@ -13,8 +13,8 @@ import zmq
 from tests.hubrig import hub_rig
 from zpar.constants import PING, SIGNAL_SUFFIX
 from zpar.hub.hub import EngineRecord, Hub
-from zpar.messages import MON_MUX_IN, MON_MUX_OUT, MsgType, Status
 from zpar.wire import Session
+from zpar.wire.messages import MON_MUX_IN, MON_MUX_OUT, MsgType, ReplyStatus
 
 KEY = b"k" * 32
 UUID = "0f93c59e-b3c3-4b1e-ba8d-cfa88254e961"
@@ -73,9 +73,9 @@ def test_what_an_unregistered_engine_reports_is_not_recorded_as_its_result(rig):
     engine = Session(KEY)
     _, reply = engine.serialize(
         MsgType.APPLY_REPLY,
-        {"status": Status.OK},
+        {"status": ReplyStatus.OK},
         parent=header,
-        metadata={"status": Status.OK, "started": time.time(), "completed": time.time()},
+        metadata={"status": ReplyStatus.OK, "started": time.time(), "completed": time.time()},
     )
     peers["monitor"].send_multipart([MON_MUX_OUT, b"client-1", UUID.encode(), *reply])
     deadline = time.monotonic() + 30

@@ -9,10 +9,10 @@ import time
 import pytest
 import zmq
 
-from zpar.messages import MsgType, Status
 from zpar.schedulers.task import TaskScheduler
 from zpar.serialize import pack_apply
 from zpar.wire import Session, batch
+from zpar.wire.messages import MsgType, ReplyStatus
 
 KEY = "k" * 64
 
@@ -78,7 +78,7 @@ def test_a_batch_with_one_bad_message_places_the_others(engine_batches):
         _wait(lambda: sum(sched.session.refused.values()) == 1, "the forged one was not counted")
         # the engine answers both in one batch to the client: both relayed
         replies = [
-            session.serialize(MsgType.APPLY_REPLY, {"status": Status.OK}, parent=m.header)[1]
+            session.serialize(MsgType.APPLY_REPLY, {"status": ReplyStatus.OK}, parent=m.header)[1]
             for m in got
         ]
         engine.send_multipart([got[0].idents[0], *batch(replies)])

@@ -8,11 +8,9 @@ import pytest
 
 from zpar.constants import TASK_HWM_LOADED
 from zpar.dependency import Dependency
-from zpar.messages import MsgType, Status
-from zpar.monitor import TaskIn, TaskRetry
 from zpar.schedulers.book import HELD, QUEUED, RUNNING, TaskBook
 from zpar.schedulers.instructions import (
-    AbortReply,
+    AnswerAbort,
     FailTask,
     HubEvent,
     Refuse,
@@ -21,6 +19,8 @@ from zpar.schedulers.instructions import (
     SendTask,
 )
 from zpar.wire import Message
+from zpar.wire.messages import MsgType, ReplyStatus
+from zpar.wire.monitor import TaskIn, TaskRetry
 
 A, B = b"engine-a", b"engine-b"
 _ids = itertools.count()
@@ -40,7 +40,7 @@ def request(msg_id: str, client: bytes = b"client", *, msg_type: str = MsgType.A
     return Message([client], header, {}, metadata, {})
 
 
-def reply(msg_id: str, status: str = Status.OK, **content) -> Message:
+def reply(msg_id: str, status: str = ReplyStatus.OK, **content) -> Message:
     header = {"msg_id": f"reply-{next(_ids)}", "msg_type": MsgType.APPLY_REPLY}
     return Message([], header, {"msg_id": msg_id}, {}, {"status": status, **content})
 
@@ -150,10 +150,10 @@ def test_an_error_with_retries_goes_to_another_engine():
     book = two_engines()
     book.submission(b"client", request("t1", retries=1))
     sends(book)
-    book.reply(A, b"client", reply("t1", Status.ERROR, ename="ValueError"))
+    book.reply(A, b"client", reply("t1", ReplyStatus.ERROR, ename="ValueError"))
     assert sends(book) == [("t1", B)]
     assert book.live["t1"].attempt == 1
-    book.reply(B, b"client", reply("t1", Status.ERROR, ename="ValueError"))
+    book.reply(B, b"client", reply("t1", ReplyStatus.ERROR, ename="ValueError"))
     (relay,) = take(book, RelayReply)
     assert relay.engine == B and not book.live
 
@@ -162,9 +162,9 @@ def test_unmet_dependency_everywhere_is_impossible():
     book = two_engines()
     book.submission(b"client", request("t1"))
     sends(book)
-    book.reply(A, b"client", reply("t1", Status.ERROR, ename="UnmetDependency"))
+    book.reply(A, b"client", reply("t1", ReplyStatus.ERROR, ename="UnmetDependency"))
     assert sends(book) == [("t1", B)]
-    book.reply(B, b"client", reply("t1", Status.ERROR, ename="UnmetDependency"))
+    book.reply(B, b"client", reply("t1", ReplyStatus.ERROR, ename="UnmetDependency"))
     (fail,) = take(book, FailTask)
     assert fail.ename == "ImpossibleDependency"
 
@@ -200,9 +200,9 @@ def test_abort_withdraws_queued_tasks_not_running_ones():
     out = take(book)
     fails = [i for i in out if isinstance(i, FailTask)]
     assert [(f.header["msg_id"], f.ename, f.status) for f in fails] == [
-        ("t3", "TaskAborted", Status.ABORTED)
+        ("t3", "TaskAborted", ReplyStatus.ABORTED)
     ]
-    (answer,) = [i for i in out if isinstance(i, AbortReply)]
+    (answer,) = [i for i in out if isinstance(i, AnswerAbort)]
     assert answer.aborted == ["t3"] and answer.parent == {"msg_id": "abort-1"}
     assert book.live["t1"].state == RUNNING
 
@@ -321,7 +321,7 @@ def test_the_ledger_is_told_when_a_placed_task_ends_in_the_schedulers_hands():
     book.submission(b"c", request("t2", b"c"))
     sends(book)
     book.abort(b"c", {"msg_id": "ab"}, {"msg_ids": None})  # t2 was held: aborted
-    assert [i.aborted for i in take(book, AbortReply)] == [["t2"]]
+    assert [i.aborted for i in take(book, AnswerAbort)] == [["t2"]]
     book.engine_down(A, "gone")
     assert ledger.placed_now == {b"c": 0}
 

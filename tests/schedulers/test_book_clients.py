@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from tests.schedulers.test_book import A, B, reply, request, sends, take, two_engines
 from zpar.dependency import Dependency
-from zpar.messages import Status
 from zpar.schedulers.book import HELD, QUEUED, RUNNING, WAITING, TaskBook
 from zpar.schedulers.clientledger import ClientLedger, Send
 from zpar.schedulers.instructions import FailTask, RelayReply
+from zpar.wire.messages import ReplyStatus
 
 SLOW, FAST = b"slow", b"fast"
 
@@ -101,7 +101,7 @@ def test_a_gone_clients_waiting_queued_and_held_tasks_are_cancelled_once():
     book.client_gone(SLOW)
     fails = take(book, FailTask)
     assert {f.header["msg_id"] for f in fails} == {"q1", "w1"}
-    assert all(f.status == Status.CANCELLED and f.ename == "TaskCancelled" for f in fails)
+    assert all(f.status == ReplyStatus.CANCELLED and f.ename == "TaskCancelled" for f in fails)
     assert all(f.client == SLOW for f in fails)
     # running ones finish; the freed engine goes to the other client, not to an orphan
     book.reply(A, SLOW, reply("r1"))
@@ -136,5 +136,5 @@ def test_a_gone_clients_task_back_from_an_engine_is_cancelled_not_held_for_ever(
     assert take(book, FailTask) == []
     book.revoked(A, ["third"])  # after the close: back from the engine
     (fail,) = take(book, FailTask)
-    assert fail.header["msg_id"] == "third" and fail.status == Status.CANCELLED
+    assert fail.header["msg_id"] == "third" and fail.status == ReplyStatus.CANCELLED
     assert "third" not in book.live and SLOW not in book.held

@@ -11,7 +11,7 @@ import pytest
 import zmq
 
 from zpar.schedulers.clientlink import SRCFD, ClientLink
-from zpar.sockets import recv_monitor_event
+from zpar.wire.sockets import recv_monitor_event
 
 
 def wait_until(condition, what, timeout=20.0, tick=None):

@@ -6,8 +6,8 @@ from __future__ import annotations
 import zmq
 
 from tests.hubrig import hub_rig
-from zpar.monitor import TaskDest, TaskIn, TaskOut, TaskRetry, pack_batch, unpack_batch
 from zpar.schedulers.hubreport import HubReport
+from zpar.wire.monitor import TaskDest, TaskIn, TaskOut, TaskRetry, pack_batch, unpack_batch
 
 
 def _report(ctx: zmq.Context, name: str) -> tuple[HubReport, zmq.Socket]:

@@ -9,10 +9,10 @@ import time
 
 import zmq
 
-from zpar.messages import MsgType
 from zpar.schedulers.task import TaskScheduler
 from zpar.serialize import pack_apply
 from zpar.wire import Session
+from zpar.wire.messages import MsgType
 
 KEY = "k" * 64
 

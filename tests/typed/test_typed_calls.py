@@ -9,10 +9,9 @@ import pytest
 
 import zpar
 from tests.typed.every_type import every_type_args
-from zpar.engine import namespace
+from zpar import namespace
 from zpar.engine.kernel import Kernel
 from zpar.errors import RemoteProtocolError
-from zpar.messages import REPLY_TYPE, TASK_REQUESTS, MsgType, Status
 from zpar.typed.client import columns_of, request_arrays
 from zpar.typed.codec import type_arrays, type_frames
 from zpar.typed.engine import serve
@@ -20,6 +19,7 @@ from zpar.typed.registry import REGISTRY, RegistrationError, Registry, typed_fun
 from zpar.typed.result import RemoteCallError, decode_typed_reply, join_chunks
 from zpar.typed.signature import TypedSignature, function_id_for, signature_of
 from zpar.wire import Message, Session
+from zpar.wire.messages import REPLY_TYPE, TASK_REQUESTS, MsgType, ReplyStatus
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -198,7 +198,7 @@ def test_serve_echoes_every_type(registry, vectorized):
         21,
     )
     reply, out = serve(content, frames, registry)
-    assert reply["status"] == Status.OK, reply
+    assert reply["status"] == ReplyStatus.OK, reply
     assert (reply["call_id"], reply["function_id"], reply["call_count"]) == (11, sig.function_id, 4)
     msg = Message([], {"msg_type": "typed_reply"}, {}, {}, reply, [bytes(f) for f in out])
     res = join_chunks(sig, [decode_typed_reply(msg, sig, (11, 0, 4))])
@@ -243,7 +243,7 @@ def test_vectorized_function_is_called_once_with_columns(registry):
 def test_unknown_function_id_is_an_error_reply_naming_it(registry):
     content = {"call_id": 3, "function_id": 12345, "call_count": 1, "counts": [0] * 6}
     reply, out = serve(content, [], registry)
-    assert reply["status"] == Status.ERROR and out == []
+    assert reply["status"] == ReplyStatus.ERROR and out == []
     assert reply["ename"] == "UnknownFunction" and "12345" in reply["evalue"]
     assert reply["call_id"] == 3 and reply["function_id"] == 12345
 
@@ -257,7 +257,7 @@ def test_exception_in_a_plain_function_carries_the_call_index(registry):
     sig = registry.add(TypedSignature.build("f", XYZ, returns="float64"), f)
     content, frames, n = request(sig, np.arange(10.0), 0.0, 0.0)
     reply, _ = serve(content, frames, registry)
-    assert reply["status"] == Status.ERROR
+    assert reply["status"] == ReplyStatus.ERROR
     assert (reply["ename"], reply["evalue"], reply["call_index"]) == (
         "ZeroDivisionError",
         "x is 7",
@@ -370,7 +370,7 @@ def test_kernel_runs_typed_request_through_the_entry_point():
         msg = Message([b"c"], session.make_header(MsgType.TYPED_REQUEST), {}, {}, content, frames)
         reply = kernel.handle(msg)
         assert reply.msg_type == MsgType.TYPED_REPLY
-        assert reply.content["status"] == Status.OK
+        assert reply.content["status"] == ReplyStatus.OK
         assert type_arrays(reply.content["counts"], reply.buffers)["float64"].tolist() == [
             2.0,
             3.0,
@@ -387,7 +387,7 @@ def test_kernel_runs_typed_request_through_the_entry_point():
         err = kernel.handle(bad)
         assert err.content["ename"] == "UnknownFunction"
         assert err.content["engine_info"]["engine_id"] == 4
-        assert kernel.handle(msg).content["status"] == Status.OK  # still serving
+        assert kernel.handle(msg).content["status"] == ReplyStatus.OK  # still serving
     finally:
         REGISTRY.remove("typed_test_kernel")
         namespace.set_current(None)

@@ -7,10 +7,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from zpar.wire.messages import MsgType
+from zpar.wire.msgtypes import extension_type
+
 from ..constants import BUFFER_TAG_SIZE, INLINE_SIGNED_MAX, MAX_MSG_ID, PROTOCOL_VERSION
 from ..errors import RemoteProtocolError
-from ..messages import MsgType
-from ..msgtypes import extension_type
 from .frames import decode, frame_view, signed_inline
 
 #: msg_type names a receiver accepts: every MsgType (new ones join by being added there),

@@ -1,7 +1,7 @@
 """ReplayGuard: the signatures a process accepted lately, to refuse a message sent twice.
 
 Every message a process accepts is looked up here and added: a no-op task is checked at
-six or more hops, so this is on every message's path. RecentKeys (zpar.recent) forgets
+six or more hops, so this is on every message's path. RecentKeys (zpar.wire.recent) forgets
 the oldest key exactly, one delete per add once full, ~1.7 us per add in CPython. Here two
 generations of a linear-probing table of machine words take turns: keys go into the
 current one; when it holds ``capacity`` keys it becomes the previous one and the one
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from array import array
 
-from ..recent import table_slots
+from zpar.wire.recent import table_slots
 
 _MASK64 = (1 << 64) - 1
 

@@ -1,0 +1,135 @@
+"""The engine's user namespace: where pushed names live and interactive code runs.
+
+Functions shipped by value (defined in ``__main__``, or in a module registered with
+``cloudpickle.register_pickle_by_value``) arrive with a private globals dict holding only
+the names they captured. Run as is, they
+would never see names pushed to the engine; so they are rebuilt over the engine namespace,
+after filling in the captured names the namespace lacks (pushed values win).
+
+``push`` and ``pull`` are module-level so the client can send them pickled by reference
+(``zpar.namespace.push``); they act on the namespace the kernel made current.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import linecache
+import sys
+import types
+from collections.abc import Sequence
+from typing import Any
+
+#: The namespace push/pull act on; set by the kernel that owns it.
+_current: dict[str, Any] | None = None
+
+
+def _fresh() -> dict[str, Any]:
+    return {
+        "__name__": "__main__",
+        "__doc__": None,
+        "__package__": None,
+        "__spec__": None,
+        "__loader__": None,
+        "__builtins__": builtins,
+    }
+
+
+def new_namespace() -> dict[str, Any]:
+    """A module-like dict, as ``__main__`` of a fresh interpreter would have."""
+    return _fresh()
+
+
+def reset_namespace(ns: dict[str, Any]) -> None:
+    """Empty ``ns`` in place (functions bound to it keep the same dict)."""
+    ns.clear()
+    ns.update(_fresh())
+
+
+def set_current(ns: dict[str, Any] | None) -> None:
+    global _current
+    _current = ns
+
+
+def current() -> dict[str, Any]:
+    if _current is None:
+        raise RuntimeError("no engine namespace: push/pull run only inside a zpar engine")
+    return _current
+
+
+def push(ns_updates: dict[str, Any]) -> None:
+    """Bind each name of ``ns_updates`` in the engine namespace; functions shipped by value
+    get the namespace as their globals, as ipyparallel's pushed functions do (code that
+    calls them later sees names defined there since)."""
+    ns = current()
+    ns.update({k: bind(v, ns) for k, v in ns_updates.items()})
+
+
+def pull(names: str | Sequence[str]) -> Any:
+    """The value of one name (str) or a list of values (sequence of names)."""
+    ns = current()
+
+    def one(name: str) -> Any:
+        try:
+            return ns[name]
+        except KeyError:
+            raise NameError(f"name {name!r} is not defined on this engine") from None
+
+    if isinstance(names, str):
+        return one(names)
+    return [one(n) for n in names]
+
+
+def shipped_by_value(f: types.FunctionType) -> bool:
+    """True if cloudpickle rebuilt ``f`` from its code (its globals are not a module's).
+
+    That is every function of ``__main__`` (a notebook, a script) and of modules registered
+    with ``cloudpickle.register_pickle_by_value``; a function of an importable module
+    arrives by reference and keeps its module's globals.
+    """
+    module = sys.modules.get(f.__module__ or "")
+    return module is None or f.__globals__ is not getattr(module, "__dict__", None)
+
+
+def bind(f: Any, ns: dict[str, Any]) -> Any:
+    """``f`` itself, or for a function shipped by value a copy whose globals are ``ns``."""
+    if type(f) is not types.FunctionType:
+        return f
+    g = f.__globals__
+    if g is ns or not shipped_by_value(f):
+        return f
+    for name, value in g.items():
+        if name not in ns and not (name.startswith("__") and name.endswith("__")):
+            ns[name] = value
+    new = types.FunctionType(f.__code__, ns, f.__name__, f.__defaults__, f.__closure__)
+    new.__kwdefaults__ = f.__kwdefaults__
+    new.__qualname__ = f.__qualname__
+    new.__module__ = f.__module__
+    if f.__dict__:
+        new.__dict__.update(f.__dict__)
+    return new
+
+
+def call(f: Any, args: Sequence[Any], kwargs: dict[str, Any], ns: dict[str, Any]) -> Any:
+    """Call ``f(*args, **kwargs)`` with the namespace rule applied to ``f``."""
+    return bind(f, ns)(*args, **kwargs)
+
+
+def execute(code: str, ns: dict[str, Any], filename: str = "<zpar-execute>") -> str | None:
+    """Run ``code`` in ``ns``; if it ends with an expression, return the repr of its value
+    (None when the value is None, as a Python prompt would show nothing).
+
+    The source is registered with linecache so tracebacks show the offending lines.
+    """
+    tree = ast.parse(code, filename, "exec")
+    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+    last = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = ast.Expression(tree.body.pop().value)
+    if tree.body:
+        exec(compile(tree, filename, "exec"), ns)
+    if last is not None:
+        value = eval(compile(last, filename, "eval"), ns)
+        if value is not None:
+            return repr(value)
+    return None

@@ -1,0 +1,145 @@
+"""Contents of the messages that run code: apply / execute requests and replies, their
+scheduling flags, IOPub output, typed batched calls (zpar.typed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from zpar.wire.messages.base import Content, optional
+from zpar.wire.messages.enums import MsgType
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyRequest(Content):
+    """buffers: pickle of (f, args, kwargs) then its out-of-band buffers.
+
+    Scheduling flags travel in the metadata (see SchedulingFlags).
+    """
+
+    msg_type = MsgType.APPLY_REQUEST
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulingFlags:
+    """Metadata of a request (all optional; absent means default): the views build it
+    with as_metadata(), the task scheduler reads it (label and time_limit also go with
+    direct requests; the engine enforces time_limit).
+
+    after / follow: {"ids", "all", "success", "failure"} (zpar.dependency.Dependency);
+    outcomes: {msg_id: [succeeded, engine_uuid]} of dependencies the client saw finish;
+    timeout: seconds the task may wait for its dependencies and a free engine;
+    retries: times an error or a dead engine sends it to another engine.
+    """
+
+    targets: list | None = None
+    after: dict | None = None
+    follow: dict | None = None
+    outcomes: dict | None = None
+    timeout: float | None = None
+    retries: int = 0
+    label: str | None = None  # the view's label for the call, kept in the task's record
+    time_limit: float | None = None  # seconds the call may run (zpar.tasklimits)
+    broadcast: list | None = None  # engine ids of a BroadcastView call (one request for all)
+
+    def as_metadata(self) -> dict[str, Any]:
+        """The request metadata: only the flags that are set (absent means default)."""
+        return {
+            f.name: value
+            for f in dataclasses.fields(self)
+            if (value := getattr(self, f.name)) is not None and value != 0
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class TaskOutcomes(Content):
+    """{msg_id: [succeeded, engine_uuid]} of direct tasks that load-balanced ones wait on."""
+
+    msg_type = MsgType.TASK_OUTCOMES
+    outcomes: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyReply(Content):
+    """ok: buffers hold the pickled result; error: ename/evalue/traceback/engine_info."""
+
+    msg_type = MsgType.APPLY_REPLY
+    status: str
+    ename: str = optional("")
+    evalue: str = optional("")
+    traceback: list = optional([])
+    engine_info: dict = optional({})
+
+
+@dataclass(frozen=True, slots=True)
+class ExecuteRequest(Content):
+    msg_type = MsgType.EXECUTE_REQUEST
+    code: str
+    silent: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ExecuteReply(Content):
+    """execute_result: repr of the last expression, if the code ended with one."""
+
+    msg_type = MsgType.EXECUTE_REPLY
+    status: str
+    execution_count: int = 0
+    execute_result: str | None = None
+    ename: str = optional("")
+    evalue: str = optional("")
+    traceback: list = optional([])
+    engine_info: dict = optional({})
+
+
+@dataclass(frozen=True, slots=True)
+class Stream(Content):
+    """IOPub: output of a task as it happens; parent_header is the request's header."""
+
+    msg_type = MsgType.STREAM
+    name: str  # 'stdout' or 'stderr'
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class StatusMessage(Content):
+    msg_type = MsgType.STATUS
+    execution_state: str  # 'busy' or 'idle'
+
+
+# -- typed batched calls (zpar.typed) -------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TypedRequest(Content):
+    """n calls of one registered function; buffers: one frame per type whose count is not 0,
+    in the order of ``counts`` (int32, int64, float32, float64, bool, string: AMUSE's).
+
+    counts: values of each type in the whole message (per-call count x call_count).
+    """
+
+    msg_type = MsgType.TYPED_REQUEST
+    call_id: int
+    function_id: int
+    call_count: int
+    counts: list = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class TypedReply(Content):
+    """ok: buffers hold the out values as a request holds its in values; error: the
+    error fields and ``call_index``, the call that raised (-1 when not known)."""
+
+    msg_type = MsgType.TYPED_REPLY
+    status: str
+    call_id: int = 0
+    function_id: int = 0
+    call_count: int = 0
+    counts: list = field(default_factory=list)
+    ename: str = ""
+    evalue: str = optional("")
+    traceback: list = field(default_factory=list)
+    engine_info: dict = field(default_factory=dict)
+    call_index: int = -1
