@@ -1,12 +1,70 @@
 """Suite-wide fixtures: every test runs with its own ZPAR_DIR so no profile leaks between
-tests or into the user's ~/.zpar, and no test may leave a child process behind."""
+tests or into the user's ~/.zpar, and no test may leave a child process behind.
+
+Two tiers: a test that starts processes is marked ``cluster``, automatically when it uses a
+fixture of PROCESS_FIXTURES, by its module's ``pytestmark`` otherwise. ``pytest -m "not
+cluster"`` is the fast tier, and in it starting a process fails the test that tried, naming
+the marker it lacks (so a missing mark is found the first time the fast tier runs).
+"""
 
 from __future__ import annotations
 
 import os
+import subprocess
 
 import psutil
 import pytest
+
+#: fixtures that start processes (a controller, engines, PostgreSQL, sshd): a test that uses
+#: one, directly or through another fixture, is a ``cluster`` test
+PROCESS_FIXTURES = frozenset(
+    {
+        "cluster",
+        "cluster4",
+        "rc",
+        "make_cluster",
+        "cluster_addresses",
+        "pg_database",
+        "pg_server",
+        "sshd",
+    }
+)
+
+
+#: folders whose every test runs real processes end to end
+PROCESS_FOLDERS = ("e2e", "deploy")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        folder = item.path.relative_to(config.rootpath / "tests").parts[0]
+        if folder in PROCESS_FOLDERS or PROCESS_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.cluster)
+
+
+def _fast_tier(config) -> bool:
+    return "not cluster" in (config.getoption("markexpr", "") or "")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session):
+    # after collection: importing a library may run a command (platform.architecture runs
+    # `file`); only what the tests and their fixtures do counts
+    if _fast_tier(session.config):
+        _forbid_processes()
+
+
+def _forbid_processes() -> None:
+    """In the fast tier, a test that starts a process fails at once, saying why."""
+
+    def refuse(self, args, *rest, **kw):
+        raise RuntimeError(
+            f"the fast tier starts no process, and this test started {args!r:.120}: "
+            "mark it (or its module) with pytest.mark.cluster, or use a fixture of "
+            "tests/conftest.py's PROCESS_FIXTURES"
+        )
+
+    subprocess.Popen._execute_child = refuse  # type: ignore[attr-defined]
 
 
 @pytest.fixture(autouse=True)
@@ -37,12 +95,16 @@ def _reap(procs: list[psutil.Process]) -> list[psutil.Process]:
 
 
 @pytest.fixture(autouse=True)
-def no_leftover_children():
+def no_leftover_children(request):
     """Fail a test that leaves a child process running (after a short grace period).
 
     Processes of wider-scoped fixtures (a module's cluster) exist before the test starts and
-    are checked when the session ends instead.
+    are checked when the session ends instead. The fast tier starts none (they are refused),
+    so it skips the look at the process table (tens of ms a test on a busy machine).
     """
+    if _fast_tier(request.config):
+        yield
+        return
     before = {p.pid for p in _running_children()}
     yield
     new = [p for p in _running_children() if p.pid not in before]

@@ -11,6 +11,8 @@ import pytest
 import zpar
 from tests.clusters import FAST_HB, shipped_by_value
 
+pytestmark = pytest.mark.cluster
+
 TIMEOUT = 90.0
 
 

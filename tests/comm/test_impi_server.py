@@ -193,6 +193,7 @@ def test_invalid_arguments_name_what_is_wrong() -> None:
         ImpiServer(2, auth="key", key=b"not-a-number")
 
 
+@pytest.mark.cluster
 def test_cli_server_and_conformance_tester() -> None:
     env = {**os.environ, "IMPI_AUTH_KEY": "5678"}
     zpar = [sys.executable, "-m", "zpar"]

@@ -16,6 +16,8 @@ from tests.e2e.test_curve import _capture, _stop_capture
 from zpar.comm.communicator import Communicator
 from zpar.comm.links import LinkError, PeerLinks
 
+pytestmark = pytest.mark.cluster
+
 KEY = b"k" * 32
 
 

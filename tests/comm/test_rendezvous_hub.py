@@ -192,6 +192,7 @@ def join_then_coll(comm_id, rank, size):
     return "no error", []
 
 
+@pytest.mark.cluster
 def test_engine_killed_mid_rendezvous_fails_the_others_naming_it(tmp_path, caplog) -> None:
     mp = pytest.MonkeyPatch()
     mp.setenv("ZPAR_DIR", str(tmp_path / "zpar"))

@@ -130,6 +130,7 @@ def test_activate_outside_ipython_warns(rc):
     assert view.block is True and view.targets == [0]
 
 
+@pytest.mark.cluster
 def test_shutdown_targets_then_ids(make_cluster_compat):
     c = make_cluster_compat(3)
     rc = c.client

@@ -9,6 +9,8 @@ import pytest
 
 import zpar as ipp
 
+pytestmark = pytest.mark.cluster
+
 
 @pytest.fixture
 def zpar_dir(tmp_path, monkeypatch):

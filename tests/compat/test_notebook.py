@@ -11,6 +11,8 @@ import pytest
 from tests.clusters import notebook_text as _text
 from tests.clusters import run_notebook
 
+pytestmark = pytest.mark.cluster
+
 NOTEBOOK = Path(__file__).parent.parent / "e2e" / "notebooks" / "ipyparallel_docs.ipynb"
 
 

@@ -57,6 +57,7 @@ def _faults_of_a_later_receive(mode: str) -> int:
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
+@pytest.mark.cluster
 def test_a_large_frame_is_received_into_reused_memory():
     pages = 64 * 2**20 // os.sysconf("SC_PAGE_SIZE")
     assert _faults_of_a_later_receive("default") > pages // 2  # fresh pages each time
@@ -104,6 +105,7 @@ HOLES = textwrap.dedent(
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
+@pytest.mark.cluster
 def test_the_trimmer_gives_back_holes_below_a_live_block():
     out = subprocess.run(
         [sys.executable, "-c", HOLES],

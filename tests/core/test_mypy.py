@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.cluster
+
 ROOT = Path(__file__).resolve().parents[2]
 #: package -> folder outside zpar/ (pyproject.toml's package-dir)
 SUBPACKAGES = {

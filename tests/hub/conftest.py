@@ -45,7 +45,14 @@ def pg_server():
     shutil.rmtree(base, ignore_errors=True)
 
 
-@pytest.fixture(params=["memory", "sqlite", "sqlalchemy-sqlite", "postgresql"])
+@pytest.fixture(
+    params=[
+        "memory",
+        "sqlite",
+        "sqlalchemy-sqlite",
+        pytest.param("postgresql", marks=pytest.mark.cluster),
+    ]
+)
 def store(request, tmp_path):
     from zpar.hub.stores import open_store
 

@@ -33,7 +33,10 @@ from zpar.typed.amuse import MODULES_ENV
 from zpar.typed.codec import AmuseHeader, amuse_body, amuse_counts, pack_amuse_header
 from zpar.typed.result import RemoteCallError
 
-pytestmark = pytest.mark.timeout(900)  # the first test builds AMUSE (~1 min, more under load)
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.timeout(900),
+]  # the first test builds AMUSE (~1 min, more under load)
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent

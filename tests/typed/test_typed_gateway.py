@@ -21,7 +21,7 @@ from zpar.typed.registry import Registry
 from zpar.typed.result import RemoteCallError
 from zpar.typed.signature import TypedSignature
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
 
 HERE = Path(__file__).resolve().parent
 WORKER = Path(sys.executable).parent / "zpar-amuse-worker"
