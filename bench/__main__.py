@@ -17,6 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from . import report
 from .report import TARGETS, format_cpu, format_table
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -130,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.json_out, "a") as f:
             for r in rows:
                 f.write(json.dumps({**stamp, **r}) + "\n")
+        if Path(args.json_out).resolve() == report.RESULTS:
+            report.update_docs(report.DOC, report.RESULTS)  # docs/benchmarks.md's table
     print(format_table(rows, TARGETS))
     cpu = format_cpu(rows)
     if cpu:
