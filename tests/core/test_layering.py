@@ -5,6 +5,7 @@ one error tree in zpar/errors.py, error replies named by their classes, no impor
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import inspect
 from pathlib import Path
@@ -61,10 +62,17 @@ def modules() -> dict[str, Path]:
 MODULES = modules()
 
 
-def _imports(module: str, path: Path) -> set[str]:
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    """Each module's syntax tree, parsed once for every rule below."""
+    return ast.parse(path.read_text(), str(path))
+
+
+@functools.cache
+def _imports(module: str, path: Path) -> frozenset[str]:
     """Every zpar module ``module`` imports, wherever the import sits (a function-level
     import is still a dependency), TYPE_CHECKING blocks included."""
-    tree = ast.parse(path.read_text(), str(path))
+    tree = parsed(path)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     out: set[str] = set()
     for node in ast.walk(tree):
@@ -80,7 +88,7 @@ def _imports(module: str, path: Path) -> set[str]:
             out.update(subs)
             if len(subs) < len(node.names):
                 out.add(target)
-    return {m for m in out if m in MODULES and m != module}
+    return frozenset(m for m in out if m in MODULES and m != module)
 
 
 def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -139,7 +147,7 @@ def test_the_detector_finds_circles():
 
 
 def _exception_classes(module: str, path: Path) -> list[str]:
-    tree = ast.parse(path.read_text(), str(path))
+    tree = parsed(path)
     names = []
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.bases:
@@ -240,7 +248,7 @@ def _string_enames(path: Path) -> list[int]:
     """Lines of ``path`` that write an error name as a literal (``"ename": "X"``,
     ``ename="X"``) instead of taking it from a class."""
     lines = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Dict):
             for k, v in zip(node.keys, node.values, strict=True):
                 if (
@@ -281,7 +289,7 @@ def test_no_arrow_from_the_core_up_into_a_process_or_capability_folder():
 def test_no_class_is_defined_twice():
     seen: dict[str, list[str]] = {}
     for module, path in MODULES.items():
-        for node in ast.parse(path.read_text()).body:
+        for node in parsed(path).body:
             if isinstance(node, ast.ClassDef):
                 seen.setdefault(node.name, []).append(module)
     twice = {name: where for name, where in seen.items() if len(where) > 1}
