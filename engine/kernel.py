@@ -106,6 +106,11 @@ class Kernel:
         self.execution_count = 0
         self._publish = publish
         self._capture = Capture(publish)
+        #: the IPython shell execute_request runs in (engine.ipyshell), made by the first
+        #: execute_request; False when IPython is not importable here. apply never makes it.
+        self._ipython: Any = None
+        #: display outputs of the running request, once the shell exists (engine.ipyshell)
+        self._outputs: Any = None
         self._handlers: dict[str, Callable[[Message], tuple[dict[str, Any], list[Any]]]] = {
             MsgType.APPLY_REQUEST: self._apply,
             MsgType.EXECUTE_REQUEST: self._execute,
@@ -176,6 +181,9 @@ class Kernel:
             publish(MsgType.STATUS, _BUSY, parent)
         capture = self._capture
         capture.start(parent)
+        outputs = self._outputs
+        if outputs is not None:  # display() reaches the shell's publisher, apply too
+            outputs.begin(parent)
         started = time.time()
         try:
             try:
@@ -190,6 +198,12 @@ class Kernel:
         md = self._metadata(started, completed, content["status"])
         md["stdout"] = stdout
         md["stderr"] = stderr
+        if outputs is not None:
+            shown, result = outputs.take()
+            if shown:
+                md["outputs"] = shown
+            if result is not None:
+                md["execute_result"] = result
         reply_type = self._reply_types.get(msg_type)
         if reply_type is None:
             reply_type = self._reply_types[msg_type] = reply_type_of(msg_type)
@@ -211,6 +225,9 @@ class Kernel:
     def _execute(self, msg: Message) -> tuple[dict[str, Any], list[Any]]:
         code = msg.content.get("code", "")
         silent = bool(msg.content.get("silent", False))
+        shell = self._shell()
+        if shell is not None:
+            return self._execute_ipython(shell, code, silent)
         if not silent:
             self.execution_count += 1
         n = self.execution_count
@@ -218,6 +235,48 @@ class Kernel:
         reply = ExecuteReply(
             ReplyStatus.OK, execution_count=n, execute_result=None if silent else result
         )
+        return reply.as_dict(), []
+
+    def _shell(self) -> Any:
+        """The IPython shell, made on the first call; None when IPython is not importable."""
+        shell = self._ipython
+        if shell is None:
+            try:
+                from . import ipyshell
+            except ImportError as e:
+                log.info(
+                    "engine %d: IPython is not importable (%s): execute runs plain Python",
+                    self.engine_id,
+                    e,
+                )
+                self._ipython = False
+                return None
+            self._outputs = ipyshell.Outputs(self._publish)
+            shell = ipyshell.make_shell(self.ns, self.execution_count + 1, self.restartable)
+            shell.outputs = self._outputs
+            self._ipython = shell
+        return shell or None
+
+    def _execute_ipython(
+        self, shell: Any, code: str, silent: bool
+    ) -> tuple[dict[str, Any], list[Any]]:
+        count, error = shell.run(code, silent, self._outputs)
+        self.execution_count = count
+        if error is not None:
+            if not isinstance(error, USER_ERRORS):  # the engine's own stop signal
+                raise error
+            ename, evalue, tb = shell.last_error or (None, str(error), format_traceback(error))
+            content = error_content(
+                error,
+                evalue,
+                traceback=tb,
+                engine_info=self._engine_info(str(MsgType.EXECUTE_REQUEST)),
+                execution_count=count,
+            )
+            return content, []
+        result = self._outputs.execute_result
+        text = result["data"].get("text/plain") if result is not None else None
+        reply = ExecuteReply(Status.OK, execution_count=count, execute_result=text)
         return reply.as_dict(), []
 
     def _error_content(self, e: BaseException, msg_type: str) -> dict[str, Any]:
@@ -231,7 +290,12 @@ class Kernel:
     # -- control ----------------------------------------------------------------------------
 
     def _clear(self, msg: Message) -> KernelReply:
-        namespace.reset_namespace(self.ns)
+        if self._ipython:  # as ipyparallel's clear_request: the shell's reset (Out, _, In)
+            self._ipython.reset(new_session=False)
+            for name, value in namespace.new_namespace().items():
+                self.ns.setdefault(name, value)
+        else:
+            namespace.reset_namespace(self.ns)
         return self._ok(MsgType.CLEAR_REPLY)
 
     def _abort(self, msg: Message) -> KernelReply:
