@@ -53,9 +53,9 @@ from zpar.wire.messages.execution import (
     StatusMessage,
     Stream,
     TaskOutcomes,
-    UpdateDisplayData,
     TypedReply,
     TypedRequest,
+    UpdateDisplayData,
 )
 from zpar.wire.messages.hub import (
     ConnectionReply,
