@@ -272,6 +272,7 @@ def make_shell(
     if InteractiveShell.initialized():
         shell = cls(config=config, user_ns=ns)
     else:
+        cls.clear_instance()  # a stale one another kernel made, cleared as InteractiveShell
         shell = cls.instance(config=config, user_ns=ns)
     shell.execution_count = execution_count
     log.info("IPython %s shell ready for execute requests", _ipython_version())

@@ -6,6 +6,7 @@ returns, so every rule here (namespace, abort, errors, metadata) is tested in me
 
 from __future__ import annotations
 
+import importlib
 import logging
 import time
 import traceback
@@ -198,6 +199,7 @@ class Kernel:
         md = self._metadata(started, completed, content["status"])
         md["stdout"] = stdout
         md["stderr"] = stderr
+        outputs = self._outputs  # made by this request, if it was the first execute
         if outputs is not None:
             shown, result = outputs.take()
             if shown:
@@ -225,7 +227,7 @@ class Kernel:
     def _execute(self, msg: Message) -> tuple[dict[str, Any], list[Any]]:
         code = msg.content.get("code", "")
         silent = bool(msg.content.get("silent", False))
-        shell = self._shell()
+        shell = self._shell(msg.header)
         if shell is not None:
             return self._execute_ipython(shell, code, silent)
         if not silent:
@@ -237,12 +239,12 @@ class Kernel:
         )
         return reply.as_dict(), []
 
-    def _shell(self) -> Any:
+    def _shell(self, parent: dict[str, Any]) -> Any:
         """The IPython shell, made on the first call; None when IPython is not importable."""
         shell = self._ipython
         if shell is None:
             try:
-                from . import ipyshell
+                ipyshell = importlib.import_module("zpar.engine.ipyshell")  # imports IPython
             except ImportError as e:
                 log.info(
                     "engine %d: IPython is not importable (%s): execute runs plain Python",
@@ -252,6 +254,7 @@ class Kernel:
                 self._ipython = False
                 return None
             self._outputs = ipyshell.Outputs(self._publish)
+            self._outputs.begin(parent)
             shell = ipyshell.make_shell(self.ns, self.execution_count + 1, self.restartable)
             shell.outputs = self._outputs
             self._ipython = shell
