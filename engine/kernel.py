@@ -266,21 +266,47 @@ class Kernel:
         count, error = shell.run(code, silent, self._outputs)
         self.execution_count = count
         if error is not None:
-            if not isinstance(error, USER_ERRORS):  # the engine's own stop signal
-                raise error
-            ename, evalue, tb = shell.last_error or (None, str(error), format_traceback(error))
-            content = error_content(
-                error,
-                evalue,
-                traceback=tb,
-                engine_info=self._engine_info(str(MsgType.EXECUTE_REQUEST)),
-                execution_count=count,
-            )
-            return content, []
+            return self._shell_error(shell, error, count), []
         result = self._outputs.execute_result
         text = result["data"].get("text/plain") if result is not None else None
         reply = ExecuteReply(Status.OK, execution_count=count, execute_result=text)
         return reply.as_dict(), []
+
+    def _shell_error(self, shell: Any, error: BaseException, count: int) -> dict[str, Any]:
+        """The error content of a cell the shell ran, with IPython's traceback."""
+        if not isinstance(error, USER_ERRORS):  # the engine's own stop signal
+            raise error
+        _, evalue, tb = shell.last_error or (None, str(error), format_traceback(error))
+        return error_content(
+            error,
+            evalue,
+            traceback=tb,
+            engine_info=self._engine_info(str(MsgType.EXECUTE_REQUEST)),
+            execution_count=count,
+        )
+
+    def frontend_execute(
+        self, header: dict[str, Any], code: str, silent: bool, publish: Publish
+    ) -> dict[str, Any]:
+        """An execute_request of a Jupyter frontend bound to this engine (engine.boundkernel):
+        the engine's shell and namespace, its output published to that frontend alone.
+        Called between tasks, on the main thread, as a task is."""
+        shell = self._shell(header)
+        if shell is None:
+            raise RuntimeError("a bound kernel needs IPython on the engine")
+        outputs = type(self._outputs)(publish)
+        outputs.begin(header)
+        capture = Capture(publish)
+        capture.start(header)
+        try:
+            count, error = shell.run(code, silent, outputs)
+        finally:
+            capture.stop()
+            shell.outputs = self._outputs
+        self.execution_count = count
+        if error is not None:
+            return self._shell_error(shell, error, count)
+        return {"status": "ok", "execution_count": count, "payload": [], "user_expressions": {}}
 
     def _error_content(self, e: BaseException, msg_type: str) -> dict[str, Any]:
         content = error_content(

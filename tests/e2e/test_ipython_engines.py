@@ -145,3 +145,42 @@ def test_an_engine_without_ipython_runs_python_and_names_the_fix(
     assert info.value.ename == "SyntaxError"
     assert "pip install 'zpar[ipython]'" in str(info.value)
     assert rc[0]["a"] == 20
+
+
+def test_bind_kernel_lets_a_jupyter_client_attach_to_an_engine(rc, tmp_path):
+    """ipyparallel's %px bind_kernel idiom: a frontend attaches to the engine's namespace."""
+    from jupyter_client import BlockingKernelClient
+
+    rc[0].push({"pushed": 21}, block=True)
+    out = rc[0].execute(
+        "import zpar\nzpar.bind_kernel(connection_file=%r)" % str(tmp_path / "k.json"),
+        silent=False,
+        block=True,
+    )
+    path = eval(out.get().execute_result["data"]["text/plain"])
+    assert path == str(tmp_path / "k.json") and (tmp_path / "k.json").stat().st_mode & 0o077 == 0
+    assert rc[0].apply_sync(zpar.bind_kernel) == path  # bound once
+    kc = BlockingKernelClient(connection_file=path)
+    kc.load_connection_file()
+    kc.start_channels()
+    try:
+        kc.wait_for_ready(timeout=30)
+        assert kc.kernel_info(reply=True, timeout=30)["content"]["status"] == "ok"
+        seen = []
+        reply = kc.execute_interactive(
+            "print('from the console')\nmade_here = pushed * 2\nmade_here",
+            timeout=30,
+            output_hook=seen.append,
+        )
+        assert reply["content"]["status"] == "ok"
+        kinds = {m["header"]["msg_type"]: m["content"] for m in seen}
+        assert kinds["stream"]["text"] == "from the console\n"
+        assert kinds["execute_result"]["data"]["text/plain"] == "42"
+        assert rc[0]["made_here"] == 42  # the engine's own namespace
+        done = kc.complete("made_h", reply=True, timeout=30)["content"]
+        assert "made_here" in done["matches"]
+        error = kc.execute_interactive("1 / 0", timeout=30, output_hook=lambda m: None)
+        assert error["content"]["ename"] == "ZeroDivisionError"
+        assert rc[0].apply_sync(lambda: "tasks still run") == "tasks still run"
+    finally:
+        kc.stop_channels()
