@@ -153,7 +153,7 @@ def test_bind_kernel_lets_a_jupyter_client_attach_to_an_engine(rc, tmp_path):
 
     rc[0].push({"pushed": 21}, block=True)
     out = rc[0].execute(
-        "import zpar\nzpar.bind_kernel(connection_file=%r)" % str(tmp_path / "k.json"),
+        f"import zpar\nzpar.bind_kernel(connection_file={str(tmp_path / 'k.json')!r})",
         silent=False,
         block=True,
     )
