@@ -139,15 +139,15 @@ class BoundKernel:
         self.session.send(self.iopub, str(msg_type), content, parent=parent)
 
     def _kernel_info_request(self, msg: dict[str, Any]) -> dict[str, Any]:
-        import IPython
+        from importlib.metadata import version
 
-        import zpar
+        import IPython
 
         return {
             "status": "ok",
             "protocol_version": PROTOCOL_VERSION,
             "implementation": "zpar",
-            "implementation_version": zpar.__version__,
+            "implementation_version": version("zpar"),
             "language_info": {
                 "name": "python",
                 "version": platform.python_version(),
