@@ -33,7 +33,7 @@ from jupyter_client.connect import write_connection_file
 from jupyter_client.session import Session
 from jupyter_core.paths import jupyter_runtime_dir
 
-from zpar.messages import MsgType
+from zpar.wire.messages import MsgType
 
 log = logging.getLogger(__name__)
 

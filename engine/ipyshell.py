@@ -27,7 +27,7 @@ from traitlets import Type
 from traitlets.config import Config
 
 from zpar.constants import MAX_DISPLAY_OUTPUT
-from zpar.messages import MsgType
+from zpar.wire.messages import MsgType
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from zpar.wire.messages import (
     AbortReply,
     ApplyReply,
     ClearReply,
-    ExecuteReply,
+    ExecuteReplyContent,
     MsgType,
     ReplyStatus,
     ShutdownReply,
@@ -234,7 +234,7 @@ class Kernel:
             self.execution_count += 1
         n = self.execution_count
         result = namespace.execute(code, self.ns, f"<zpar-execute-{n}>")
-        reply = ExecuteReply(
+        reply = ExecuteReplyContent(
             ReplyStatus.OK, execution_count=n, execute_result=None if silent else result
         )
         return reply.as_dict(), []
@@ -269,7 +269,7 @@ class Kernel:
             return self._shell_error(shell, error, count), []
         result = self._outputs.execute_result
         text = result["data"].get("text/plain") if result is not None else None
-        reply = ExecuteReply(Status.OK, execution_count=count, execute_result=text)
+        reply = ExecuteReplyContent(ReplyStatus.OK, execution_count=count, execute_result=text)
         return reply.as_dict(), []
 
     def _shell_error(self, shell: Any, error: BaseException, count: int) -> dict[str, Any]:

@@ -10,10 +10,10 @@ import sys
 
 import pytest
 
-from zpar.engine import namespace
+from zpar import namespace
 from zpar.engine.kernel import Kernel
-from zpar.messages import MsgType, Status
 from zpar.wire import Message, Session
+from zpar.wire.messages import MsgType, ReplyStatus
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -46,7 +46,7 @@ def run(kernel, code, silent=False):
 
 
 def ok(reply):
-    assert reply.content["status"] == Status.OK, reply.content
+    assert reply.content["status"] == ReplyStatus.OK, reply.content
     return reply
 
 
@@ -59,6 +59,7 @@ def test_magics_run_and_print(kernel):
     assert timed.metadata["execute_result"]["data"] == {"text/plain": "45"}
 
 
+@pytest.mark.cluster  # ! starts a shell process
 def test_shell_escape_output_is_stdout(kernel, published):
     reply = ok(run(kernel, "!echo hello from the shell"))
     assert "hello from the shell" in reply.metadata["stdout"]
@@ -120,6 +121,7 @@ def test_display_in_apply_once_the_shell_exists(kernel):
     ]
 
 
+@pytest.mark.cluster  # matplotlib may start fc-list to build its font cache
 def test_matplotlib_inline_figure_is_display_data(kernel):
     pytest.importorskip("matplotlib", reason="matplotlib is a test extra")
     ok(run(kernel, "%matplotlib inline"))

@@ -81,7 +81,7 @@ class ExecuteRequest(Content):
 
 
 @dataclass(frozen=True, slots=True)
-class ExecuteReply(Content):
+class ExecuteReplyContent(Content):
     """execute_result: repr of the last expression, if the code ended with one."""
 
     msg_type = MsgType.EXECUTE_REPLY
