@@ -11,9 +11,22 @@ import re
 import pytest
 
 import zpar
+from tests.clusters import module_cluster
 from zpar.client.magics import register_magics
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
+
+#: the controller's default heartbeat (2 s of silence), not the suite's fast one (0.4 s):
+#: an engine's first execute imports IPython, a burst that a loaded machine can stretch
+#: past 0.4 s of scheduling; these tests are about IPython, not about death detection
+DEFAULT_HB: list[str] = []
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    yield from module_cluster(
+        tmp_path_factory, "zpar-ipython", 2, controller_args=DEFAULT_HB, timeout=60
+    )
 
 
 @pytest.fixture
@@ -120,7 +133,7 @@ def test_apply_never_loads_ipython_on_the_engine(make_cluster):
     def loaded():
         return "IPython" in sys.modules
 
-    rc = make_cluster(n=1).client
+    rc = make_cluster(n=1, controller_args=DEFAULT_HB).client
     rc.wait_for_engines(1, timeout=30)
     assert rc[0].apply_sync(loaded) is False
     rc[0].execute("%who", block=True)
@@ -136,7 +149,7 @@ def test_an_engine_without_ipython_runs_python_and_names_the_fix(
         "raise ModuleNotFoundError(\"No module named 'IPython'\", name='IPython')\n"
     )
     monkeypatch.setenv("PYTHONPATH", str(shadow.parent))
-    rc = make_cluster(n=1).client
+    rc = make_cluster(n=1, controller_args=DEFAULT_HB).client
     rc.wait_for_engines(1, timeout=30)
     er = rc[0].execute("a = 20\na + 1", silent=False, block=True).get()
     assert er.execute_result["data"] == {"text/plain": "21"}
