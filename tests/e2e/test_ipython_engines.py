@@ -116,6 +116,9 @@ def test_matplotlib_inline_figures_reach_outputs_and_display_outputs(shell):
     with capture_output() as io:  # the same under %%px, as a notebook cell shows it
         sh.run_cell_magic("px", "", "plt.plot([2, 1, 3]);")
     assert sum("image/png" in o.data for o in io.outputs) == 2
+    with capture_output() as io:  # streamed as they come, each figure once
+        sh.run_cell_magic("px", "--stream", "plt.plot([2, 1, 3]);")
+    assert sum("image/png" in o.data for o in io.outputs) == 2
 
 
 def test_errors_of_ipython_code_are_remote_errors(rc):
