@@ -20,12 +20,13 @@ from typing import Any
 from zpar.errors import CompositeError, NotReadyError, RemoteError, TaskAborted, TimeoutError
 from zpar.serialize import deserialize_object
 from zpar.wire import Message
-from zpar.wire.messages import ReplyStatus
+from zpar.wire.messages import MsgType, ReplyStatus
 
+from .executereply import ExecuteReply
 from .futurestate import FutureMachinery, FutureStateMixin
 from .outputs import OutputsMixin
 from .request import request_of, sent_of, submitted_of
-from .resultmeta import MetadataMixin
+from .resultmeta import MetadataMixin, reply_metadata
 
 _UNSET = object()
 RETURN_WHEN = (ALL_COMPLETED, FIRST_COMPLETED, FIRST_EXCEPTION)
@@ -42,7 +43,9 @@ def decode_reply(msg: Message) -> Any:
 
                 return type_arrays(c.get("counts") or [], msg.buffers)
             return deserialize_object(msg.buffers)
-        return c.get("execute_result") if "execute_result" in c else None
+        if msg.parent_header.get("msg_type") == MsgType.EXECUTE_REQUEST:  # Out[engine:count]
+            return ExecuteReply(msg.parent_header.get("msg_id", ""), c, reply_metadata(msg))
+        return None
     if status == ReplyStatus.ABORTED:
         raise TaskAborted(c.get("evalue") or f"task {msg.parent_header.get('msg_id')} aborted")
     raise RemoteError.from_content(c)

@@ -116,7 +116,7 @@ class ParallelMagics:
             print(f"{kind} execution on engine(s): {view.targets}")
         if stream_output and block:
             ensure_iopub(view)
-        ar = view.execute(code, block=False)
+        ar = view.execute(code, silent=False, block=False)
         self.last_result = ar
         if args.save_name:
             self.shell.user_ns[args.save_name] = ar
@@ -199,10 +199,10 @@ class ParallelMagics:
         view.client.send_signal(signum, targets=view.targets)
 
     def _show(self, ar: AsyncResult, group_outputs: str, show_output: bool = True) -> None:
-        if show_output:
-            ar.display_outputs(groupby=group_outputs)
+        """Streams, displays and ``Out[N:K]`` results (display_outputs), then errors."""
+        ar.display_outputs(groupby=group_outputs, result_only=not show_output)
         try:
-            results = ar.get()
+            ar.get()
         except CompositeError as e:
             for err in e.errors:
                 _print_error(err)
@@ -210,11 +210,6 @@ class ParallelMagics:
         except RemoteError as e:
             _print_error(e)
             raise
-        ids = ar.engine_id if isinstance(ar.engine_id, list) else [ar.engine_id]
-        results = results if isinstance(results, list) else [results]
-        for eid, r in zip(ids, results, strict=False):
-            if r is not None:
-                print(f"Out[{eid}]: {r}")
 
 
 def _print_error(err: BaseException) -> None:

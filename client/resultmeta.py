@@ -49,6 +49,33 @@ class Metadata(dict):
             raise AttributeError(key) from None
 
 
+def fill_from_reply(md: dict[str, Any], reply: Any) -> None:
+    """Add what a reply says to ``md``: its metadata, its status, and ``execute_result`` in
+    ipyparallel's shape (an IPython engine sends the whole mime bundle; a plain-Python one
+    the text of the last expression, in the reply content)."""
+    md.update(reply.metadata)
+    md.setdefault("status", None)
+    md["status"] = md["status"] or reply.content.get("status")
+    text = reply.content.get("execute_result")
+    if text is not None and not md.get("execute_result"):
+        md["execute_result"] = {
+            "data": {"text/plain": text},
+            "metadata": {},
+            "execution_count": reply.content.get("execution_count"),
+        }
+
+
+def reply_metadata(reply: Any) -> Metadata:
+    """One call's metadata from its reply alone (the ExecuteReply of an execute)."""
+    md = Metadata(METADATA_DEFAULTS, outputs=[], data={})
+    md["msg_id"] = reply.parent_header.get("msg_id")
+    fill_from_reply(md, reply)
+    md["received"] = md.get("received") or md.get("completed")
+    for key in _DATES:
+        md[key] = as_datetime(md.get(key))
+    return md
+
+
 class MetadataMixin:
     """Metadata and timing of AsyncResult."""
 
@@ -73,13 +100,7 @@ class MetadataMixin:
             md.update(msg_id=m, submitted=submitted_of(f) or self._submitted)
             if f.done():
                 if f.exception() is None:
-                    reply = f.result()
-                    md.update(reply.metadata)
-                    md.setdefault("status", None)
-                    md["status"] = md["status"] or reply.content.get("status")
-                    if reply.content.get("execute_result") is not None:  # ipyparallel's shape
-                        text = reply.content["execute_result"]
-                        md["execute_result"] = {"data": {"text/plain": text}, "metadata": {}}
+                    fill_from_reply(md, f.result())
                 else:
                     md["status"] = "error"
                     md["error"] = f.exception()

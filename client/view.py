@@ -158,14 +158,16 @@ class DirectView(View):
         block: bool | None = None,
         label: str | None = None,
     ) -> Any:
-        """Run a code string in each engine's namespace. Returns the AsyncResult, waited for
-        when ``block`` (as ipyparallel); its values are the reprs of the code's last
-        expression (``ar.execute_result``). ``silent`` is accepted."""
+        """Run a code string in each engine's namespace (through IPython where the engine
+        has it: magics, ``!``, ``display()``). Returns the AsyncResult, waited for when
+        ``block`` (as ipyparallel); its values are ExecuteReply objects (``Out[N:K]``).
+        ``silent`` (the default, as ipyparallel's): no ``execute_result`` for the code's
+        last expression; ``%px`` sends ``silent=False``."""
         if not isinstance(code, str):
             raise TypeError(f"execute takes a code string, got {type(code).__name__}")
         msg_ids, futs = self._send_each(
             MsgType.EXECUTE_REQUEST,
-            ExecuteRequest(code).as_dict(),
+            ExecuteRequest(code, silent=bool(silent)).as_dict(),
             [],
             self._ids(targets),
             label,

@@ -6,6 +6,7 @@ returns, so every rule here (namespace, abort, errors, metadata) is tested in me
 
 from __future__ import annotations
 
+import importlib
 import logging
 import time
 import traceback
@@ -23,7 +24,7 @@ from zpar.wire.messages import (
     AbortReply,
     ApplyReply,
     ClearReply,
-    ExecuteReply,
+    ExecuteReplyContent,
     MsgType,
     ReplyStatus,
     ShutdownReply,
@@ -106,6 +107,11 @@ class Kernel:
         self.execution_count = 0
         self._publish = publish
         self._capture = Capture(publish)
+        #: the IPython shell execute_request runs in (engine.ipyshell), made by the first
+        #: execute_request; False when IPython is not importable here. apply never makes it.
+        self._ipython: Any = None
+        #: display outputs of the running request, once the shell exists (engine.ipyshell)
+        self._outputs: Any = None
         self._handlers: dict[str, Callable[[Message], tuple[dict[str, Any], list[Any]]]] = {
             MsgType.APPLY_REQUEST: self._apply,
             MsgType.EXECUTE_REQUEST: self._execute,
@@ -176,6 +182,9 @@ class Kernel:
             publish(MsgType.STATUS, _BUSY, parent)
         capture = self._capture
         capture.start(parent)
+        outputs = self._outputs
+        if outputs is not None:  # display() reaches the shell's publisher, apply too
+            outputs.begin(parent)
         started = time.time()
         try:
             try:
@@ -190,6 +199,13 @@ class Kernel:
         md = self._metadata(started, completed, content["status"])
         md["stdout"] = stdout
         md["stderr"] = stderr
+        outputs = self._outputs  # made by this request, if it was the first execute
+        if outputs is not None:
+            shown, result = outputs.take()
+            if shown:
+                md["outputs"] = shown
+            if result is not None:
+                md["execute_result"] = result
         reply_type = self._reply_types.get(msg_type)
         if reply_type is None:
             reply_type = self._reply_types[msg_type] = reply_type_of(msg_type)
@@ -211,14 +227,86 @@ class Kernel:
     def _execute(self, msg: Message) -> tuple[dict[str, Any], list[Any]]:
         code = msg.content.get("code", "")
         silent = bool(msg.content.get("silent", False))
+        shell = self._shell(msg.header)
+        if shell is not None:
+            return self._execute_ipython(shell, code, silent)
         if not silent:
             self.execution_count += 1
         n = self.execution_count
         result = namespace.execute(code, self.ns, f"<zpar-execute-{n}>")
-        reply = ExecuteReply(
+        reply = ExecuteReplyContent(
             ReplyStatus.OK, execution_count=n, execute_result=None if silent else result
         )
         return reply.as_dict(), []
+
+    def _shell(self, parent: dict[str, Any]) -> Any:
+        """The IPython shell, made on the first call; None when IPython is not importable."""
+        shell = self._ipython
+        if shell is None:
+            try:
+                ipyshell = importlib.import_module("zpar.engine.ipyshell")  # imports IPython
+            except ImportError as e:
+                log.info(
+                    "engine %d: IPython is not importable (%s): execute runs plain Python",
+                    self.engine_id,
+                    e,
+                )
+                self._ipython = False
+                return None
+            self._outputs = ipyshell.Outputs(self._publish)
+            self._outputs.begin(parent)
+            shell = ipyshell.make_shell(self.ns, self.execution_count + 1, self.restartable)
+            shell.outputs = self._outputs
+            self._ipython = shell
+        return shell or None
+
+    def _execute_ipython(
+        self, shell: Any, code: str, silent: bool
+    ) -> tuple[dict[str, Any], list[Any]]:
+        count, error = shell.run(code, silent, self._outputs)
+        self.execution_count = count
+        if error is not None:
+            return self._shell_error(shell, error, count), []
+        result = self._outputs.execute_result
+        text = result["data"].get("text/plain") if result is not None else None
+        reply = ExecuteReplyContent(ReplyStatus.OK, execution_count=count, execute_result=text)
+        return reply.as_dict(), []
+
+    def _shell_error(self, shell: Any, error: BaseException, count: int) -> dict[str, Any]:
+        """The error content of a cell the shell ran, with IPython's traceback."""
+        if not isinstance(error, USER_ERRORS):  # the engine's own stop signal
+            raise error
+        _, evalue, tb = shell.last_error or (None, str(error), format_traceback(error))
+        return error_content(
+            error,
+            evalue,
+            traceback=tb,
+            engine_info=self._engine_info(str(MsgType.EXECUTE_REQUEST)),
+            execution_count=count,
+        )
+
+    def frontend_execute(
+        self, header: dict[str, Any], code: str, silent: bool, publish: Publish
+    ) -> dict[str, Any]:
+        """An execute_request of a Jupyter frontend bound to this engine (engine.boundkernel):
+        the engine's shell and namespace, its output published to that frontend alone.
+        Called between tasks, on the main thread, as a task is."""
+        shell = self._shell(header)
+        if shell is None:
+            raise RuntimeError("a bound kernel needs IPython on the engine")
+        outputs = type(self._outputs)(publish)
+        outputs.begin(header)
+        capture = Capture(publish)
+        capture.start(header)
+        try:
+            count, error = shell.run(code, silent, outputs)
+        finally:
+            capture.stop()
+            shell.outputs = self._outputs
+        self.execution_count = count
+        if error is not None:
+            return self._shell_error(shell, error, count)
+        return {"status": "ok", "execution_count": count, "payload": [], "user_expressions": {}}
 
     def _error_content(self, e: BaseException, msg_type: str) -> dict[str, Any]:
         content = error_content(
@@ -231,7 +319,12 @@ class Kernel:
     # -- control ----------------------------------------------------------------------------
 
     def _clear(self, msg: Message) -> KernelReply:
-        namespace.reset_namespace(self.ns)
+        if self._ipython:  # as ipyparallel's clear_request: the shell's reset (Out, _, In)
+            self._ipython.reset(new_session=False)
+            for name, value in namespace.new_namespace().items():
+                self.ns.setdefault(name, value)
+        else:
+            namespace.reset_namespace(self.ns)
         return self._ok(MsgType.CLEAR_REPLY)
 
     def _abort(self, msg: Message) -> KernelReply:

@@ -144,10 +144,12 @@ def register_joblib_backend(name: str = "ipyparallel", make_default: bool = Fals
     register(name=name, make_default=make_default, connect=connect)
 
 
-def bind_kernel(**kwargs: Any) -> None:
-    """ipyparallel binds an engine to a Jupyter kernel; zpar engines are not IPython
-    kernels, so there is nothing to bind (docs/api.md: not applicable)."""
-    raise NotImplementedError(
-        "bind_kernel: zpar engines are not IPython kernels, so they cannot be bound to a "
-        "Jupyter frontend; use %px / view.execute to run code on them"
-    )
+def bind_kernel(**kwargs: Any) -> str:
+    """Make the engine this runs on a Jupyter kernel too, as ipyparallel's bind_kernel:
+    ``%px zpar.bind_kernel()`` then ``jupyter console --existing <file>`` attaches to that
+    engine (its namespace, run between its tasks). Returns the kernel connection file;
+    ``ip`` (default 127.0.0.1) and ``connection_file`` may be given. Needs IPython and
+    ipykernel on the engine (``pip install 'zpar[ipython]'``)."""
+    from zpar.engine.boundkernel import bind_kernel as bind
+
+    return bind(**kwargs)

@@ -98,6 +98,12 @@ TASK_SCHEME = "leastload"
 #: with a note, so one chatty task cannot bloat every reply (the IOPub stream has it all).
 MAX_CAPTURED_OUTPUT = 1 << 20
 
+#: Display outputs (figures, HTML: ``display()`` on an engine's IPython shell) kept per task
+#: in the reply metadata, counted in characters of their mime data; past it the rest is left
+#: out with a note (IOPub still carries every one). A matplotlib PNG is 20-100 KB in base64:
+#: a cell of a few dozen figures fits.
+MAX_DISPLAY_OUTPUT = 16 << 20
+
 #: Default profile name, like ipyparallel's.
 DEFAULT_PROFILE = "default"
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import builtins
 import linecache
+import re
 import sys
 import types
 from collections.abc import Sequence
@@ -121,7 +122,10 @@ def execute(code: str, ns: dict[str, Any], filename: str = "<zpar-execute>") -> 
 
     The source is registered with linecache so tracebacks show the offending lines.
     """
-    tree = ast.parse(code, filename, "exec")
+    try:
+        tree = ast.parse(code, filename, "exec")
+    except SyntaxError as e:
+        raise _ipython_hint(e, code) from None
     linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
     last = None
     if tree.body and isinstance(tree.body[-1], ast.Expr):
@@ -133,3 +137,28 @@ def execute(code: str, ns: dict[str, Any], filename: str = "<zpar-execute>") -> 
         if value is not None:
             return repr(value)
     return None
+
+
+#: a line only IPython reads: a magic (``%time``), a shell escape (``!ls``, ``x = !ls``),
+#: help (``x?``, ``?x``)
+_IPYTHON_LINE = re.compile(r"^\s*(%|!|\?|[\w.]+\s*=\s*[!%])|\?\s*$")
+
+#: what to do about it, in the error an engine without IPython answers
+IPYTHON_MISSING = (
+    "{line!r} is IPython syntax (magics %, shell escapes !, help ?), and IPython is not "
+    "installed on this engine: install it there with pip install 'zpar[ipython]', or "
+    "write plain Python"
+)
+
+
+def _ipython_hint(e: SyntaxError, code: str) -> SyntaxError:
+    """``e``, or for a line of IPython syntax the same error saying how to get IPython."""
+    lines = code.splitlines()
+    line = lines[e.lineno - 1] if e.lineno and 0 < e.lineno <= len(lines) else ""
+    if not _IPYTHON_LINE.search(line):
+        return e
+    hinted = SyntaxError(
+        IPYTHON_MISSING.format(line=line.strip()),
+        (e.filename, e.lineno, e.offset, e.text, e.end_lineno, e.end_offset),
+    )
+    return hinted

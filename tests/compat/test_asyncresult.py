@@ -58,7 +58,7 @@ def test_metadata_keys_and_attribute_access(rc):
     assert md.engine_id == md["engine_id"] == 0 and md.stdout == "hi\n"  # ipp's Metadata
     with pytest.raises(AttributeError):
         ar.not_a_metadata_key  # noqa: B018
-    ex = rc[0].execute("1 + 1", block=False)
+    ex = rc[0].execute("1 + 1", silent=False, block=False)  # silent: no execute_result
     ex.get(timeout=30)
     assert ex.execute_result is not None
 

@@ -109,8 +109,9 @@ def test_same_objects_from_the_submodule_paths():
     )
 
 
-def test_bind_kernel_says_why_it_does_not_apply():
-    with pytest.raises(NotImplementedError, match="not IPython kernels"):
+def test_bind_kernel_outside_an_engine_says_where_to_call_it():
+    """As ipyparallel's: a RuntimeError outside an engine (the cluster test binds one)."""
+    with pytest.raises(RuntimeError, match="must be called on an engine"):
         ipp.bind_kernel()
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from zpar.client.magics import parse_targets, register_magics
@@ -25,7 +27,9 @@ def test_px_line_and_cell(shell, capsys):
     sh.run_cell_magic("px", "", "print('hello', a)\na * 2")
     out = capsys.readouterr().out
     assert "[stdout:0] hello 5" in out and "[stdout:1] hello 5" in out
-    assert "Out[0]: 10" in out and "Out[1]: 10" in out
+    # ipyparallel's Out[engine:execution_count] (coloured in a coloured shell)
+    assert re.search(r"Out\[0:\d+\]: (\x1b\[0m)?10", out), out
+    assert re.search(r"Out\[1:\d+\]: (\x1b\[0m)?10", out), out
 
 
 def test_px_targets_noblock_and_pxresult(shell, capsys):

@@ -54,6 +54,14 @@ class MsgType(StrEnum):
     # iopub
     STREAM = "stream"
     STATUS = "status"
+    # iopub, from an engine's IPython shell (execute_request; engine/ipyshell.py): the
+    # Jupyter messages of the same names, so the client shows them as ipyparallel does
+    EXECUTE_INPUT = "execute_input"
+    EXECUTE_RESULT = "execute_result"
+    DISPLAY_DATA = "display_data"
+    UPDATE_DISPLAY_DATA = "update_display_data"
+    CLEAR_OUTPUT = "clear_output"
+    ERROR = "error"
     # typed batched calls (zpar.typed, seed 000): n calls of one registered function in one
     # message, arguments as one raw frame per type array, no pickle
     TYPED_REQUEST = "typed_request"
