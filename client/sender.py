@@ -14,6 +14,7 @@ import collections
 from collections.abc import Sequence
 from typing import Any
 
+from zpar import sharedmem
 from zpar.constants import HUB_TIMEOUT
 from zpar.dependency import to_wire
 from zpar.errors import (
@@ -35,6 +36,25 @@ from .window import WINDOWED_CHANNELS
 
 #: Requests remembered in Client.history: the work sent, which get_result(-1) refers to.
 HISTORY_TYPES = frozenset({MsgType.APPLY_REQUEST, MsgType.EXECUTE_REQUEST})
+
+
+def _same_host(
+    uuid: str, metadata: dict[str, Any] | None, buffers: Sequence[Any]
+) -> tuple[dict[str, Any] | None, Sequence[Any]]:
+    """A direct apply's metadata and buffers for the same-host data plane (zpar.sharedmem):
+    this client's offer, so the engine may answer through shared memory, and the large
+    buffers carried by segments when the engine answered from this host before."""
+    if not sharedmem.enabled():
+        return metadata, buffers
+    dest = sharedmem.peer_pid(uuid)
+    metadata = (
+        {**metadata, "shm": sharedmem.offer(dest is not None)}
+        if metadata
+        else {"shm": sharedmem.offer(dest is not None)}
+    )
+    if dest is not None:
+        buffers = sharedmem.outbound(buffers, dest)
+    return metadata, buffers
 
 
 class RequestSender:
@@ -124,6 +144,8 @@ class RequestSender:
         uuid = self.engine_uuid(engine_id) if engine_id is not None else None
         # bound to where it may run: that engine, or the task scheduler's choice
         dest = uuid if uuid is not None else "task" if channel == "task" else None
+        if uuid is not None and channel == "mux" and msg_type == MsgType.APPLY_REQUEST:
+            metadata, buffers = _same_host(uuid, metadata, buffers)
         header, frames = self.session.serialize(
             msg_type, content, metadata=metadata, buffers=buffers, dest=dest
         )
@@ -188,6 +210,8 @@ class RequestSender:
         uuid = self.engine_uuid(engine_id)
         if not self._direct_caller.reachable(uuid):
             return None
+        if msg_type == MsgType.APPLY_REQUEST:
+            metadata, buffers = _same_host(uuid, metadata, buffers)
         header, frames = self.session.serialize(
             msg_type,
             content or {},

@@ -18,9 +18,19 @@ from typing import Any
 
 import zmq
 
+from zpar import sharedmem
 from zpar.constants import TASK_HWM_LOADED
 from zpar.errors import LocalProtocolError, error_content
-from zpar.wire import Message, Session, batch, buffers_size, checkable_copy, send_frames
+from zpar.wire import (
+    HEAD_FRAMES,
+    Message,
+    Session,
+    batch,
+    buffers_size,
+    checkable_copy,
+    send_frames,
+)
+from zpar.wire.frames import nbytes
 from zpar.wire.messages import MON_MUX_OUT, ReplyStatus
 
 from .heldreplies import HeldReplyWatchdog
@@ -91,7 +101,7 @@ class ReplySender:
             )
             return
         direct = sock is self.direct
-        frames = self._frames(msg, reply, direct)
+        frames, shared = self._frames(msg, reply, direct)
         if not direct and (hold or self.held):
             # the last of a run of held replies leaves with them, as one batch
             held, since = self.held, self.held_since
@@ -114,7 +124,9 @@ class ReplySender:
         if direct and self.monitor is not None and msg.idents:
             # for the hub's store: the result too, unless it is too big to keep there
             # (copied: the thread sends them later, the result's memory may change by then)
-            copy = checkable_copy(frames, large=True, detach=True)
+            if shared:  # no segment for the hub: it stores what it would without them
+                frames = [*frames[:HEAD_FRAMES], *(b for b in frames[HEAD_FRAMES:] if nbytes(b))]
+            copy = checkable_copy(frames, large=not shared, detach=True)
             self.monitor.put([MON_MUX_OUT, msg.idents[0], self.ident, *copy])
 
     def flush(self) -> None:
@@ -137,17 +149,21 @@ class ReplySender:
             self.sent_replies += len(group)
             i = j
 
-    def _frames(self, msg: Message, reply: KernelReply, private: bool) -> list[Any]:
+    def _frames(self, msg: Message, reply: KernelReply, private: bool) -> tuple[list[Any], bool]:
+        """The reply's signed frames, and whether shared memory carries buffers of it."""
+        buffers, metadata = reply.buffers, reply.metadata
+        if private and buffers and (o := msg.metadata.get("shm")) is not None:
+            buffers, metadata = _same_host(o, buffers, metadata)
         try:
             _, frames = self.session.serialize(
                 reply.msg_type,
                 reply.content,
                 parent=msg.header,
-                metadata=reply.metadata,
-                buffers=reply.buffers,
+                metadata=metadata,
+                buffers=buffers,
                 private=private,
             )
-            return frames
+            return frames, buffers is not reply.buffers
         except LocalProtocolError as e:  # e.g. output that msgpack cannot encode
             log.error(
                 "engine %d: cannot send the %s to %s: %s",
@@ -167,4 +183,17 @@ class ReplySender:
             _, frames = self.session.serialize(
                 reply.msg_type, content, parent=msg.header, metadata=md, private=private
             )
-            return frames
+            return frames, False
+
+
+def _same_host(o: Any, buffers: list[Any], metadata: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """A direct reply's buffers and metadata for a client that offered shared memory
+    (zpar.sharedmem): large buffers carried by segments when it is on this host, and this
+    engine's answer to the offer when the client does not know that yet."""
+    dest = sharedmem.same_host(o)
+    if dest is None:
+        return buffers, metadata
+    out = sharedmem.outbound(buffers, dest)
+    if not o[3]:
+        metadata = {**metadata, "shm": sharedmem.offer()}
+    return out, metadata
