@@ -249,3 +249,13 @@ def test_a_released_hold_cannot_be_taken_again():
 def test_a_segment_of_a_dead_process_cannot_be_opened():
     with pytest.raises(SegmentGone, match="cannot open"):
         carrier._receipts.take([2**22 + 7, 5, b"t" * 16, 0, 8, 0, 1, 0, 0])
+
+
+def test_release_all_lets_go_of_every_hold_before_an_exec():
+    a = np.arange(BIG // 8, dtype=np.float64)
+    b = deserialize_object(_receive(_send(a)).buffers)
+    seg = _segment()
+    assert seg.held()
+    sharedmem.carrier.release_all()
+    assert not seg.held()
+    del b

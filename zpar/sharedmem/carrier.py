@@ -265,6 +265,12 @@ def sweep() -> None:
     _receipts.sweep()
 
 
+def release_all() -> None:
+    """Before this process execs itself (an engine restarted in place): let go of every
+    hold on others' segments (the sweep of their owners would see the same pid alive)."""
+    _receipts.release_all()
+
+
 def stats() -> dict[str, int]:
     """Segments this process owns, bytes of them, and mappings of others' it keeps."""
     return {
@@ -295,6 +301,7 @@ __all__ = [
     "offer",
     "outbound",
     "peer_pid",
+    "release_all",
     "same_host",
     "shared_array",
     "stats",

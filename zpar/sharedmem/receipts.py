@@ -158,6 +158,17 @@ class Receipts:
             if not m.live:
                 m.idle_since = time.monotonic()
 
+    def release_all(self) -> None:
+        """Let go of every hold now: this process image is about to be replaced (exec),
+        and its mappings with it, while its pid (which the owners' sweep checks) lives on."""
+        with self.lock:
+            for kept in self.mapped.values():
+                for m in kept:
+                    for r in m.live:
+                        for slot, ticket in ((r.slot, r.ticket), (r.rslot, r.rticket)):
+                            if ticket and m.hdr[slot_index(slot)] == ticket:
+                                m.hdr[slot_index(slot)] = 0
+
     def find(self, addr: int, nbytes: int, owner: int) -> Receipt | None:
         """A live receipt from ``owner`` whose buffer holds [addr, addr + nbytes) unwritten
         and whose return hold is unused: the buffer can go back to its owner by name."""
@@ -167,7 +178,7 @@ class Receipts:
                     lo = m.base + HEADER
                     if not (m.live and lo <= addr and addr + nbytes <= lo + m.capacity):
                         continue
-                    for r in m.live:
+                    for r in list(m.live):  # a finalizer may run in between
                         off = addr - lo
                         if (
                             r.owner == owner
