@@ -102,6 +102,13 @@ class ReplySender:
             return
         direct = sock is self.direct
         frames, shared = self._frames(msg, reply, direct)
+        if shared or (direct and msg.tags and msg.tags.count(b"") != len(msg.tags)):
+            # the request's and the result's views of shared segments are not needed to
+            # send: let go of them now, so the client's next send finds its segment free
+            # (else it races this reply and makes a new one: fresh pages cost 10x a copy)
+            msg.buffers.clear()
+            if shared:
+                reply.buffers = []
         if not direct and (hold or self.held):
             # the last of a run of held replies leaves with them, as one batch
             held, since = self.held, self.held_since

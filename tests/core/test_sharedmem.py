@@ -1,6 +1,6 @@
 """The same-host data plane in one process: segments, holds, the receiver's view, the wire.
 
-Across processes (an engine, SIGKILLed sides) in tests/e2e/test_sharedmem.py.
+Across processes (an engine, SIGKILLed sides) in tests/e2e/test_samehost_arrays.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A 100 MB array crosses client -> engine -> client without being copied by zpar, through
 the sockets (the path between hosts; on one host shared memory carries it instead, pinned
-in test_sharedmem.py)."""
+in test_samehost_arrays.py)."""
 
 from __future__ import annotations
 
