@@ -39,20 +39,19 @@ HISTORY_TYPES = frozenset({MsgType.APPLY_REQUEST, MsgType.EXECUTE_REQUEST})
 
 
 def _same_host(
-    uuid: str, metadata: dict[str, Any] | None, buffers: Sequence[Any]
+    session: str, uuid: str, metadata: dict[str, Any] | None, buffers: Sequence[Any]
 ) -> tuple[dict[str, Any] | None, Sequence[Any]]:
     """A direct apply's metadata and buffers for the same-host data plane (zpar.sharedmem):
-    this client's offer, so the engine may answer through shared memory, and the large
-    buffers carried by segments when the engine answered from this host before."""
+    this client's offer until the engine answered it (it then answers through shared
+    memory), and the large buffers carried by segments once it did, from this host."""
     if not sharedmem.enabled():
         return metadata, buffers
-    dest = sharedmem.peer_pid(uuid)
-    metadata = (
-        {**metadata, "shm": sharedmem.offer(dest is not None)}
-        if metadata
-        else {"shm": sharedmem.offer(dest is not None)}
-    )
-    if dest is not None:
+    dest = sharedmem.peer_pid(session, uuid)
+    if dest is None:
+        return {**metadata, "shm": sharedmem.offer()} if metadata else {
+            "shm": sharedmem.offer()
+        }, buffers
+    if len(buffers) > 1:  # out-of-band buffers after the pickle stream: large ones
         buffers = sharedmem.outbound(buffers, dest)
     return metadata, buffers
 
@@ -145,7 +144,7 @@ class RequestSender:
         # bound to where it may run: that engine, or the task scheduler's choice
         dest = uuid if uuid is not None else "task" if channel == "task" else None
         if uuid is not None and channel == "mux" and msg_type == MsgType.APPLY_REQUEST:
-            metadata, buffers = _same_host(uuid, metadata, buffers)
+            metadata, buffers = _same_host(self.session.session, uuid, metadata, buffers)
         header, frames = self.session.serialize(
             msg_type, content, metadata=metadata, buffers=buffers, dest=dest
         )
@@ -211,7 +210,7 @@ class RequestSender:
         if not self._direct_caller.reachable(uuid):
             return None
         if msg_type == MsgType.APPLY_REQUEST:
-            metadata, buffers = _same_host(uuid, metadata, buffers)
+            metadata, buffers = _same_host(self.session.session, uuid, metadata, buffers)
         header, frames = self.session.serialize(
             msg_type,
             content or {},

@@ -81,6 +81,9 @@ class ReplySender:
         #: multiparts sent, and replies in them (a reply batch counts once, its replies each)
         self.sent_multiparts = 0
         self.sent_replies = 0
+        #: client session -> (pid, start) of clients on this host that offered shared
+        #: memory (zpar.sharedmem): their large buffers go in segments
+        self._shm_clients: dict[str, tuple[int, int]] = {}
         #: the hub's reason once it unregistered this engine: every reply is dropped (its
         #: work was failed or placed elsewhere; hub/staleheart.py)
         self.stale: str | None = None
@@ -156,11 +159,34 @@ class ReplySender:
             self.sent_replies += len(group)
             i = j
 
+    def _same_host(
+        self, msg: Message, buffers: list[Any], metadata: dict[str, Any]
+    ) -> tuple[Any, dict[str, Any]]:
+        """A direct reply's buffers and metadata for the same-host data plane
+        (zpar.sharedmem): a client that offers shared memory from this host is answered so
+        (this engine's own offer in the metadata) and remembered by its session; its large
+        buffers go in segments."""
+        o = msg.metadata.get("shm")
+        session = msg.header.get("session", "")
+        if o is not None:
+            dest = sharedmem.same_host(o)
+            if dest is None:
+                return buffers, metadata
+            self._shm_clients[session] = dest
+            metadata = {**metadata, "shm": sharedmem.offer()}
+        else:
+            dest = self._shm_clients.get(session)
+            if dest is None:
+                return buffers, metadata
+        if len(buffers) > 1:  # out-of-band buffers after the pickle stream: large ones
+            buffers = sharedmem.outbound(buffers, dest)
+        return buffers, metadata
+
     def _frames(self, msg: Message, reply: KernelReply, private: bool) -> tuple[list[Any], bool]:
         """The reply's signed frames, and whether shared memory carries buffers of it."""
         buffers, metadata = reply.buffers, reply.metadata
-        if private and buffers and (o := msg.metadata.get("shm")) is not None:
-            buffers, metadata = _same_host(o, buffers, metadata)
+        if private:
+            buffers, metadata = self._same_host(msg, buffers, metadata)
         try:
             _, frames = self.session.serialize(
                 reply.msg_type,
@@ -191,16 +217,3 @@ class ReplySender:
                 reply.msg_type, content, parent=msg.header, metadata=md, private=private
             )
             return frames, False
-
-
-def _same_host(o: Any, buffers: list[Any], metadata: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-    """A direct reply's buffers and metadata for a client that offered shared memory
-    (zpar.sharedmem): large buffers carried by segments when it is on this host, and this
-    engine's answer to the offer when the client does not know that yet."""
-    dest = sharedmem.same_host(o)
-    if dest is None:
-        return buffers, metadata
-    out = sharedmem.outbound(buffers, dest)
-    if not o[3]:
-        metadata = {**metadata, "shm": sharedmem.offer()}
-    return out, metadata

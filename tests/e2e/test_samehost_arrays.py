@@ -54,10 +54,20 @@ def _zpar_files_in_dev_shm():
     return sorted(n for n in os.listdir("/dev/shm") if n.startswith("zpar"))
 
 
+def _holds_for(pid):
+    """Holds this process's segments have for process ``pid`` (slot -> pid, start)."""
+    return [
+        slot
+        for seg in list(carrier._pool.segments.values())
+        for slot, (p, _) in list(seg.dest.items())
+        if p == pid and seg.ctl[8 + slot]
+    ]
+
+
 def _learn(rc, eid=0):
     """A small call first: the engine's answer tells the client it is on this host."""
     rc[eid].apply_sync(len, [1])
-    assert sharedmem.peer_pid(rc._io.engines[eid]) is not None
+    assert sharedmem.peer_pid(rc.session.session, rc._io.engines[eid]) is not None
 
 
 def test_arguments_and_results_cross_through_segments(rc):
@@ -71,11 +81,11 @@ def test_arguments_and_results_cross_through_segments(rc):
 
 
 def test_a_first_large_call_answers_through_a_segment_and_teaches_the_client(rc):
-    carrier.forget_peer(rc._io.engines[1])
+    carrier.forget_peer(rc.session.session, rc._io.engines[1])
     a = np.ones(BIG // 4, dtype=np.float32)
     back = rc[1].apply_sync(lambda x: x, a)  # sent as frames (not known yet), answered in shm
     assert _holder(back) == "SegmentBuffer"
-    assert sharedmem.peer_pid(rc._io.engines[1]) is not None
+    assert sharedmem.peer_pid(rc.session.session, rc._io.engines[1]) is not None
 
 
 def test_push_pull_scatter_gather(rc):
@@ -120,11 +130,15 @@ def test_shared_array_crosses_without_a_copy(rc):
     assert rc[0].apply_sync(lambda: float(s[1])) == 5.0  # noqa: F821
 
 
-def test_shm_off_sends_frames(rc, monkeypatch):
-    monkeypatch.setattr(carrier, "_enabled", False)
-    a = np.arange(BIG // 8, dtype=np.float64)
-    assert rc[0].apply_sync(_seen_on_engine, a)[0] == "Frame"
-    assert _holder(rc[0].apply_sync(lambda x: x, a)) == "Frame"
+def test_shm_off_sends_frames(cluster, monkeypatch):
+    monkeypatch.setattr(carrier, "_enabled", False)  # as ZPAR_SHM=0 in this client
+    rc = cluster.connect_client_sync()  # a new client: it offers nothing
+    try:
+        a = np.arange(BIG // 8, dtype=np.float64)
+        assert rc[0].apply_sync(_seen_on_engine, a)[0] == "Frame"
+        assert _holder(rc[0].apply_sync(lambda x: x, a)) == "Frame"
+    finally:
+        rc.close()
 
 
 def test_a_killed_engine_leaves_no_segment(make_cluster):
@@ -136,13 +150,19 @@ def test_a_killed_engine_leaves_no_segment(make_cluster):
         pid = rc[0].apply_sync(os.getpid)
         busy = rc[0].apply_async(time.sleep, 30)
         pending = rc[0].apply_async(len, np.ones(BIG // 8))  # waits behind the sleep
-        wait_until(lambda: any(s.held() for s in carrier._pool.segments.values()), "a hold")
+        wait_until(lambda: _holds_for(pid), "a hold for the engine")
+        mine = [  # the segments sent to it (others may be held by other tests' engines)
+            seg
+            for seg in list(carrier._pool.segments.values())
+            if any(p == pid for p, _ in list(seg.dest.values()))
+        ]
         os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: not _holds_for(pid), "the dead engine's hold freed")
         wait_until(
-            lambda: not any(s.held() for s in carrier._pool.segments.values()),
-            "the dead engine's hold freed",
+            lambda: not any(seg.token in carrier._pool.segments for seg in mine),
+            "its segment closed once idle",
+            30,
         )
-        wait_until(lambda: carrier.stats()["segments"] == 0, "segments closed once idle", 30)
         for ar in (busy, pending):
             with pytest.raises(Exception):  # noqa: B017 (the engine died: EngineError or remote)
                 ar.get(timeout=30)
@@ -177,10 +197,14 @@ def test_a_killed_client_leaves_no_segment(make_cluster, mode):
     proc = subprocess.Popen(
         [sys.executable, "-c", _CLIENT, str(c.url_file), mode],
         stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
     )
     try:
-        assert proc.stdout.readline().strip() == "sent"
+        line = proc.stdout.readline().strip()
+        if line != "sent":
+            proc.wait(30)
+            pytest.fail(f"the client script failed: {proc.stderr.read()[-2000:]}")
         proc.kill()
         proc.wait(10)
         engine_pid = rc[0].apply_sync(os.getpid)  # after the engine's sleep
@@ -197,5 +221,6 @@ def test_a_killed_client_leaves_no_segment(make_cluster, mode):
             proc.kill()
             proc.wait(10)
         proc.stdout.close()
+        proc.stderr.close()
         rc.close()
     assert _zpar_files_in_dev_shm() == before

@@ -53,8 +53,9 @@ _sweeper: threading.Thread | None = None
 _sweeper_lock = threading.Lock()
 _enabled: bool | None = None
 _offer: list[Any] | None = None
-#: peers (engine uuids, in a client) that answered an offer from this host: (pid, start)
-_peers: dict[str, tuple[int, int]] = {}
+#: (client session, engine uuid) -> (pid, start) of engines that answered an offer from
+#: this host
+_peers: dict[tuple[str, str], tuple[int, int]] = {}
 #: a shared_array's segment by the address of its data
 _pinned: dict[int, Any] = {}
 
@@ -86,39 +87,40 @@ def host_key() -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:24]
 
 
-def offer(known: bool = False) -> list[Any]:
-    """[host key, pid, start time, known]: what a request's metadata says under "shm".
-    ``known``: the sender already knows the receiver is on its host (no answer needed)."""
+def offer() -> list[Any]:
+    """[host key, pid, start time]: what a request's metadata says under "shm" until its
+    engine answered (then the engine remembers this client's session)."""
     global _offer
     if _offer is None:
         _offer = [host_key(), os.getpid(), process_start(os.getpid())]
-    return [*_offer, known]
+    return _offer
 
 
 def same_host(o: Any) -> tuple[int, int] | None:
     """(pid, start) of the process that made offer ``o``, if it is on this host."""
-    if not (type(o) is list and len(o) == 4 and enabled()):
+    if not (type(o) is list and len(o) == 3 and enabled()):
         return None
-    key, pid, start, _ = o
+    key, pid, start = o
     if type(pid) is not int or type(start) is not int or key != offer()[0] or pid <= 0:
         return None
     return pid, start
 
 
-def learn_peer(peer: str, o: Any) -> None:
-    """Remember that ``peer`` (an engine uuid) answered from this host."""
+def learn_peer(session: str, peer: str, o: Any) -> None:
+    """Remember that engine ``peer`` answered the offer of client ``session`` from this
+    host (it remembers the session, and answers it through shared memory from now on)."""
     dest = same_host(o)
     if dest is not None and dest[0] != os.getpid():
-        _peers[peer] = dest
+        _peers[session, peer] = dest
 
 
-def peer_pid(peer: str) -> tuple[int, int] | None:
-    """(pid, start) of ``peer`` if it answered from this host."""
-    return _peers.get(peer)
+def peer_pid(session: str, peer: str) -> tuple[int, int] | None:
+    """(pid, start) of engine ``peer`` if it answered client ``session`` from this host."""
+    return _peers.get((session, peer))
 
 
-def forget_peer(peer: str) -> None:
-    _peers.pop(peer, None)
+def forget_peer(session: str, peer: str) -> None:
+    _peers.pop((session, peer), None)
 
 
 # -- sending ------------------------------------------------------------------------------
@@ -202,9 +204,10 @@ def take_reply(msg: Message) -> None:
     engine answered the offer from this host (then later requests carry segments)."""
     o = msg.metadata.pop("shm", None) if msg.metadata else None
     if o is not None:
-        dest = msg.parent_header.get("dest")
-        if type(dest) is str:
-            learn_peer(dest, o)
+        parent = msg.parent_header
+        dest, session = parent.get("dest"), parent.get("session")
+        if type(dest) is str and type(session) is str:
+            learn_peer(session, dest, o)
     inbound(msg)
 
 
