@@ -45,6 +45,7 @@ from zpar.errors import (
     ZparError,
 )
 from zpar.profiling import profiled
+from zpar.sharedmem import take_reply as take_segments
 from zpar.wire import Message, Session, recv_message, send_frames
 from zpar.wire.curve import secure
 from zpar.wire.messages import MsgType, ReplyStatus, TaskOutcomes
@@ -348,7 +349,24 @@ class ClientIO(Sending, EngineEvents, FaultHandling):
                 )
             )
             return
-        self._answer(self.session.feed_all(frames, where="client", private=private))
+        messages = self.session.feed_all(frames, where="client", private=private)
+        if private:
+            messages = [m for m in messages if self._same_host(m)]
+        self._answer(messages)
+
+    def _same_host(self, msg: Message) -> bool:
+        """Take the segments a direct reply names (zpar.sharedmem); False (the reply
+        failed with the reason) when one cannot be read."""
+        try:
+            take_segments(msg)
+        except RemoteProtocolError as e:
+            self.session._refuse(e, "client")
+            request = self._pending.get(msg.parent_header.get("msg_id", ""))
+            if request is not None:
+                for fut in request.reply_futures():
+                    resolve(fut, error=EngineError(f"the engine's reply is lost: {e}"))
+            return False
+        return True
 
     def _answer(self, messages: list[Message]) -> None:
         """Resolve the futures these checked replies answer (one received multipart's)."""

@@ -14,6 +14,7 @@ import collections
 from collections.abc import Sequence
 from typing import Any
 
+from zpar import sharedmem
 from zpar.constants import HUB_TIMEOUT
 from zpar.dependency import to_wire
 from zpar.errors import (
@@ -35,6 +36,24 @@ from .window import WINDOWED_CHANNELS
 
 #: Requests remembered in Client.history: the work sent, which get_result(-1) refers to.
 HISTORY_TYPES = frozenset({MsgType.APPLY_REQUEST, MsgType.EXECUTE_REQUEST})
+
+
+def _same_host(
+    session: str, uuid: str, metadata: dict[str, Any] | None, buffers: Sequence[Any]
+) -> tuple[dict[str, Any] | None, Sequence[Any]]:
+    """A direct apply's metadata and buffers for the same-host data plane (zpar.sharedmem):
+    this client's offer until the engine answered it (it then answers through shared
+    memory), and the large buffers carried by segments once it did, from this host."""
+    if not sharedmem.enabled():
+        return metadata, buffers
+    dest = sharedmem.peer_pid(session, uuid)
+    if dest is None:
+        return {**metadata, "shm": sharedmem.offer()} if metadata else {
+            "shm": sharedmem.offer()
+        }, buffers
+    if len(buffers) > 1:  # out-of-band buffers after the pickle stream: large ones
+        buffers = sharedmem.outbound(buffers, dest)
+    return metadata, buffers
 
 
 class RequestSender:
@@ -124,6 +143,8 @@ class RequestSender:
         uuid = self.engine_uuid(engine_id) if engine_id is not None else None
         # bound to where it may run: that engine, or the task scheduler's choice
         dest = uuid if uuid is not None else "task" if channel == "task" else None
+        if uuid is not None and channel == "mux" and msg_type == MsgType.APPLY_REQUEST:
+            metadata, buffers = _same_host(self.session.session, uuid, metadata, buffers)
         header, frames = self.session.serialize(
             msg_type, content, metadata=metadata, buffers=buffers, dest=dest
         )
@@ -188,6 +209,8 @@ class RequestSender:
         uuid = self.engine_uuid(engine_id)
         if not self._direct_caller.reachable(uuid):
             return None
+        if msg_type == MsgType.APPLY_REQUEST:
+            metadata, buffers = _same_host(self.session.session, uuid, metadata, buffers)
         header, frames = self.session.serialize(
             msg_type,
             content or {},

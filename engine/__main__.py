@@ -19,6 +19,7 @@ from zpar.cluster.names import log_level, profile_name
 from zpar.constants import DEFAULT_PROFILE, ENGINE_RECONNECT_WINDOW
 from zpar.errors import TimeoutError, ZparError
 from zpar.logs import setup_logging
+from zpar.sharedmem.carrier import release_all
 
 #: Exit codes: a normal stop (shutdown, SIGTERM, controller gone) / could not start or serve.
 EXIT_OK = 0
@@ -86,6 +87,7 @@ def _restart(argv: list[str], engine_id: int, lost_controller: int = 0) -> None:
     a new interpreter, a new namespace, registered again under the same id.
     ``lost_controller``: the pid of a controller that went silent; wait for another."""
     logging.getLogger("zpar.engine").info("engine %d: restarting", engine_id)
+    release_all()  # its pid lives on: the owners' sweep would not free its holds
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

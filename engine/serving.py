@@ -21,6 +21,7 @@ from typing import Any, cast
 import zmq
 
 from zpar.errors import RemoteProtocolError
+from zpar.sharedmem import inbound as take_segments
 from zpar.tasklimits import parse_time_limit, timeout_content
 from zpar.wire import Message, Session, checkable_copy, recv_message, split_messages
 from zpar.wire.messages import MON_MUX_IN, MsgType, ReplyStatus
@@ -257,6 +258,12 @@ class Server:
                     where,
                 )
                 continue
+            if msg.tags and msg.tags.count(b"") != len(msg.tags):
+                try:
+                    take_segments(msg)  # large buffers in shared memory (zpar.sharedmem)
+                except RemoteProtocolError as e:
+                    session._refuse(e, where)
+                    continue
             checked.append(msg)
         return checked
 

@@ -76,6 +76,7 @@ _LAZY = {
     "deserialize_object": "zpar.serialize",
     "pack_apply_message": "zpar.serialize",
     "unpack_apply_message": "zpar.serialize",
+    "shared_array": "zpar.sharedmem",  # an array same-host engines read without a copy
 }
 
 __all__ = [

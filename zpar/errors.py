@@ -31,6 +31,14 @@ class RemoteProtocolError(ProtocolError):
         super().__init__(f"{reason}: {detail}" if detail else reason)
 
 
+class SegmentGone(RemoteProtocolError):
+    """A shared-memory segment a message names cannot be read: its owner died or let go
+    of it (zpar.sharedmem)."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__("shm-gone", detail)
+
+
 class SerializationError(ZparError, TypeError):
     """An object cannot be serialized; raised at the caller before anything is sent."""
 

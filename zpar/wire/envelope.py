@@ -13,6 +13,7 @@ from zpar.wire.msgtypes import extension_type
 from ..constants import BUFFER_TAG_SIZE, INLINE_SIGNED_MAX, MAX_MSG_ID, PROTOCOL_VERSION
 from ..errors import RemoteProtocolError
 from .frames import decode, frame_view, signed_inline
+from .segref import is_descriptor
 
 #: msg_type names a receiver accepts: every MsgType (new ones join by being added there),
 #: and the capabilities' (msgtypes.extension_type), checked only when not one of these.
@@ -138,6 +139,11 @@ def check_envelope(env: Any, n_buffers: int | None) -> tuple[dict, dict, dict, d
             f"buffer(s), the message has {n_buffers}",
         )
     for t in tags:
-        if t is not None and not (isinstance(t, bytes) and len(t) in (0, BUFFER_TAG_SIZE)):
-            raise RemoteProtocolError("malformed", "buffer tags must be b'' or 16 bytes")
+        if type(t) is list:
+            if not is_descriptor(t):
+                raise RemoteProtocolError("malformed", "a shared-memory descriptor is malformed")
+        elif t is not None and not (isinstance(t, bytes) and len(t) in (0, BUFFER_TAG_SIZE)):
+            raise RemoteProtocolError(
+                "malformed", "buffer tags must be b'', 16 bytes or a segment descriptor"
+            )
     return header, parent, metadata, content, tags

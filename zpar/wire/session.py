@@ -38,6 +38,7 @@ from .frames import (
 from .multipart import send_frames
 from .received import LazyMessage, Message
 from .replay import ReplayGuard
+from .segref import SegmentRef
 from .signing import Signer
 
 log = logging.getLogger(__name__)
@@ -134,9 +135,12 @@ class Session:
         """The keyed BLAKE3 tag of one buffer; None without a key."""
         return None if self._signer is None else self._signer.tag(buffer)
 
-    def _tags(self, buffers: Sequence[Any], private: bool) -> list[bytes | None]:
-        tags: list[bytes | None] = []
+    def _tags(self, buffers: Sequence[Any], private: bool) -> list[Any]:
+        tags: list[Any] = []
         for b in buffers:
+            if type(b) is SegmentRef:
+                tags.append(b.desc)  # its descriptor, signed in the envelope (wire.segref)
+                continue
             n = len(b) if type(b) is bytes else nbytes(b)
             if n < INLINE_SIGNED_MAX:
                 tags.append(b"")  # signed inline
@@ -179,6 +183,8 @@ class Session:
             envelope = p([header, parent or {}, metadata or {}, content or {}, tags])
         except (TypeError, ValueError, OverflowError) as e:
             raise LocalProtocolError(f"cannot encode {msg_type} message with msgpack: {e}") from e
+        if len(tags) != tags.count(b"") and any(type(t) is list for t in tags):
+            buffers = [b"" if type(b) is SegmentRef else b for b in buffers]
         signature = b"" if self._signer is None else self._signer.signature(envelope, buffers)
         return header, [DELIM, signature, envelope, *buffers]
 
@@ -291,6 +297,10 @@ class Session:
         if self._signer is None:
             return
         for i, (t, b) in enumerate(zip(tags, buffers, strict=True)):
+            if type(t) is list:  # a segment's descriptor (signed): its frame is empty
+                if nbytes(b):
+                    raise RemoteProtocolError("bad-buffer", f"buffer {i} is not the one signed")
+                continue
             if type(b) is bytes and len(b) < INLINE_SIGNED_MAX or signed_inline(b):
                 if t != b"":  # the signer tagged a large buffer here
                     raise RemoteProtocolError("bad-buffer", f"buffer {i} is not the one signed")
