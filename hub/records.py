@@ -21,6 +21,12 @@ ENGINE_DIED = "engine_died"
 #: (its client failed it with SchedulerLost; issue 13).
 SCHEDULER_DIED = "scheduler_died"
 
+#: Kinds of the dashboard's feed events (TaskTable.feed, Hub.feed).
+FEED_SUBMITTED = "submitted"
+FEED_FINISHED = "finished"
+FEED_REGISTERED = "registered"
+FEED_UNREGISTERED = "unregistered"
+
 #: Completed records kept in memory; older ones are culled (the count per engine stays).
 COMPLETED_LIMIT = 10_000
 
@@ -36,6 +42,10 @@ class EngineRecord:
     registered: float = 0.0
     deadline: float = 0.0  # for a pending registration: when it is dropped
     rank: int = -1  # MPI rank, when its launcher was mpiexec
+    # the engine process's last engine_stats report (engine/stats.py), for the dashboard
+    cpu: float = -1.0  # percent of one core; -1: never reported
+    rss: int = 0  # resident bytes
+    stats_at: float = 0.0  # when it was reported (time.time())
 
 
 @dataclass(slots=True)
@@ -102,6 +112,9 @@ class TaskTable:
         self._done: deque[str] = deque()  # completed msg_ids, oldest first
         #: records changed since the store last saved them (hub/recorder.py drains it)
         self.dirty: dict[str, TaskRecord] = {}
+        #: the dashboard's event feed (zpar.dashboard.hubview), None when no dashboard
+        #: reads it: (FEED_SUBMITTED | FEED_FINISHED, record) appended as they happen
+        self.feed: deque[tuple[str, Any]] | None = None
 
     # -- events -----------------------------------------------------------------------------
 
@@ -131,6 +144,8 @@ class TaskTable:
             rec.metadata = metadata
         self.counts["submitted"] += 1
         self.dirty[msg_id] = rec
+        if self.feed is not None:
+            self.feed.append((FEED_SUBMITTED, rec))
         if engine_uuid is None:
             if rec.engine_uuid is None and rec.pending:
                 self.unassigned.add(msg_id)
@@ -216,6 +231,8 @@ class TaskTable:
         rec.result_content = content
         self.dirty[msg_id] = rec
         self.counts[status] += 1
+        if self.feed is not None:
+            self.feed.append((FEED_FINISHED, rec))
         if rec.engine_uuid is not None:
             done = self.completed.get(rec.engine_uuid)
             if done is None:
@@ -264,6 +281,8 @@ class TaskTable:
             rec.completed = now
             rec.status = ENGINE_DIED
             self.dirty[msg_id] = rec
+            if self.feed is not None:
+                self.feed.append((FEED_FINISHED, rec))
             self.counts[ENGINE_DIED] += 1
             self._retire(msg_id)
         return lost
@@ -305,6 +324,8 @@ class TaskTable:
         rec.completed = time.time()
         rec.status = SCHEDULER_DIED
         self.dirty[rec.msg_id] = rec
+        if self.feed is not None:
+            self.feed.append((FEED_FINISHED, rec))
         self.counts[SCHEDULER_DIED] += 1
         self._retire(rec.msg_id)
 

@@ -1,0 +1,304 @@
+"""The dashboard: a thread of the controller that serves the page and pushes its state.
+
+::
+
+    controller main thread (hub loop)            dashboard thread (asyncio, aiohttp)
+      Hub / TaskTable ──append──► feed deque ──popleft──► DashboardState ──► WebSockets
+      hub.engines, counts, refusals ◄──────── read (HubView) every TICK
+      registration ROUTER ◄── db_request / shutdown (HubLine, as any client) ── task table
+
+It never sits between a client and an engine: the hub appends each task event to a
+bounded deque and goes on; everything else the dashboard reads in place or asks the hub
+over its query socket, as a client does. Its listening socket is bound by the controller
+before the thread starts, so a taken port is an error at start-up, not a log line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import logging
+import secrets
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from zpar.cluster.names import split_address
+from zpar.errors import ZparError
+
+from .hubview import HubView
+from .state import DashboardState
+
+log = logging.getLogger(__name__)
+
+#: Seconds between two pushes to the open pages (the issue asks for at least one a second).
+TICK = 0.5
+#: Connections the dashboard's socket holds at once (pages, API calls, `zpar top`); more are
+#: closed as they are accepted, so a flood costs a bounded number of descriptors.
+MAX_CONNECTIONS = 64
+#: Open pages (WebSockets) at once.
+MAX_SOCKETS = 32
+#: Seconds an idle HTTP keep-alive connection is kept.
+KEEPALIVE = 5.0
+#: The default address: loopback, a port of its own chosen by the OS.
+DEFAULT_ADDRESS = "127.0.0.1:0"
+
+
+def parse_address(addr: str) -> tuple[str, int]:
+    """``HOST:PORT`` -> (host, port); ValueError naming what is wrong."""
+    return split_address(addr)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def new_token() -> str:
+    return secrets.token_hex(24)
+
+
+class _Refuse(asyncio.Protocol):
+    """A connection over MAX_CONNECTIONS: closed as soon as it is accepted."""
+
+    def connection_made(self, transport: Any) -> None:
+        transport.close()
+
+
+class Dashboard:
+    def __init__(
+        self,
+        hub: Any,
+        address: str,
+        *,
+        key: str,
+        url_file: Path | None = None,
+        scheduler_pid: Any = None,
+        token: str | None = None,
+    ) -> None:
+        host, port = parse_address(address)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as e:
+            sock.close()
+            raise ZparError(f"the dashboard cannot listen on {address}: {e}") from None
+        sock.listen(128)
+        sock.setblocking(False)
+        self.sock = sock
+        bound = sock.getsockname()
+        shown = f"[{bound[0]}]" if family == socket.AF_INET6 else bound[0]
+        #: the page's address (without its token)
+        self.url = f"http://{shown}:{bound[1]}/"
+        self.token = token or new_token()
+        self.key = key
+        self.url_file = url_file
+        self.view_of = HubView(hub, scheduler_pid)
+        self.state = DashboardState()
+        self.sockets: set[Any] = set()
+        self.sent: dict[Any, int] = {}  # WebSocket -> newest bar sequence it was sent
+        self._line: Any = None  # zpar.cluster.launchers.hubquery.HubLine, made on first use
+        self._client: Any = None  # a zpar.Client for abort, made on first use
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopped: asyncio.Event | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+
+    @property
+    def link(self) -> str:
+        return f"{self.url}?token={self.token}"
+
+    # -- life cycle (called by the controller) ----------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="zpar-dashboard", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        loop, stopped = self._loop, self._stopped
+        if loop is not None and stopped is not None:
+            try:
+                loop.call_soon_threadsafe(stopped.set)
+            except RuntimeError:  # the loop is closed already
+                pass
+        if self._thread is not None:
+            self._thread.join(timeout)
+        for closer in (self._line, self._client):
+            if closer is not None:
+                try:
+                    closer.close()
+                except Exception:
+                    log.debug("dashboard: closing its hub line failed", exc_info=True)
+        self.sock.close()
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._serve())
+        except Exception:
+            log.exception("the dashboard stopped on an error; the cluster runs on without it")
+
+    async def _serve(self) -> None:
+        from aiohttp import web  # here: the controller's start-up does not wait for it
+
+        from .app import make_app
+
+        self._loop = asyncio.get_running_loop()
+        self._stopped = asyncio.Event()
+        runner = web.AppRunner(
+            make_app(self, self.token, self.key), access_log=None, keepalive_timeout=KEEPALIVE
+        )
+        await runner.setup()
+        server = runner.server
+        assert server is not None
+
+        def factory() -> asyncio.Protocol:
+            if len(server.connections) >= MAX_CONNECTIONS:
+                return _Refuse()
+            return server()
+
+        # on EMFILE (descriptors exhausted) asyncio's accept loop logs and retries after a
+        # second instead of failing: the dashboard serves again once descriptors are free
+        listener = await self._loop.create_server(factory, sock=self.sock)
+        log.info("dashboard at %s", self.url)
+        self._ready.set()
+        try:
+            while not self._stopped.is_set():
+                self.tick()
+                await self._push()
+                try:
+                    await asyncio.wait_for(self._stopped.wait(), TICK)
+                except TimeoutError:
+                    pass
+        finally:
+            listener.close()
+            for ws in list(self.sockets):
+                await ws.close()
+            await runner.cleanup()
+
+    # -- state ------------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        """Read the hub's news and state into the dashboard's (this thread only)."""
+        view, state = self.view_of, self.state
+        events, overflowed = view.drain()
+        state.apply(events)
+        state.dropped_events += overflowed
+        state.live_engines(view.engines())
+        state.totals, state.unassigned = view.totals()
+        state.refusals = view.refusals()
+        state.memory = view.memory()
+        state.extras = view.extras()
+        state.trim(time.time())
+
+    def view(self, since: int | None = None) -> dict[str, Any]:
+        out = self.state.view(time.time(), since)
+        out["url"] = self.url
+        return out
+
+    async def _push(self) -> None:
+        state = self.state
+        for ws in list(self.sockets):
+            since = self.sent.get(ws)
+            if since is None:
+                continue  # its first full state is on its way
+            try:
+                await ws.send_str(json.dumps(self.view(since), separators=(",", ":")))
+            except (ConnectionError, RuntimeError):
+                self.sockets.discard(ws)
+                continue
+            self.sent[ws] = state.seq
+
+    def admit_socket(self) -> bool:
+        return len(self.sockets) < MAX_SOCKETS
+
+    # -- the task table ---------------------------------------------------------------------
+
+    async def search(self, q: dict[str, str]) -> list[dict[str, Any]]:
+        """Recent tasks first; a msg_id the dashboard has not seen is asked of the store."""
+        rows = self.state.search(q)
+        if rows or not q.get("msg_id"):
+            return rows
+        found = await self._store_task(q["msg_id"])
+        return [] if found is None else [{k: v for k, v in found.items() if k != "traceback"}]
+
+    async def task(self, msg_id: str) -> dict[str, Any] | None:
+        row = self.state.recent.get(msg_id)
+        return row if row is not None else await self._store_task(msg_id)
+
+    async def _store_task(self, msg_id: str) -> dict[str, Any] | None:
+        from zpar.wire.messages import MsgType
+
+        if len(msg_id) > 200:
+            return None
+        content = {"query": {"msg_id": msg_id}, "keys": None}
+        try:
+            reply = await self._ask(MsgType.DB_REQUEST, content)
+        except ZparError as e:
+            log.warning("dashboard: the store did not answer for %s: %s", msg_id, e)
+            return None
+        records = reply.get("records") or []
+        return _store_row(records[0], self.state) if records else None
+
+    async def _ask(self, msg_type: str, content: dict[str, Any]) -> dict[str, Any]:
+        if self.url_file is None:
+            raise ZparError("the dashboard has no connection file to reach the hub")
+        if self._line is None:
+            from zpar.cluster.launchers.hubquery import HubLine
+
+            self._line = HubLine(self.url_file)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, self._line.request, msg_type, content)
+
+    # -- actions (the cluster key checked by the route) -------------------------------------
+
+    async def act(self, action: str, body: dict[str, Any]) -> dict[str, Any]:
+        from zpar.wire.messages import MsgType
+
+        if action == "shutdown":
+            log.warning("dashboard: shutdown asked with the cluster key")
+            await self._ask(MsgType.SHUTDOWN_HUB_REQUEST, {})
+            return {"status": "ok", "done": "shutdown"}
+        ids = body.get("msg_ids")
+        if not isinstance(ids, list) or not ids or not all(isinstance(m, str) for m in ids):
+            raise ValueError("abort needs msg_ids: a list of task ids")
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self._abort, ids)
+        return {"status": "ok", "done": "abort", "msg_ids": ids}
+
+    def _abort(self, ids: list[str]) -> None:
+        if self._client is None:
+            from zpar.client import Client
+
+            self._client = Client(url_file=self.url_file)
+        self._client.abort(ids)
+
+
+def _store_row(rec: dict[str, Any], state: DashboardState) -> dict[str, Any]:
+    """A store record as the task table shows it."""
+    md = rec.get("metadata") or {}
+    content = rec.get("result_content") or {}
+    engine = state.by_uuid.get(rec.get("engine_uuid") or "")
+    row = {
+        "msg_id": rec.get("msg_id"),
+        "func": md.get("func") or rec.get("msg_type") or "?",
+        "label": md.get("label") or "",
+        "status": rec.get("status"),
+        "engine": engine.id if engine is not None else md.get("engine_id"),
+        "client": rec.get("client") or "",
+        "submitted": rec.get("submitted"),
+        "started": rec.get("started"),
+        "completed": rec.get("completed"),
+    }
+    if rec.get("status") not in (None, "ok"):
+        row["error"] = f"{content.get('ename', '')}: {content.get('evalue', '')}"
+        row["traceback"] = "\n".join(map(str, content.get("traceback") or []))
+    return row
