@@ -292,9 +292,11 @@ class Client(TaskStoreMixin, EngineControlMixin, ClientCompatMixin):
     def controller_status(self) -> dict[str, Any]:
         """The controller's pid, its registered engine ids and the messages every process
         refused, by process and reason: {"pid", "engines", "refused": {process: {reason:
-        n}}, "total_refused"} (docs/security.md names the processes and reasons)."""
+        n}}, "total_refused", "dashboard": its link}} (docs/security.md names the processes
+        and reasons)."""
         content = self.sender.query(MsgType.CONTROLLER_STATUS_REQUEST, {}).content
-        return {k: content.get(k) for k in ("pid", "engines", "refused", "total_refused")}
+        keys = ("pid", "engines", "refused", "total_refused", "dashboard")
+        return {k: content.get(k) for k in keys}
 
     @property
     def outstanding(self) -> set[str]:
