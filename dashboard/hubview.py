@@ -44,7 +44,7 @@ class HubView:
 
     def engines(self) -> list[dict[str, Any]]:
         hub = self.hub
-        queued, tasks = hub.tasks.queued, hub.tasks.tasks
+        queued, tasks, done = hub.tasks.queued, hub.tasks.tasks, hub.tasks.completed_count
         rows = []
         for rec in list(hub.engines.values()):
             in_hand = len(queued.get(rec.uuid, ())) + len(tasks.get(rec.uuid, ()))
@@ -56,6 +56,7 @@ class HubView:
                     "pid": rec.pid,
                     "registered": rec.registered,
                     "in_hand": in_hand,
+                    "done": done.get(rec.uuid, 0),
                     "cpu": rec.cpu,
                     "rss": rec.rss,
                 }

@@ -189,15 +189,16 @@ class Dashboard:
     def tick(self) -> None:
         """Read the hub's news and state into the dashboard's (this thread only)."""
         view, state = self.view_of, self.state
+        now = time.time()
         events, overflowed = view.drain()
-        state.apply(events)
+        state.apply(events, now)
         state.dropped_events += overflowed
         state.live_engines(view.engines())
         state.totals, state.unassigned = view.totals()
         state.refusals = view.refusals()
         state.memory = view.memory()
         state.extras = view.extras()
-        state.trim(time.time())
+        state.trim(now)
 
     def view(self, since: int | None = None) -> dict[str, Any]:
         out = self.state.view(time.time(), since)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,17 +22,20 @@ from zpar.hub.records import FEED_FINISHED, FEED_REGISTERED, FEED_SUBMITTED, FEE
 #: Seconds of history the task stream and the time series keep (dask's task stream shows
 #: the last few minutes too).
 WINDOW = 300.0
-#: Task bars kept at most: past this the oldest go first (a browser draws ~20k bars well).
-MAX_BARS = 20_000
-#: Finished tasks kept for the task table's search before asking the store.
-RECENT_TASKS = 5_000
+#: Task bars kept and drawn: dask's status page draws its last 1,000 tasks too
+#: (distributed.scheduler.dashboard.status.task-stream-length). Of each tick's finished
+#: tasks only the newest MAX_BARS are looked at closely (bar, latency, table); the others
+#: are counted, so a burst of 10,000 tasks a second costs a counter each.
+MAX_BARS = 1_000
+#: Finished tasks kept for the task table's search (older ones: by msg_id, from the store).
+RECENT_TASKS = 2_000
 #: Dead engines kept on the engine table.
 DEAD_ENGINES_KEPT = 64
 #: Clients shown after their work is done, for this many seconds.
 CLIENT_LINGER = 120.0
 #: Unregistration reasons of an engine that was replaced by a new process (its id reused).
 REPLACED_REASONS = ("restarted",)
-#: Bytes of a traceback line kept in the recent table.
+#: Characters of a failed task's traceback kept in the recent table.
 TRACEBACK_CHARS = 20_000
 
 
@@ -72,42 +75,61 @@ class EngineRow:
 
 @dataclass(slots=True)
 class ClientRow:
-    """One client's work since its queue was last empty (a map, a batch, a burst)."""
+    """One client's counts: all time, and the base its current burst (a map, a batch) is
+    measured from, taken each time its queue is found empty."""
 
     client: str
-    submitted: int = 0  # since it was last idle
+    submitted: int = 0  # all time
     finished: int = 0
     failed: int = 0
-    total: int = 0  # all time
-    last: float = 0.0
+    base_submitted: int = 0
+    base_finished: int = 0
+    base_failed: int = 0
+    last: float = 0.0  # when it was last seen busy
 
     @property
     def pending(self) -> int:
         return self.submitted - self.finished
 
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "client": self.client,
+            "submitted": self.submitted - self.base_submitted,
+            "finished": self.finished - self.base_finished,
+            "failed": self.failed - self.base_failed,
+            "pending": max(0, self.pending),
+            "total": self.submitted,
+        }
+
 
 @dataclass(slots=True)
 class Series:
-    """Per-second buckets of finished tasks: count, failures, summed latency."""
+    """Per-second buckets: tasks finished, failed, and their summed latency (of the tasks
+    looked at closely: a sample under load)."""
 
-    seconds: deque[list[float]] = field(default_factory=deque)  # [t, n, failed, latency_sum]
+    seconds: deque[list[float]] = field(default_factory=deque)  # [t, n, failed, lat, n_lat]
 
-    def add(self, t: float, failed: bool, latency: float | None) -> None:
+    def _bucket(self, t: float) -> list[float] | None:
         sec = math.floor(t)
         buckets = self.seconds
         if buckets and buckets[-1][0] == sec:
-            b = buckets[-1]
-        elif buckets and sec < buckets[-1][0]:  # late: into its own second if kept
-            b = next((x for x in reversed(buckets) if x[0] == sec), None)
-            if b is None:
-                return
-        else:
-            b = [sec, 0, 0, 0.0, 0]
-            buckets.append(b)
-        b[1] += 1
-        b[2] += failed
-        if latency is not None and latency >= 0:
-            b[3] += latency
+            return buckets[-1]
+        if buckets and sec < buckets[-1][0]:  # late: into its own second if still kept
+            return next((x for x in reversed(buckets) if x[0] == sec), None)
+        b = [sec, 0, 0, 0.0, 0]
+        buckets.append(b)
+        return b
+
+    def count(self, t: float, finished: int, failed: int) -> None:
+        b = self._bucket(t)
+        if b is not None:
+            b[1] += finished
+            b[2] += failed
+
+    def latency(self, t: float, seconds: float) -> None:
+        b = self._bucket(t)
+        if b is not None and seconds >= 0:
+            b[3] += seconds
             b[4] += 1
 
     def trim(self, now: float) -> None:
@@ -135,7 +157,7 @@ class DashboardState:
         self.engines: dict[int, EngineRow] = {}
         self.by_uuid: dict[str, EngineRow] = {}
         self.clients: dict[str, ClientRow] = {}
-        self.bars: deque[list[Any]] = deque(maxlen=MAX_BARS)
+        self.bars: deque[tuple[Any, ...]] = deque(maxlen=MAX_BARS)
         self.seq = 0  # of the newest bar
         self.series = Series()
         self.recent: dict[str, dict[str, Any]] = {}  # msg_id -> row, newest last
@@ -149,17 +171,43 @@ class DashboardState:
 
     # -- events -----------------------------------------------------------------------------
 
-    def apply(self, events: list[tuple[Any, ...]]) -> None:
+    def apply(self, events: list[tuple[Any, ...]], now: float) -> None:
+        """The hub's events since the last tick, oldest first (``now``: the tick's time,
+        the second the series counts them in)."""
+        submitted: Counter[bytes] = Counter()
+        finished: list[Any] = []
         for ev in events:
             kind = ev[0]
-            if kind == FEED_SUBMITTED:
-                self._submitted(ev[1])
-            elif kind == FEED_FINISHED:
-                self._finished(ev[1])
+            if kind is FEED_SUBMITTED:
+                submitted[ev[1].client] += 1
+            elif kind is FEED_FINISHED:
+                finished.append(ev[1])
             elif kind == FEED_REGISTERED:
                 self.registered(ev[1])
             elif kind == FEED_UNREGISTERED:
                 self.unregistered(ev[1], ev[2])
+        for client, n in submitted.items():
+            c = self._client(client)
+            if c.pending <= 0:  # its queue was empty: a new burst, measured from here
+                c.base_submitted, c.base_finished, c.base_failed = c.submitted, c.finished, c.failed
+            c.submitted += n
+        done: Counter[bytes] = Counter(rec.client for rec in finished)
+        failures = [rec for rec in finished if rec.status != "ok"]
+        for client, n in done.items():
+            self._client(client).finished += n
+        for rec in failures:
+            self._client(rec.client).failed += 1
+            row = self.by_uuid.get(rec.engine_uuid or "")
+            if row is not None:
+                row.failed += 1
+        self.series.count(now, len(finished), len(failures))
+        close = finished[-MAX_BARS:]
+        looked = {id(rec) for rec in close}
+        for rec in failures[-MAX_BARS:]:  # every failure is looked at, up to the cap
+            if id(rec) not in looked:
+                self._finished(rec, now)
+        for rec in close:
+            self._finished(rec, now)
 
     def registered(self, rec: Any) -> None:
         old = self.engines.get(rec.id)
@@ -183,43 +231,29 @@ class DashboardState:
             self.engines.pop(e.id, None)
             self.by_uuid.pop(e.uuid, None)
 
-    def _client(self, rec: Any) -> ClientRow:
-        key = rec.client.hex() if isinstance(rec.client, bytes) else str(rec.client)
+    def _client(self, client: bytes | str) -> ClientRow:
+        key = client.hex() if isinstance(client, bytes) else str(client)
         row = self.clients.get(key)
         if row is None:
             row = self.clients[key] = ClientRow(key)
         return row
 
-    def _submitted(self, rec: Any) -> None:
-        c = self._client(rec)
-        if c.pending <= 0:  # a new burst of work: its progress starts from zero
-            c.submitted = c.finished = c.failed = 0
-        c.submitted += 1
-        c.total += 1
-        c.last = rec.submitted or c.last
-
-    def _finished(self, rec: Any) -> None:
+    def _finished(self, rec: Any, now: float) -> None:
+        """A task looked at closely: its bar, its latency, its row in the table."""
         failed = rec.status != "ok"
-        c = self._client(rec)
-        c.finished += 1
-        c.failed += failed
         md = rec.metadata or {}
         func = str(md.get("func") or rec.msg_type or "?")
-        label = md.get("label")
         engine = self.by_uuid.get(rec.engine_uuid or "")
-        end = rec.completed or 0.0
-        c.last = max(c.last, end)
+        end = rec.completed or now
         start = rec.started if rec.started is not None else end
         if engine is not None:
-            engine.done += 1
-            engine.failed += failed
             if func not in self.funcs:
                 self.funcs[func] = len(self.funcs)
             self.seq += 1
-            self.bars.append([self.seq, engine.id, start, end, func, failed, rec.msg_id])
-        latency = end - rec.submitted if rec.submitted and end else None
-        self.series.add(end, failed, latency)
-        self._remember(rec, func, label, engine, failed)
+            self.bars.append((self.seq, engine.id, start, end, func, failed, rec.msg_id))
+        if rec.submitted:
+            self.series.latency(now, end - rec.submitted)
+        self._remember(rec, func, md.get("label"), engine, failed)
 
     def _remember(self, rec: Any, func: str, label: Any, engine: Any, failed: bool) -> None:
         content = rec.result_content or {}
@@ -255,6 +289,7 @@ class DashboardState:
                 self.engines[row.id] = row
                 self.by_uuid[row.uuid] = row
             row.in_hand = r["in_hand"]
+            row.done = r.get("done", row.done)
             row.state = "busy" if row.in_hand else "idle"
             if r.get("cpu") is not None and r["cpu"] >= 0:
                 row.cpu, row.rss = r["cpu"], r["rss"]
@@ -265,7 +300,9 @@ class DashboardState:
         while bars and bars[0][3] < now - WINDOW:
             bars.popleft()
         for key, c in list(self.clients.items()):
-            if c.pending <= 0 and c.last < now - CLIENT_LINGER:
+            if c.pending > 0:
+                c.last = now
+            elif c.last < now - CLIENT_LINGER:
                 del self.clients[key]
 
     # -- output -----------------------------------------------------------------------------
@@ -285,17 +322,7 @@ class DashboardState:
             "seq": self.seq,
             "funcs": self.funcs,
             "series": self.series.as_json(now),
-            "clients": [
-                {
-                    "client": c.client,
-                    "submitted": c.submitted,
-                    "finished": c.finished,
-                    "failed": c.failed,
-                    "pending": max(0, c.pending),
-                    "total": c.total,
-                }
-                for c in clients
-            ],
+            "clients": [c.as_json() for c in clients],
             "queues": {
                 "unassigned": self.unassigned,
                 "engines": {e.id: e.in_hand for e in live},
