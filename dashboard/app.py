@@ -9,6 +9,7 @@ acting (abort, shutdown) needs the cluster key in the request's body as well.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
@@ -31,6 +32,14 @@ COOKIE = "zpar-dashboard-token"
 FORBIDDEN = "403: Forbidden. Open the dashboard with the link that holds its token."
 
 CONTENT_TYPES = {".js": "text/javascript", ".css": "text/css", ".html": "text/html"}
+
+
+class Refuse(asyncio.Protocol):
+    """A connection over the dashboard's limit (service.MAX_CONNECTIONS): closed as soon as
+    it is accepted, so a flood holds a bounded number of descriptors."""
+
+    def connection_made(self, transport: Any) -> None:
+        transport.close()
 
 
 def token_of(request: web.Request) -> str:
