@@ -320,6 +320,7 @@ class DashboardState:
             "busy": sum(e.state == "busy" for e in live),
             "bars": bars,
             "seq": self.seq,
+            "max_bars": MAX_BARS,
             "funcs": self.funcs,
             "series": self.series.as_json(now),
             "clients": [c.as_json() for c in clients],

@@ -199,8 +199,8 @@ function render(msg) {
   dash.state = msg;
   for (const b of msg.bars) if (b[0] > dash.seq) dash.bars.push(b);
   dash.seq = msg.seq;
-  const keepFrom = msg.now - 300;
-  if (dash.bars.length && dash.bars[0][3] < keepFrom) dash.bars = dash.bars.filter((b) => b[3] >= keepFrom);
+  // the newest max_bars only, as the controller keeps (dask's status page draws 1,000 too)
+  if (dash.bars.length > msg.max_bars) dash.bars = dash.bars.slice(-msg.max_bars);
   drawHeader();
   drawEngines();
   drawStream(msg.now);
