@@ -93,7 +93,7 @@ class HubView:
             if proc is None:
                 proc = self._procs[pid] = psutil.Process(pid)
             return int(proc.memory_info().rss)
-        except psutil.Error:
+        except (psutil.Error, OSError):  # gone, or no descriptor left to read /proc with
             self._procs.pop(pid, None)
             return None
 

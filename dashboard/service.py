@@ -104,6 +104,7 @@ class Dashboard:
         self._loop: Any = None  # the asyncio loop, once a first connection came
         self._stopped: Any = None  # its asyncio.Event
         self._stopping = False
+        self._last_failure = ""
         self._wake_r, self._wake_w = socket.socketpair()
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
@@ -161,7 +162,7 @@ class Dashboard:
             readable, _, _ = select.select([self.sock, self._wake_r], [], [], TICK)
             if self._stopping:
                 return False
-            self.tick()
+            self._safe_tick()
             if self.sock in readable:
                 return True
         return False
@@ -193,7 +194,7 @@ class Dashboard:
         log.info("dashboard at %s", self.url)
         try:
             while not self._stopped.is_set() and not self._stopping:
-                self.tick()
+                self._safe_tick()
                 await self._push()
                 try:
                     await asyncio.wait_for(self._stopped.wait(), TICK)
@@ -206,6 +207,19 @@ class Dashboard:
             await runner.cleanup()
 
     # -- state ------------------------------------------------------------------------------
+
+    def _safe_tick(self) -> None:
+        """A tick that fails (descriptors exhausted while psutil reads /proc, …) is logged
+        once per kind of failure and skipped: the next one tries again."""
+        try:
+            self.tick()
+        except Exception as e:
+            kind = f"{type(e).__name__}: {e}"
+            if kind != self._last_failure:
+                log.warning("dashboard: reading the hub's state failed: %s", kind)
+            self._last_failure = kind
+        else:
+            self._last_failure = ""
 
     def tick(self) -> None:
         """Read the hub's news and state into the dashboard's (this thread only)."""

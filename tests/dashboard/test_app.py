@@ -94,7 +94,7 @@ def test_every_route_refuses_a_request_without_the_token(served, path):
 def test_the_token_opens_the_page_its_assets_and_the_api(served):
     tok = f"?token={served.token}"
     status, page = get(served.url + tok)
-    assert status == 200 and "<canvas id=\"stream\">" in page
+    assert status == 200 and '<canvas id="stream">' in page
     assert "http://" not in page.replace("http://www.w3.org", "")  # no CDN: assets are ours
     status, js = get(served.url + "static/vendor/chart.umd.min.js" + tok)
     assert status == 200 and "Chart.js v4" in js
