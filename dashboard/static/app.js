@@ -88,7 +88,9 @@ function drawStream(now) {
   const engines = st.engines;
   const labels = engines.map((e) => `engine ${e.id}`);
   const rowOf = new Map(engines.map((e) => [e.id, `engine ${e.id}`]));
-  const from = now - dash.window;
+  // the window, or less when the first bar is younger: the stream fills the chart
+  const first = dash.bars.length ? dash.bars[0][2] : now;
+  const from = Math.max(now - dash.window, Math.min(first, now - 10) - 1);
   const byFunc = new Map();
   for (const b of dash.bars) {
     const [, eid, start, end, func, failed, msgId] = b;
@@ -177,7 +179,7 @@ function drawController() {
   $("extras").innerHTML = (comms.length
     ? `<table><thead><tr><th>communicator</th><th>size</th><th>joined</th><th>state</th></tr></thead><tbody>${comms.map((c) => `<tr><td>${esc(c.comm_id)}</td><td>${c.size ?? "?"}</td><td>${c.members}</td><td>${c.state}</td></tr>`).join("")}</tbody></table>`
     : '<div class="empty">no communicator rendezvous at the hub now</div>')
-    + '<div class="dim" style="margin-top:8px">Distributed arrays and typed-call registries live on the engines; the hub does not see them.</div>';
+    + '<div class="dim" style="margin-top:6px">Distributed arrays and typed-call registries live on the engines; the hub does not see them.</div>';
 }
 
 function drawHeader() {
