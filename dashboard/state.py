@@ -179,7 +179,7 @@ class DashboardState:
         for ev in events:
             kind = ev[0]
             if kind is FEED_SUBMITTED:
-                submitted[ev[1].client] += 1
+                submitted[ev[1]] += 1
             elif kind is FEED_FINISHED:
                 finished.append(ev[1])
             elif kind == FEED_REGISTERED:

@@ -113,7 +113,8 @@ class TaskTable:
         #: records changed since the store last saved them (hub/recorder.py drains it)
         self.dirty: dict[str, TaskRecord] = {}
         #: the dashboard's event feed (zpar.dashboard.hubview), None when no dashboard
-        #: reads it: (FEED_SUBMITTED | FEED_FINISHED, record) appended as they happen
+        #: reads it: (FEED_SUBMITTED, client ident) and (FEED_FINISHED, record), appended
+        #: as they happen
         self.feed: deque[tuple[str, Any]] | None = None
 
     # -- events -----------------------------------------------------------------------------
@@ -145,7 +146,7 @@ class TaskTable:
         self.counts["submitted"] += 1
         self.dirty[msg_id] = rec
         if self.feed is not None:
-            self.feed.append((FEED_SUBMITTED, rec))
+            self.feed.append((FEED_SUBMITTED, client))  # not the record: it may be retired
         if engine_uuid is None:
             if rec.engine_uuid is None and rec.pending:
                 self.unassigned.add(msg_id)

@@ -46,7 +46,7 @@ def test_a_bar_per_finished_task_on_its_engine_row_coloured_by_function():
     st = fed(
         (FEED_REGISTERED, a),
         (FEED_REGISTERED, b),
-        *[(FEED_SUBMITTED, t) for t in (t1, t2, t3)],
+        *[(FEED_SUBMITTED, t.client) for t in (t1, t2, t3)],
         *[(FEED_FINISHED, t) for t in (t1, t2, t3)],
     )
     view = st.view(NOW + 1)
@@ -65,7 +65,7 @@ def test_a_bar_per_finished_task_on_its_engine_row_coloured_by_function():
 def test_failures_are_marked_counted_and_keep_their_traceback():
     a = engine(0, "ua")
     bad = task("m9", "ua", status="error")
-    st = fed((FEED_REGISTERED, a), (FEED_SUBMITTED, bad), (FEED_FINISHED, bad))
+    st = fed((FEED_REGISTERED, a), (FEED_SUBMITTED, bad.client), (FEED_FINISHED, bad))
     view = st.view(NOW + 1)
     assert view["bars"][0][5] is True
     assert view["engines"][0]["failed"] == 1
@@ -114,13 +114,13 @@ def test_engine_states_idle_busy_dead_replaced():
 def test_progress_of_a_client_restarts_with_each_burst_and_series_count_per_second():
     a = engine(0, "ua")
     first = [task(f"a{i}", "ua", t=NOW + 0.1 * i) for i in range(4)]
-    st = fed((FEED_REGISTERED, a), *[(FEED_SUBMITTED, r) for r in first])
+    st = fed((FEED_REGISTERED, a), *[(FEED_SUBMITTED, r.client) for r in first])
     st.apply([(FEED_FINISHED, r) for r in first[:3]], NOW + 0.5)
     c = st.view(NOW + 2)["clients"][0]
     assert (c["finished"], c["submitted"], c["pending"]) == (3, 4, 1)
     st.apply([(FEED_FINISHED, first[3])], NOW + 0.9)
     second = [task(f"b{i}", "ua", t=NOW + 1.5) for i in range(2)]
-    st.apply([(FEED_SUBMITTED, r) for r in second], NOW + 1.2)
+    st.apply([(FEED_SUBMITTED, r.client) for r in second], NOW + 1.2)
     c = st.view(NOW + 2)["clients"][0]
     assert (c["finished"], c["submitted"], c["pending"], c["total"]) == (0, 2, 2, 6)
     series = st.view(NOW + 3)["series"]
@@ -133,7 +133,7 @@ def test_a_burst_is_counted_whole_and_its_newest_tasks_drawn():
     a = engine(0, "ua")
     many = [task(f"m{i}", "ua", t=NOW) for i in range(3 * MAX_BARS)]
     bad = task("bad", "ua", status="error", t=NOW)
-    events = [(FEED_SUBMITTED, r) for r in [bad, *many]]
+    events = [(FEED_SUBMITTED, r.client) for r in [bad, *many]]
     events += [(FEED_FINISHED, r) for r in [bad, *many]]
     st = fed((FEED_REGISTERED, a), *events)
     view = st.view(NOW + 2)
