@@ -92,7 +92,10 @@ class Dashboard:
         sock.setblocking(False)
         self.sock = sock
         bound = sock.getsockname()
-        shown = f"[{bound[0]}]" if family == socket.AF_INET6 else bound[0]
+        if bound[0] in ("0.0.0.0", "::"):  # every interface: a name other hosts can use
+            shown = socket.gethostname()
+        else:
+            shown = f"[{bound[0]}]" if family == socket.AF_INET6 else bound[0]
         #: the page's address (without its token)
         self.url = f"http://{shown}:{bound[1]}/"
         self.token = token or new_token()
