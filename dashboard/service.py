@@ -111,6 +111,7 @@ class Dashboard:
         self._stopped: Any = None  # its asyncio.Event
         self._stopping = False
         self._last_failure = ""
+        self._open = 0  # connections the web server holds
         self._wake_r, self._wake_w = socket.socketpair()
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
@@ -194,9 +195,20 @@ class Dashboard:
         server = runner.server
         assert server is not None
 
+        # counted here, not by len(server.connections): asyncio calls the factory for a
+        # whole burst of accepted sockets before the first handler registers itself
+        manager_lost = server.connection_lost
+
+        def lost(handler: Any, exc: BaseException | None) -> None:
+            self._open -= 1
+            manager_lost(handler, exc)
+
+        server.connection_lost = lost  # type: ignore[method-assign]
+
         def factory() -> asyncio.Protocol:
-            if len(server.connections) >= MAX_CONNECTIONS:
+            if self._open >= MAX_CONNECTIONS:
                 return Refuse()
+            self._open += 1
             return server()
 
         # on EMFILE (descriptors exhausted) asyncio's accept loop logs and retries after a
