@@ -137,6 +137,41 @@ def test_status_start_and_notebook_carry_the_link(cluster):
     assert rc.controller_status()["dashboard"] == rc.dashboard_link
 
 
+def test_aborting_through_the_api_needs_the_cluster_key(cluster):
+    from zpar.cluster.connection import read_connection_file
+
+    c, rc = cluster
+    base, token = rc.dashboard_link.split("?token=")
+    key = read_connection_file(c.url_file).key
+    dv = rc[rc.ids[0]]
+
+    def nap():
+        import time
+
+        time.sleep(2)
+        return "slept"
+
+    running, queued = dv.apply_async(nap), dv.apply_async(nap)
+
+    def post(body: dict) -> int:
+        req = urllib.request.Request(
+            base + "api/abort",
+            data=json.dumps(body).encode(),
+            headers={"Authorization": f"token {token}", "Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status
+        except urllib.error.HTTPError as e:
+            return e.code
+
+    assert post({"msg_ids": queued.msg_ids}) == 403  # the token alone only looks
+    assert post({"msg_ids": queued.msg_ids, "key": key}) == 200
+    with pytest.raises(zpar.TaskAborted):
+        queued.get(timeout=60)
+    assert running.get(timeout=60) == "slept"
+
+
 def test_a_killed_engine_is_shown_dead(page, cluster):
     # last: it takes an engine away from the module's cluster
     _, rc = cluster
