@@ -203,7 +203,7 @@ class Dashboard:
             self._open -= 1
             manager_lost(handler, exc)
 
-        server.connection_lost = lost  # type: ignore[method-assign]
+        server.connection_lost = lost  # type: ignore[method-assign,assignment]
 
         def factory() -> asyncio.Protocol:
             if self._open >= MAX_CONNECTIONS:
