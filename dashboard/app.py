@@ -117,8 +117,9 @@ class Routes:
         await ws.prepare(request)
         backend.sockets.add(ws)
         try:
-            await ws.send_str(_dumps(backend.view(since=None)))
-            backend.sent[ws] = backend.state.seq
+            seq, payload = backend.state.seq, _dumps(backend.view(since=None))
+            await ws.send_str(payload)
+            backend.sent[ws] = seq  # the bars made while it was written come next push
             async for msg in ws:  # the page sends nothing; a close ends the loop
                 if msg.type == WSMsgType.ERROR:
                     break

@@ -105,6 +105,8 @@ class Dashboard:
         self.state = DashboardState()
         self.sockets: set[Any] = set()
         self.sent: dict[Any, int] = {}  # WebSocket -> newest bar sequence it was sent
+        self._sending: set[Any] = set()  # WebSockets a push is being written to
+        self._tasks: set[Any] = set()  # those pushes (asyncio tasks), kept referenced
         self._line: Any = None  # zpar.cluster.launchers.hubquery.HubLine, made on first use
         self._client: Any = None  # a zpar.Client for abort, made on first use
         self._loop: Any = None  # the asyncio loop, once a first connection came
@@ -220,7 +222,7 @@ class Dashboard:
             while not self._stopped.is_set() and not self._stopping:
                 if time.monotonic() >= next_tick:
                     self._safe(self.tick)
-                    await self._push()
+                    self._push()
                     next_tick = time.monotonic() + TICK
                 else:
                     self._safe(self.drain)
@@ -272,18 +274,30 @@ class Dashboard:
         out["url"] = self.url
         return out
 
-    async def _push(self) -> None:
-        state = self.state
+    def _push(self) -> None:
+        """Send each open page what changed. A page still taking the last push is skipped
+        (its next one carries every bar since): a slow browser never holds up the drains
+        of the hub's feed, whose records would pile up meanwhile."""
+        import asyncio
+
         for ws in list(self.sockets):
             since = self.sent.get(ws)
-            if since is None:
-                continue  # its first full state is on its way
-            try:
-                await ws.send_str(json.dumps(self.view(since), separators=(",", ":")))
-            except (ConnectionError, RuntimeError):
-                self.sockets.discard(ws)
-                continue
-            self.sent[ws] = state.seq
+            if since is None or ws in self._sending:
+                continue  # its first full state, or its last push, is still on its way
+            self._sending.add(ws)
+            payload = json.dumps(self.view(since), separators=(",", ":"))
+            task = asyncio.ensure_future(self._send(ws, payload, self.state.seq))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _send(self, ws: Any, payload: str, seq: int) -> None:
+        try:
+            await ws.send_str(payload)
+            self.sent[ws] = seq
+        except (ConnectionError, RuntimeError):
+            self.sockets.discard(ws)
+        finally:
+            self._sending.discard(ws)
 
     def admit_socket(self) -> bool:
         return len(self.sockets) < MAX_SOCKETS
