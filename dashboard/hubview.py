@@ -16,9 +16,10 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-#: Events waiting in the feed at most (a tick drains it several times a second; past this
-#: the oldest are dropped and the page says so).
-FEED_LENGTH = 200_000
+#: Events waiting in the feed at most: 5 s of 10,000 tasks a second (it is drained every
+#: 0.1 s; past this the oldest are dropped and the page says so). Each finished event holds
+#: its task's record until drained, so this also bounds what a stalled dashboard keeps.
+FEED_LENGTH = 50_000
 
 
 class HubView:
@@ -28,6 +29,11 @@ class HubView:
         self.feed: deque[tuple[Any, ...]] = hub.attach_feed(FEED_LENGTH)
         self._scheduler_pid = scheduler_pid or (lambda: None)
         self._procs: dict[int, Any] = {}
+
+    def detach(self) -> None:
+        """Stop the hub's feed (the dashboard is gone): no record is held for it."""
+        self.hub.feed = self.hub.tasks.feed = None
+        self.feed.clear()
 
     def drain(self) -> tuple[list[tuple[Any, ...]], bool]:
         """The events since the last call, and whether the feed overflowed (lost some)."""

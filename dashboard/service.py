@@ -160,6 +160,8 @@ class Dashboard:
                 asyncio.run(self._serve())
         except Exception:
             log.exception("the dashboard stopped on an error; the cluster runs on without it")
+        finally:
+            self.view_of.detach()
 
     def _watch(self) -> bool:
         """Keep the state up to date until the first connection arrives (True) or the

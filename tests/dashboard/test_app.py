@@ -36,6 +36,8 @@ class StandInHub:
         self.refusals = RefusalBook()
         self.services: list = []
 
+    feed: deque | None = None
+
     def attach_feed(self, maxlen: int) -> deque:
         self.feed = self.tasks.feed = deque(maxlen=maxlen)
         return self.feed
@@ -176,3 +178,13 @@ def test_connections_past_the_limit_are_closed_and_the_dashboard_serves_on(serve
 def test_a_bad_address_is_named():
     with pytest.raises(ValueError, match="HOST:PORT"):
         Dashboard(StandInHub(), "localhost", key=KEY)
+
+
+def test_a_stopped_dashboard_leaves_the_hub_no_feed():
+    hub = StandInHub()
+    dash = Dashboard(hub, "127.0.0.1:0", key=KEY)
+    assert hub.tasks.feed is not None
+    dash.start()
+    assert dash._ready.wait(30)
+    dash.stop()
+    assert hub.feed is None and hub.tasks.feed is None  # no record is held for nobody
