@@ -15,7 +15,7 @@ import math
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from zpar.hub.records import FEED_FINISHED, FEED_REGISTERED, FEED_SUBMITTED, FEED_UNREGISTERED
 
@@ -37,6 +37,21 @@ CLIENT_LINGER = 120.0
 REPLACED_REASONS = ("restarted",)
 #: Characters of a failed task's traceback kept in the recent table.
 TRACEBACK_CHARS = 20_000
+
+
+class Finished(NamedTuple):
+    """A finished_event (zpar.hub.records) without its kind, named."""
+
+    msg_id: str
+    client: bytes
+    engine_uuid: str | None
+    status: str | None
+    submitted: float | None
+    started: float | None
+    completed: float | None
+    func: str
+    label: Any
+    result_content: dict[str, Any] | None
 
 
 @dataclass(slots=True)
@@ -181,7 +196,7 @@ class DashboardState:
             if kind is FEED_SUBMITTED:
                 submitted[ev[1]] += 1
             elif kind is FEED_FINISHED:
-                finished.append(ev[1])
+                finished.append(ev)
             elif kind == FEED_REGISTERED:
                 self.registered(ev[1])
             elif kind == FEED_UNREGISTERED:
@@ -191,23 +206,24 @@ class DashboardState:
             if c.pending <= 0:  # its queue was empty: a new burst, measured from here
                 c.base_submitted, c.base_finished, c.base_failed = c.submitted, c.finished, c.failed
             c.submitted += n
-        done: Counter[bytes] = Counter(rec.client for rec in finished)
-        failures = [rec for rec in finished if rec.status != "ok"]
+        # counted on the raw events (client at 2, status at 4): a burst costs little
+        done: Counter[bytes] = Counter(ev[2] for ev in finished)
+        failures = [ev for ev in finished if ev[4] != "ok"]
         for client, n in done.items():
             self._client(client).finished += n
-        for rec in failures:
-            self._client(rec.client).failed += 1
-            row = self.by_uuid.get(rec.engine_uuid or "")
+        for ev in failures:
+            self._client(ev[2]).failed += 1
+            row = self.by_uuid.get(ev[3] or "")
             if row is not None:
                 row.failed += 1
         self.series.count(now, len(finished), len(failures))
         close = finished[-MAX_BARS:]
-        looked = {id(rec) for rec in close}
-        for rec in failures[-MAX_BARS:]:  # every failure is looked at, up to the cap
-            if id(rec) not in looked:
-                self._finished(rec, now)
-        for rec in close:
-            self._finished(rec, now)
+        looked = {id(ev) for ev in close}
+        for ev in failures[-MAX_BARS:]:  # every failure is looked at, up to the cap
+            if id(ev) not in looked:
+                self._finished(Finished._make(ev[1:]), now)
+        for ev in close:
+            self._finished(Finished._make(ev[1:]), now)
 
     def registered(self, rec: Any) -> None:
         old = self.engines.get(rec.id)
@@ -238,43 +254,42 @@ class DashboardState:
             row = self.clients[key] = ClientRow(key)
         return row
 
-    def _finished(self, rec: Any, now: float) -> None:
+    def _finished(self, task: Finished, now: float) -> None:
         """A task looked at closely: its bar, its latency, its row in the table."""
-        failed = rec.status != "ok"
-        md = rec.metadata or {}
-        func = str(md.get("func") or rec.msg_type or "?")
-        engine = self.by_uuid.get(rec.engine_uuid or "")
-        end = rec.completed or now
-        start = rec.started if rec.started is not None else end
+        failed = task.status != "ok"
+        func = str(task.func or "?")
+        engine = self.by_uuid.get(task.engine_uuid or "")
+        end = task.completed or now
+        start = task.started if task.started is not None else end
         if engine is not None:
             if func not in self.funcs:
                 self.funcs[func] = len(self.funcs)
             self.seq += 1
-            self.bars.append((self.seq, engine.id, start, end, func, failed, rec.msg_id))
-        if rec.submitted:
-            self.series.latency(now, end - rec.submitted)
-        self._remember(rec, func, md.get("label"), engine, failed)
+            self.bars.append((self.seq, engine.id, start, end, func, failed, task.msg_id))
+        if task.submitted:
+            self.series.latency(now, end - task.submitted)
+        self._remember(task, func, engine, failed)
 
-    def _remember(self, rec: Any, func: str, label: Any, engine: Any, failed: bool) -> None:
-        content = rec.result_content or {}
+    def _remember(self, task: Finished, func: str, engine: Any, failed: bool) -> None:
+        content = task.result_content or {}
         row = {
-            "msg_id": rec.msg_id,
+            "msg_id": task.msg_id,
             "func": func,
-            "label": label if isinstance(label, str) else "",
-            "status": rec.status,
+            "label": task.label if isinstance(task.label, str) else "",
+            "status": task.status,
             "engine": engine.id if engine is not None else None,
-            "client": rec.client.hex() if isinstance(rec.client, bytes) else "",
-            "submitted": rec.submitted,
-            "started": rec.started,
-            "completed": rec.completed,
+            "client": task.client.hex() if isinstance(task.client, bytes) else "",
+            "submitted": task.submitted,
+            "started": task.started,
+            "completed": task.completed,
         }
         if failed:
             row["error"] = f"{content.get('ename', '')}: {content.get('evalue', '')}"
             tb = content.get("traceback") or []
             row["traceback"] = "\n".join(map(str, tb))[-TRACEBACK_CHARS:]
         recent = self.recent
-        recent.pop(rec.msg_id, None)
-        recent[rec.msg_id] = row
+        recent.pop(task.msg_id, None)
+        recent[task.msg_id] = row
         while len(recent) > RECENT_TASKS:
             del recent[next(iter(recent))]
 

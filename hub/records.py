@@ -113,7 +113,7 @@ class TaskTable:
         #: records changed since the store last saved them (hub/recorder.py drains it)
         self.dirty: dict[str, TaskRecord] = {}
         #: the dashboard's event feed (zpar.dashboard.hubview), None when no dashboard
-        #: reads it: (FEED_SUBMITTED, client ident) and (FEED_FINISHED, record), appended
+        #: reads it: (FEED_SUBMITTED, client ident) and finished_event(record), appended
         #: as they happen
         self.feed: deque[tuple[str, Any]] | None = None
 
@@ -233,7 +233,7 @@ class TaskTable:
         self.dirty[msg_id] = rec
         self.counts[status] += 1
         if self.feed is not None:
-            self.feed.append((FEED_FINISHED, rec))
+            self.feed.append(finished_event(rec))
         if rec.engine_uuid is not None:
             done = self.completed.get(rec.engine_uuid)
             if done is None:
@@ -283,7 +283,7 @@ class TaskTable:
             rec.status = ENGINE_DIED
             self.dirty[msg_id] = rec
             if self.feed is not None:
-                self.feed.append((FEED_FINISHED, rec))
+                self.feed.append(finished_event(rec))
             self.counts[ENGINE_DIED] += 1
             self._retire(msg_id)
         return lost
@@ -326,7 +326,7 @@ class TaskTable:
         rec.status = SCHEDULER_DIED
         self.dirty[rec.msg_id] = rec
         if self.feed is not None:
-            self.feed.append((FEED_FINISHED, rec))
+            self.feed.append(finished_event(rec))
         self.counts[SCHEDULER_DIED] += 1
         self._retire(rec.msg_id)
 
@@ -348,6 +348,27 @@ class TaskTable:
             return {"queue": sorted(queued), "tasks": sorted(tasks), "completed": list(done)}
         completed = self.completed_count[engine_uuid]
         return {"queue": len(queued), "tasks": len(tasks), "completed": completed}
+
+
+def finished_event(rec: TaskRecord) -> tuple[Any, ...]:
+    """The dashboard's feed event for a task that ended: ``(FEED_FINISHED, msg_id, client,
+    engine_uuid, status, submitted, started, completed, func, label, result_content)``, the
+    content only for a failure (its traceback). Not the record: a record held until the
+    dashboard drains the feed would outlive its retirement from the table."""
+    md = rec.metadata
+    return (
+        FEED_FINISHED,
+        rec.msg_id,
+        rec.client,
+        rec.engine_uuid,
+        rec.status,
+        rec.submitted,
+        rec.started,
+        rec.completed,
+        md.get("func") or rec.msg_type,
+        md.get("label"),
+        None if rec.status == "ok" else rec.result_content,
+    )
 
 
 def jsonable(value: Any) -> Any:

@@ -6,11 +6,11 @@ from types import SimpleNamespace
 
 from zpar.dashboard.state import MAX_BARS, DashboardState
 from zpar.hub.records import (
-    FEED_FINISHED,
     FEED_REGISTERED,
     FEED_SUBMITTED,
     FEED_UNREGISTERED,
     TaskRecord,
+    finished_event,
 )
 
 NOW = 1_800_000_000.0
@@ -47,7 +47,7 @@ def test_a_bar_per_finished_task_on_its_engine_row_coloured_by_function():
         (FEED_REGISTERED, a),
         (FEED_REGISTERED, b),
         *[(FEED_SUBMITTED, t.client) for t in (t1, t2, t3)],
-        *[(FEED_FINISHED, t) for t in (t1, t2, t3)],
+        *[finished_event(t) for t in (t1, t2, t3)],
     )
     view = st.view(NOW + 1)
     assert [(bar[1], bar[4], bar[6]) for bar in view["bars"]] == [
@@ -65,7 +65,7 @@ def test_a_bar_per_finished_task_on_its_engine_row_coloured_by_function():
 def test_failures_are_marked_counted_and_keep_their_traceback():
     a = engine(0, "ua")
     bad = task("m9", "ua", status="error")
-    st = fed((FEED_REGISTERED, a), (FEED_SUBMITTED, bad.client), (FEED_FINISHED, bad))
+    st = fed((FEED_REGISTERED, a), (FEED_SUBMITTED, bad.client), finished_event(bad))
     view = st.view(NOW + 1)
     assert view["bars"][0][5] is True
     assert view["engines"][0]["failed"] == 1
@@ -78,7 +78,7 @@ def test_failures_are_marked_counted_and_keep_their_traceback():
 def test_search_by_function_label_status_and_engine():
     a, b = engine(0, "ua"), engine(1, "ub")
     recs = [task("m1", "ua"), task("m2", "ub", func="cube"), task("m3", "ub", status="error")]
-    st = fed((FEED_REGISTERED, a), (FEED_REGISTERED, b), *[(FEED_FINISHED, r) for r in recs])
+    st = fed((FEED_REGISTERED, a), (FEED_REGISTERED, b), *[finished_event(r) for r in recs])
     ids = lambda q: [r["msg_id"] for r in st.search(q)]  # noqa: E731
     assert ids({"func": "cube"}) == ["m2"]
     assert ids({"status": "error"}) == ["m3"]
@@ -115,10 +115,10 @@ def test_progress_of_a_client_restarts_with_each_burst_and_series_count_per_seco
     a = engine(0, "ua")
     first = [task(f"a{i}", "ua", t=NOW + 0.1 * i) for i in range(4)]
     st = fed((FEED_REGISTERED, a), *[(FEED_SUBMITTED, r.client) for r in first])
-    st.apply([(FEED_FINISHED, r) for r in first[:3]], NOW + 0.5)
+    st.apply([finished_event(r) for r in first[:3]], NOW + 0.5)
     c = st.view(NOW + 2)["clients"][0]
     assert (c["finished"], c["submitted"], c["pending"]) == (3, 4, 1)
-    st.apply([(FEED_FINISHED, first[3])], NOW + 0.9)
+    st.apply([finished_event(first[3])], NOW + 0.9)
     second = [task(f"b{i}", "ua", t=NOW + 1.5) for i in range(2)]
     st.apply([(FEED_SUBMITTED, r.client) for r in second], NOW + 1.2)
     c = st.view(NOW + 2)["clients"][0]
@@ -134,7 +134,7 @@ def test_a_burst_is_counted_whole_and_its_newest_tasks_drawn():
     many = [task(f"m{i}", "ua", t=NOW) for i in range(3 * MAX_BARS)]
     bad = task("bad", "ua", status="error", t=NOW)
     events = [(FEED_SUBMITTED, r.client) for r in [bad, *many]]
-    events += [(FEED_FINISHED, r) for r in [bad, *many]]
+    events += [finished_event(r) for r in [bad, *many]]
     st = fed((FEED_REGISTERED, a), *events)
     view = st.view(NOW + 2)
     assert view["series"]["rate"][0] == 3 * MAX_BARS + 1
@@ -147,6 +147,6 @@ def test_a_burst_is_counted_whole_and_its_newest_tasks_drawn():
 def test_old_bars_leave_the_window():
     a = engine(0, "ua")
     old, new = task("old", "ua", t=NOW - 1000), task("new", "ua", t=NOW)
-    st = fed((FEED_REGISTERED, a), (FEED_FINISHED, old), (FEED_FINISHED, new))
+    st = fed((FEED_REGISTERED, a), finished_event(old), finished_event(new))
     st.trim(NOW)
     assert [b[6] for b in st.view(NOW)["bars"]] == ["new"]
