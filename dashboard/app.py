@@ -113,7 +113,11 @@ class Routes:
         backend = self.backend
         if not backend.admit_socket():
             return web.Response(status=503, text="503: too many dashboard pages open")
-        ws = web.WebSocketResponse(heartbeat=30, max_msg_size=MAX_WS_MESSAGE)
+        # no permessage-deflate: compressing each push costs the controller's CPU for
+        # bytes that mostly cross loopback; a close waits 1 s for the browser's answer
+        ws = web.WebSocketResponse(
+            heartbeat=30, max_msg_size=MAX_WS_MESSAGE, compress=False, timeout=1.0
+        )
         await ws.prepare(request)
         backend.sockets.add(ws)
         try:

@@ -46,6 +46,9 @@ MAX_CONNECTIONS = 64
 MAX_SOCKETS = 32
 #: Seconds an idle HTTP keep-alive connection is kept.
 KEEPALIVE = 5.0
+#: Seconds the dashboard's stop waits for its open pages and requests: the controller's
+#: own stop (store flush, connection files) must not wait on a browser.
+STOP_TIMEOUT = 1.0
 #: The default address: loopback, a port of its own chosen by the OS.
 DEFAULT_ADDRESS = "127.0.0.1:0"
 
@@ -193,7 +196,10 @@ class Dashboard:
         self._loop = asyncio.get_running_loop()
         self._stopped = asyncio.Event()
         runner = web.AppRunner(
-            make_app(self, self.token, self.key), access_log=None, keepalive_timeout=KEEPALIVE
+            make_app(self, self.token, self.key),
+            access_log=None,
+            keepalive_timeout=KEEPALIVE,
+            shutdown_timeout=STOP_TIMEOUT,  # aiohttp's default waits 60 s for open requests
         )
         await runner.setup()
         server = runner.server
@@ -235,7 +241,10 @@ class Dashboard:
         finally:
             listener.close()
             for ws in list(self.sockets):
-                await ws.close()
+                try:
+                    await asyncio.wait_for(ws.close(), STOP_TIMEOUT)
+                except (TimeoutError, ConnectionError):
+                    pass
             await runner.cleanup()
 
     # -- state ------------------------------------------------------------------------------

@@ -354,7 +354,7 @@ class Controller:
     def stop(self) -> None:
         """Stop the scheduler, close every socket, remove our connection files."""
         if self.dashboard is not None:
-            self.dashboard.stop()
+            self.dashboard.stop(timeout=2.0)  # a daemon thread: never the stop's bottleneck
         if self.scheduler is not None and self.scheduler.poll() is None:
             self.scheduler.terminate()
             try:
