@@ -132,6 +132,8 @@ class Client(TaskStoreMixin, EngineControlMixin, ClientCompatMixin):
         path = path or cluster_url_file(self.profile, cluster_id)
         self.url_file = path
         info = wait_for_connection_file(path, timeout)
+        #: the controller's live dashboard, its token included ("" without one)
+        self.dashboard_link: str = info.dashboard_link
         self.session = Session(info.key or None, allow_insecure=not info.key)
         if framememory.for_clients():  # before zmq's I/O thread first allocates
             framememory.reuse_in_this_process()
@@ -290,9 +292,11 @@ class Client(TaskStoreMixin, EngineControlMixin, ClientCompatMixin):
     def controller_status(self) -> dict[str, Any]:
         """The controller's pid, its registered engine ids and the messages every process
         refused, by process and reason: {"pid", "engines", "refused": {process: {reason:
-        n}}, "total_refused"} (docs/security.md names the processes and reasons)."""
+        n}}, "total_refused", "dashboard": its link}} (docs/security.md names the processes
+        and reasons)."""
         content = self.sender.query(MsgType.CONTROLLER_STATUS_REQUEST, {}).content
-        return {k: content.get(k) for k in ("pid", "engines", "refused", "total_refused")}
+        keys = ("pid", "engines", "refused", "total_refused", "dashboard")
+        return {k: content.get(k) for k in keys}
 
     @property
     def outstanding(self) -> set[str]:
@@ -388,3 +392,9 @@ class Client(TaskStoreMixin, EngineControlMixin, ClientCompatMixin):
 
     def __repr__(self) -> str:
         return f"<zpar.Client {self.url_file} engines={self.ids}>"
+
+    def _repr_html_(self) -> str:
+        from .links import dashboard_html
+
+        facts = [f"Connection file: {self.url_file}", f"Engines: {len(self.ids)}"]
+        return dashboard_html("zpar.Client", facts, self.dashboard_link)

@@ -64,6 +64,30 @@ class Cluster:
     def launcher(self) -> LocalCluster:
         return self._launcher
 
+    @property
+    def dashboard_link(self) -> str:
+        """The controller's live dashboard, token included ("" before start or without
+        one)."""
+        from zpar.cluster.connection import read_connection_file
+        from zpar.errors import ZparError
+
+        try:
+            return read_connection_file(self.url_file).dashboard_link
+        except ZparError:
+            return ""
+
+    def _repr_html_(self) -> str:
+        from .links import dashboard_html
+
+        running = self.client is not None
+        facts = [
+            f"Cluster id: {self.cluster_id}",
+            f"State: {'running' if running else 'not started'}",
+        ]
+        if running:
+            facts.append(f"Engines: {len(self.client.ids)}")  # type: ignore[union-attr]
+        return dashboard_html("zpar.Cluster", facts, self.dashboard_link if running else "")
+
     def start(self) -> Client:
         """Start and wait; return a Client connected to the cluster."""
         if framememory.for_clients():  # before this process's threads take malloc arenas

@@ -42,6 +42,7 @@ from zpar.wire.refusals import RefusalReporter
 from zpar.wire.sockets import configure
 
 from .revoke import RevokeGate
+from .stats import StatsReporter
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,8 @@ class SignalListener:
         #: the engine's refused messages, which this thread reports to the hub when they
         #: change (zpar.wire.refusals; the main thread may be busy in user code for hours)
         self.refusals = RefusalReporter(lambda: dict(self.session.refused))
+        #: the process's CPU and memory, reported each ENGINE_STATS_INTERVAL (dashboard)
+        self.stats = StatsReporter()
         #: called (on this thread) with the hub's reason when the hub says this engine is
         #: no longer registered
         self.on_unregistered: Callable[[str], None] | None = None
@@ -114,9 +117,13 @@ class SignalListener:
                     self._handle(sock.recv_multipart())
                 if revoke is not None and revoke in ready:
                     self._handle_revoke(revoke, revoke.recv_multipart())
-                report = self.refusals.due(time.monotonic())
+                now = time.monotonic()
+                report = self.refusals.due(now)
                 if report is not None:
                     self.session.send(sock, MsgType.REFUSED_REPORT, report)
+                stats = self.stats.due(now)
+                if stats is not None:
+                    self.session.send(sock, MsgType.ENGINE_STATS, stats)
         except zmq.ContextTerminated:
             pass
         finally:

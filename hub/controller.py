@@ -95,6 +95,7 @@ class Controller:
         self.store: TaskStore | None = None
         self.hub: Hub | None = None
         self.url_files: list[Path] = []
+        self.dashboard: Any = None  # zpar.dashboard.Dashboard, when the config asks for one
         self._sockets: list[zmq.Socket] = []
         self.exit_code = 0
 
@@ -210,7 +211,26 @@ class Controller:
             store=store,
         )
         add_refusal_parts(self.hub.refusals, relays, self.zap)
+        if cfg.dashboard:
+            self._open_dashboard(cfg.dashboard)
         self._write_url_files(advertise(query_addr, host))
+        if self.dashboard is not None:
+            self.dashboard.url_file = self.url_files[-1]  # the client file: its hub line
+            self.hub.dashboard_link = self.dashboard.link
+            self.dashboard.start()
+
+    def _open_dashboard(self, address: str) -> None:
+        """Bind the dashboard's socket (an error now if it cannot), started once the
+        connection files that carry its link are written."""
+        from zpar.dashboard import Dashboard
+
+        assert self.hub is not None
+        self.dashboard = Dashboard(
+            self.hub,
+            address,
+            key=self.key,
+            scheduler_pid=lambda: self.scheduler.pid if self.scheduler is not None else None,
+        )
 
     def _wait_for_scheduler(self, monitor: zmq.Socket) -> dict[str, Any]:
         """Wait for the (already started) scheduler to report the ports it bound."""
@@ -247,6 +267,8 @@ class Controller:
             location=cfg.advertised_host,
             cluster_id=cfg.cluster_id,
             controller_pid=os.getpid(),
+            dashboard=self.dashboard.url if self.dashboard is not None else "",
+            dashboard_token=self.dashboard.token if self.dashboard is not None else "",
         )
         if self.curve is not None:
             info = replace(
@@ -331,6 +353,8 @@ class Controller:
 
     def stop(self) -> None:
         """Stop the scheduler, close every socket, remove our connection files."""
+        if self.dashboard is not None:
+            self.dashboard.stop(timeout=2.0)  # a daemon thread: never the stop's bottleneck
         if self.scheduler is not None and self.scheduler.poll() is None:
             self.scheduler.terminate()
             try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import signal
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -60,7 +61,7 @@ from . import launcherqueries, queries, status
 from .heartmonitor import HeartMonitor
 from .queryapi import QueryHandler, load_queries
 from .recorder import StoreWriter
-from .records import EngineRecord, TaskTable
+from .records import FEED_REGISTERED, FEED_UNREGISTERED, EngineRecord, TaskTable
 from .services import HubService, load_services
 from .staleheart import StaleHearts
 from .stores import LOST_IN_RESTART, MemoryStore, TaskStore
@@ -126,6 +127,11 @@ class Hub:
                 LOST_IN_RESTART,
             )
         self.stopping = False
+        #: the dashboard's event feed (engines (un)registered; the task table appends its
+        #: tasks' events): None unless a dashboard watches (attach_feed)
+        self.feed: deque[tuple[Any, ...]] | None = None
+        #: the dashboard's link with its token ("" without one), for controller_status
+        self.dashboard_link = ""
         # relay and engine copies are checked like any message, against a replay guard of
         # their own (a request's copy and the request itself are one message)
         self.copies = session.for_thread()
@@ -148,6 +154,8 @@ class Hub:
             # issue 13: refusal counts (a report is never answered: its handler returns None)
             MsgType.CONTROLLER_STATUS_REQUEST: lambda m: status.controller_status(self, m),
             MsgType.REFUSED_REPORT: lambda m: status.engine_report(self, m),
+            # issue 29: an engine's CPU and memory, for the dashboard (never answered)
+            MsgType.ENGINE_STATS: lambda m: status.engine_stats(self, m),
         }
         #: refused messages of every process (hub/status.py); the controller adds its parts
         self.refusals = status.RefusalBook()
@@ -169,6 +177,13 @@ class Hub:
         self.services: list[HubService] = []
         self._service_for: dict[str, HubService] = {}
         self._services_loaded = False
+
+    def attach_feed(self, maxlen: int) -> deque[tuple[Any, ...]]:
+        """Start the dashboard's event feed (zpar.dashboard.hubview reads it from its own
+        thread; a deque's append and popleft are atomic): at most ``maxlen`` events wait,
+        the oldest dropped first if its reader stops."""
+        self.feed = self.tasks.feed = deque(maxlen=maxlen)
+        return self.feed
 
     # -- socket handlers (called by the controller's loop) ----------------------------------
 
@@ -423,6 +438,8 @@ class Hub:
         self.engines[rec.id] = rec
         self.by_uuid[uuid] = rec
         log.info("engine %d registered (uuid %s); %d engines", rec.id, rec.uuid, len(self.engines))
+        if self.feed is not None:
+            self.feed.append((FEED_REGISTERED, rec))
         self._tell_scheduler("registered", rec)
         self.session.send(
             self.notification,
@@ -449,6 +466,8 @@ class Hub:
             len(lost),
         )
         self._tell_scheduler("unregistered", rec)
+        if self.feed is not None:
+            self.feed.append((FEED_UNREGISTERED, rec, reason))
         for s in self.services:
             try:
                 s.engine_lost(rec.uuid, rec.id, reason)

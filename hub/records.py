@@ -21,6 +21,12 @@ ENGINE_DIED = "engine_died"
 #: (its client failed it with SchedulerLost; issue 13).
 SCHEDULER_DIED = "scheduler_died"
 
+#: Kinds of the dashboard's feed events (TaskTable.feed, Hub.feed).
+FEED_SUBMITTED = "submitted"
+FEED_FINISHED = "finished"
+FEED_REGISTERED = "registered"
+FEED_UNREGISTERED = "unregistered"
+
 #: Completed records kept in memory; older ones are culled (the count per engine stays).
 COMPLETED_LIMIT = 10_000
 
@@ -36,6 +42,10 @@ class EngineRecord:
     registered: float = 0.0
     deadline: float = 0.0  # for a pending registration: when it is dropped
     rank: int = -1  # MPI rank, when its launcher was mpiexec
+    # the engine process's last engine_stats report (engine/stats.py), for the dashboard
+    cpu: float = -1.0  # percent of one core; -1: never reported
+    rss: int = 0  # resident bytes
+    stats_at: float = 0.0  # when it was reported (time.time())
 
 
 @dataclass(slots=True)
@@ -102,6 +112,10 @@ class TaskTable:
         self._done: deque[str] = deque()  # completed msg_ids, oldest first
         #: records changed since the store last saved them (hub/recorder.py drains it)
         self.dirty: dict[str, TaskRecord] = {}
+        #: the dashboard's event feed (zpar.dashboard.hubview), None when no dashboard
+        #: reads it: (FEED_SUBMITTED, client ident) and finished_event(record), appended
+        #: as they happen
+        self.feed: deque[tuple[str, Any]] | None = None
 
     # -- events -----------------------------------------------------------------------------
 
@@ -131,6 +145,8 @@ class TaskTable:
             rec.metadata = metadata
         self.counts["submitted"] += 1
         self.dirty[msg_id] = rec
+        if self.feed is not None:
+            self.feed.append((FEED_SUBMITTED, client))  # not the record: it may be retired
         if engine_uuid is None:
             if rec.engine_uuid is None and rec.pending:
                 self.unassigned.add(msg_id)
@@ -216,6 +232,8 @@ class TaskTable:
         rec.result_content = content
         self.dirty[msg_id] = rec
         self.counts[status] += 1
+        if self.feed is not None:
+            self.feed.append(finished_event(rec))
         if rec.engine_uuid is not None:
             done = self.completed.get(rec.engine_uuid)
             if done is None:
@@ -264,6 +282,8 @@ class TaskTable:
             rec.completed = now
             rec.status = ENGINE_DIED
             self.dirty[msg_id] = rec
+            if self.feed is not None:
+                self.feed.append(finished_event(rec))
             self.counts[ENGINE_DIED] += 1
             self._retire(msg_id)
         return lost
@@ -305,6 +325,8 @@ class TaskTable:
         rec.completed = time.time()
         rec.status = SCHEDULER_DIED
         self.dirty[rec.msg_id] = rec
+        if self.feed is not None:
+            self.feed.append(finished_event(rec))
         self.counts[SCHEDULER_DIED] += 1
         self._retire(rec.msg_id)
 
@@ -326,6 +348,27 @@ class TaskTable:
             return {"queue": sorted(queued), "tasks": sorted(tasks), "completed": list(done)}
         completed = self.completed_count[engine_uuid]
         return {"queue": len(queued), "tasks": len(tasks), "completed": completed}
+
+
+def finished_event(rec: TaskRecord) -> tuple[Any, ...]:
+    """The dashboard's feed event for a task that ended: ``(FEED_FINISHED, msg_id, client,
+    engine_uuid, status, submitted, started, completed, func, label, result_content)``, the
+    content only for a failure (its traceback). Not the record: a record held until the
+    dashboard drains the feed would outlive its retirement from the table."""
+    md = rec.metadata
+    return (
+        FEED_FINISHED,
+        rec.msg_id,
+        rec.client,
+        rec.engine_uuid,
+        rec.status,
+        rec.submitted,
+        rec.started,
+        rec.completed,
+        md.get("func") or rec.msg_type,
+        md.get("label"),
+        None if rec.status == "ok" else rec.result_content,
+    )
 
 
 def jsonable(value: Any) -> Any:

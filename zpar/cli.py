@@ -56,6 +56,18 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument(
         "--key", help="fixed cluster key (prefer ZPAR_KEY or the profile: ps shows flags)"
     )
+    start.add_argument(
+        "--dashboard",
+        metavar="ADDR",
+        help="HOST:PORT of the controller's dashboard page (default 127.0.0.1 and a free port)",
+    )
+    start.add_argument(
+        "--no-dashboard",
+        dest="dashboard",
+        action="store_const",
+        const="off",
+        help="the controller serves no dashboard",
+    )
     engines = csub.add_parser("engines", help="add N engines to a running cluster")
     cc.add_cluster_options(engines, checked, names)
     stop = csub.add_parser("stop", help="stop a cluster and every engine added to it")
@@ -110,6 +122,10 @@ def build_parser() -> argparse.ArgumentParser:
     amuse.set_defaults(func=None, delegate="zpar.typed.amuse")
     imp = sub.add_parser("impi-server", help="run an IMPI rendezvous server", add_help=False)
     imp.set_defaults(func=None, delegate="zpar.comm.impi_server")
+    top = sub.add_parser(
+        "top", help="a running cluster's engines, queues and failures, live", add_help=False
+    )
+    top.set_defaults(func=None, delegate="zpar.dashboard.top")
     conf = sub.add_parser("conformance", help="check a server's protocol", add_help=False)
     conf.set_defaults(func=None, delegate="zpar.comm.conformance")
     return p
@@ -120,6 +136,7 @@ _DELEGATES = {
     "engine": "zpar.engine.__main__",
     "impi-server": "zpar.comm.impi_server",  # issue 16: a byte-exact IMPI server
     "conformance": "zpar.comm.conformance",  # issue 16: `conformance impi HOST:PORT`
+    "top": "zpar.dashboard.top",  # issue 29: the dashboard in a terminal
 }
 
 

@@ -240,6 +240,12 @@ REFUSAL_REPORT_INTERVAL = 0.5
 #: Processes the hub keeps refusal counts of (engines come and go; the oldest are dropped).
 REFUSAL_PROCESSES_KEPT = 4096
 
+# dashboard (issue 29)
+#: Seconds between two engine_stats reports of an engine (CPU, memory): the dashboard's
+#: refresh is once a second, and one small message per engine per second costs the hub
+#: nothing it would notice.
+ENGINE_STATS_INTERVAL = 1.0
+
 # faults (issue 13): an engine declared dead while it lives on (faultsfix)
 #: Engines the hub unregistered that it remembers, to tell one whose heart still beats that
 #: its registration is gone (hub/staleheart.py); the oldest are forgotten first.

@@ -29,7 +29,7 @@ from zpar.cluster.launcher import (
 )
 from zpar.cluster.launchers.base import log_tail, rotate_log
 from zpar.cluster.settings import Settings, create_profile, describe, load
-from zpar.errors import LaunchError
+from zpar.errors import LaunchError, ZparError
 
 #: exit codes
 RET_OK = 0
@@ -38,7 +38,10 @@ RET_USAGE = 2
 RET_NOT_FOUND = 3
 
 #: Settings that have a flag of their own on `cluster start` / `cluster engines`.
-FLAG_SETTINGS = ("n", "engines", "keep", "ip", "timeout", "log_level", "db", "curve", "port", "key")
+FLAG_SETTINGS = (
+    "n", "engines", "keep", "ip", "timeout", "log_level", "db", "curve", "port", "key",
+    "dashboard",
+)  # fmt: skip
 
 
 def say(text: str) -> None:
@@ -128,6 +131,11 @@ def cluster_start(args: argparse.Namespace, argv: list[str]) -> int:
     exposure = check_exposure(s.ip, curve=s.curve, insecure=False, force=False)
     if exposure:
         say(f"warning: {exposure}")
+    from zpar.wire.privacy import dashboard_warning
+
+    exposure = dashboard_warning(s.dashboard)
+    if exposure:
+        say(f"warning: {exposure}")
     lc = LocalCluster(s.n, profile=args.profile, cluster_id=cid, settings=s)
     if args.daemon:
         lc.check_not_running()
@@ -149,11 +157,24 @@ def cluster_start(args: argparse.Namespace, argv: list[str]) -> int:
         f"cluster {cid!r} (profile {args.profile!r}, {s.engines} engines) up with {s.n} "
         f"engines in {time.monotonic() - t0:.2f} s; connection file {lc.client_file}"
     )
+    link = _dashboard_link(lc.client_file)
+    if link:
+        say(f"dashboard: {link}")
     if not args.supervise:
         say("press Ctrl-C to stop the cluster")
     _wait_until_stopped(lc, owns_controller=True)
     lc.stop()
     return RET_OK
+
+
+def _dashboard_link(client_file: Path) -> str:
+    """The dashboard's link (token included) from a connection file, "" if none."""
+    from zpar.cluster.connection import read_connection_file
+
+    try:
+        return read_connection_file(client_file).dashboard_link
+    except ZparError:
+        return ""
 
 
 def cluster_engines(args: argparse.Namespace, argv: list[str]) -> int:
@@ -279,10 +300,12 @@ def cluster_status(args: argparse.Namespace, argv: list[str]) -> int:
     finally:
         line.close()
     if args.json:
-        keys = ("pid", "engines", "refused", "total_refused")
+        keys = ("pid", "engines", "refused", "total_refused", "dashboard")
         print(json.dumps({k: st.get(k) for k in keys}, sort_keys=True))
         return RET_OK
     print(f"cluster {cid!r}: controller pid {st['pid']}, {len(st['engines'])} engines")
+    if st.get("dashboard"):
+        print(f"dashboard: {st['dashboard']}")
     print(f"refused messages: {st['total_refused']}")
     for process, counts in sorted(st["refused"].items()):
         if counts:

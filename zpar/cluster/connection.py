@@ -72,10 +72,21 @@ class ConnectionInfo:
     curve_server_key: str = ""
     curve_public_key: str = ""
     curve_secret_key: str = ""
+    # the dashboard (zpar.dashboard): its page's address and the token every request to it
+    # carries (as Jupyter's server asks); empty: no dashboard
+    dashboard: str = ""
+    dashboard_token: str = ""
 
     @property
     def key_bytes(self) -> bytes:
         return self.key.encode("ascii")
+
+    @property
+    def dashboard_link(self) -> str:
+        """The dashboard's address with its token, "" when the cluster has none."""
+        if not self.dashboard:
+            return ""
+        return f"{self.dashboard}?token={self.dashboard_token}"
 
 
 def write_connection_file(path: Path, info: ConnectionInfo) -> Path:

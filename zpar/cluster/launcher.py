@@ -217,7 +217,8 @@ class LocalCluster:
         ]
         # the profile's and the environment's controller settings, resolved here, so the
         # launcher and its controller agree
-        for name in ("location", "db", "hb_period", "hb_misses", "scheme", "hwm", "port"):
+        names = ("location", "db", "hb_period", "hb_misses", "scheme", "hwm", "port", "dashboard")
+        for name in names:
             if name in s.sources:
                 cmd += [f"--{name.replace('_', '-')}", str(getattr(s, name))]
         if s.insecure:

@@ -50,3 +50,29 @@ def engine_count(value: str | int) -> int:
     if n < 0 or n != float(value):
         raise ValueError(f"invalid number of engines {value!r}: use an integer >= 0")
     return n
+
+
+#: The dashboard setting's value for no dashboard.
+DASHBOARD_OFF = "off"
+
+
+def dashboard_address(value: str) -> str:
+    """``HOST:PORT`` (``[v6]:PORT``; port 0: any free one) or ``off``; ValueError naming
+    what is wrong."""
+    value = str(value).strip()
+    if value.lower() in (DASHBOARD_OFF, ""):
+        return DASHBOARD_OFF
+    split_address(value)
+    return value
+
+
+def split_address(addr: str) -> tuple[str, int]:
+    """``HOST:PORT`` -> (host, port), the brackets of an IPv6 host removed."""
+    host, sep, port = addr.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(
+            f"invalid dashboard address {addr!r}: use HOST:PORT (e.g. 127.0.0.1:8787, "
+            "port 0 for any free one) or 'off'"
+        )
+    return host, int(port)

@@ -127,6 +127,12 @@ SPECS: dict[str, Spec] = {
     "insecure": Spec("controller", bool, "no key and no signatures (trusted networks only)"),
     "curve": Spec("controller", bool, "CurveZMQ on every connection (docs/security.md)"),
     "log_level": Spec("controller", str, "log level of every process", names.log_level),
+    "dashboard": Spec(
+        "controller",
+        str,
+        "HOST:PORT of the controller's dashboard page (port 0: any free one; 'off': none)",
+        names.dashboard_address,
+    ),
     # engines and the launcher
     "n": Spec("engines", int, "engines `zpar cluster start` starts", lambda x: x >= 0),
     "engines": Spec("engines", str, "how engines are started", choices=LAUNCHERS),
@@ -167,6 +173,7 @@ class Settings:
     insecure: bool = False
     curve: bool = False
     log_level: str = "WARNING"
+    dashboard: str = "127.0.0.1:0"
     n: int = 2
     engines: str = "local"
     timeout: float = 60.0

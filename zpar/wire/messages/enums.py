@@ -98,6 +98,9 @@ class MsgType(StrEnum):
     # tasks it was given but has not started (engine/revoke.py), to place them elsewhere
     REVOKE_REQUEST = "revoke_request"
     REVOKE_REPLY = "revoke_reply"
+    # dashboard (issue 29): an engine's CPU and memory, from its signal thread to the hub's
+    # registration ROUTER every ENGINE_STATS_INTERVAL; never answered
+    ENGINE_STATS = "engine_stats"
 
 
 class ReplyStatus(StrEnum):

@@ -96,6 +96,16 @@ class RefusedReport(Content):
 
 
 @dataclass(frozen=True, slots=True)
+class EngineStats(Content):
+    """An engine process's resources, for the dashboard (sent every ENGINE_STATS_INTERVAL
+    by its signal thread; the hub names the sender from its identity, as for refusals)."""
+
+    msg_type = MsgType.ENGINE_STATS
+    cpu: float = 0.0  # percent of one core since the last report
+    rss: int = 0  # resident bytes
+
+
+@dataclass(frozen=True, slots=True)
 class ControllerStatusRequest(Content):
     msg_type = MsgType.CONTROLLER_STATUS_REQUEST
 
