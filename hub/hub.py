@@ -161,6 +161,8 @@ class Hub:
         self.refusals = status.RefusalBook()
         self.refusals.add_part("hub", lambda: merged((self.session.refused, self.copies.refused)))
         self.refusals.add_part("heartbeat", lambda: heart.refused)
+        #: records the store refused for their data (hub/recorder.py)
+        self.refusals.add_part("store", lambda: self.writer.refused)
         self._monitor_handlers: dict[bytes, Callable[[list[Any]], None]] = {
             MON_MUX_IN: self._mux_in,
             MON_MUX_OUT: self._mux_out,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from typing import Any
 
 from zpar.errors import StoreError
@@ -26,6 +27,7 @@ from .stores import (
     STORE_FLUSH_RECORDS,
     TaskStore,
 )
+from .stores.base import UnwritableRecords, check_row, stub_row
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +51,9 @@ class StoreWriter:
         self.saved = 0
         self.dropped = 0  # records lost because the store failed too long
         self.failures = 0
+        #: records the store refused for their data, by reason: written as a stub
+        #: (``store-stub``), or not at all (``store-dropped``, ``store-buffers``)
+        self.refused: Counter[str] = Counter()
 
     def add_buffers(self, msg_id: str, buffers: list[Any]) -> None:
         self.buffers[msg_id] = [bytes(b) for b in buffers]
@@ -113,22 +118,79 @@ class StoreWriter:
         if not batch and not self.buffers:
             self.next_flush = now + STORE_FLUSH_INTERVAL
             return True
-        rows = [rec.row() for rec in batch.values()]
-        try:
-            self.store.save(rows, self.buffers)
-        except StoreError as e:  # the store's own words: the driver's error
-            self._failed(str(e), batch)
-            return False
-        except (OSError, ValueError, TypeError) as e:
-            self._failed(f"{type(e).__name__}: {e}".splitlines()[0], batch)
+        outage = self._write(list(dict.fromkeys([*batch, *self.buffers])), batch)
+        if outage is not None:
+            self._failed(outage, batch)
             return False
         if self.store.error is not None:
             log.warning("the task store %s works again", self.store.url)
         self.store.error = None
-        self.saved += len(rows)
-        self.buffers = {}
         self.next_flush = now + STORE_FLUSH_INTERVAL
         return True
+
+    def _write(self, ids: list[str], batch: dict[str, TaskRecord]) -> str | None:
+        """Write the records and result buffers of ``ids`` in one transaction; if the store
+        refuses their data (UnwritableRecords, or any error encoding a record), write each
+        half on its own, down to the record at fault, which is written as a stub
+        (stores.base.stub_row) or, failing that, refused alone. Written ids leave ``batch``
+        and self.buffers; returns the reason of a store that is down (the rest stay)."""
+        rows = []
+        try:
+            for m in ids:
+                rec = batch.get(m)
+                if rec is not None:
+                    row = rec.row()
+                    check_row(row)
+                    rows.append(row)
+            bufs = {m: self.buffers[m] for m in ids if m in self.buffers}
+            self.store.save(rows, bufs)
+        except UnwritableRecords as e:
+            return self._isolate(ids, batch, str(e))
+        except StoreError as e:  # the store's own words: the driver's error
+            return str(e)
+        except OSError as e:
+            return f"{type(e).__name__}: {e}".splitlines()[0]
+        except Exception as e:  # a record no store can encode must not stop the others
+            return self._isolate(ids, batch, f"{type(e).__name__}: {e}".splitlines()[0])
+        for m in ids:
+            batch.pop(m, None)
+            self.buffers.pop(m, None)
+        self.saved += len(rows)
+        return None
+
+    def _isolate(self, ids: list[str], batch: dict[str, TaskRecord], reason: str) -> str | None:
+        if len(ids) > 1:
+            half = len(ids) // 2
+            return self._write(ids[:half], batch) or self._write(ids[half:], batch)
+        m = ids[0]
+        rec = batch.pop(m, None)
+        self.buffers.pop(m, None)  # result buffers of a refused record go with it
+        if rec is None:  # only buffers: the record itself is written when it completes
+            self.refused["store-buffers"] += 1
+            log.error("result buffers of %s refused by the task store: %s", m, reason)
+            return None
+        try:
+            self.store.save([stub_row(rec.row(), reason)], {})
+        except StoreError as e:
+            if not isinstance(e, UnwritableRecords):
+                batch[m] = rec
+                return str(e)
+            self.refused["store-dropped"] += 1
+            log.error("task %s: its record cannot be written to the task store: %s", m, reason)
+            return None
+        except Exception as e:  # noqa: BLE001 - a stub the store cannot take either
+            self.refused["store-dropped"] += 1
+            log.error("task %s: its record cannot be written (%s; stub: %s)", m, reason, e)
+            return None
+        self.saved += 1
+        self.refused["store-stub"] += 1
+        log.error(
+            "task %s: its record was refused by the task store (%s); written without its "
+            "header, metadata, result and output",
+            m,
+            reason,
+        )
+        return None
 
     def _failed(self, reason: str, batch: dict[str, TaskRecord]) -> None:
         self.failures += 1

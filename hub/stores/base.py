@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from zpar.errors import StoreError
+from zpar.wire.bounds import STORE_NESTING, nesting_within
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,53 @@ OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
     "$in": lambda a, b: a in b,
     "$nin": lambda a, b: a not in b,
 }
+
+
+class UnwritableRecords(StoreError):
+    """The store refused the data of a batch (a value it cannot encode or hold: nesting
+    past STORE_NESTING, a string longer than its column, an int past BIGINT, NUL in
+    PostgreSQL text), not a store that is down: the writer isolates the record(s) at fault
+    (hub.recorder) and writes the others."""
+
+
+def check_row(row: dict[str, Any]) -> None:
+    """Refuse (UnwritableRecords naming the column) a row whose JSON columns nest deeper
+    than STORE_NESTING: json's encoder recurses on them, and the hub sends them back in
+    replies that must pass the wire's own bound."""
+    for k in JSON_KEYS:
+        v = row.get(k)
+        if isinstance(v, dict | list) and not nesting_within(v, STORE_NESTING):
+            raise UnwritableRecords(
+                f"record {str(row.get('msg_id'))[:64]}: its {k} nests deeper than "
+                f"{STORE_NESTING} levels"
+            )
+
+
+#: Longest text a stub record keeps in each short column (sql.py's VARCHAR lengths).
+_STUB_TEXT = {"msg_id": 128, "engine_uuid": 128, "msg_type": 64, "queue": 16, "status": 32}
+#: Largest int a stub keeps (PostgreSQL INTEGER for retries, BIGINT for result_size).
+_STUB_INT = {"retries": 2**31 - 1, "result_size": 2**63 - 1}
+
+
+def stub_row(row: dict[str, Any], reason: str) -> dict[str, Any]:
+    """What of a record the store refused can still be written: its id, times, status
+    and short fields within their columns; the maps replaced by ``{"unstorable": reason}``
+    and the output by None. A query then finds the task and says why its record is
+    incomplete, instead of not knowing it."""
+    out: dict[str, Any] = dict.fromkeys(RECORD_KEYS)
+    for k, n in _STUB_TEXT.items():
+        v = row.get(k)
+        out[k] = v if isinstance(v, str) and len(v) <= n and "\x00" not in v else None
+    for k in ("submitted", "started", "completed"):
+        v = row.get(k)
+        out[k] = float(v) if isinstance(v, int | float) and abs(v) < 1e300 else None
+    for k, n in _STUB_INT.items():
+        v = row.get(k)
+        out[k] = v if type(v) is int and 0 <= v <= n else None
+    note = {"unstorable": reason[:500]}
+    for k in JSON_KEYS:
+        out[k] = note
+    return out
 
 
 def lost_marking_error(url: str, reason: str) -> StoreError:
