@@ -311,6 +311,15 @@ class Hub:
             # instead of a silence it would take for a controller that is down
             send_frames(self.query, [*framed[0], BAD_KEY])
             return
+        if refusal.header is not None:  # a bound broken in a signed query: say which field
+            self.session.send(
+                self.query,
+                _reply_type(str(refusal.header.get("msg_type", ""))),
+                error_content(HubRefused, f"refused: {refusal.detail}"),
+                parent=refusal.header,
+                idents=framed[0],
+            )
+            return
         if refusal.reason != "version":
             return
         self.session.send(
@@ -335,7 +344,11 @@ class Hub:
                 RegistrationRefused,
                 f"identity {uuid} is already in use by an engine that is {state}",
             )
-        hostname, pid = str(c.get("hostname", "")), int(c.get("pid", 0) or 0)
+        fields = registration_fields(c)
+        if isinstance(fields, str):
+            log.warning("registration of %s refused: %s", uuid[:64], fields)
+            return error_content(RegistrationRefused, fields)
+        hostname, pid = fields
         eid = self._engine_id_for(c.get("id", -1), hostname, pid)
         rec = EngineRecord(
             eid, uuid, hostname, pid, deadline=time.monotonic() + self.registration_timeout
@@ -625,6 +638,28 @@ class Hub:
 
 def _ignore(frames: list[Any]) -> None:
     pass
+
+
+#: Longest hostname an engine may register with (POSIX HOST_NAME_MAX is 255).
+MAX_HOSTNAME = 255
+#: Largest pid an engine may give (Linux's pid_max is at most 2**22; a 32-bit pid_t).
+MAX_PID = 2**31 - 1
+
+
+def registration_fields(c: dict[str, Any]) -> tuple[str, int] | str:
+    """(hostname, pid) of a registration_request, or what is wrong with its fields."""
+    hostname, pid = c.get("hostname", ""), c.get("pid", 0)
+    if not isinstance(hostname, str) or len(hostname) > MAX_HOSTNAME:
+        return f"hostname must be a str of at most {MAX_HOSTNAME} chars, got {hostname!r:.80}"
+    if pid is None:
+        pid = 0
+    if not isinstance(pid, int) or isinstance(pid, bool) or not 0 <= pid <= MAX_PID:
+        return f"pid must be an int in 0..{MAX_PID}, got {pid!r:.80}"
+    for key in ("id", "rank"):
+        v = c.get(key)
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or abs(v) > MAX_PID):
+            return f"{key} must be an int, got {v!r:.80}"
+    return hostname, pid
 
 
 def _reply_type(msg_type: str) -> str:

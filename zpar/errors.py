@@ -28,6 +28,9 @@ class RemoteProtocolError(ProtocolError):
     def __init__(self, reason: str, detail: str = "") -> None:
         self.reason = reason
         self.detail = detail
+        #: the refused message's header when it was sound (a bound on its other parts was
+        #: broken), so a receiver that answers queries can say which field (hub.hub)
+        self.header: dict[str, Any] | None = None
         super().__init__(f"{reason}: {detail}" if detail else reason)
 
 

@@ -162,11 +162,11 @@ def check_envelope(env: Any, n_buffers: int | None) -> tuple[dict, dict, dict, d
             raise RemoteProtocolError(
                 "malformed", "buffer tags must be b'', 16 bytes or a segment descriptor"
             )
-    for part, name in (
-        (header, "header"),
-        (parent, "parent_header"),
-        (metadata, "metadata"),
-        (content, "content"),
-    ):
-        check_nesting(part, name, MAX_NESTING)
+    check_nesting(header, "header", MAX_NESTING)
+    for part, name in ((parent, "parent_header"), (metadata, "metadata"), (content, "content")):
+        try:
+            check_nesting(part, name, MAX_NESTING)
+        except RemoteProtocolError as e:
+            e.header = header  # sound: the hub answers a query refused so (hub.hub)
+            raise
     return header, parent, metadata, content, tags
