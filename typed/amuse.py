@@ -65,16 +65,31 @@ CONNECT_TIMEOUT = 60.0
 # -- one AMUSE message on a TCP socket -------------------------------------------------------
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray(n)
-    view = memoryview(buf)
-    got = 0
-    while got < n:
-        k = sock.recv_into(view[got:], n - got)
-        if k == 0:
-            raise ConnectionError(f"the peer closed the connection ({got} of {n} bytes read)")
-        got += k
-    return bytes(buf)
+#: Bytes read into one preallocated buffer: larger reads grow as data arrives, so a header
+#: claiming 2**31 values allocates only what the peer actually sends.
+_EAGER_READ = 1 << 20
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes | bytearray:
+    if n <= _EAGER_READ:
+        buf = bytearray(n)
+        view = memoryview(buf)
+        got = 0
+        while got < n:
+            k = sock.recv_into(view[got:], n - got)
+            if k == 0:
+                raise ConnectionError(f"the peer closed the connection ({got} of {n} bytes read)")
+            got += k
+        return bytes(buf)
+    grown = bytearray()
+    while len(grown) < n:
+        chunk = sock.recv(min(n - len(grown), _EAGER_READ))
+        if not chunk:
+            raise ConnectionError(
+                f"the peer closed the connection ({len(grown)} of {n} bytes read)"
+            )
+        grown += chunk
+    return grown
 
 
 class BadBody(Exception):
