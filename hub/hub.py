@@ -616,11 +616,11 @@ class Hub:
         rec = self.tasks.records.get(msg_id)
         if size > STORE_RESULT_LIMIT:
             return  # recorded without its result (result_size stays None)
-        if rec is not None:
-            rec.result_size = size
-        self.writer.add_buffers(
+        kept = self.writer.add_buffers(
             msg_id, [b.bytes if isinstance(b, zmq.Frame) else b for b in buffers]
         )
+        if rec is not None and kept:  # not kept: the store is behind (recorder.py)
+            rec.result_size = size
 
     def flush_store(self) -> None:
         if self.writer.due:

@@ -37,6 +37,19 @@ MAX_UNSAVED = 200_000
 #: Seconds between write attempts while the store fails.
 RETRY_INTERVAL = 1.0
 
+#: Bytes of result buffers written in one transaction: the hub reads nothing while it
+#: writes, and what arrives meanwhile waits in libzmq's pipe in the controller's memory. An
+#: SQLite file took 1 MB results at 23-100 MB/s here, so a turn stays well under a second;
+#: what remains is written at the next turn, right after the hub has read its sockets.
+STORE_FLUSH_BYTES = 8 * 2**20
+
+#: Bytes of result buffers waiting for the store, at most. A result arriving past it is
+#: recorded without its buffers (as a result over STORE_RESULT_LIMIT is, counted in the
+#: store's status as ``results_not_stored``): tasks never wait for the store, so a store
+#: slower than the results flowing must not make the controller hold them all (2 GB of
+#: results once took it to 1.8 GB; the load test holds it within 200 MB of idle).
+STORE_BUFFER_BUDGET = 64 * 2**20
+
 
 class StoreWriter:
     def __init__(self, store: TaskStore, table: TaskTable) -> None:
@@ -51,12 +64,42 @@ class StoreWriter:
         self.saved = 0
         self.dropped = 0  # records lost because the store failed too long
         self.failures = 0
+        #: bytes of self.buffers, and their bound
+        self.buffer_bytes = 0
+        self.buffer_budget = STORE_BUFFER_BUDGET
+        #: results recorded without their buffers because the store was behind
+        self.not_stored = 0
         #: records the store refused for their data, by reason: written as a stub
         #: (``store-stub``), or not at all (``store-dropped``, ``store-buffers``)
         self.refused: Counter[str] = Counter()
 
-    def add_buffers(self, msg_id: str, buffers: list[Any]) -> None:
+    def add_buffers(self, msg_id: str, buffers: list[Any]) -> bool:
+        """Keep a result's buffers for the store; False (nothing kept, counted) when
+        STORE_BUFFER_BUDGET bytes already wait for it."""
+        size = sum(len(b) for b in buffers)
+        if self.buffer_bytes + size > self.buffer_budget:
+            self.not_stored += 1
+            if self.not_stored == 1 or self.not_stored % 1000 == 0:
+                log.warning(
+                    "the task store %s is behind (%d bytes of results wait for it): "
+                    "results are recorded without their buffers until it catches up "
+                    "(%d so far)",
+                    self.store.url,
+                    self.buffer_bytes,
+                    self.not_stored,
+                )
+            return False
+        old = self.buffers.pop(msg_id, None)
+        if old is not None:
+            self.buffer_bytes -= sum(map(len, old))
         self.buffers[msg_id] = [bytes(b) for b in buffers]
+        self.buffer_bytes += size
+        return True
+
+    def _drop_buffers(self, msg_id: str) -> None:
+        old = self.buffers.pop(msg_id, None)
+        if old is not None:
+            self.buffer_bytes -= sum(map(len, old))
 
     def _held_due(self, now: float) -> bool:
         first = self._first_due()
@@ -118,15 +161,35 @@ class StoreWriter:
         if not batch and not self.buffers:
             self.next_flush = now + STORE_FLUSH_INTERVAL
             return True
-        outage = self._write(list(dict.fromkeys([*batch, *self.buffers])), batch)
+        while True:
+            ids = self._turn(list(dict.fromkeys([*batch, *self.buffers])))
+            later = {m: batch.pop(m) for m in list(batch) if m not in ids}
+            outage = self._write(ids, batch)
+            if outage is not None or not everything or not (later or self.buffers):
+                break
+            batch = later  # a query or a stop waits for everything: the next turn now
+        if later:  # past STORE_FLUSH_BYTES: written at the next turn, first in line
+            self.table.dirty = {**later, **self.table.dirty}
         if outage is not None:
             self._failed(outage, batch)
             return False
         if self.store.error is not None:
             log.warning("the task store %s works again", self.store.url)
         self.store.error = None
-        self.next_flush = now + STORE_FLUSH_INTERVAL
+        self.next_flush = now if later else now + STORE_FLUSH_INTERVAL
         return True
+
+    def _turn(self, ids: list[str]) -> list[str]:
+        """The first ids whose buffers fit STORE_FLUSH_BYTES (at least one): one turn's
+        write."""
+        total = 0
+        for i, m in enumerate(ids):
+            bufs = self.buffers.get(m)
+            if bufs:
+                total += sum(map(len, bufs))
+                if total > STORE_FLUSH_BYTES and i:
+                    return ids[:i]
+        return ids
 
     def _write(self, ids: list[str], batch: dict[str, TaskRecord]) -> str | None:
         """Write the records and result buffers of ``ids`` in one transaction; if the store
@@ -154,7 +217,7 @@ class StoreWriter:
             return self._isolate(ids, batch, f"{type(e).__name__}: {e}".splitlines()[0])
         for m in ids:
             batch.pop(m, None)
-            self.buffers.pop(m, None)
+            self._drop_buffers(m)
         self.saved += len(rows)
         return None
 
@@ -164,7 +227,7 @@ class StoreWriter:
             return self._write(ids[:half], batch) or self._write(ids[half:], batch)
         m = ids[0]
         rec = batch.pop(m, None)
-        self.buffers.pop(m, None)  # result buffers of a refused record go with it
+        self._drop_buffers(m)  # result buffers of a refused record go with it
         if rec is None:  # only buffers: the record itself is written when it completes
             self.refused["store-buffers"] += 1
             log.error("result buffers of %s refused by the task store: %s", m, reason)
@@ -210,7 +273,7 @@ class StoreWriter:
         if len(dirty) > MAX_UNSAVED:
             for m in list(dirty)[: len(dirty) - MAX_UNSAVED]:
                 del dirty[m]
-                self.buffers.pop(m, None)
+                self._drop_buffers(m)
                 self.dropped += 1
 
     def status(self) -> dict[str, Any]:
@@ -221,4 +284,6 @@ class StoreWriter:
             "saved": self.saved,
             "unsaved": len(self.table.dirty) + len(self.held) + len(self.queued),
             "dropped": self.dropped,
+            "waiting_bytes": self.buffer_bytes,
+            "results_not_stored": self.not_stored,
         }

@@ -116,3 +116,32 @@ def test_stub_row_keeps_what_fits_the_columns():
     assert stub["engine_uuid"] is None and stub["retries"] is None
     assert stub["metadata"] == {"unstorable": "RecursionError: too deep"}
     assert issubclass(UnwritableRecords, StoreError)
+
+
+def test_result_buffers_waiting_for_the_store_stay_within_the_budget(monkeypatch):
+    """A store slower than the results: the writer holds at most STORE_BUFFER_BUDGET
+    bytes, writes at most STORE_FLUSH_BYTES a turn, and says how many it did not keep."""
+    from zpar.hub import recorder
+
+    monkeypatch.setattr(recorder, "STORE_FLUSH_BYTES", 3_000)
+    table = TaskTable()
+    store = MemoryStore()
+    turns = []
+    real_save = store.save
+    store.save = lambda rows, bufs: turns.append(sum(map(len, sum(bufs.values(), [])))) or (
+        real_save(rows, bufs)
+    )
+    w = StoreWriter(store, table)
+    w.buffer_budget = 10_000
+    kept = []
+    for i in range(20):
+        _submit(table, f"m{i}")
+        kept.append(w.add_buffers(f"m{i}", [b"x" * 1_000]))
+        assert w.status()["waiting_bytes"] <= 10_000
+    assert kept == [True] * 10 + [False] * 10  # the budget: 10 results of 1,000 bytes
+    assert w.status()["results_not_stored"] == 10
+    while w.table.dirty or w.buffers or w.held:
+        assert w.flush(everything=True)
+    assert max(turns) <= 3_000 and sum(turns) == 10_000  # one turn at most 3 results
+    assert store.count() == 20 and w.status()["waiting_bytes"] == 0
+    assert w.add_buffers("m20", [b"y" * 1_000])  # room again once written
