@@ -131,10 +131,36 @@ class StoreWriter:
     def flush(self, everything: bool = False) -> bool:
         """Write what is due (``everything``: also the young pending records, for a query
         or a stop); False if the store failed."""
-        dirty, held, queued = self.table.dirty, self.held, self.queued
-        if not dirty and not self.buffers and not held and not queued:
+        if not self.table.dirty and not self.buffers and not self.held and not self.queued:
             return True
         now = time.monotonic()
+        batch = self._due_batch(now, everything)
+        if not batch and not self.buffers:
+            self.next_flush = now + STORE_FLUSH_INTERVAL
+            return True
+        while True:
+            ids = self._turn(list(dict.fromkeys([*batch, *self.buffers])))
+            later = {m: batch.pop(m) for m in list(batch) if m not in ids}
+            outage = self._write(ids, batch)
+            if outage is not None or not everything or not (later or self.buffers):
+                break
+            batch = later  # a query or a stop waits for everything: the next turn now
+        if later:  # past STORE_FLUSH_BYTES: written at the next turn, first in line
+            self.table.dirty = {**later, **self.table.dirty}
+        if outage is not None:
+            self._failed(outage, batch)
+            return False
+        if self.store.error is not None:
+            log.warning("the task store %s works again", self.store.url)
+        self.store.error = None
+        self.next_flush = now if later else now + STORE_FLUSH_INTERVAL
+        return True
+
+    def _due_batch(self, now: float, everything: bool) -> dict[str, TaskRecord]:
+        """The records to write now: the dirty ones that completed (all with
+        ``everything``), and the pending ones whose grace is over; the young pending ones
+        move to ``held`` / ``queued``."""
+        dirty, held, queued = self.table.dirty, self.held, self.queued
         batch: dict[str, TaskRecord] = {}
         grace = now + PENDING_GRACE
         for m, rec in dirty.items():
@@ -158,26 +184,7 @@ class StoreWriter:
                     break
                 del pending[m]
                 batch[m] = rec
-        if not batch and not self.buffers:
-            self.next_flush = now + STORE_FLUSH_INTERVAL
-            return True
-        while True:
-            ids = self._turn(list(dict.fromkeys([*batch, *self.buffers])))
-            later = {m: batch.pop(m) for m in list(batch) if m not in ids}
-            outage = self._write(ids, batch)
-            if outage is not None or not everything or not (later or self.buffers):
-                break
-            batch = later  # a query or a stop waits for everything: the next turn now
-        if later:  # past STORE_FLUSH_BYTES: written at the next turn, first in line
-            self.table.dirty = {**later, **self.table.dirty}
-        if outage is not None:
-            self._failed(outage, batch)
-            return False
-        if self.store.error is not None:
-            log.warning("the task store %s works again", self.store.url)
-        self.store.error = None
-        self.next_flush = now if later else now + STORE_FLUSH_INTERVAL
-        return True
+        return batch
 
     def _turn(self, ids: list[str]) -> list[str]:
         """The first ids whose buffers fit STORE_FLUSH_BYTES (at least one): one turn's

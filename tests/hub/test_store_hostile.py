@@ -128,8 +128,8 @@ def test_result_buffers_waiting_for_the_store_stay_within_the_budget(monkeypatch
     store = MemoryStore()
     turns = []
     real_save = store.save
-    store.save = lambda rows, bufs: turns.append(sum(map(len, sum(bufs.values(), [])))) or (
-        real_save(rows, bufs)
+    store.save = lambda rows, bufs: (
+        turns.append(sum(map(len, sum(bufs.values(), [])))) or (real_save(rows, bufs))
     )
     w = StoreWriter(store, table)
     w.buffer_budget = 10_000
