@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import psutil
 
 from zpar.errors import EngineError, RemoteProtocolError
 
@@ -236,6 +237,25 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
 # -- zpar driving an AMUSE worker ------------------------------------------------------------
 
 
+def _from_process(addr: tuple[str, int], pid: int) -> bool:
+    """Whether the peer at ``addr`` (as accept() gives it) is a socket of process ``pid``
+    or of one of its children (a worker script may start the real worker)."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return False
+    for p in procs:
+        try:  # net_connections: psutil >= 6; connections before
+            conns = getattr(p, "net_connections", None) or p.connections
+            conns = conns(kind="tcp")
+        except psutil.Error:
+            continue
+        if any(c.laddr and (c.laddr.ip, c.laddr.port) == tuple(addr[:2]) for c in conns):
+            return True
+    return False
+
+
 class AmuseWorker:
     """Start an AMUSE-protocol worker executable and call its functions with zpar's typed
     call API: ``w.declare("f", args=[...], returns=...)`` then ``w.f(columns)``."""
@@ -259,7 +279,19 @@ class AmuseWorker:
             server.settimeout(0.5)
             while self.sock is None:
                 try:
-                    self.sock, _ = server.accept()
+                    sock, addr = server.accept()
+                    if _from_process(addr, self.process.pid):
+                        self.sock = sock
+                    else:  # anyone on this host may connect to the port: not them
+                        log.warning(
+                            "AMUSE worker %s: a connection from %s:%s that is not the worker "
+                            "(pid %d) closed",
+                            argv[0],
+                            addr[0],
+                            addr[1],
+                            self.process.pid,
+                        )
+                        sock.close()
                 except TimeoutError:
                     if self.process.poll() is not None:
                         raise RuntimeError(
