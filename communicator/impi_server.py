@@ -211,6 +211,8 @@ class ImpiServer:
             except w.ImpiWireError as e:
                 self._lost(peer, f"not IMPI: {e}")
                 return
+        if peer in self.admission.pending and self.rendezvous.authenticated(peer):
+            self.admission.authenticated(peer)  # no deadline once it passed AUTH
 
     def _event(self, peer: int, c: _Client, item: w.Command | w.Raw | w.ServerAuth) -> list:
         r = self.rendezvous
@@ -251,7 +253,6 @@ class ImpiServer:
                 if method.proof_size:
                     c.reader.expect_raw(method.proof_size)
             elif isinstance(ins, SizeReply):
-                self.admission.authenticated(ins.peer)  # a member of the job now
                 self._send(ins.peer, w.encode_impi(ins.size))
             elif isinstance(ins, CollReply):
                 self._send(ins.peer, w.encode_coll_reply(ins.label, ins.mask, ins.payloads))

@@ -19,7 +19,9 @@ pytestmark = pytest.mark.cluster  # starts a server process
 TIMEOUT = 60.0
 
 
-def _start(*args: str, nofile: int | None = None) -> tuple[subprocess.Popen, str, int]:
+def _start(
+    *args: str, nofile: int | None = None, clients: str = "1"
+) -> tuple[subprocess.Popen, str, int]:
     def limit() -> None:
         if nofile is not None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
@@ -31,7 +33,7 @@ def _start(*args: str, nofile: int | None = None) -> tuple[subprocess.Popen, str
             "zpar",
             "impi-server",
             "--clients",
-            "1",
+            clients,
             "--auth",
             "none",
             "--log-level",
@@ -112,5 +114,30 @@ def test_a_silent_stranger_is_closed_at_the_auth_deadline():
         assert p.wait(TIMEOUT) == 0
         err = p.stderr.read()
         assert "auth-timeout" in err and "did not authenticate within 0.5 s" in err
+    finally:
+        _stop(p)
+
+
+def test_a_member_that_authenticated_waits_past_the_deadline_for_the_others():
+    p, host, port = _start("--auth-timeout", "0.5", clients="2")
+    try:
+        with socket.create_connection((host, port), timeout=TIMEOUT) as first:
+            first.sendall(w.encode_auth(0x1))
+            assert _recv(first, 8) == bytes(8)
+            first.sendall(w.encode_impi(0))
+            # a silent stranger connected after it is closed at the deadline: it has passed
+            with socket.create_connection((host, port), timeout=TIMEOUT) as stranger:
+                assert stranger.recv(1) == b""
+            with socket.create_connection((host, port), timeout=TIMEOUT) as second:
+                second.sendall(w.encode_auth(0x1))
+                assert _recv(second, 8) == bytes(8)
+                second.sendall(w.encode_impi(1))
+                for s in (first, second):
+                    assert _recv(s, 12) == w.encode_impi(2)
+                    s.sendall(w.encode_done())
+                for s in (first, second):
+                    assert _recv(s, 8) == w.encode_done()
+                    s.sendall(w.encode_fini())
+        assert p.wait(TIMEOUT) == 0, p.stderr.read()
     finally:
         _stop(p)
