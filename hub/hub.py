@@ -74,6 +74,9 @@ COPY_YIELD_EVERY = 8
 #: Large results (over STORE_INLINE_LIMIT) held until their TaskOut event arrives; a batch
 #: interval's worth at most, so the oldest beyond this are surely orphans.
 LARGE_RESULTS_HELD = 256
+#: ...and at most this many bytes of them: results travel on a socket of their own and may
+#: run ahead of their events by as much as the monitor lets queue (MONITOR_RCVHWM).
+LARGE_RESULTS_BYTES = 32 * 2**20
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +139,7 @@ class Hub:
         # their own (a request's copy and the request itself are one message)
         self.copies = session.for_thread()
         self._large_results: dict[str, list[Any]] = {}  # msg_id -> buffers, until its TaskOut
+        self._large_bytes = 0  # bytes of _large_results
         #: called with the scheduler_ready content (the controller's start-up waits on it)
         self.on_scheduler_ready: Callable[[dict[str, Any]], None] | None = None
         self._queries: dict[str, Callable[[Message], Any]] = {
@@ -584,7 +588,7 @@ class Hub:
             elif type(event) is TaskOut:
                 md, msg_id = event.metadata, event.msg_id  # decoded for this call: no copy
                 status = str(md.get("status", ""))
-                large = large_results.pop(msg_id, None) if large_results else None
+                large = self._forget_large(msg_id) if large_results else None
                 if tasks.finished(msg_id, event.engine or None, md, status, event.content):
                     buffers = event.buffers if event.buffers is not None else large
                     if buffers:
@@ -601,13 +605,30 @@ class Hub:
 
     def _task_result(self, frames: list[Any]) -> None:
         # [msg_id, buffers…]: a large load-balanced result (the scheduler checked its tags),
-        # sent ahead of its TaskOut event; stored only if that reply finishes the record
+        # usually ahead of its TaskOut event; stored only if that reply finishes the record
         held = self._large_results
         # the monitor's frames are zmq.Frames (recv copy=False): a Frame has no decode()
-        msg_id = frames[0].bytes if isinstance(frames[0], zmq.Frame) else frames[0]
-        held[_text(msg_id)] = frames[1:]
-        while len(held) > LARGE_RESULTS_HELD:
-            del held[next(iter(held))]
+        msg_id = _text(frames[0].bytes if isinstance(frames[0], zmq.Frame) else frames[0])
+        rec = self.tasks.records.get(msg_id)
+        if rec is not None and rec.completed is not None and rec.result_size is None:
+            # it travels on a socket of its own (schedulers/hubreport.py) and may come
+            # after its TaskOut: stored now, the record written again with its size
+            self._result_buffers(msg_id, frames[1:])
+            if rec.result_size is not None:
+                self.tasks.dirty[msg_id] = rec
+            return
+        held[msg_id] = frames[1:]
+        self._large_bytes += sum(
+            len(f.buffer if isinstance(f, zmq.Frame) else f) for f in frames[1:]
+        )
+        while held and (len(held) > LARGE_RESULTS_HELD or self._large_bytes > LARGE_RESULTS_BYTES):
+            self._forget_large(next(iter(held)))
+
+    def _forget_large(self, msg_id: str) -> list[Any] | None:
+        bufs = self._large_results.pop(msg_id, None)
+        if bufs is not None:
+            self._large_bytes -= sum(len(f.buffer if isinstance(f, zmq.Frame) else f) for f in bufs)
+        return bufs
 
     def _result_buffers(self, msg_id: Any, buffers: list[Any]) -> None:
         if not buffers or not isinstance(msg_id, str):
