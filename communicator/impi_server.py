@@ -24,8 +24,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from zpar.admission import AUTH_TIMEOUT, MAX_PEERS, Admission
 from zpar.constants import WILDCARDS
+from zpar.wire.admission import AUTH_TIMEOUT, MAX_PEERS, Admission
 
 from . import impi_wire as w
 from .rendezvous import (
@@ -89,7 +89,7 @@ class ImpiServer:
     ) -> None:
         """``max_strangers``: connections that have not joined the job yet held at once (the
         oldest is closed for a newer one); ``auth_timeout``: seconds one has to join (AUTH
-        and IMPI) before it is closed (zpar.admission)."""
+        and IMPI) before it is closed (zpar.wire.admission)."""
         if not 1 <= clients <= MAX_MEMBERS_IMPI:
             raise ValueError(
                 f"--clients must be 1..{MAX_MEMBERS_IMPI} (the client_mask has 32 bits), "

@@ -336,6 +336,13 @@ class StoreError(ZparError):
     """The task store cannot be opened or used; the message says which file/URL and why."""
 
 
+class UnwritableRecords(StoreError):
+    """The store refused the data of a batch (a value it cannot encode or hold: nesting
+    past the store's bound, a string longer than its column, an int past BIGINT, NUL in
+    PostgreSQL text), not a store that is down: the hub's writer isolates the record(s) at
+    fault and writes the others (hub/recorder.py)."""
+
+
 # -- client ----------------------------------------------------------------------------------
 
 

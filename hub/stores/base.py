@@ -11,7 +11,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from zpar.errors import StoreError
+from zpar.errors import StoreError, UnwritableRecords
 from zpar.wire.bounds import STORE_NESTING, nesting_within
 
 log = logging.getLogger(__name__)
@@ -67,13 +67,6 @@ OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
     "$in": lambda a, b: a in b,
     "$nin": lambda a, b: a not in b,
 }
-
-
-class UnwritableRecords(StoreError):
-    """The store refused the data of a batch (a value it cannot encode or hold: nesting
-    past STORE_NESTING, a string longer than its column, an int past BIGINT, NUL in
-    PostgreSQL text), not a store that is down: the writer isolates the record(s) at fault
-    (hub.recorder) and writes the others."""
 
 
 def check_row(row: dict[str, Any]) -> None:

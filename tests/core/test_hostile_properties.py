@@ -6,7 +6,7 @@ it. A positive control in each: the same decoder accepts the sound input of that
 Surfaces: the envelope's bounds (zpar.wire), the task store's records and a db_request's
 query (hub.stores, hub.recorder), a typed_request (typed.engine.serve) and an AMUSE body
 (typed.amuse.recv_amuse), a DAP export and a set of them (darray.protocol.validate,
-darray.consistency.check_global), and the admission of strangers (zpar.admission).
+darray.consistency.check_global), and the admission of strangers (zpar.wire.admission).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.e2e.fuzzing import msgpack_value
-from zpar.admission import Admission
 from zpar.constants import DELIM
 from zpar.darray.consistency import EngineExport, InconsistentExport, check_global
 from zpar.darray.maps import expand_alias
@@ -30,12 +29,13 @@ from zpar.hub.recorder import StoreWriter
 from zpar.hub.records import TaskTable
 from zpar.hub.stores import open_store
 from zpar.hub.stores.base import check_query
-from zpar.messages import MsgType
 from zpar.typed.amuse import BadBody, recv_amuse
 from zpar.typed.codec import CodecError
 from zpar.typed.engine import serve
 from zpar.typed.registry import Registry
 from zpar.wire import Session
+from zpar.wire.admission import Admission
+from zpar.wire.messages import MsgType
 
 KEY = b"k" * 32
 SETTINGS = settings(

@@ -8,9 +8,9 @@ import pytest
 
 from zpar.constants import DELIM
 from zpar.errors import LocalProtocolError
-from zpar.messages import MsgType
 from zpar.wire import Session
 from zpar.wire.bounds import MAX_ENVELOPE, MAX_NESTING, MAX_SESSION, nesting_within
+from zpar.wire.messages import MsgType
 
 KEY = b"k" * 32
 

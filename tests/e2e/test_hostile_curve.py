@@ -19,12 +19,12 @@ from hypothesis import HealthCheck, given, settings
 import zpar
 from tests.e2e.conftest import FAST_HB, wait_until
 from tests.e2e.fuzzing import signed_messages
-from zpar.connection import read_connection_file
+from zpar.cluster.connection import read_connection_file
 from zpar.constants import DELIM
-from zpar.curve import CurveKeys, secure
-from zpar.messages import MsgType
 from zpar.serialize import pack_apply
 from zpar.wire import Session
+from zpar.wire.curve import CurveKeys, secure
+from zpar.wire.messages import MsgType
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 

@@ -13,10 +13,10 @@ import zmq
 
 from tests.e2e.conftest import wait_until
 from zpar.constants import DELIM
-from zpar.messages import MsgType
 from zpar.serialize import pack_apply
 from zpar.wire import Session
 from zpar.wire.bounds import MAX_NESTING
+from zpar.wire.messages import MsgType
 
 pytestmark = pytest.mark.cluster
 

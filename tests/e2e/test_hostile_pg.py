@@ -13,10 +13,10 @@ import zmq
 
 import zpar
 from tests.e2e.conftest import FAST_HB, wait_until
-from zpar.connection import read_connection_file
-from zpar.messages import MsgType
+from zpar.cluster.connection import read_connection_file
 from zpar.serialize import pack_apply
 from zpar.wire import Session
+from zpar.wire.messages import MsgType
 
 pytestmark = pytest.mark.cluster
 

@@ -10,9 +10,9 @@ import pytest
 import zmq
 
 import zpar
-from zpar.messages import MsgType
 from zpar.typed.invoke import MAX_CALLS_WITHOUT_INPUTS
 from zpar.wire import Session
+from zpar.wire.messages import MsgType
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
 
