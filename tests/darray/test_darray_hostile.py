@@ -37,7 +37,7 @@ def _put(name, rank, n, size):
 
 
 def _local_arrays():
-    from zpar.engine import namespace
+    from zpar import namespace
 
     return sorted(k for k, v in namespace.current().items() if isinstance(v, LocalArray))
 

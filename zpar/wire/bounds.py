@@ -43,8 +43,12 @@ MAX_SESSION = 128
 #: Longest str of a few header fields kept in records and logs (username).
 MAX_USERNAME = 256
 
-#: Types msgpack decodes that hold nothing (ExtType and Timestamp hold bytes and ints).
-_LEAVES = frozenset({str, int, float, bool, type(None), bytes})
+#: The container types a decoded envelope holds (tuples too, on the sending side).
+_CONTAINERS = frozenset({dict, list, tuple})
+
+#: ``flat(map(type, d.values()))``: whether a map holds no container, in one C-level pass
+#: (most maps of most envelopes: the hot path's whole check).
+flat = _CONTAINERS.isdisjoint
 
 
 def nesting_within(obj: Any, room: int = MAX_NESTING) -> bool:
@@ -54,10 +58,10 @@ def nesting_within(obj: Any, room: int = MAX_NESTING) -> bool:
     if room <= 0:
         return False
     values = obj.values() if type(obj) is dict else obj
-    if _LEAVES.issuperset(map(type, values)):
+    if flat(map(type, values)):
         return True
     for v in values:
-        if isinstance(v, dict | list) and not nesting_within(v, room - 1):
+        if isinstance(v, dict | list | tuple) and not nesting_within(v, room - 1):
             return False
     return True
 

@@ -18,6 +18,7 @@ from .bounds import (
     MAX_USERNAME,
     check_header_strings,
     check_nesting,
+    flat,
     nesting_within,
 )
 from .frames import decode, frame_view, signed_inline
@@ -130,10 +131,10 @@ def check_envelope(env: Any, n_buffers: int | None) -> tuple[dict, dict, dict, d
             and tags.count(b"") == len(tags)  # every buffer signed inline (small)
             and _sound(header, True)
             and (not parent or _sound(parent, False))
-            and nesting_within(header)
-            and nesting_within(parent)
-            and nesting_within(metadata)
-            and nesting_within(content)
+            and (flat(map(type, header.values())) or nesting_within(header))
+            and (flat(map(type, parent.values())) or nesting_within(parent))
+            and (flat(map(type, metadata.values())) or nesting_within(metadata))
+            and (flat(map(type, content.values())) or nesting_within(content))
         ):
             return header, parent, metadata, content, tags
     if not isinstance(env, list) or len(env) != 5:

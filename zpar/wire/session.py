@@ -24,7 +24,13 @@ from ..constants import (
 )
 from ..errors import LocalProtocolError, RemoteProtocolError
 from .batching import is_batch, split_messages, unbatch
-from .bounds import MAX_ENVELOPE, MAX_NESTING, check_envelope_size, nesting_within
+from .bounds import (
+    MAX_ENVELOPE,
+    MAX_NESTING,
+    check_envelope_size,
+    flat,
+    nesting_within,
+)
 from .envelope import check_envelope, sniff_version, version_error
 from .frames import (
     HEAD_FRAMES,
@@ -179,13 +185,15 @@ class Session:
         elif dest is not None:
             header["dest"] = dest
         p = packb or encode
-        for part, name in ((metadata, "metadata"), (content, "content")):
-            if part and not nesting_within(part):
-                raise LocalProtocolError(
-                    f"the {msg_type} message's {name} nests maps or lists deeper than "
-                    f"{MAX_NESTING} levels: receivers refuse it (send such data as an "
-                    "argument or a result, which are pickled)"
-                )
+        if (metadata and not (flat(map(type, metadata.values())) or nesting_within(metadata))) or (
+            content and not (flat(map(type, content.values())) or nesting_within(content))
+        ):
+            name = "content" if nesting_within(metadata or {}) else "metadata"
+            raise LocalProtocolError(
+                f"the {msg_type} message's {name} nests maps or lists deeper than "
+                f"{MAX_NESTING} levels: receivers refuse it (send such data as an "
+                "argument or a result, which are pickled)"
+            )
         tags = self._tags(buffers, private)
         try:
             envelope = p([header, parent or {}, metadata or {}, content or {}, tags])
