@@ -144,6 +144,15 @@ class Kernel:
         control = self._control.get(msg_type)
         return control(msg) if control is not None else None
 
+    def runs(self, msg_type: str) -> bool:
+        """Whether ``msg_type`` is work this kernel runs (apply, execute, a capability's
+        request such as typed_request), the requests a time_limit applies to."""
+        if msg_type in self._handlers:
+            return True
+        if msg_type in self._looked_up or msg_type in self._control:
+            return False
+        return self._add_handler(msg_type) is not None
+
     def _add_handler(self, msg_type: str) -> Any:
         """An installed capability's handler for msg_type (engine.handlers), kept for next time."""
         self._looked_up.add(msg_type)

@@ -43,6 +43,8 @@ SHUTDOWN_LINGER_MS = 1000
 
 _EVENTS = int(zmq.EVENTS)
 _POLLIN = int(zmq.POLLIN)
+#: The requests a time_limit applies to without asking the kernel (the common ones); every
+#: other request the kernel runs (a capability's: typed_request...) is limited the same way.
 _LIMITED = (MsgType.APPLY_REQUEST, MsgType.EXECUTE_REQUEST)
 
 
@@ -381,7 +383,9 @@ class Server:
     # -- time limits (engine.timelimit) -----------------------------------------------------
 
     def arm_time_limit(self, sock: zmq.Socket, msg: Message) -> float | None:
-        if msg.msg_type not in _LIMITED or "time_limit" not in msg.metadata:
+        if "time_limit" not in msg.metadata or not (
+            msg.msg_type in _LIMITED or self.kernel.runs(msg.msg_type)
+        ):
             return None
         try:
             limit = parse_time_limit(msg.metadata)

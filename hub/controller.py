@@ -31,6 +31,7 @@ from zpar.cluster.connection import (
     write_connection_file,
 )
 from zpar.constants import (
+    MONITOR_RCVHWM,
     WILDCARDS,
 )
 from zpar.errors import ControllerError, ZparError
@@ -145,6 +146,9 @@ class Controller:
         pong = self._socket(zmq.ROUTER, context=self.hb_ctx)
         pong_addr = bind_port(pong, ip, cfg.port_of("heartbeat pong"))
         monitor = self._socket(zmq.PULL, peers=False)
+        # ipc peers (scheduler, engines) wait in their own queues while the hub is behind;
+        # the relays' inproc pipes stay unbounded (their PUSH has no HWM)
+        monitor.setsockopt(zmq.RCVHWM, MONITOR_RCVHWM)
         inproc_monitor = f"inproc://zpar-monitor-{os.getpid()}"
         monitor.bind(inproc_monitor)
         monitor.bind(f"ipc://{self.rundir}/monitor")

@@ -74,6 +74,9 @@ COPY_YIELD_EVERY = 8
 #: Large results (over STORE_INLINE_LIMIT) held until their TaskOut event arrives; a batch
 #: interval's worth at most, so the oldest beyond this are surely orphans.
 LARGE_RESULTS_HELD = 256
+#: ...and at most this many bytes of them: results travel on a socket of their own and may
+#: run ahead of their events by as much as the monitor lets queue (MONITOR_RCVHWM).
+LARGE_RESULTS_BYTES = 32 * 2**20
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +139,7 @@ class Hub:
         # their own (a request's copy and the request itself are one message)
         self.copies = session.for_thread()
         self._large_results: dict[str, list[Any]] = {}  # msg_id -> buffers, until its TaskOut
+        self._large_bytes = 0  # bytes of _large_results
         #: called with the scheduler_ready content (the controller's start-up waits on it)
         self.on_scheduler_ready: Callable[[dict[str, Any]], None] | None = None
         self._queries: dict[str, Callable[[Message], Any]] = {
@@ -161,6 +165,8 @@ class Hub:
         self.refusals = status.RefusalBook()
         self.refusals.add_part("hub", lambda: merged((self.session.refused, self.copies.refused)))
         self.refusals.add_part("heartbeat", lambda: heart.refused)
+        #: records the store refused for their data (hub/recorder.py)
+        self.refusals.add_part("store", lambda: self.writer.refused)
         self._monitor_handlers: dict[bytes, Callable[[list[Any]], None]] = {
             MON_MUX_IN: self._mux_in,
             MON_MUX_OUT: self._mux_out,
@@ -309,6 +315,15 @@ class Hub:
             # instead of a silence it would take for a controller that is down
             send_frames(self.query, [*framed[0], BAD_KEY])
             return
+        if refusal.header is not None:  # a bound broken in a signed query: say which field
+            self.session.send(
+                self.query,
+                _reply_type(str(refusal.header.get("msg_type", ""))),
+                error_content(HubRefused, f"refused: {refusal.detail}"),
+                parent=refusal.header,
+                idents=framed[0],
+            )
+            return
         if refusal.reason != "version":
             return
         self.session.send(
@@ -333,7 +348,11 @@ class Hub:
                 RegistrationRefused,
                 f"identity {uuid} is already in use by an engine that is {state}",
             )
-        hostname, pid = str(c.get("hostname", "")), int(c.get("pid", 0) or 0)
+        fields = registration_fields(c)
+        if isinstance(fields, str):
+            log.warning("registration of %s refused: %s", uuid[:64], fields)
+            return error_content(RegistrationRefused, fields)
+        hostname, pid = fields
         eid = self._engine_id_for(c.get("id", -1), hostname, pid)
         rec = EngineRecord(
             eid, uuid, hostname, pid, deadline=time.monotonic() + self.registration_timeout
@@ -569,7 +588,7 @@ class Hub:
             elif type(event) is TaskOut:
                 md, msg_id = event.metadata, event.msg_id  # decoded for this call: no copy
                 status = str(md.get("status", ""))
-                large = large_results.pop(msg_id, None) if large_results else None
+                large = self._forget_large(msg_id) if large_results else None
                 if tasks.finished(msg_id, event.engine or None, md, status, event.content):
                     buffers = event.buffers if event.buffers is not None else large
                     if buffers:
@@ -586,13 +605,30 @@ class Hub:
 
     def _task_result(self, frames: list[Any]) -> None:
         # [msg_id, buffers…]: a large load-balanced result (the scheduler checked its tags),
-        # sent ahead of its TaskOut event; stored only if that reply finishes the record
+        # usually ahead of its TaskOut event; stored only if that reply finishes the record
         held = self._large_results
         # the monitor's frames are zmq.Frames (recv copy=False): a Frame has no decode()
-        msg_id = frames[0].bytes if isinstance(frames[0], zmq.Frame) else frames[0]
-        held[_text(msg_id)] = frames[1:]
-        while len(held) > LARGE_RESULTS_HELD:
-            del held[next(iter(held))]
+        msg_id = _text(frames[0].bytes if isinstance(frames[0], zmq.Frame) else frames[0])
+        rec = self.tasks.records.get(msg_id)
+        if rec is not None and rec.completed is not None and rec.result_size is None:
+            # it travels on a socket of its own (schedulers/hubreport.py) and may come
+            # after its TaskOut: stored now, the record written again with its size
+            self._result_buffers(msg_id, frames[1:])
+            if rec.result_size is not None:
+                self.tasks.dirty[msg_id] = rec
+            return
+        held[msg_id] = frames[1:]
+        self._large_bytes += sum(
+            len(f.buffer if isinstance(f, zmq.Frame) else f) for f in frames[1:]
+        )
+        while held and (len(held) > LARGE_RESULTS_HELD or self._large_bytes > LARGE_RESULTS_BYTES):
+            self._forget_large(next(iter(held)))
+
+    def _forget_large(self, msg_id: str) -> list[Any] | None:
+        bufs = self._large_results.pop(msg_id, None)
+        if bufs is not None:
+            self._large_bytes -= sum(len(f.buffer if isinstance(f, zmq.Frame) else f) for f in bufs)
+        return bufs
 
     def _result_buffers(self, msg_id: Any, buffers: list[Any]) -> None:
         if not buffers or not isinstance(msg_id, str):
@@ -601,11 +637,11 @@ class Hub:
         rec = self.tasks.records.get(msg_id)
         if size > STORE_RESULT_LIMIT:
             return  # recorded without its result (result_size stays None)
-        if rec is not None:
-            rec.result_size = size
-        self.writer.add_buffers(
+        kept = self.writer.add_buffers(
             msg_id, [b.bytes if isinstance(b, zmq.Frame) else b for b in buffers]
         )
+        if rec is not None and kept:  # not kept: the store is behind (recorder.py)
+            rec.result_size = size
 
     def flush_store(self) -> None:
         if self.writer.due:
@@ -623,6 +659,28 @@ class Hub:
 
 def _ignore(frames: list[Any]) -> None:
     pass
+
+
+#: Longest hostname an engine may register with (POSIX HOST_NAME_MAX is 255).
+MAX_HOSTNAME = 255
+#: Largest pid an engine may give (Linux's pid_max is at most 2**22; a 32-bit pid_t).
+MAX_PID = 2**31 - 1
+
+
+def registration_fields(c: dict[str, Any]) -> tuple[str, int] | str:
+    """(hostname, pid) of a registration_request, or what is wrong with its fields."""
+    hostname, pid = c.get("hostname", ""), c.get("pid", 0)
+    if not isinstance(hostname, str) or len(hostname) > MAX_HOSTNAME:
+        return f"hostname must be a str of at most {MAX_HOSTNAME} chars, got {hostname!r:.80}"
+    if pid is None:
+        pid = 0
+    if not isinstance(pid, int) or isinstance(pid, bool) or not 0 <= pid <= MAX_PID:
+        return f"pid must be an int in 0..{MAX_PID}, got {pid!r:.80}"
+    for key in ("id", "rank"):
+        v = c.get(key)
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or abs(v) > MAX_PID):
+            return f"{key} must be an int, got {v!r:.80}"
+    return hostname, pid
 
 
 def _reply_type(msg_type: str) -> str:

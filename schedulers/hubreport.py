@@ -16,7 +16,7 @@ from typing import Any
 
 import zmq
 
-from zpar.constants import STORE_INLINE_LIMIT, STORE_RESULT_LIMIT
+from zpar.constants import RESULT_COPIES_HWM, STORE_INLINE_LIMIT, STORE_RESULT_LIMIT
 from zpar.wire import Message, Session, frame_bytes, send_frames
 from zpar.wire.messages import (
     MON_SCHEDULER,
@@ -39,6 +39,14 @@ class HubReport:
         # start together): retry every 10 ms, not libzmq's default 100
         self.socket.setsockopt(zmq.RECONNECT_IVL, 10)
         self.socket.connect(address)
+        #: results for the store on a socket of their own, bounded: a hub behind its store
+        #: makes the scheduler skip their copies rather than queue them (RESULT_COPIES_HWM)
+        self.results = configure(context.socket(zmq.PUSH))
+        self.results.setsockopt(zmq.SNDHWM, RESULT_COPIES_HWM)
+        self.results.setsockopt(zmq.RECONNECT_IVL, 10)
+        self.results.connect(address)
+        #: results whose store copy was skipped so
+        self.results_skipped = 0
         self.events: list[TaskEvent] = []
         #: msg_id -> index in ``events`` of its TaskIn not yet placed (see event)
         self._unplaced: dict[str, int] = {}
@@ -76,7 +84,10 @@ class HubReport:
         if bufs and size <= STORE_INLINE_LIMIT:
             inline = [frame_bytes(b) for b in bufs]
         elif bufs and size <= STORE_RESULT_LIMIT:
-            send_frames(self.socket, [MON_TASK_RESULT, msg_id.encode(), *bufs])
+            if self.results.poll(0, zmq.POLLOUT):  # room: a multipart's frames all go
+                send_frames(self.results, [MON_TASK_RESULT, msg_id.encode(), *bufs])
+            else:
+                self.results_skipped += 1
         self.event(
             TaskOut(
                 uuid.decode("ascii", "replace"),
@@ -117,3 +128,4 @@ class HubReport:
 
     def close(self) -> None:
         self.socket.close(linger=0)
+        self.results.close(linger=0)

@@ -135,6 +135,17 @@ PING = b"ping"
 STORE_RESULT_LIMIT = 2**20
 STORE_INLINE_LIMIT = 64 * 2**10
 
+#: Messages the controller's monitor socket takes ahead of the hub from each peer (the
+#: scheduler's event batches and results for the store, engines' copies): past it libzmq
+#: stops reading that peer, whose own queue holds the rest (events are never dropped).
+#: Without it a hub slowed by its store let 1 GB of results pile up in the controller.
+MONITOR_RCVHWM = 32
+#: Results for the store (up to STORE_RESULT_LIMIT each) the task scheduler queues toward
+#: the hub on their own socket; when that many wait, a result's store copy is skipped (the
+#: record is kept without it, as for a larger result): so the store's copies of results
+#: hold at most (MONITOR_RCVHWM + RESULT_COPIES_HWM) MiB in flight, whatever the hub does.
+RESULT_COPIES_HWM = 16
+
 #: Appended to an engine's uuid: the identity of its signal socket on the hub's query
 #: ROUTER, through which signal_request reaches a thread the running task does not block.
 SIGNAL_SUFFIX = b"/signal"

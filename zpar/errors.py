@@ -28,6 +28,9 @@ class RemoteProtocolError(ProtocolError):
     def __init__(self, reason: str, detail: str = "") -> None:
         self.reason = reason
         self.detail = detail
+        #: the refused message's header when it was sound (a bound on its other parts was
+        #: broken), so a receiver that answers queries can say which field (hub.hub)
+        self.header: dict[str, Any] | None = None
         super().__init__(f"{reason}: {detail}" if detail else reason)
 
 
@@ -331,6 +334,13 @@ class RegistrationRefused(ZparError):
 
 class StoreError(ZparError):
     """The task store cannot be opened or used; the message says which file/URL and why."""
+
+
+class UnwritableRecords(StoreError):
+    """The store refused the data of a batch (a value it cannot encode or hold: nesting
+    past the store's bound, a string longer than its column, an int past BIGINT, NUL in
+    PostgreSQL text), not a store that is down: the hub's writer isolates the record(s) at
+    fault and writes the others (hub/recorder.py)."""
 
 
 # -- client ----------------------------------------------------------------------------------

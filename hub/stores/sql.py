@@ -24,6 +24,7 @@ from .base import (
     OPERATORS,
     RECORD_KEYS,
     TaskStore,
+    UnwritableRecords,
     lost_marking_error,
 )
 
@@ -97,8 +98,16 @@ class SQLStore(TaskStore):
     def save(self, rows: list[dict[str, Any]], bufs: dict[str, list[bytes]]) -> None:
         try:
             self._save(rows, bufs)
+        except (sa_exc.DataError, sa_exc.IntegrityError, sa_exc.ProgrammingError) as e:
+            raise UnwritableRecords(_reason(e)) from None  # the rows, not the server
+        except sa_exc.DBAPIError as e:
+            raise StoreError(_reason(e)) from None
+        except sa_exc.StatementError as e:  # raised binding a value, before the server
+            raise UnwritableRecords(_reason(e)) from None
         except sa_exc.SQLAlchemyError as e:
             raise StoreError(_reason(e)) from None
+        except (RecursionError, ValueError, TypeError, OverflowError) as e:
+            raise UnwritableRecords(f"{type(e).__name__}: {e}".splitlines()[0]) from None
 
     def _save(self, rows: list[dict[str, Any]], bufs: dict[str, list[bytes]]) -> None:
         with self.engine.begin() as c:

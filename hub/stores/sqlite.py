@@ -24,6 +24,7 @@ from .base import (
     LOST_IN_RESTART,
     RECORD_KEYS,
     TaskStore,
+    UnwritableRecords,
     lost_marking_error,
 )
 
@@ -40,6 +41,18 @@ DDL = (
     "CREATE TABLE IF NOT EXISTS zpar_result_buffers ("
     " msg_id VARCHAR(128) NOT NULL, idx INTEGER NOT NULL, data BLOB,"
     " PRIMARY KEY (msg_id, idx) )",
+)
+
+#: What sqlite3 raises for a value it cannot bind or hold (an int past 64 bits, a type it
+#: does not know, a constraint): the batch's data, not the file.
+_DATA_ERRORS = (
+    sqlite3.DataError,
+    sqlite3.IntegrityError,
+    sqlite3.InterfaceError,
+    sqlite3.ProgrammingError,
+    OverflowError,
+    ValueError,
+    TypeError,
 )
 
 _COLUMNS = ", ".join(RECORD_KEYS)
@@ -94,11 +107,16 @@ class SQLiteStore(TaskStore):
                 if self.db.in_transaction:
                     self.db.execute("ROLLBACK")
                 raise
+        except _DATA_ERRORS as e:  # the rows' values, not the file: the writer isolates them
+            raise UnwritableRecords(_reason(e)) from None
         except sqlite3.Error as e:
             raise StoreError(_reason(e)) from None
 
     def save(self, rows: list[dict[str, Any]], bufs: dict[str, list[bytes]]) -> None:
-        params = [_params(r) for r in rows]
+        try:
+            params = [_params(r) for r in rows]
+        except (RecursionError, ValueError, TypeError, OverflowError) as e:
+            raise UnwritableRecords(_reason(e)) from None
 
         def write(cur: sqlite3.Cursor) -> None:
             if params:

@@ -27,7 +27,7 @@ from zpar.cluster.launcher import (
     stop_cluster,
     url_dir,
 )
-from zpar.cluster.launchers.base import log_tail, rotate_log
+from zpar.cluster.launchers.base import log_tail, open_log
 from zpar.cluster.settings import Settings, create_profile, describe, load
 from zpar.errors import LaunchError, ZparError
 
@@ -96,7 +96,7 @@ def _wait_until_stopped(lc: LocalCluster, owns_controller: bool) -> None:
 def _daemonize(argv: list[str], log_path: Path, record: Path, timeout: float) -> int:
     """Run this command again, detached, as the cluster's launcher; wait for its record."""
     cmd = [sys.executable, "-m", "zpar", *[a for a in argv if a != "--daemon"], "--supervise"]
-    with open(rotate_log(log_path), "ab") as out:
+    with open_log(log_path) as out:
         proc = subprocess.Popen(
             cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
             start_new_session=True, close_fds=True,
@@ -216,7 +216,7 @@ def cluster_engines(args: argparse.Namespace, argv: list[str]) -> int:
 
 def _daemonize_engines(argv: list[str], log_path: Path, d: Path, cid: str, timeout: float) -> int:
     cmd = [sys.executable, "-m", "zpar", *[a for a in argv if a != "--daemon"], "--supervise"]
-    with open(rotate_log(log_path), "ab") as out:
+    with open_log(log_path) as out:
         proc = subprocess.Popen(
             cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
             start_new_session=True, close_fds=True,
