@@ -173,7 +173,7 @@ class ClientCompatMixin:
                 f"become_dask needs dask.distributed ({e}): pip install 'zpar[dask]'"
             ) from None
         from zpar.engine.daskworker import become_dask_worker
-        from zpar.messages import BecomeDaskRequest, MsgType
+        from zpar.wire.messages import BecomeDaskRequest, MsgType
 
         dview = self.direct_view(targets)  # type: ignore[attr-defined]
         args = dict(scheduler_args or {})
@@ -189,7 +189,7 @@ class ClientCompatMixin:
     def stop_dask(self, targets: Any = "all") -> None:
         """Stop the dask workers on ``targets`` and the controller's dask scheduler."""
         from zpar.engine.daskworker import stop_dask_worker
-        from zpar.messages import MsgType, StopDaskRequest
+        from zpar.wire.messages import MsgType, StopDaskRequest
 
         # the workers first: a scheduler closing under connected workers waits for them
         self.direct_view(targets).apply_sync(stop_dask_worker)  # type: ignore[attr-defined]
