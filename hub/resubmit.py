@@ -32,6 +32,7 @@ from zpar.wire import Message, Session, send_frames
 from zpar.wire.frames import decode
 from zpar.wire.messages import ReplyStatus, ResubmitReply
 
+from .queries import _msg_ids, _sync
 from .queryapi import HubState
 from .records import pack_request, unpack_request
 
@@ -92,8 +93,6 @@ class Resubmitter:
 
 def resubmit_request(hub: HubState, msg: Message) -> dict[str, Any]:
     """Resubmit the tasks named; KeyError (as ipyparallel's hub) for unknown msg_ids."""
-    from .queries import _msg_ids, _sync
-
     resubmitter = getattr(hub, "resubmitter", None)
     if resubmitter is None:
         return error_content(HubRefused, "this hub has no task scheduler to resubmit to")
