@@ -152,23 +152,51 @@ class ClientCompatMixin:
         self.purge_results("all")  # type: ignore[attr-defined]
         self.history.clear()  # type: ignore[attr-defined]
 
-    def resubmit(self, indices_or_msg_ids: Any = None, metadata: Any = None, block: Any = None):
-        """Not supported: the hub stores results, not the requests to run again."""
-        raise NotImplementedError(
-            "resubmit: zpar's hub does not keep requests to send again; call the view's "
-            "apply again (get_result still fetches any stored result)"
-        )
+    def become_dask(
+        self,
+        targets: Any = "all",
+        port: int = 0,
+        nanny: bool = False,
+        scheduler_args: dict[str, Any] | None = None,
+        **worker_args: Any,
+    ) -> Any:
+        """Turn the engines into a dask.distributed cluster, as ipyparallel does: a
+        Scheduler in the controller (on ``port``, 0 for any; ``scheduler_args`` to its
+        constructor), a Worker (``nanny``: a Nanny) in each target engine with
+        ``worker_args`` (``nthreads=1`` by default); returns a distributed.Client connected
+        to it. Needs dask.distributed on the client, the controller and the engines
+        (``pip install 'zpar[dask]'``)."""
+        try:
+            import distributed
+        except ImportError as e:
+            raise ImportError(
+                f"become_dask needs dask.distributed ({e}): pip install 'zpar[dask]'"
+            ) from None
+        from zpar.engine.daskworker import become_dask_worker
+        from zpar.wire.messages import BecomeDaskRequest, MsgType
 
-    def become_dask(self, *args: Any, **kwargs: Any) -> Any:
-        """Not supported: zpar engines do not host dask workers."""
-        raise NotImplementedError(
-            "become_dask: zpar engines do not turn into dask.distributed workers; start a "
-            "dask cluster of its own, or use zpar's views and executor()"
+        dview = self.direct_view(targets)  # type: ignore[attr-defined]
+        args = dict(scheduler_args or {})
+        if port:
+            args.setdefault("port", port)
+        reply = self.sender.query(  # type: ignore[attr-defined]
+            MsgType.BECOME_DASK_REQUEST, BecomeDaskRequest(args).as_dict(), timeout=60
         )
+        worker_args.setdefault("nthreads", 1)  # one per engine, as ipyparallel
+        dview.apply_sync(become_dask_worker, reply.content["address"], nanny, **worker_args)
+        return distributed.Client(reply.content["address"])
 
     def stop_dask(self, targets: Any = "all") -> None:
-        """Not supported (see become_dask)."""
-        raise NotImplementedError("stop_dask: zpar engines do not host dask workers")
+        """Stop the dask workers on ``targets`` and the controller's dask scheduler."""
+        from zpar.engine.daskworker import stop_dask_worker
+        from zpar.wire.messages import MsgType, StopDaskRequest
+
+        # the workers first: a scheduler closing under connected workers waits for them
+        self.direct_view(targets).apply_sync(stop_dask_worker)  # type: ignore[attr-defined]
+        self.sender.query(MsgType.STOP_DASK_REQUEST, StopDaskRequest().as_dict())  # type: ignore[attr-defined]
+
+    become_distributed = become_dask
+    stop_distributed = stop_dask
 
 
 def _as_list(v: Any) -> list[Any]:

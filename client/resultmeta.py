@@ -13,6 +13,7 @@ from typing import Any
 from zpar.errors import TimeoutError
 from zpar.util import as_datetime
 
+from .datapub import reply_data
 from .request import submitted_of
 
 #: Metadata keys every result has (ipyparallel's Metadata), with their value until known.
@@ -98,6 +99,7 @@ class MetadataMixin:
         for m, f in zip(self.msg_ids, self._futures, strict=True):
             md = Metadata(METADATA_DEFAULTS, outputs=[], data={})
             md.update(msg_id=m, submitted=submitted_of(f) or self._submitted)
+            md["label"] = getattr(f, "label", None)
             if f.done():
                 if f.exception() is None:
                     fill_from_reply(md, f.result())
@@ -105,6 +107,9 @@ class MetadataMixin:
                     md["status"] = "error"
                     md["error"] = f.exception()
                 md["received"] = md.get("received") or md.get("completed")
+                md["data"] = reply_data(md) or {}
+            elif (live := self._live_data()) is not None:
+                md["data"] = live.get(m)
             for key in _DATES:
                 md[key] = as_datetime(md.get(key))
             out.append(md)
@@ -121,6 +126,21 @@ class MetadataMixin:
     def metadata(self) -> Any:
         mds = self._metadatas()
         return mds[0] if self._single else mds
+
+    @property
+    def data(self) -> Any:
+        """What the task published (zpar.datapub.publish_data): the merge so far while it
+        runs, everything once done (ipyparallel's ``ar.data``)."""
+        if not self.ready():
+            self._client.sender.live_data.watch(self.msg_ids)
+        else:
+            self._client.sender.live_data.forget(self.msg_ids)
+        return self._meta("data")
+
+    def _live_data(self) -> Any:
+        """The client's LiveData once some ``ar.data`` was read while its task ran."""
+        sender = getattr(self._client, "sender", None)
+        return None if sender is None else sender.__dict__.get("live_data")
 
     @property
     def engine_id(self) -> Any:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import builtins
 import collections
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,11 +24,13 @@ from zpar.errors import (
     NoEnginesRegistered,
     NoSuchEngine,
     TimeoutError,
+    remote_error,
 )
 from zpar.serialize import pack_apply
 from zpar.wire import Message, Session
 from zpar.wire.messages import MsgType, ReplyStatus, ResultRequest
 
+from .datapub import LiveData
 from .directcall import DirectCaller
 from .handles import Handles
 from .ioloop import ClientIO, outcome_of
@@ -163,6 +166,9 @@ class RequestSender:
             resend=channel == "task" and bool(metadata and metadata.get("retries")),
             windowed=msg_type in HISTORY_TYPES and channel in WINDOWED_CHANNELS,
         )
+        if metadata and metadata.get("label") is not None:
+            for fut in request.reply_futures():
+                fut.label = metadata["label"]
         self._io.submit(request)
         if msg_type in HISTORY_TYPES:  # work, not queries and control (as ipyparallel)
             self._history.append(msg_id)
@@ -195,7 +201,7 @@ class RequestSender:
     def call_here(
         self,
         engine_id: int,
-        buffers: list[Any],
+        buffers: Sequence[Any],
         metadata: dict[str, Any] | None,
         msg_type: str = MsgType.APPLY_REQUEST,
         content: dict[str, Any] | None = None,
@@ -225,6 +231,8 @@ class RequestSender:
         request = PendingRequest(
             msg_id, "direct", frames, engine_uuid=uuid, submitted=header["date"]
         )
+        if metadata and metadata.get("label") is not None:
+            request.future.label = metadata["label"]
         self._direct_caller.call(request)
         return request
 
@@ -255,6 +263,11 @@ class RequestSender:
 
     def unwatch_output(self, msg_ids: list[str]) -> None:
         self._io.unwatch_output(msg_ids)
+
+    @functools.cached_property
+    def live_data(self) -> LiveData:
+        """Data running tasks publish (client.datapub), for ``ar.data``."""
+        return LiveData(self)
 
     # -- results ------------------------------------------------------------------------
 
@@ -312,8 +325,9 @@ class RequestSender:
         except HubRefused as e:
             unknown = e.content.get("unknown")
             if unknown:
-                raise InvalidDependency(
+                raise remote_error(  # a RemoteError too, as ipyparallel's scheduler's
+                    InvalidDependency,
                     f"dependency on unknown msg_ids {unknown}: no task of this or any client "
-                    "has them (nothing was sent)"
+                    "has them (nothing was sent)",
                 ) from None
             raise

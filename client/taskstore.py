@@ -5,13 +5,52 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import datetime
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from zpar.wire.messages import MsgType, QueueRequest, ResultRequest
+from zpar.errors import HubRefused, RemoteError
+from zpar.util import as_datetime, ensure_timezone
+from zpar.wire.messages import MsgType, QueueRequest, ResubmitRequest, ResultRequest
 
 from .asyncresult import AsyncHubResult, AsyncResult
-from .hubresult import HubResultFetcher
+from .hubresult import POLL_MAX, POLL_START, UNKNOWN_GRACE, HubResultFetcher
+
+#: Record keys holding times: seconds since the epoch on the wire, datetimes for users.
+RECORD_DATES = ("submitted", "started", "completed", "received")
+
+
+def _query_times(query: Any) -> Any:
+    """A db query with datetimes as the hub's timestamps (seconds since the epoch)."""
+    if not isinstance(query, dict):
+        return query  # the hub names what is wrong with it
+    out = {}
+    for key, cond in query.items():
+        if isinstance(cond, dict):
+            cond = {op: _stamp(v) for op, v in cond.items()}
+        else:
+            cond = _stamp(cond)
+        out[key] = cond
+    return out
+
+
+def _stamp(v: Any) -> Any:
+    if isinstance(v, datetime.datetime):
+        return ensure_timezone(v).timestamp()
+    if isinstance(v, list | tuple):
+        return [_stamp(x) for x in v]
+    return v
+
+
+def _record_times(rec: dict[str, Any]) -> dict[str, Any]:
+    for key in RECORD_DATES:
+        if key in rec:
+            rec[key] = as_datetime(rec[key])
+    header = rec.get("header")
+    if isinstance(header, dict) and isinstance(header.get("date"), int | float):
+        header["date"] = as_datetime(header["date"])
+    return rec
 
 
 def msg_ids_of(jobs: Any) -> list[str]:
@@ -49,6 +88,64 @@ class TaskStoreMixin:
         if not status_only:
             out["results"] = reply.content.get("results", {})
         return out
+
+    def resubmit(
+        self, indices_or_msg_ids: Any = None, metadata: Any = None, block: bool | None = None
+    ) -> AsyncHubResult:
+        """Run tasks again, under new msg_ids, load balanced, from the requests the hub
+        stored (tasks of any client, finished, aborted or still running; default: this
+        client's last). Returns an AsyncHubResult of the new tasks, waited for when
+        ``block``. ``metadata`` is accepted and unused, as in ipyparallel. An unknown
+        msg_id raises RemoteError(KeyError), as ipyparallel's hub answers."""
+        if indices_or_msg_ids is None:
+            indices_or_msg_ids = -1
+        ids = self._history_ids(indices_or_msg_ids)
+        mapping = self._resubmit(ids)
+        new_ids = [mapping[m] for m in ids]
+        futs: list[concurrent.futures.Future[Any]] = [concurrent.futures.Future() for _ in new_ids]
+        HubResultFetcher(self, list(zip(new_ids, futs, strict=True))).start()
+        # a list, as ipyparallel's (AsyncHubResult(client, new_ids)): get() gives a list
+        ar = AsyncHubResult(self, new_ids, futs, fname="resubmit")
+        if self.block if block is None else block:
+            ar.wait()
+        return ar
+
+    def _resubmit(self, ids: list[str]) -> dict[str, str]:
+        """{old: new msg_id} from the hub. Ids of this client's own tasks the hub has not
+        heard of yet (it learns of them from batched copies) are asked for again for
+        UNKNOWN_GRACE seconds, as get_result does; then RemoteError(KeyError)."""
+        started = time.monotonic()
+        delay = POLL_START
+        while True:
+            try:
+                reply = self.sender.query(MsgType.RESUBMIT_REQUEST, ResubmitRequest(ids).as_dict())
+            except HubRefused as e:
+                if e.content.get("ename") != "KeyError":
+                    raise
+                unknown = set(e.content.get("unknown") or ())
+                own = unknown and unknown <= set(self.history)
+                if own and time.monotonic() - started < UNKNOWN_GRACE:
+                    time.sleep(delay)
+                    delay = min(POLL_MAX, delay * 2)
+                    continue
+                raise RemoteError("KeyError", str(e.content.get("evalue", ""))) from None
+            return dict(reply.content["resubmitted"])
+
+    def _history_ids(self, jobs: Any) -> list[str]:
+        """msg_ids of jobs given as history indices, msg_ids or AsyncResults."""
+        items = list(jobs) if isinstance(jobs, list | tuple | set) else [jobs]
+        history = list(self.history)
+        out: list[Any] = []
+        for i in items:
+            if isinstance(i, int) and not isinstance(i, bool):
+                if not -len(history) <= i < len(history):
+                    raise IndexError(
+                        f"index {i} is outside this client's history of {len(history)} msg_ids"
+                    )
+                out.append(history[i])
+            else:
+                out.append(i)
+        return msg_ids_of(out)
 
     def get_result(
         self, indices_or_msg_ids: Any = None, block: bool | None = None, owner: bool = True
@@ -116,10 +213,21 @@ class TaskStoreMixin:
             raise ValueError("purge_results needs jobs (or 'all') or targets")
         return int(self.sender.query(MsgType.PURGE_REQUEST, content).content.get("purged", 0))
 
-    def db_query(self, query: dict[str, Any], keys: Sequence[str] | None = None) -> list[dict]:
-        """Task records matching a Mongo-style filter, e.g. {'completed': {'$gt': t}}."""
-        content = {"query": query, "keys": list(keys) if keys is not None else None}
-        return list(self.sender.query(MsgType.DB_REQUEST, content).content["records"])
+    def db_query(
+        self, query: dict[str, Any], keys: Sequence[str] | str | None = None
+    ) -> list[dict]:
+        """Task records matching a Mongo-style filter, e.g. {'completed': {'$gt': t}}, with
+        ipyparallel's record keys (``label``, ``resubmitted``...). Times come back as aware
+        UTC datetimes (submitted, started, completed, received, the header's date), and may
+        be given as datetimes (or seconds since the epoch) in the query, as ipyparallel's."""
+        if isinstance(keys, str):
+            keys = [keys]
+        content = {
+            "query": _query_times(query),
+            "keys": list(keys) if keys is not None else None,
+        }
+        records = self.sender.query(MsgType.DB_REQUEST, content).content["records"]
+        return [_record_times(r) for r in records]
 
     def hub_history(self) -> list[str]:
         """Every msg_id the hub has a record of, in submission order."""

@@ -34,6 +34,7 @@ from zpar.wire.messages import (
 from zpar.wire.msgtypes import reply_type_of
 
 from .capture import Capture, Publish
+from .datapub import DataPublisher
 from .handlers import find_handler
 
 log = logging.getLogger(__name__)
@@ -114,6 +115,7 @@ class Kernel:
         self._ipython: Any = None
         #: display outputs of the running request, once the shell exists (engine.ipyshell)
         self._outputs: Any = None
+        self._datapub = DataPublisher(publish)
         self._handlers: dict[str, Callable[[Message], tuple[dict[str, Any], list[Any]]]] = {
             MsgType.APPLY_REQUEST: self._apply,
             MsgType.EXECUTE_REQUEST: self._execute,
@@ -197,6 +199,7 @@ class Kernel:
         if outputs is not None:  # display() reaches the shell's publisher, apply too
             outputs.begin(parent)
         self._func = ""
+        self._datapub.start(parent)
         started = time.time()
         try:
             try:
@@ -206,6 +209,7 @@ class Kernel:
             completed = time.time()
         finally:
             stdout, stderr = capture.stop()
+            data = self._datapub.stop()
         if publish is not None:
             publish(MsgType.STATUS, _IDLE, parent)
         md = self._metadata(started, completed, content["status"])
@@ -220,6 +224,8 @@ class Kernel:
                 md["execute_result"] = result
         if self._func:
             md["func"] = self._func
+        if data is not None:  # publish_data's merge (zpar.datapub), pickled: ar.data
+            md["data"] = data
         reply_type = self._reply_types.get(msg_type)
         if reply_type is None:
             reply_type = self._reply_types[msg_type] = reply_type_of(msg_type)

@@ -298,8 +298,9 @@ class Server:
         if sock is s.task and not self.may_start(msg):
             return
         if sock is s.direct and self.monitor is not None and msg.idents:
-            # what the relay's monitor would have told the hub (headers, no buffers)
-            copy = checkable_copy(msg.frames, detach=True)
+            # what the relay's monitor would have told the hub (the request with its
+            # buffers when the store keeps them: for resubmit)
+            copy = checkable_copy(msg.frames, large=True, detach=True)
             self.monitor.put([MON_MUX_IN, self.ident, msg.idents[0], *copy])
         state = self.state
         limit = self.arm_time_limit(sock, msg)

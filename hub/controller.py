@@ -47,6 +47,7 @@ from zpar.wire.sockets import bind_port, configure
 
 from .heartmonitor import HeartMonitor
 from .hub import Addresses, Hub
+from .resubmit import RESUBMIT_IDENT, Resubmitter
 from .schedproc import ControllerConfig, SchedulerLaunch, launch_scheduler
 from .schedwatch import SchedulerWatch
 from .status import add_refusal_parts
@@ -214,6 +215,7 @@ class Controller:
             addresses=Addresses(engine_side, client_side),
             store=store,
         )
+        self.hub.resubmitter = self._resubmitter(ready)
         add_refusal_parts(self.hub.refusals, relays, self.zap)
         if cfg.dashboard:
             self._open_dashboard(cfg.dashboard)
@@ -235,6 +237,16 @@ class Controller:
             key=self.key,
             scheduler_pid=lambda: self.scheduler.pid if self.scheduler is not None else None,
         )
+
+    def _resubmitter(self, ready: dict[str, Any]) -> Resubmitter:
+        """The hub's DEALER to the task scheduler's client ROUTER (its ipc twin when there
+        is one), through which resubmitted tasks go as any client's (hub/resubmit.py).
+        A restarted scheduler binds the same addresses: the DEALER reconnects itself."""
+        s = self._socket(zmq.DEALER, peers=False)
+        s.setsockopt(zmq.IDENTITY, RESUBMIT_IDENT)
+        secure(s, self.curve)  # a Curve client of a --curve scheduler, as clients are
+        s.connect(ready.get("local_client") or advertise(ready["client"], "127.0.0.1"))
+        return Resubmitter(s, self.session)
 
     def _wait_for_scheduler(self, monitor: zmq.Socket) -> dict[str, Any]:
         """Wait for the (already started) scheduler to report the ports it bound."""
@@ -300,6 +312,8 @@ class Controller:
             hub.monitor: hub.handle_monitor,
             heart.pong: heart.handle_pong,
         }
+        if hub.resubmitter is not None:
+            handlers[hub.resubmitter.socket] = hub.resubmitter.drain
         events = heart.watch_connections()
         self._sockets.insert(0, events)  # closed before the pong socket it watches
         handlers[events] = heart.handle_events

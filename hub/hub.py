@@ -57,11 +57,11 @@ from zpar.wire.msgtypes import reply_type_of
 from zpar.wire.refusals import merged
 from zpar.wire.sockets import recv_frames
 
-from . import launcherqueries, queries, status
+from . import launcherqueries, queries, resubmit, status
 from .heartmonitor import HeartMonitor
 from .queryapi import QueryHandler, load_queries
 from .recorder import StoreWriter
-from .records import FEED_REGISTERED, FEED_UNREGISTERED, EngineRecord, TaskTable
+from .records import FEED_REGISTERED, FEED_UNREGISTERED, EngineRecord, TaskTable, pack_request
 from .services import HubService, load_services
 from .staleheart import StaleHearts
 from .stores import LOST_IN_RESTART, MemoryStore, TaskStore
@@ -140,6 +140,8 @@ class Hub:
         self.copies = session.for_thread()
         self._large_results: dict[str, list[Any]] = {}  # msg_id -> buffers, until its TaskOut
         self._large_bytes = 0  # bytes of _large_results
+        #: the hub's DEALER to the task scheduler, for resubmit (set by the controller)
+        self.resubmitter: resubmit.Resubmitter | None = None
         #: called with the scheduler_ready content (the controller's start-up waits on it)
         self.on_scheduler_ready: Callable[[dict[str, Any]], None] | None = None
         self._queries: dict[str, Callable[[Message], Any]] = {
@@ -150,6 +152,7 @@ class Hub:
             MsgType.PURGE_REQUEST: lambda m: queries.purge_request(self, m),
             MsgType.DB_REQUEST: lambda m: queries.db_request(self, m),
             MsgType.HUB_HISTORY_REQUEST: lambda m: queries.hub_history(self, m),
+            MsgType.RESUBMIT_REQUEST: lambda m: resubmit.resubmit_request(self, m),
             MsgType.SHUTDOWN_HUB_REQUEST: self._shutdown_hub_request,
             MsgType.SIGNAL_REQUEST: self._signal_request,
             # issue 18: launchers
@@ -544,7 +547,8 @@ class Hub:
                 time.sleep(0)
 
     def _mux_in(self, frames: list[Any]) -> None:
-        # [engine_uuid, client_ident, <ZPAR|MSG>, signature, envelope] (no buffers)
+        # [engine_uuid, client_ident, <ZPAR|MSG>, signature, envelope, buffers…] (buffers
+        # when all of them fit what the store keeps: the request is kept for resubmit)
         msg = self._copy(frames, "monitor (mux in)")
         if msg is None:
             return
@@ -552,7 +556,10 @@ class Hub:
         engine_uuid = engine.decode("ascii", "replace")
         if msg.dest != engine_uuid:
             return  # not for this engine: refused there, so not recorded here
-        self.tasks.submitted(msg.header, "mux", client, engine_uuid)
+        request = None
+        if len(msg.buffers) == len(msg.tags):  # large buffers: checked if ever resubmitted
+            request = pack_request([msg.frames[2], *msg.buffers])
+        self.tasks.submitted(msg.header, "mux", client, engine_uuid, msg.metadata, request)
         if engine in self.stale:  # taken by an engine declared dead: lost, whatever it says
             self.tasks.engine_died(engine_uuid)
 
@@ -568,21 +575,29 @@ class Hub:
         metadata = dict(msg.metadata)
         status = str(metadata.get("status", ""))
         buffers = msg.buffers if len(msg.buffers) == len(msg.tags) else []  # large left out
-        if buffers:
-            try:
-                self.copies.check_buffers(msg.tags, buffers, private=True)
-            except RemoteProtocolError as e:
-                self.copies._refuse(e, "monitor (mux out)")
-                return
+        if buffers and not self._checked(msg, "monitor (mux out)"):
+            return
         if self.tasks.finished(msg_id, engine, metadata, status, msg.content):
             self._result_buffers(msg_id, buffers)
+
+    def _checked(self, msg: Message, where: str) -> bool:
+        """Whether a copy's large buffers (not covered by the signature) check out."""
+        try:
+            self.copies.check_buffers(msg.tags, msg.buffers, private=True)
+        except RemoteProtocolError as e:
+            self.copies._refuse(e, where)
+            return False
+        return True
 
     def _task_batch(self, frames: list[Any]) -> None:
         # [msgpack list of events] (zpar.wire.monitor), dispatched on their exact type
         tasks, large_results = self.tasks, self._large_results
         for event in unpack_batch(frames[0]):
             if type(event) is TaskIn:
-                tasks.submitted(event.header, "task", event.client, None, event.metadata)
+                request = event.request
+                if request is not None:
+                    request = pack_request(request)
+                tasks.submitted(event.header, "task", event.client, None, event.metadata, request)
                 if event.engine:  # its TaskDest, folded in (zpar.wire.monitor): as if it followed
                     tasks.assigned(event.header["msg_id"], event.engine)
             elif type(event) is TaskOut:

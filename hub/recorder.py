@@ -5,7 +5,9 @@ transaction every STORE_FLUSH_INTERVAL seconds, or sooner past STORE_FLUSH_RECOR
 of tasks still pending wait up to PENDING_GRACE seconds first (``held``): most tasks finish
 by then and cost one write, not two. A load-balanced task still in the scheduler's queue (no
 engine yet) waits up to QUEUED_GRACE (``queued``): a burst queues for seconds, and each of
-its records would otherwise be written twice; once placed, it moves to ``held``. A failed write (disk full, read-only file, database
+its records would otherwise be written twice; once placed, it moves to ``held``. A record
+whose kept request (for resubmit) is over REQUEST_HOLD_LIMIT is not held: written at the
+next flush, its bytes leave the hub's memory. A failed write (disk full, read-only file, database
 gone) is logged and reported in status queries; the records stay queued for the next try,
 up to MAX_UNSAVED, and the hub goes on serving: task traffic never waits for the store.
 """
@@ -23,6 +25,7 @@ from .records import TaskRecord, TaskTable
 from .stores import (
     PENDING_GRACE,
     QUEUED_GRACE,
+    REQUEST_HOLD_LIMIT,
     STORE_FLUSH_INTERVAL,
     STORE_FLUSH_RECORDS,
     TaskStore,
@@ -164,7 +167,12 @@ class StoreWriter:
         batch: dict[str, TaskRecord] = {}
         grace = now + PENDING_GRACE
         for m, rec in dirty.items():
-            if rec.completed is None and not everything:
+            request = rec.request
+            if (
+                rec.completed is None
+                and not everything
+                and (request is None or len(request) <= REQUEST_HOLD_LIMIT)
+            ):
                 # the held entry is the record itself: news are in it
                 if rec.engine_uuid is None and rec.queue == "task":
                     if m not in queued and m not in held:
@@ -223,7 +231,9 @@ class StoreWriter:
         except Exception as e:  # a record no store can encode must not stop the others
             return self._isolate(ids, batch, f"{type(e).__name__}: {e}".splitlines()[0])
         for m in ids:
-            batch.pop(m, None)
+            rec = batch.pop(m, None)
+            if rec is not None:
+                rec.request = None  # the store has it (its upserts never clear it)
             self._drop_buffers(m)
         self.saved += len(rows)
         return None

@@ -34,7 +34,7 @@ from zpar.errors import (
 )
 from zpar.wire import Message
 from zpar.wire.messages import TASK_REQUESTS, MsgType, ReplyStatus, abort_ids
-from zpar.wire.monitor import TaskIn, TaskRetry
+from zpar.wire.monitor import TaskIn, TaskRetry, request_parts
 
 from .gating import Gating
 from .instructions import AnswerAbort, FailTask, HubEvent, Refuse, RelayReply, SendTask
@@ -95,7 +95,9 @@ class TaskBook(Gating, Prefetch):
         if msg_id in self.live:  # a second request under a live task's id: never placed
             self.out.append(Refuse("duplicate", f"{msg_id} is already a live task"))
             return
-        self.out.append(HubEvent(TaskIn(client, header, msg.metadata)))
+        self.out.append(
+            HubEvent(TaskIn(client, header, msg.metadata, "", request_parts(msg.frames)))
+        )
         task = Task(msg_id, client, msg, None)
         if msg_type not in TASK_REQUESTS:
             self._fail(task, ProtocolError, f"{msg_type!r} is not a task request")
@@ -162,7 +164,9 @@ class TaskBook(Gating, Prefetch):
         if self.steals:
             self._steal(now)
         while heap and heap[0][0] <= now:
-            _, _, task = heapq.heappop(heap)
+            due, _, task = heapq.heappop(heap)
+            if due != task.deadline:
+                continue  # re-armed since (a retry): the newer deadline counts
             if task.state in (WAITING, QUEUED, HELD):
                 self._withdraw(task)
                 why = "its dependencies" if task.state == WAITING else "a free engine"
@@ -232,6 +236,8 @@ class TaskBook(Gating, Prefetch):
         self.out.append(HubEvent(TaskRetry(task.msg_id, left, why)))
         task.engine = None
         task.attempt += 1  # signed into the next placement (see TaskScheduler._send_task)
+        if task.timeout:
+            self._arm(task)
         self._submit(task)  # no queue drain here: callers drain when it is safe
 
     # -- clients (the ledger's: schedulers/clientledger.py) ----------------------------------

@@ -66,7 +66,9 @@ class HubReport:
             if i is not None and event.engine:  # placed before its TaskIn left: fold
                 first = events[i]
                 assert isinstance(first, TaskIn)
-                events[i] = TaskIn(first.client, first.header, first.metadata, event.engine)
+                events[i] = TaskIn(
+                    first.client, first.header, first.metadata, event.engine, first.request
+                )
                 return
         elif isinstance(event, TaskIn) and not event.engine:
             self._unplaced[event.header["msg_id"]] = len(events)

@@ -73,7 +73,11 @@ class Placement(BookState):
             return pool  # no engine at all yet: wait for one
         if avoid:
             preferred = [e for e in pool if e.uuid not in avoid]
-            return preferred or pool  # failed everywhere once: any engine will do
+            if preferred or not task.timeout:
+                return preferred or pool  # failed everywhere once: any engine will do
+            # with a timeout, as ipyparallel: no engine it failed on again; it waits for
+            # another one until its timeout (TaskTimeout)
+            return []
         return pool
 
     def _place(self, task: Task) -> bool:

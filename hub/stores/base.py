@@ -52,6 +52,36 @@ RECORD_KEYS = (
     "stdout",
     "stderr",
     "result_size",
+    # ipyparallel's record keys (issue 24): the task's label (its metadata's), when the
+    # hub received its reply, and the msg_id it was resubmitted as
+    "label",
+    "received",
+    "resubmitted",
+)
+
+#: The request as the hub keeps it for resubmit (records.pack_request): stored with the
+#: record, never returned by db queries (ipyparallel leaves its buffers out by default too).
+REQUEST_KEY = "request"
+
+#: A pending record whose request is larger than this is written at the next flush, not
+#: held for PENDING_GRACE / QUEUED_GRACE: a burst of large load-balanced requests would
+#: otherwise sit in the hub's memory for seconds beside the scheduler's own copy.
+REQUEST_HOLD_LIMIT = 64 * 1024
+
+#: Columns every store writes: the record's, then the request.
+STORED_KEYS = (*RECORD_KEYS, REQUEST_KEY)
+
+#: Columns an upsert never clears once written: a record rewritten after the store has
+#: its request (the hub drops it from memory once saved), or resubmitted (set in place).
+KEPT_KEYS = frozenset({REQUEST_KEY, "resubmitted"})
+
+#: Columns added after the first release, with their SQLite types: a store file made before
+#: them gains them when opened (ALTER TABLE ADD COLUMN), its old rows reading NULL.
+ADDED_COLUMNS = (
+    ("label", "TEXT"),  # any length, as ipyparallel's labels
+    ("received", "FLOAT"),
+    ("resubmitted", "VARCHAR(128)"),
+    (REQUEST_KEY, "BLOB"),
 )
 
 #: Record keys holding msgpack-decoded structures, kept as JSON (records.jsonable).
@@ -220,6 +250,14 @@ class TaskStore(ABC):
     @abstractmethod
     def delete(self, msg_ids: list[str] | None, engine_uuids: list[str] | None) -> int:
         """Delete completed records (msg_ids None: all, or those of engine_uuids)."""
+
+    @abstractmethod
+    def requests(self, msg_ids: Iterable[str]) -> dict[str, bytes | None]:
+        """{msg_id: stored request (records.pack_request) or None} of the known ones."""
+
+    @abstractmethod
+    def mark_resubmitted(self, pairs: dict[str, str]) -> None:
+        """Set ``resubmitted`` of each old msg_id to its new one."""
 
     @abstractmethod
     def history(self) -> list[str]:

@@ -117,13 +117,6 @@ def test_results_and_metadata_follow_held_handles(rc):
     assert rc.results[m] == 4 and rc.metadata[m]["engine_id"] == 0
 
 
-def test_not_applicable_methods_say_why(rc):
-    with pytest.raises(NotImplementedError, match="dask"):
-        rc.become_dask()
-    with pytest.raises(NotImplementedError, match="resubmit"):
-        rc.resubmit()
-
-
 def test_activate_outside_ipython_warns(rc):
     with pytest.warns(UserWarning, match="only work within IPython"):
         view = rc.activate(targets=[0], suffix="0")

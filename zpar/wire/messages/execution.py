@@ -104,6 +104,15 @@ class Stream(Content):
 
 
 @dataclass(frozen=True, slots=True)
+class DataMessage(Content):
+    """IOPub: a task's publish_data (zpar.datapub); ``data`` is the dict, pickled."""
+
+    msg_type = MsgType.DATA_MESSAGE
+    keys: list
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class StatusMessage(Content):
     msg_type = MsgType.STATUS
     execution_state: str  # 'busy' or 'idle'

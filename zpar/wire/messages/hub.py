@@ -204,6 +204,53 @@ class HubHistoryReply(Content):
 
 
 @dataclass(frozen=True, slots=True)
+class ResubmitRequest(Content):
+    """Run stored tasks again, under new msg_ids (ipyparallel's Client.resubmit)."""
+
+    msg_type = MsgType.RESUBMIT_REQUEST
+    msg_ids: list = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class ResubmitReply(Content):
+    msg_type = MsgType.RESUBMIT_REPLY
+    status: str
+    #: {old msg_id: new msg_id}
+    resubmitted: dict = field(default_factory=dict)
+    evalue: str = optional("")
+
+
+@dataclass(frozen=True, slots=True)
+class BecomeDaskRequest(Content):
+    """Start (once) a dask.distributed Scheduler in the controller (hub/daskhost.py)."""
+
+    msg_type = MsgType.BECOME_DASK_REQUEST
+    scheduler_args: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class BecomeDaskReply(Content):
+    msg_type = MsgType.BECOME_DASK_REPLY
+    status: str
+    address: str = ""
+    ip: str = ""
+    port: int = 0
+    evalue: str = optional("")
+
+
+@dataclass(frozen=True, slots=True)
+class StopDaskRequest(Content):
+    msg_type = MsgType.STOP_DASK_REQUEST
+
+
+@dataclass(frozen=True, slots=True)
+class StopDaskReply(Content):
+    msg_type = MsgType.STOP_DASK_REPLY
+    status: str
+    evalue: str = optional("")
+
+
+@dataclass(frozen=True, slots=True)
 class ShutdownHubRequest(Content):
     msg_type = MsgType.SHUTDOWN_HUB_REQUEST
 
