@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
             getattr(args, "profile", None)
             and (args.command, getattr(args, "action", None)) not in _MAKE_PROFILE
         ):
-            from .connection import existing_profile
+            from zpar.cluster.connection import existing_profile
 
             try:
                 existing_profile(args.profile)

@@ -50,6 +50,7 @@ class LaunchContext:
     def engine_args(self, engine_file: str | Path | None = None) -> list[str]:
         """Arguments of ``python -m zpar.engine`` for one engine of this cluster."""
         return [
+            "-P",  # the installed zpar, not a source tree in the cwd (engine/__main__.py)
             "-m",
             "zpar.engine",
             "--file",
@@ -75,7 +76,12 @@ def rotate_log(path: Path, backups: int = LOG_BACKUPS) -> Path:
 def spawn(
     cmd: list[str], log_path: Path, daemon: bool, env: dict | None = None
 ) -> subprocess.Popen:
-    """Start ``cmd`` with stdout and stderr into a freshly rotated ``log_path``."""
+    """Start ``cmd`` with stdout and stderr into a freshly rotated ``log_path``. Unless
+    ``daemon``, the process watches this one and stops when it dies (zpar.cluster.ownership)."""
+    if not daemon:
+        from zpar.cluster.ownership import OWNER_ENV, owner_token
+
+        env = {**(os.environ if env is None else env), OWNER_ENV: owner_token()}
     # 0600: a log holds task output and tracebacks (docs/security.md)
     with open(rotate_log(log_path), "ab", opener=lambda p, f: os.open(p, f, 0o600)) as out:
         return subprocess.Popen(
