@@ -276,7 +276,8 @@ def cluster_list(args: argparse.Namespace, argv: list[str]) -> int:
     print(f"{'PROFILE':<12} {'CLUSTER':<12} {'LAUNCHER':<8} {'ENGINES':>9} {'PROCS':>5}  URL FILE")
     for st, procs in rows:
         kinds = sorted({s.get("kind", st.launcher) for s in st.engine_sets} or {st.launcher})
-        engines = f"{_registered(st)}/{st.n if st.launcher != 'manual' else '-'}"
+        # a controller's own record (no launcher owns it) does not know how many were asked
+        engines = f"{_registered(st)}/{st.n if st.supervisor else '-'}"
         print(
             f"{st.profile:<12} {st.cluster_id:<12} {','.join(kinds):<8} {engines:>9} "
             f"{procs:>5}  {st.url_file}"
