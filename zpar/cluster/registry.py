@@ -169,16 +169,28 @@ def _forget_dead_cluster(path: Path, st: ClusterState) -> None:
 
 
 def remove_dead_connection_files(directory: Path) -> None:
-    """Remove connection files there whose controller is no longer running."""
-    from zpar.cluster.connection import CLIENT_FILE, ENGINE_FILE, read_connection_file
+    """Remove connection files there whose controller is no longer running. A file that
+    records its pid namespace is judged only in that namespace: a container sharing the
+    profile's volume never removes the files of a controller in another container."""
+    from zpar.cluster.connection import (
+        CLIENT_FILE,
+        ENGINE_FILE,
+        check_controller_alive,
+        read_connection_file,
+    )
 
     for name in (ENGINE_FILE, CLIENT_FILE):
         path = directory / name
         try:
-            pid = read_connection_file(path).controller_pid
+            info = read_connection_file(path)
         except ZparError:
             continue
-        if pid and not psutil.pid_exists(pid):
+        if info.controller_pidns:
+            try:
+                check_controller_alive(path, info)
+            except ZparError:
+                path.unlink(missing_ok=True)
+        elif info.controller_pid and not psutil.pid_exists(info.controller_pid):
             path.unlink(missing_ok=True)
 
 
