@@ -20,6 +20,7 @@ COPY schedulers schedulers
 COPY typed typed
 COPY communicator communicator
 COPY darray darray
+COPY dashboard dashboard
 RUN python3 -m venv /opt/zpar && /opt/zpar/bin/pip install --no-cache-dir .
 
 FROM ${BASE}
