@@ -10,7 +10,7 @@ first (cluster start, stop or list) calls it.
 
 The processes a launcher starts watch it (``watch_owner``): when the Python process that
 owns a ``zpar.Cluster()`` is killed, even by SIGKILL, its controller and engines stop within
-a second instead of outliving it.
+seconds (their own clean stop) instead of outliving it.
 """
 
 from __future__ import annotations
