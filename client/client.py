@@ -16,7 +16,12 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from zpar.cluster.connection import default_url_file, profile_dir, wait_for_connection_file
+from zpar.cluster.connection import (
+    check_controller_alive,
+    default_url_file,
+    profile_dir,
+    wait_for_connection_file,
+)
 from zpar.constants import DEFAULT_PROFILE, HUB_TIMEOUT, WINDOW_BYTES, WINDOW_REQUESTS
 from zpar.errors import (
     NoEnginesRegistered,
@@ -132,6 +137,7 @@ class Client(TaskStoreMixin, EngineControlMixin, ClientCompatMixin):
         path = path or cluster_url_file(self.profile, cluster_id)
         self.url_file = path
         info = wait_for_connection_file(path, timeout)
+        check_controller_alive(path, info)  # a stale file: say so now, not after timeout
         #: the controller's live dashboard, its token included ("" without one)
         self.dashboard_link: str = info.dashboard_link
         self.session = Session(info.key or None, allow_insecure=not info.key)

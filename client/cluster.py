@@ -27,7 +27,7 @@ class Cluster:
         controller_args: Sequence[str] = (),
         engine_args: Sequence[str] = (),
         timeout: float = 60.0,
-        log_level: str | None = None,
+        log_level: str | int | None = None,
         keep_files: bool = False,
         engines: str | None = None,
         keep: bool | None = None,
@@ -40,6 +40,7 @@ class Cluster:
         from zpar.cluster.settings import load
 
         flags = {"ip": ip, "log_level": log_level, "engines": engines, "keep": keep, **settings}
+        origins = {name: f"zpar.Cluster({name}=...)" for name in flags}
         self._launcher = LocalCluster(
             n,
             profile=profile,
@@ -47,7 +48,7 @@ class Cluster:
             controller_args=controller_args,
             engine_args=engine_args,
             keep_files=keep_files,
-            settings=load(profile, flags),
+            settings=load(profile, flags, origins=origins),
         )
         self.timeout = timeout
         self.client: Client | None = None

@@ -6,6 +6,7 @@ import argparse
 import logging
 import os
 import sys
+from pathlib import Path
 
 import zmq
 
@@ -220,13 +221,23 @@ def main(argv: list[str] | None = None) -> int:
         except OSError as e:
             sys.stderr.write(f"zpar controller: cannot start the task scheduler: {e}\n")
             return 1
+        from zpar.cluster.connection import CLIENT_FILE, security_dir
+        from zpar.cluster.ownership import stop_self, watch_owner
+        from zpar.cluster.registry import forget_controller, record_controller
+
         from .controller import run_controller
 
+        launched = watch_owner(stop_self)  # started by a launcher: stop when it dies
+        url_dir = Path(args.url_file_dir) if args.url_file_dir else security_dir(args.profile)
+        # listed by `zpar cluster list`, stopped by the command ClusterBusy prints
+        record_controller(args.profile, args.cluster_id, url_dir / CLIENT_FILE, launched)
         try:
             return run_controller(config, launch)
         except (ZparError, zmq.ZMQError, OSError) as e:
             sys.stderr.write(f"zpar controller: {e}\n")
             return 1
+        finally:
+            forget_controller(args.profile, args.cluster_id)
     finally:
         lock.release()
 

@@ -19,17 +19,20 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import psutil
 import zmq
 
 from zpar.cluster.connection import (
     CLIENT_FILE,
     ENGINE_FILE,
     ConnectionInfo,
+    pid_namespace,
     profile_dir,
     read_connection_file,
     security_dir,
     write_connection_file,
 )
+from zpar.cluster.ownership import DEFAULT_LOCK_NAME
 from zpar.constants import (
     MONITOR_RCVHWM,
     WILDCARDS,
@@ -120,7 +123,8 @@ class Controller:
         # the store (and SQLAlchemy's import) opens in a thread while the sockets bind and
         # the scheduler starts; a store that cannot be opened still stops us before any
         # connection file is written
-        name = f"tasks-{cfg.cluster_id}.db" if cfg.cluster_id else "tasks.db"
+        # README: tasks-<cluster id>.db; a controller started without one is "default"
+        name = f"tasks-{cfg.cluster_id or DEFAULT_LOCK_NAME}.db"
         opened: dict[str, Any] = {}
 
         def open_it() -> None:
@@ -285,6 +289,8 @@ class Controller:
             controller_pid=os.getpid(),
             dashboard=self.dashboard.url if self.dashboard is not None else "",
             dashboard_token=self.dashboard.token if self.dashboard is not None else "",
+            controller_pidns=pid_namespace(),
+            controller_started=psutil.Process().create_time(),
         )
         if self.curve is not None:
             info = replace(

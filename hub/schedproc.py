@@ -131,6 +131,7 @@ def launch_scheduler(
         f.write(key)
     cmd = [
         sys.executable,
+        "-P",  # the installed zpar, not a source tree in the cwd (docs/decisions.md)
         "-m",
         "zpar.schedulers",
         "--monitor",

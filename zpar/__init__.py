@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import checkout
 from .dependency import Dependency, depend, dependent, require
 from .errors import (
     AlreadyDisplayedError,
@@ -32,6 +33,8 @@ from .errors import (
     WrongKey,
     ZparError,
 )
+
+checkout.install(__file__)  # from a source checkout: zpar.client is client/ (zpar/checkout.py)
 
 #: concurrent.futures' return_when values (not imported from it: every process imports zpar)
 ALL_COMPLETED = "ALL_COMPLETED"

@@ -18,8 +18,8 @@ RET_USAGE = 2
 RET_NOT_FOUND = 3
 
 
-def _profile(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--profile", default=DEFAULT_PROFILE, type=checked(names.profile_name))
+def _profile(p: argparse.ArgumentParser, default: str | None = DEFAULT_PROFILE) -> None:
+    p.add_argument("--profile", default=default, type=checked(names.profile_name))
 
 
 def _cluster_id(p: argparse.ArgumentParser) -> None:
@@ -77,8 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
         "status", help="a running cluster's engines and refused messages by process and reason"
     )
     status.add_argument("--json", action="store_true", help="the status as one JSON object")
-    for sp in (start, engines, stop, lst, status):
+    for sp in (start, engines, status):
         _profile(sp)
+    for sp in (stop, lst):  # without --profile: every profile (list, stop --all)
+        _profile(sp, default=None)
     for sp in (start, engines, stop, status):
         _cluster_id(sp)
     status.set_defaults(func=cc.cluster_status)
@@ -106,6 +108,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--engines", type=checked(names.engine_count), default=1, help="engines to wait for"
     )
     smoke.add_argument("--timeout", type=float, default=60.0, help="seconds to wait")
+    smoke.add_argument(
+        "--job",
+        choices=("check", "full"),
+        default="check",
+        help="check: a task per engine and a map; full: a job that survives a lost engine "
+        "(hold, map, scatter/gather, communicator allreduce, a result from the store)",
+    )
+    smoke.add_argument(
+        "--hold",
+        type=float,
+        default=0.0,
+        help="full job: seconds a task holds each engine first (kill one to see EngineError)",
+    )
     smoke.set_defaults(func=cc.smoke)
 
     ctl = sub.add_parser(
@@ -140,6 +155,10 @@ _DELEGATES = {
 }
 
 
+#: (command, action) that may create the profile they name.
+_MAKE_PROFILE = {("cluster", "start"), ("profile", "create")}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     # `zpar controller …`, `zpar engine …` and the comm tools hand their arguments to the
@@ -155,6 +174,18 @@ def main(argv: list[str] | None = None) -> int:
         return worker_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
+        # only `profile create` and `cluster start` make a profile: a typo is refused
+        if (
+            getattr(args, "profile", None)
+            and (args.command, getattr(args, "action", None)) not in _MAKE_PROFILE
+        ):
+            from zpar.cluster.connection import existing_profile
+
+            try:
+                existing_profile(args.profile)
+            except ValueError as e:
+                print(f"zpar {args.command}: {e}", file=sys.stderr)
+                return RET_NOT_FOUND
         return int(args.func(args, argv) or 0)
     except (ValueError, ZparError, OSError) as e:  # one line, never a traceback
         print(f"zpar {args.command}: {e}", file=sys.stderr)

@@ -210,7 +210,7 @@ def test_slurm_script(tmp_path):
                  "#SBATCH --time=01:00:00"):  # fmt: skip
         assert want in lines
     assert lines[-1] == (
-        f"srun /opt/py/bin/python -m zpar.engine --file {tmp_path}/zpar-engine.json "
+        f"srun /opt/py/bin/python -P -m zpar.engine --file {tmp_path}/zpar-engine.json "
         "--log-level WARNING"
     )
     subprocess.run(["sh", "-n"], input=text, text=True, check=True)  # valid shell

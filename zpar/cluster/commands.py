@@ -29,6 +29,7 @@ from zpar.cluster.launcher import (
 )
 from zpar.cluster.launchers.base import log_tail, open_log
 from zpar.cluster.settings import Settings, create_profile, describe, load
+from zpar.constants import DEFAULT_PROFILE
 from zpar.errors import LaunchError, ZparError
 
 #: exit codes
@@ -50,12 +51,14 @@ def say(text: str) -> None:
 
 def settings_from(args: argparse.Namespace) -> Settings:
     flags = {name: getattr(args, name, None) for name in FLAG_SETTINGS}
+    origins = {}
     for item in getattr(args, "set", None) or []:
         name, eq, value = item.partition("=")
         if not eq:
             raise ValueError(f"--set {item!r}: use NAME=VALUE, e.g. --set hwm=4")
-        flags[name.strip().replace("-", "_")] = value
-    return load(args.profile, flags)
+        name = name.strip().replace("-", "_")
+        flags[name], origins[name] = value, f"--set {item}"
+    return load(args.profile, flags, origins=origins)
 
 
 class StartProgress:
@@ -95,7 +98,7 @@ def _wait_until_stopped(lc: LocalCluster, owns_controller: bool) -> None:
 
 def _daemonize(argv: list[str], log_path: Path, record: Path, timeout: float) -> int:
     """Run this command again, detached, as the cluster's launcher; wait for its record."""
-    cmd = [sys.executable, "-m", "zpar", *[a for a in argv if a != "--daemon"], "--supervise"]
+    cmd = [sys.executable, "-P", "-m", "zpar", *[a for a in argv if a != "--daemon"], "--supervise"]
     with open_log(log_path) as out:
         proc = subprocess.Popen(
             cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
@@ -215,7 +218,7 @@ def cluster_engines(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def _daemonize_engines(argv: list[str], log_path: Path, d: Path, cid: str, timeout: float) -> int:
-    cmd = [sys.executable, "-m", "zpar", *[a for a in argv if a != "--daemon"], "--supervise"]
+    cmd = [sys.executable, "-P", "-m", "zpar", *[a for a in argv if a != "--daemon"], "--supervise"]
     with open_log(log_path) as out:
         proc = subprocess.Popen(
             cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
@@ -236,8 +239,9 @@ def _daemonize_engines(argv: list[str], log_path: Path, d: Path, cid: str, timeo
 
 
 def cluster_stop(args: argparse.Namespace, argv: list[str]) -> int:
+    """One cluster, or with ``--all`` every cluster of ``--profile`` (every profile without)."""
     targets = (
-        [(args.profile, args.cluster_id)]
+        [(args.profile or DEFAULT_PROFILE, args.cluster_id)]
         if args.cluster_id or not args.all
         else [(st.profile, st.cluster_id) for st, _ in list_clusters(args.profile)]
     )
@@ -267,11 +271,13 @@ def _registered(st: ClusterState) -> str:
 
 
 def cluster_list(args: argparse.Namespace, argv: list[str]) -> int:
+    """Running clusters of ``--profile``, or of every profile without it."""
     rows = list_clusters(args.profile)
     print(f"{'PROFILE':<12} {'CLUSTER':<12} {'LAUNCHER':<8} {'ENGINES':>9} {'PROCS':>5}  URL FILE")
     for st, procs in rows:
         kinds = sorted({s.get("kind", st.launcher) for s in st.engine_sets} or {st.launcher})
-        engines = f"{_registered(st)}/{st.n}"
+        # a controller's own record (no launcher owns it) does not know how many were asked
+        engines = f"{_registered(st)}/{st.n if st.supervisor else '-'}"
         print(
             f"{st.profile:<12} {st.cluster_id:<12} {','.join(kinds):<8} {engines:>9} "
             f"{procs:>5}  {st.url_file}"
@@ -334,9 +340,17 @@ def config_show(args: argparse.Namespace, argv: list[str]) -> int:
 
 def smoke(args: argparse.Namespace, argv: list[str]) -> int:
     from zpar.cluster.smoke import smoke_test
+    from zpar.cluster.smokejob import full_job
 
     try:
-        say(f"smoke: {smoke_test(args.file, args.profile, args.engines, args.timeout)}")
+        if args.job == "full":
+            report = full_job(
+                args.file, args.profile, args.engines, args.timeout, args.hold,
+                say=lambda text: say(f"smoke: {text}"),
+            )  # fmt: skip
+        else:
+            report = smoke_test(args.file, args.profile, args.engines, args.timeout)
+        say(f"smoke: {report}")
     except AssertionError as e:
         say(f"smoke: FAILED: {e}")
         return RET_ERROR

@@ -81,7 +81,7 @@ class LocalCluster:
         controller_args: Sequence[str] = (),
         engine_args: Sequence[str] = (),
         daemon: bool = False,
-        log_level: str | None = None,
+        log_level: str | int | None = None,
         keep_files: bool = False,
         settings: Settings | None = None,
         engines: str | None = None,
@@ -97,7 +97,7 @@ class LocalCluster:
         settings = settings or Settings(profile=profile)
         overrides = {"ip": ip, "log_level": log_level, "engines": engines, "keep": keep}
         settings = replace(settings, **{k: v for k, v in overrides.items() if v is not None})
-        names.log_level(settings.log_level)
+        settings = replace(settings, log_level=names.log_level(settings.log_level))
         engine_set_class(settings.engines)  # an unknown kind fails here, before any process
         self.settings = settings
         self.n = n
@@ -202,7 +202,8 @@ class LocalCluster:
         s = self.settings
         cmd = [
             sys.executable,  # the controller runs here, with this python ([engines] python
-            "-m",  # is for engines)
+            "-P",  # is for engines); -P: the installed zpar, not a source tree in the cwd
+            "-m",
             "zpar.hub",
             "--profile",
             self.profile,

@@ -35,7 +35,13 @@ def cluster_id(value: str) -> str:
     return value if value == "" else check_name(value, "cluster id")
 
 
-def log_level(value: str) -> str:
+def log_level(value: str | int) -> str:
+    """A level's name: ``"debug"``, ``"DEBUG"`` or ``10`` (logging.DEBUG) give "DEBUG"."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        name = logging.getLevelName(value)
+        if isinstance(name, str) and not name.startswith("Level "):
+            return name
+        raise ValueError(f"invalid log level {value!r}: use one of {', '.join(LOG_LEVELS)}")
     level = str(value).upper()
     if level not in LOG_LEVELS and not isinstance(logging.getLevelName(level), int):
         raise ValueError(f"invalid log level {value!r}: use one of {', '.join(LOG_LEVELS)}")

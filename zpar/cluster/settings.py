@@ -126,7 +126,8 @@ SPECS: dict[str, Spec] = {
     ),
     "insecure": Spec("controller", bool, "no key and no signatures (trusted networks only)"),
     "curve": Spec("controller", bool, "CurveZMQ on every connection (docs/security.md)"),
-    "log_level": Spec("controller", str, "log level of every process", names.log_level),
+    # a name or logging's int (logging.DEBUG): the check makes it the name
+    "log_level": Spec("controller", object, "log level of every process", names.log_level),
     "dashboard": Spec(
         "controller",
         str,
@@ -245,7 +246,7 @@ def _coerce(spec: Spec, value: Any) -> Any:
         if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
             raise ValueError("expected a list of strings")
         return tuple(value)
-    if kind is dict:
+    if kind is dict or kind is object:
         return value  # the spec's check parses and validates
     if not isinstance(value, str):
         raise ValueError("expected a string")
@@ -286,8 +287,11 @@ def load(
     profile: str = "default",
     flags: dict[str, Any] | None = None,
     environ: dict[str, str] | None = None,
+    origins: dict[str, str] | None = None,
 ) -> Settings:
-    """Settings of ``profile``: flags (None values ignored) > environment > file > default."""
+    """Settings of ``profile``: flags (None values ignored) > environment > file > default.
+    ``origins``: where a flag's value came from, for errors (default "flag --NAME"): e.g.
+    "--set hwm=x" or "zpar.Cluster(hwm=...)"."""
     names.profile_name(profile)
     environ = os.environ if environ is None else environ
     values: dict[str, Any] = {}
@@ -302,7 +306,8 @@ def load(
             sources[name] = f"environment {var}"
     for name, value in (flags or {}).items():
         if value is not None:
-            values[name] = convert(name, value, f"flag --{name.replace('_', '-')}")
+            where = (origins or {}).get(name) or f"flag --{name.replace('_', '-')}"
+            values[name] = convert(name, value, where)
             sources[name] = "flag"
     return Settings(**values, profile=profile, sources=sources)
 

@@ -50,6 +50,7 @@ class LaunchContext:
     def engine_args(self, engine_file: str | Path | None = None) -> list[str]:
         """Arguments of ``python -m zpar.engine`` for one engine of this cluster."""
         return [
+            "-P",  # the installed zpar, not a source tree in the cwd (engine/__main__.py)
             "-m",
             "zpar.engine",
             "--file",
@@ -84,7 +85,12 @@ def open_log(path: Path) -> BinaryIO:
 def spawn(
     cmd: list[str], log_path: Path, daemon: bool, env: dict | None = None
 ) -> subprocess.Popen:
-    """Start ``cmd`` with stdout and stderr into a freshly rotated ``log_path`` (0600)."""
+    """Start ``cmd`` with stdout and stderr into a freshly rotated ``log_path``. Unless
+    ``daemon``, the process watches this one and stops when it dies (zpar.cluster.ownership)."""
+    if not daemon:
+        from zpar.cluster.ownership import OWNER_ENV, owner_token
+
+        env = {**(os.environ if env is None else env), OWNER_ENV: owner_token()}
     with open_log(log_path) as out:
         return subprocess.Popen(
             cmd,
