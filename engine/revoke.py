@@ -7,12 +7,18 @@ threads meet here, under one lock: the main thread, before it runs a task it too
 task socket, calls ``start`` (False: revoked, drop it silently); the signal thread calls
 ``revoke``, which gives back only tasks never started. So a task runs here or is re-placed
 by the scheduler, never both.
+
+An element request (zpar.elements: a run of a map's elements) is given back in part: while
+it runs, ``begin`` / ``step`` / ``end`` keep its next position and its end here, and
+``give_back`` moves the end down (the unstarted tail, less what the scheduler lets it keep),
+so each element too runs here or elsewhere, never both.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from typing import Any
 
 #: Started msg_ids remembered, so a revoke that crosses the task's reply is answered "not
 #: revoked": a revoke names only tasks the scheduler holds unanswered, which is at most its
@@ -21,12 +27,14 @@ STARTED_MEMORY = 4096
 
 
 class RevokeGate:
-    __slots__ = ("_lock", "_revoked", "_started")
+    __slots__ = ("_lock", "_revoked", "_started", "_run")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._revoked: set[str] = set()
         self._started: OrderedDict[str, None] = OrderedDict()
+        #: the element request running: [msg_id, next position to start, end]
+        self._run: list[Any] | None = None
 
     def start(self, msg_id: str) -> bool:
         """The main thread is about to run ``msg_id``: False if it was revoked (then it is
@@ -48,6 +56,43 @@ class RevokeGate:
             revoked = [m for m in msg_ids if m not in self._started]
             self._revoked.update(revoked)
             return revoked
+
+    def begin(self, msg_id: str, lo: int, hi: int) -> None:
+        """The main thread starts element request ``msg_id`` (positions [lo, hi))."""
+        with self._lock:
+            self._run = [msg_id, lo, hi]
+
+    def step(self, j: int) -> bool:
+        """The main thread is about to run position ``j``: False if it was given back."""
+        with self._lock:
+            run = self._run
+            if run is None or j >= run[2]:
+                return False
+            run[1] = j + 1
+            return True
+
+    def end(self) -> int | None:
+        """The element request is over: its end as it stands (moved by give_back)."""
+        with self._lock:
+            run, self._run = self._run, None
+            return None if run is None else run[2]
+
+    def give_back(self, tails: dict[str, Any]) -> dict[str, list[int]]:
+        """For the running element request, if named in ``tails`` ({msg_id: elements to
+        keep}): its unstarted positions past those kept, never to run here:
+        {msg_id: [a, b]}, or {} if none."""
+        with self._lock:
+            run = self._run
+            if run is None or run[0] not in tails:
+                return {}
+            keep = tails[run[0]]
+            keep = keep if type(keep) is int and keep > 0 else 0
+            a = run[1] + keep
+            if a >= run[2]:
+                return {}
+            out = {run[0]: [a, run[2]]}
+            run[2] = a
+            return out
 
     def __len__(self) -> int:
         """Revoked tasks not reached yet."""
