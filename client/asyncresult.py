@@ -662,7 +662,12 @@ class AsyncMapResult(AsyncResult):
 
     def _element_values(self) -> list[Any]:
         assert self._parts is not None
-        return [p.value(j) for p in self._parts for j in range(p.n)]
+        if len(self._parts) == 1:
+            return self._parts[0].values()
+        out: list[Any] = []
+        for p in self._parts:
+            out.extend(p.values())
+        return out
 
     def get(
         self,

@@ -120,6 +120,50 @@ class Parts:
         idx = self.owner[pos]
         return None if idx == _NONE else self.replies[idx]
 
+    def values(self) -> list[Any]:
+        """Every position's value or exception (all answered): runs of a part copied as
+        slices, not element by element."""
+        n, owner, replies = self.n, self.owner, self.replies
+        out: list[Any] = [None] * n
+        slow = False
+        for idx, reply in enumerate(replies):
+            c = reply.content
+            rng = element_range(c.get(ELEMENTS))
+            if rng is None or c.get("status") != "ok":
+                slow = True
+                continue
+            a, b = min(rng[0], n), min(rng[1], n)
+            if owner[a:b].count(idx) != b - a:
+                slow = True
+                continue
+            out[a:b] = self._decoded(idx)[: b - a]
+            errors = c.get(ERRORS)
+            if errors:
+                for k, e in errors.items():
+                    if a <= int(k) < b:
+                        out[int(k)] = RemoteError.from_content(e)
+        if slow or self.error is not None:  # a retried run, an error for a whole run...
+            done = set()
+            for idx, reply in enumerate(replies):
+                c = reply.content
+                rng = element_range(c.get(ELEMENTS))
+                if rng is not None and c.get("status") == "ok":
+                    a, b = min(rng[0], n), min(rng[1], n)
+                    if owner[a:b].count(idx) == b - a:
+                        done.add(idx)
+            for pos in range(n):
+                if owner[pos] not in done:
+                    out[pos] = self.value(pos)
+        return out
+
+    def _decoded(self, idx: int) -> list[Any]:
+        values = self._values[idx]
+        if values is None:
+            reply = self.replies[idx]
+            values = deserialize_object(reply.buffers) if reply.buffers else []
+            self._values[idx] = values
+        return values
+
     def value(self, pos: int) -> Any:
         """The value of an answered position, or the exception it raised (returned)."""
         idx = self.owner[pos]
@@ -141,7 +185,7 @@ class Parts:
                 except Exception as e:
                     return e
                 return None
-            values = self._values[idx] = deserialize_object(reply.buffers) if reply.buffers else []
+            values = self._decoded(idx)
         return values[pos - content[ELEMENTS][0]]
 
 

@@ -4,23 +4,26 @@ A load-balanced map's request carries a run of elements (zpar.elements); each is
 its user. The engine runs them in order and answers in parts, each part one apply_reply for
 the elements finished since the last (their values pickled as one list, errors per element):
 
-    main thread   step ─ enter: f(element j) :leave ─ pending += value ─ (2 ms held?) part ─ …
-    watchdog      sends the pending part itself once it waited HOLD_LIMIT in user code
-    signal thread gives the unstarted tail back to the scheduler (RevokeGate.give_back)
+    main thread   enter ─ [pop position, f(element), pending.append] x burst ─ leave ─ part? ─ …
+    watchdog      makes the pending values a part and sends it once they waited HOLD_LIMIT
+    signal thread gives unstarted positions back to the scheduler (RevokeGate.give_back)
 
-A part is built when the pending values have waited HOLD_LIMIT, before control messages are
-read, and at the end; while an element runs long, the held-replies watchdog builds and sends
-it (``take`` is its source, under its lock: engine.heldreplies). So a finished element's
-value waits at most about HOLD_LIMIT for company, and a slow element never holds back the
-values before it. Before each element the gate is asked (its tail may have been taken back
-to run elsewhere), the request's abort is checked, and, every CONTROL_EVERY seconds, the
-control socket is read (an abort of the map reaches its unstarted elements).
+Elements run in *bursts* of at most BURST of the hold limit: the main thread tells the
+held-replies watchdog once per burst that it runs user code (engine.heldreplies), not once
+per element, and between bursts it reads the control socket (an abort of the map reaches
+its unstarted elements) and sends a part if the values pending waited HOLD_LIMIT. While a
+burst runs, the watchdog may take the pending values at any moment (``take``: a snapshot of
+an append-only list, each step atomic under the GIL), so a value finished before a slow
+element leaves within about HOLD_LIMIT: a slow element never holds back the values before
+it. Positions are popped one at a time from the gate's deque, so the signal thread can give
+back every position not started yet, whatever the burst.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -37,9 +40,12 @@ from .revoke import RevokeGate
 
 log = logging.getLogger(__name__)
 
-#: Seconds between two looks at the control socket while elements run (an abort of the map
-#: waits at most this long plus one element; a look costs ~0.5 us, an element may be 0.1).
-CONTROL_EVERY = 0.001
+#: A burst of elements lasts at most this fraction of the hold limit (then the control
+#: socket is read, and a part sent if due): the watchdog, which fires at the limit, finds the
+#: main thread in the burst's last element at most, so what finished before has left by then.
+BURST = 0.5
+#: values made into parts kept in the pending list before it is cut (between bursts)
+COMPACT_AT = 4096
 
 _BUSY = {"execution_state": "busy"}
 _IDLE = {"execution_state": "idle"}
@@ -62,36 +68,45 @@ class ElementRun:
         self.replies = replies
         self.gate = gate
         self.origin = origin_of(msg.msg_id)
-        #: values finished and not yet in a part, from position ``first``
+        #: values finished, from position ``base``; those before ``taken`` are in parts
         self.pending: list[Any] = []
-        self.errors: dict[str, Any] = {}
-        self.first = 0
-        #: monotonic time the oldest pending value was finished (None: none pending)
+        self.base = 0
+        self.taken = 0
+        #: exceptions raised, by position (set before the position's value is appended)
+        self.errors: dict[int, BaseException] = {}
+        #: monotonic time the oldest value not in a part was seen (None: none, or unknown)
         self.since: float | None = None
         self.started: float | None = None
-        self.completed = 0.0
 
     # -- parts --------------------------------------------------------------------------
 
     def take(self, final: bool = False, stdout: str = "", stderr: str = "") -> None:
-        """Make the pending values a part among the held replies (the ReplySender's
-        flush calls this first, on whichever thread flushes); ``final``: the last part of
-        this placement, made even with nothing pending."""
-        values = self.pending
-        if not values and not final:
+        """Make the values not in a part yet a part among the held replies (the
+        ReplySender's flush calls this first, on whichever thread flushes); ``final``: the
+        last part of this placement, made even with nothing pending."""
+        pending = self.pending
+        n = len(pending)  # a snapshot: the main thread may append meanwhile
+        t = self.taken
+        if n == t and not final:
             return
-        first = self.first
-        last = first + len(values)
-        errors = self.errors
-        self.pending, self.errors, self.first, self.since = [], {}, last, None
+        values = pending[t:n]
+        first = self.base + t
+        last = self.base + n
+        self.taken = n
+        self.since = None
         content: dict[str, Any] = {"status": ReplyStatus.OK, ELEMENTS: [first, last]}
+        errors = {}
+        if self.errors:
+            for pos in list(self.errors):
+                if first <= pos < last:
+                    errors[str(pos)] = self._error(self.errors.pop(pos))
         buffers = self._pickle(values, first, errors) if values else []
         if errors:
             content[ERRORS] = errors
         if final:
             content[FINAL] = True
         now = time.time()
-        self._hold(content, buffers, self.started or now, self.completed or now, stdout, stderr)
+        self._hold(content, buffers, self.started or now, now, stdout, stderr)
         self.started = None
 
     def finish(self, stop: int, end: int, stdout: str, stderr: str) -> None:
@@ -179,7 +194,7 @@ class ElementRun:
         try:
             if rng is None:
                 raise ValueError(f"metadata 'elements' must be [lo, hi], got {msg.metadata}")
-            self.first = lo
+            self.base = lo
             f, args, _ = unpack_apply(msg.buffers)
             fn = _bound(args[0])
             items = zip(*(s[lo:hi] for s in args[1:]), strict=False)
@@ -192,63 +207,82 @@ class ElementRun:
             self._hold(content, [], now, now, stdout, stderr)
             self._end(publish)
             return
-        if gate is not None:
-            gate.begin(msg.msg_id, lo, hi)
+        positions = gate.begin(msg.msg_id, lo, hi) if gate is not None else deque(range(lo, hi))
         stop, aborted = lo, False
         try:
-            stop, aborted = self._loop(fn, items, lo, look_at_control)
+            stop, aborted = self._loop(fn, items, positions, look_at_control)
         finally:
             if gate is not None:
-                end = gate.end()
-                hi = min(hi, end) if end is not None else hi
+                gate.end()
             stdout, stderr = capture.stop()
+        end = stop + len(positions)  # what was not given back nor run: aborted
         if kernel.aborted and self.origin in kernel.aborted:
-            aborted = aborted or stop < hi
+            aborted = aborted or stop < end
             kernel.aborted.discard(self.origin)
-        self.finish(stop, hi if aborted else stop, stdout, stderr)
+        if not aborted and stop < end:  # the sequences ended early: answered, never lost
+            self._short(stop, end)
+            stop = end
+        self.finish(stop, end if aborted else stop, stdout, stderr)
         self._end(publish)
 
+    def _short(self, stop: int, end: int) -> None:
+        self.take()
+        now = time.time()
+        content = self._error(IndexError(f"the map's sequences end before element {stop}"))
+        content[ELEMENTS] = [stop, end]
+        self._hold(content, [], now, now)
+
     def _loop(
-        self, fn: Any, items: Any, j: int, look_at_control: Callable[[], bool]
+        self, fn: Any, items: Any, positions: deque[int], look_at_control: Callable[[], bool]
     ) -> tuple[int, bool]:
-        """Run elements from position ``j`` until the last, the given-back tail or an
-        abort; returns (the first position not run, whether an abort stopped it)."""
-        kernel, replies, gate = self.kernel, self.replies, self.gate
+        """Run elements in bursts until none is left (run, or given back) or an abort;
+        returns (the position after the last run, whether an abort stopped it)."""
+        kernel, replies = self.kernel, self.replies
         watchdog = replies.watchdog
         monotonic = time.monotonic
         limit = watchdog.limit
-        next_look = monotonic() + CONTROL_EVERY
-        for item in items:
-            if gate is not None and not gate.step(j):
-                return j, False  # the rest was given back: it runs elsewhere
-            if kernel.aborted and self.origin in kernel.aborted:
-                return j, True
-            now = monotonic()
-            if now >= next_look:
-                next_look = now + CONTROL_EVERY
-                if look_at_control():
-                    return j, True
+        burst = limit * BURST
+        pending, errors = self.pending, self.errors
+        append, take_position = pending.append, positions.popleft
+        j = self.base
+        while positions:
+            if self.since is None and len(pending) > self.taken:
+                self.since = monotonic()
+            start = monotonic()
             if self.started is None:
                 self.started = time.time()
             since = self.since
-            error = None
-            # from enter to leave the pending values are the watchdog's (take)
-            watchdog.enter(replies.held_since if since is None else since)
+            # from enter to leave the values not in a part are the watchdog's too (take)
+            watchdog.enter(start if since is None else since)
             try:
-                value = fn(*item)
-            except USER_ERRORS as e:
-                value, error = None, e
+                while True:
+                    try:
+                        j = take_position()
+                    except IndexError:  # the last one ran, or the rest was given back
+                        break
+                    try:
+                        value = fn(*next(items))
+                    except USER_ERRORS as e:
+                        value = None
+                        errors[j] = e
+                    append(value)
+                    j += 1
+                    if monotonic() - start >= burst:
+                        break
             finally:
                 watchdog.leave()
-            if error is not None:
-                self.errors[str(j)] = self._error(error)
-            self.completed = time.time()
-            self.pending.append(value)  # read again: the watchdog may have sent a part
-            j += 1
-            if self.since is None:
-                self.since = replies.mark_held()
-            elif monotonic() - self.since >= limit:
+            if self.since is None and len(pending) > self.taken:
+                self.since = start
+            if kernel.aborted and self.origin in kernel.aborted:
+                return j, True
+            if look_at_control():
+                return j, True
+            if self.since is not None and monotonic() - self.since >= limit:
                 replies.flush()
+            if self.taken >= COMPACT_AT:  # outside user code: the main thread's alone
+                del pending[: self.taken]
+                self.base += self.taken
+                self.taken = 0
         return j, False
 
     def _end(self, publish: Any) -> None:

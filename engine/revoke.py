@@ -9,15 +9,15 @@ task socket, calls ``start`` (False: revoked, drop it silently); the signal thre
 by the scheduler, never both.
 
 An element request (zpar.elements: a run of a map's elements) is given back in part: while
-it runs, ``begin`` / ``step`` / ``end`` keep its next position and its end here, and
-``give_back`` moves the end down (the unstarted tail, less what the scheduler lets it keep),
+it runs, its positions not started yet are a deque the main thread pops from the left and
+``give_back`` from the right (each pop one atomic step under the GIL: no lock per element),
 so each element too runs here or elsewhere, never both.
 """
 
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import Any
 
 #: Started msg_ids remembered, so a revoke that crosses the task's reply is answered "not
@@ -33,8 +33,8 @@ class RevokeGate:
         self._lock = threading.Lock()
         self._revoked: set[str] = set()
         self._started: OrderedDict[str, None] = OrderedDict()
-        #: the element request running: [msg_id, next position to start, end]
-        self._run: list[Any] | None = None
+        #: the element request running: (msg_id, its positions not started yet)
+        self._run: tuple[str, deque[int]] | None = None
 
     def start(self, msg_id: str) -> bool:
         """The main thread is about to run ``msg_id``: False if it was revoked (then it is
@@ -57,25 +57,19 @@ class RevokeGate:
             self._revoked.update(revoked)
             return revoked
 
-    def begin(self, msg_id: str, lo: int, hi: int) -> None:
-        """The main thread starts element request ``msg_id`` (positions [lo, hi))."""
+    def begin(self, msg_id: str, lo: int, hi: int) -> deque[int]:
+        """The main thread starts element request ``msg_id`` (positions [lo, hi)): the
+        positions to run, which it takes from the left (``popleft``: one atomic step, no
+        lock per element); ``give_back`` takes unstarted ones from the right."""
+        positions = deque(range(lo, hi))
         with self._lock:
-            self._run = [msg_id, lo, hi]
+            self._run = (msg_id, positions)
+        return positions
 
-    def step(self, j: int) -> bool:
-        """The main thread is about to run position ``j``: False if it was given back."""
+    def end(self) -> None:
+        """The element request is over (what is left of its positions was aborted)."""
         with self._lock:
-            run = self._run
-            if run is None or j >= run[2]:
-                return False
-            run[1] = j + 1
-            return True
-
-    def end(self) -> int | None:
-        """The element request is over: its end as it stands (moved by give_back)."""
-        with self._lock:
-            run, self._run = self._run, None
-            return None if run is None else run[2]
+            self._run = None
 
     def give_back(self, tails: dict[str, Any]) -> dict[str, list[int]]:
         """For the running element request, if named in ``tails`` ({msg_id: elements to
@@ -87,12 +81,14 @@ class RevokeGate:
                 return {}
             keep = tails[run[0]]
             keep = keep if type(keep) is int and keep > 0 else 0
-            a = run[1] + keep
-            if a >= run[2]:
-                return {}
-            out = {run[0]: [a, run[2]]}
-            run[2] = a
-            return out
+            positions = run[1]
+            back = []
+            while len(positions) > keep:
+                try:
+                    back.append(positions.pop())  # atomic: a position is popped once
+                except IndexError:  # the main thread took the last one meanwhile
+                    break
+            return {run[0]: [back[-1], back[0] + 1]} if back else {}
 
     def __len__(self) -> int:
         """Revoked tasks not reached yet."""
