@@ -74,8 +74,6 @@ class ElementRun:
         self.taken = 0
         #: exceptions raised, by position (set before the position's value is appended)
         self.errors: dict[int, BaseException] = {}
-        #: monotonic time the oldest value not in a part was seen (None: none, or unknown)
-        self.since: float | None = None
         self.started: float | None = None
 
     # -- parts --------------------------------------------------------------------------
@@ -93,7 +91,6 @@ class ElementRun:
         first = self.base + t
         last = self.base + n
         self.taken = n
-        self.since = None
         content: dict[str, Any] = {"status": ReplyStatus.OK, ELEMENTS: [first, last]}
         errors = {}
         if self.errors:
@@ -217,8 +214,8 @@ class ElementRun:
             stdout, stderr = capture.stop()
         end = stop + len(positions)  # what was not given back nor run: aborted
         if kernel.aborted and self.origin in kernel.aborted:
+            # kept in the set: another part of this request may come here later
             aborted = aborted or stop < end
-            kernel.aborted.discard(self.origin)
         if not aborted and stop < end:  # the sequences ended early: answered, never lost
             self._short(stop, end)
             stop = end
@@ -246,14 +243,14 @@ class ElementRun:
         append, take_position = pending.append, positions.popleft
         j = self.base
         while positions:
-            if self.since is None and len(pending) > self.taken:
-                self.since = monotonic()
+            if kernel.aborted and self.origin in kernel.aborted:
+                return j, True  # an abort read before this request (or by the last look)
             start = monotonic()
             if self.started is None:
                 self.started = time.time()
-            since = self.since
-            # from enter to leave the values not in a part are the watchdog's too (take)
-            watchdog.enter(start if since is None else since)
+            # held from now (or earlier): the watchdog sends what is pending by then + limit;
+            # from enter to leave the values not in a part are its too (take)
+            watchdog.enter(replies.mark_held())
             try:
                 while True:
                     try:
@@ -271,13 +268,10 @@ class ElementRun:
                         break
             finally:
                 watchdog.leave()
-            if self.since is None and len(pending) > self.taken:
-                self.since = start
-            if kernel.aborted and self.origin in kernel.aborted:
-                return j, True
             if look_at_control():
                 return j, True
-            if self.since is not None and monotonic() - self.since >= limit:
+            since = replies.held_since
+            if len(pending) > self.taken and since is not None and monotonic() - since >= limit:
                 replies.flush()
             if self.taken >= COMPACT_AT:  # outside user code: the main thread's alone
                 del pending[: self.taken]

@@ -156,6 +156,8 @@ class TaskBook(Gating, ElementParts):
                     if t.elements is not None and t.msg_id not in ids and origin_of(t.msg_id) in ids
                 ]
         aborted = []
+        if self.element_placements:  # a map's elements running or prefetched on engines
+            self._abort_elements(tasks)
         for task in tasks:
             if task.state in (WAITING, QUEUED, HELD):
                 self._withdraw(task)

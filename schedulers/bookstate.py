@@ -69,6 +69,8 @@ class BookState:
         #: element requests (zpar.elements) by msg_id: how many placements of each are live
         self.element_placements: dict[str, int] = {}
         self._parts_made = 0
+        #: element requests aborted by their client: what their engines give back fails
+        self.aborting: set[str] = set()
         #: engines whose task connection was not up when we first sent them a task
         self.paused: set[bytes] = set()
 

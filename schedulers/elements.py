@@ -24,7 +24,9 @@ import logging
 from typing import Any
 
 from zpar.elements import ELEMENTS, FINAL, element_range, origin_of, part_id
+from zpar.errors import TaskAborted
 from zpar.wire import Message
+from zpar.wire.messages import ReplyStatus
 
 from .instructions import RelayReply, RevokeTasks
 from .prefetch import Prefetch
@@ -97,6 +99,9 @@ class ElementParts(Prefetch):
         )
         self.live[part.msg_id] = part
         self.element_placements[origin] = self.element_placements.get(origin, 0) + 1
+        if origin in self.aborting:  # given back after its map was aborted
+            self._abort_element_task(part)
+            return
         log.info("elements %d..%d of %s placed anew as %s", lo, hi - 1, origin, part.msg_id)
         self._enqueue(part, front=True)
 
@@ -108,6 +113,7 @@ class ElementParts(Prefetch):
             self.element_placements[origin] = left
             return
         self.element_placements.pop(origin, None)
+        self.aborting.discard(origin)
         self._finished(origin, True, uuid)
 
     def _element_failed(self, task: Task) -> None:
@@ -147,7 +153,8 @@ class ElementParts(Prefetch):
         unanswered elements elsewhere (placed IDLE_STEAL_AFTER ago) for its second half."""
         if not self.element_placements or self.queue or not self.steals:
             return
-        if not any(e.load == 0 and not e.paused for e in self.engines.values()):
+        idle = [e.uuid for e in self.engines.values() if e.load == 0 and not e.paused]
+        if not idle:
             return
         best: tuple[int, Task, EngineSlot] | None = None
         for e in self.engines.values():
@@ -157,6 +164,8 @@ class ElementParts(Prefetch):
                 t = self.live.get(m)
                 if t is None or t.elements is None or t.state != RUNNING:
                     continue
+                if t.targets is not None and not any(u in t.targets for u in idle):
+                    continue  # no idle engine may run it
                 left = t.elements[1] - t.elements[0]
                 if left > 1 and now - t.placed_at >= IDLE_STEAL_AFTER:
                     if best is None or left > best[0]:
@@ -170,7 +179,8 @@ class ElementParts(Prefetch):
 
     def revoked(self, uuid: bytes, msg_ids: list[str], tails: dict[str, Any] | None = None) -> None:
         """An engine's revoke_reply: whole tasks never started (placed again), and the
-        tails of running element requests given back (placed as parts of their own)."""
+        tails of running element requests given back (placed as parts of their own);
+        those of an aborted map are answered aborted instead."""
         engine = self.engines.get(uuid)
         if engine is not None and tails:
             for key, given in tails.items():
@@ -182,4 +192,38 @@ class ElementParts(Prefetch):
                 if lo < hi:
                     task.elements[1] = lo
                     self._new_part(task, lo, hi)
+        if engine is not None and self.aborting:
+            for m in msg_ids:  # prefetched parts of an aborted map: not placed again
+                task = self.live.get(m) if isinstance(m, str) else None
+                if task is not None and task.elements is not None and self._placed_on(m, engine):
+                    if origin_of(m) in self.aborting:
+                        self._unplace(task, engine)
+                        self._abort_element_task(task)
         super().revoked(uuid, msg_ids)
+
+    # -- aborts ---------------------------------------------------------------------------
+
+    def _abort_elements(self, tasks: list[Task]) -> None:
+        """A client's abort reached element requests running or prefetched on engines:
+        their unstarted elements are asked back (the engine may be deep in a long element
+        and read its control socket only after it), then answered aborted."""
+        by_engine: dict[bytes, tuple[EngineSlot, list[str], dict[str, int]]] = {}
+        for task in tasks:
+            if task.elements is None or task.state != RUNNING or task.engine is None:
+                continue
+            self.aborting.add(origin_of(task.msg_id))
+            engine = task.engine
+            _, held, tails = by_engine.setdefault(engine.uuid, (engine, [], {}))
+            held.append(task.msg_id)
+            tails[task.msg_id] = 0
+        for engine, held, tails in by_engine.values():
+            engine.revoking = True
+            self.out.append(RevokeTasks(engine, held, tails))
+
+    def _abort_element_task(self, task: Task) -> None:
+        """Answer a placement of an aborted map aborted, in the engine's stead."""
+        assert task.elements is not None
+        lo, hi = task.elements
+        origin = origin_of(task.msg_id)
+        why = f"elements {lo}..{hi - 1} of task {origin} were aborted before they ran"
+        self._fail(task, TaskAborted, why, ReplyStatus.ABORTED)
