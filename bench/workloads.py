@@ -68,16 +68,32 @@ def w3_tasks(system: Any, count: int) -> dict[str, Any]:
     }
 
 
+#: W4 repeats a map while its runs took less than this in all (at most W4_RUNS times) and
+#: reports the median rate: one map of 2,000 elements lasts a few ms on zpar, where one
+#: scheduling hiccup of a loaded host is the whole figure; a peer whose map takes seconds
+#: runs once
+W4_BUDGET = 0.5
+W4_RUNS = 7
+
+
+def _map_rate(system: Any, seq: Any, **kw: Any) -> float:
+    rates: list[float] = []
+    spent = 0.0
+    while len(rates) < W4_RUNS and (not rates or spent < W4_BUDGET):
+        t = time.perf_counter()
+        out = system.map(tasks.identity, seq, **kw)
+        dt = time.perf_counter() - t
+        assert list(out) == list(seq), f"map {kw or ''} returned wrong results"
+        rates.append(len(seq) / dt)
+        spent += dt
+    return sorted(rates)[len(rates) // 2]
+
+
 def w4_map(system: Any, count: int) -> dict[str, Any]:
     seq = range(count)
-    t = time.perf_counter()
-    out = system.map(tasks.identity, seq)
-    default = count / (time.perf_counter() - t)
-    assert list(out) == list(seq), "map returned wrong results"
-    t = time.perf_counter()
-    out = system.map(tasks.identity, seq, chunksize=100)
-    chunked = count / (time.perf_counter() - t)
-    assert list(out) == list(seq), "chunked map returned wrong results"
+    system.map(tasks.identity, range(10))  # warm: the function known on every engine
+    default = _map_rate(system, seq)
+    chunked = _map_rate(system, seq, chunksize=100)
     return {"default_tasks_per_s": default, "chunk100_tasks_per_s": chunked}
 
 

@@ -15,7 +15,7 @@ import time
 from concurrent.futures import Future
 from typing import Any
 
-from zpar.elements import ELEMENTS, ERRORS, element_range
+from zpar.elements import ELEMENTS, ERRORS, RETRYING, element_range
 from zpar.errors import RemoteError
 from zpar.serialize import deserialize_object
 from zpar.wire import Message
@@ -55,8 +55,16 @@ class Parts:
         idx = len(self.replies)
         self.replies.append(reply)
         self._values.append(None)
+        retrying = reply.metadata.get(RETRYING) if ERRORS in reply.content else None
         seg = owner[a:b]
-        if rng is not None and seg.count(_NONE) == len(seg):
+        if retrying:  # failed elements placed again: their answer is still to come
+            count = 0
+            skip = set(retrying)
+            for i in range(a, b):
+                if owner[i] == _NONE and i not in skip:
+                    owner[i] = idx
+                    count += 1
+        elif rng is not None and seg.count(_NONE) == len(seg):
             owner[a:b] = [idx] * (b - a)  # the common case: a run answered once
             count = b - a
         else:  # a reply for what is left, or a run answered again (a retried placement)

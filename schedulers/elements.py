@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from zpar.elements import ELEMENTS, FINAL, element_range, origin_of, part_id
+from zpar.elements import ELEMENTS, ERRORS, FINAL, element_range, origin_of, part_id
 from zpar.errors import TaskAborted
 from zpar.wire import Message
 from zpar.wire.messages import ReplyStatus
@@ -65,8 +65,10 @@ class ElementParts(Prefetch):
             elements[0] = max(elements[0], rng[1])
         uuid = engine.uuid
         origin = origin_of(task.msg_id)
+        retrying = self._retried(task, content, uuid)
         if rng is not None and not content.get(FINAL):
-            self.out.append(RelayReply(client, uuid, reply, report=False))
+            self.out.append(RelayReply(client, uuid, reply, report=False, retrying=retrying))
+            self._retry_elements(task, retrying, uuid)
             return
         engine.load -= 1
         engine.tasks.discard(task.msg_id)
@@ -74,15 +76,44 @@ class ElementParts(Prefetch):
         del self.live[task.msg_id]
         task.state = DONE
         original = task.msg_id == origin
-        self.out.append(RelayReply(client, uuid, reply, report=original, bare=True))
+        self.out.append(
+            RelayReply(client, uuid, reply, report=original, bare=True, retrying=retrying)
+        )
         if rng is not None and elements[0] < elements[1]:  # given back, its revoke reply to come
             self._new_part(task, elements[0], elements[1])
+        self._retry_elements(task, retrying, uuid)
         task.msg = None
         self._placement_done(origin, uuid)
         self._after_answer(task.client)
         self._steal_for_idle(self.clock())
 
-    def _new_part(self, task: Task, lo: int, hi: int) -> None:
+    def _retried(self, task: Task, content: dict[str, Any], uuid: bytes) -> list[int] | None:
+        """The positions among a part's errors to run again (the request's retries, per
+        element: each failed element is placed again on its own, as ipyparallel retries
+        each element task of a chunksize=1 map)."""
+        errors = content.get(ERRORS)
+        if not errors or task.retries <= 0 or not isinstance(errors, dict):
+            return None
+        out = sorted(int(k) for k in errors if isinstance(k, str) and k.isdigit())
+        return out or None
+
+    def _retry_elements(self, task: Task, positions: list[int] | None, uuid: bytes) -> None:
+        for pos in positions or ():
+            log.info("element %d of %s failed on %s: placed again", pos, task.msg_id, uuid)
+            self._new_part(
+                task, pos, pos + 1, retries=task.retries - 1, avoid=(task.avoid or set()) | {uuid}
+            )
+        if positions:
+            self._drain_queue()
+
+    def _new_part(
+        self,
+        task: Task,
+        lo: int,
+        hi: int,
+        retries: int | None = None,
+        avoid: set[bytes] | None = None,
+    ) -> None:
         """Place positions [lo, hi) of ``task``'s request anew, first in the queue."""
         origin = origin_of(task.msg_id)
         self._parts_made += 1
@@ -91,8 +122,8 @@ class ElementParts(Prefetch):
             task.client,
             task.msg,
             task.targets,
-            retries=task.retries,
-            avoid=task.avoid,
+            retries=task.retries if retries is None else retries,
+            avoid=task.avoid if avoid is None else avoid,
             unmet=task.unmet,
             attempt=task.attempt + 1,
             elements=[lo, hi],

@@ -43,6 +43,8 @@ class RelayReply:
     report: bool = True
     #: copy it to the hub without its result buffers
     bare: bool = False
+    #: positions of an element request whose errors are retried: signed into its metadata
+    retrying: list[int] | None = None
 
 
 @dataclass(slots=True)

@@ -31,7 +31,7 @@ from zpar.constants import (
     TASK_HWM,
     TASK_SCHEME,
 )
-from zpar.elements import ELEMENTS, TAILS, origin_of
+from zpar.elements import ELEMENTS, RETRYING, TAILS, origin_of
 from zpar.errors import RemoteProtocolError, SubmissionRefused
 from zpar.memory import Trimmer
 from zpar.wire import Message, Session, buffers_size, recv_message, send_frames, split_messages
@@ -450,7 +450,11 @@ class TaskScheduler:
 
     def _do_relay_reply(self, instruction: RelayReply) -> None:
         reply, client, uuid = instruction.reply, instruction.client, instruction.engine
-        self._replies_out.add((client, uuid), reply.frames, None)
+        frames = reply.frames
+        if instruction.retrying:  # the client must not take those errors as answers
+            metadata = {**reply.metadata, RETRYING: instruction.retrying}
+            frames = self.session.resign(reply, metadata=metadata)
+        self._replies_out.add((client, uuid), frames, None)
         if instruction.report:
             self.hub.task_out(uuid, client, reply, bare=instruction.bare)
         self._release(reply.parent_header.get("msg_id"))

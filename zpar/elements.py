@@ -27,6 +27,9 @@ ELEMENTS = "elements"
 ERRORS = "errors"
 #: content of a part: the last part of the placement it answers
 FINAL = "final"
+#: metadata of a part, added by the task scheduler: positions whose error is not their
+#: answer (the request has retries left: each is placed again on its own)
+RETRYING = "retrying"
 #: revoke_request / revoke_reply content: {part id: elements to keep} / {part id: [a, b]}
 TAILS = "tails"
 #: between a request's msg_id and a part's suffix (never in a Session's msg_ids)

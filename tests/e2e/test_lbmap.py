@@ -196,3 +196,28 @@ def test_many_maps_and_tasks_interleaved_on_a_busy_cluster(rc):
     with lv.temp_flags(after=slow):
         dependent = lv.apply_async(abs, -1)
     assert dependent.get(timeout=60) == 1 and slow.ready()
+
+
+def fail_first_time(marker, x):
+    """x, except element 3 raises the first time it runs (anywhere)."""
+    if x == 3 and not os.path.exists(marker):
+        open(marker, "w").close()
+        raise RuntimeError("element 3 fails once")
+    return x
+
+
+def test_retries_per_element(rc, tmp_path):
+    lv = rc.load_balanced_view()
+    marker = str(tmp_path / "failed-once")
+    with lv.temp_flags(retries=1):
+        ar = lv.map_async(fail_first_time, [marker] * 20, range(20))
+    assert ar.get(timeout=60) == list(range(20)) and os.path.exists(marker)
+    assert ar.successful() and ar.progress == 20
+    # without retries the element's failure stands, the others are delivered
+    os.remove(marker)
+    out = lv.map_async(fail_first_time, [marker] * 20, range(20)).get(
+        timeout=60, return_exceptions=True
+    )
+    assert (
+        isinstance(out[3], RemoteError) and out[:3] == [0, 1, 2] and out[4:] == list(range(4, 20))
+    )

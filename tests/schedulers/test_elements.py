@@ -208,3 +208,27 @@ def test_revoke_replies_without_tails_change_nothing_for_element_requests():
     sends(book)
     book.revoked(A, [], {})
     assert book.live["m"].elements == [0, 10] and TAILS == "tails"
+
+
+def test_a_failed_element_is_retried_alone_elsewhere():
+    book = book_of(Clock())
+    book.submission(b"client", request("m", 10, retries=1))
+    sends(book)
+    failed = part("m", 0, 5)
+    failed.content["errors"] = {"3": {"status": "error", "ename": "ValueError", "evalue": "x"}}
+    book.reply(A, b"client", failed)
+    out = take(book)
+    (relay,) = [i for i in out if isinstance(i, RelayReply)]
+    assert relay.retrying == [3]  # the client waits for element 3's second answer
+    (send,) = [i for i in out if isinstance(i, SendTask)]
+    key, engine, elements = send.task.msg_id, send.engine.uuid, send.task.elements
+    assert origin_of(key) == "m" and elements == [3, 4] and engine == B
+    assert book.live[key].retries == 0 and A in book.live[key].avoid
+    book.reply(A, b"client", part("m", 5, 10, final=True))
+    take(book)
+    assert book.element_placements == {"m": 1}  # finished once the retry answered
+    again = part(key, 3, 4, final=True)
+    again.content["errors"] = {"3": {"status": "error", "ename": "ValueError", "evalue": "x"}}
+    book.reply(B, b"client", again)
+    (relay,) = take(book, RelayReply)
+    assert relay.retrying is None and not book.live  # no retries left: its error stands
