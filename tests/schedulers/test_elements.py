@@ -8,11 +8,11 @@ from __future__ import annotations
 import itertools
 
 from zpar.elements import ELEMENTS, FINAL, TAILS, origin_of
-from zpar.messages import MsgType, Status
 from zpar.schedulers.book import QUEUED, RUNNING, TaskBook
 from zpar.schedulers.elements import IDLE_STEAL_AFTER
 from zpar.schedulers.instructions import FailTask, RelayReply, RevokeTasks, SendTask
 from zpar.wire import Message
+from zpar.wire.messages import MsgType, ReplyStatus
 
 A, B = b"engine-a", b"engine-b"
 _ids = itertools.count()
@@ -31,7 +31,7 @@ def request(msg_id: str, n: int, **metadata) -> Message:
     return Message([b"client"], header, {}, {ELEMENTS: [0, n], **metadata}, {})
 
 
-def part(msg_id: str, lo: int, hi: int, final: bool = False, status: str = Status.OK) -> Message:
+def part(msg_id: str, lo: int, hi: int, final: bool = False, status: str = ReplyStatus.OK) -> Message:
     header = {"msg_id": f"reply-{next(_ids)}", "msg_type": MsgType.APPLY_REPLY}
     content = {"status": status, ELEMENTS: [lo, hi]}
     if final:
@@ -156,7 +156,7 @@ def test_abort_asks_back_what_engines_hold_and_fails_it_aborted():
     assert revoke.tails == {"m": 0} and revoke.msg_ids == ["m"]
     book.revoked(A, [], {"m": [3, 8]})
     (fail,) = take(book, FailTask)
-    assert fail.status == Status.ABORTED and fail.elements == [3, 8]
+    assert fail.status == ReplyStatus.ABORTED and fail.elements == [3, 8]
     book.reply(A, b"client", part("m", 2, 3, final=True))
     assert not book.live and not book.aborting
 
@@ -174,7 +174,7 @@ def test_queued_parts_of_an_aborted_map_are_aborted_in_the_scheduler():
     )
     book.submission(b"client", abort)
     (fail,) = take(book, FailTask)
-    assert fail.elements == [0, 6] and fail.status == Status.ABORTED
+    assert fail.elements == [0, 6] and fail.status == ReplyStatus.ABORTED
 
 
 def test_an_engine_dying_fails_only_the_unanswered_elements():
