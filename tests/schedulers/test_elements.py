@@ -31,7 +31,9 @@ def request(msg_id: str, n: int, **metadata) -> Message:
     return Message([b"client"], header, {}, {ELEMENTS: [0, n], **metadata}, {})
 
 
-def part(msg_id: str, lo: int, hi: int, final: bool = False, status: str = ReplyStatus.OK) -> Message:
+def part(
+    msg_id: str, lo: int, hi: int, final: bool = False, status: str = ReplyStatus.OK
+) -> Message:
     header = {"msg_id": f"reply-{next(_ids)}", "msg_type": MsgType.APPLY_REPLY}
     content = {"status": status, ELEMENTS: [lo, hi]}
     if final:
