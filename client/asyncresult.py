@@ -26,10 +26,9 @@ from zpar.wire.messages import MsgType, ReplyStatus
 from .executereply import ExecuteReply
 from .futurestate import FutureMachinery, FutureStateMixin
 from .mapparts import ElementFuture, ElementReply, MapWaiters, Parts
-from .mapparts import element_metadata as _element_metadata
 from .outputs import OutputsMixin
 from .request import request_of, sent_of, submitted_of
-from .resultmeta import Metadata, MetadataMixin, reply_metadata
+from .resultmeta import Metadata, MetadataMixin, element_metadata, reply_metadata
 
 _UNSET = object()
 RETURN_WHEN = (ALL_COMPLETED, FIRST_COMPLETED, FIRST_EXCEPTION)
@@ -532,7 +531,7 @@ class AsyncMapResult(AsyncResult):
     ``progress``, metadata, iteration, errors and ``abort`` are per element, whatever the
     number of messages underneath."""
 
-    __slots__ = ("ordered", "_chunk_sizes", "_parts", "_ids", "_element_ids", "_waiters")
+    __slots__ = ("ordered", "_chunk_sizes", "_parts", "_ids", "_element_ids", "_map_waiters")
 
     def __init__(
         self,
@@ -544,7 +543,7 @@ class AsyncMapResult(AsyncResult):
         **kwargs: Any,
     ) -> None:
         self._parts = list(parts) if parts is not None else None
-        self._waiters = waiters
+        self._map_waiters = waiters
         self._element_ids: list[str] | None = None
         kwargs.setdefault("postprocess", _flatten)
         super().__init__(*args, **kwargs)
@@ -553,7 +552,7 @@ class AsyncMapResult(AsyncResult):
 
     # msg_ids: one per element for a map of elements (ipyparallel's chunksize=1), made
     # when first read; the requests' own ids are ``request_ids``
-    @property  # type: ignore[override]
+    @property
     def msg_ids(self) -> list[str]:
         if self._parts is None:
             return self._ids
@@ -631,7 +630,7 @@ class AsyncMapResult(AsyncResult):
         seen = [0] * len(parts)
         yielded = [0] * len(parts)
         total, done = len(self), 0
-        waiters = self._waiters
+        waiters = self._map_waiters
         while done < total:
             new = False
             for k, p in enumerate(parts):
@@ -722,9 +721,11 @@ class AsyncMapResult(AsyncResult):
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 return None
-            if self._waiters is not None:
+            if self._map_waiters is not None:
                 progress = self.progress
-                self._waiters.wait_for(lambda p=progress: self.progress != p or self.ready(), 0.5)
+                self._map_waiters.wait_for(
+                    lambda p=progress: self.progress != p or self.ready(), 0.5
+                )
 
     def successful(self) -> bool:
         if self._parts is None:
@@ -741,26 +742,29 @@ class AsyncMapResult(AsyncResult):
         for p, f in zip(self._parts, self._futures, strict=True):
             submitted = submitted_of(f) or self._submitted
             for j in range(p.n):
-                out.append(_element_metadata(next(ids), submitted, p, j))
+                reply = p.reply_of(j)
+                value = p.value(j) if reply is not None else None
+                out.append(element_metadata(next(ids), submitted, reply, value, p.error))
         return out
 
     def split(self) -> tuple[AsyncResult, ...]:
         """One AsyncResult per element (a map of elements), as ipyparallel's chunksize=1
-        map; one per chunk otherwise."""
+        map (each a part whose value is ``[[value]]``: a list of its one chunk); one per
+        chunk otherwise."""
         if self._parts is None:
             return super().split()
         out = []
         ids = iter(self.msg_ids)
         for p in self._parts:
             for j in range(p.n):
-                fut = ElementFuture(p, j, self._waiters)
+                fut = ElementFuture(p, j, self._map_waiters)
                 out.append(
                     AsyncResult(
                         self._client,
                         [next(ids)],
                         [fut],
                         fname=self._fname,
-                        single=True,
+                        single=False,  # as a chunk's part: [[value]], ipyparallel's shape
                         submitted=self._submitted,
                         return_exceptions=self._return_exceptions,
                     )

@@ -16,9 +16,11 @@ from concurrent.futures import Future
 from typing import Any
 
 from zpar.elements import ELEMENTS, ERRORS, RETRYING, element_range
-from zpar.errors import RemoteError
+from zpar.errors import RemoteError, TaskAborted
 from zpar.serialize import deserialize_object
 from zpar.wire import Message
+
+from .futures import ReplyFuture
 
 #: the reply a position is not answered by yet
 _NONE = -1
@@ -122,7 +124,7 @@ class Parts:
                 if reply is None:
                     fut.set_exception(self.error)
                 else:
-                    fut.set_result(ElementReply(reply, self.value(pos)))
+                    fut.set_result(ElementReply(reply, self.value(pos)))  # decoded: [value]
 
     def reply_of(self, pos: int) -> Message | None:
         idx = self.owner[pos]
@@ -186,13 +188,7 @@ class Parts:
         values = self._values[idx]
         if values is None:
             if content.get("status") != "ok" or element_range(content.get(ELEMENTS)) is None:
-                from .asyncresult import decode_reply  # an error for the whole run
-
-                try:
-                    decode_reply(reply)
-                except Exception as e:
-                    return e
-                return None
+                return whole_run_error(reply)
             values = self._decoded(idx)
         return values[pos - content[ELEMENTS][0]]
 
@@ -235,7 +231,8 @@ class ElementReply:
     __slots__ = ("metadata", "content", "parent_header", "header", "idents", "buffers", "value")
 
     def __init__(self, part: Message, value: Any) -> None:
-        self.value = value
+        # as the part of a map ipyparallel's split() makes: the chunk, here of one element
+        self.value = value if isinstance(value, Exception) else [value]
         ok = not isinstance(value, Exception)
         self.metadata = {**part.metadata, "status": "ok" if ok else "error"}
         self.content = {"status": "ok" if ok else "error"}
@@ -247,32 +244,18 @@ class ElementReply:
 
 def ElementFuture(parts: Parts, pos: int, waiters: MapWaiters | None = None) -> Future:  # noqa: N802
     """A future of position ``pos`` of ``parts``, resolved with an ElementReply."""
-    from .futures import ReplyFuture
-
     fut = ReplyFuture()
     parts.watch(pos, fut)
     return fut
 
 
-def element_metadata(msg_id: str, submitted: float, parts: Parts, pos: int) -> Any:
-    """ipyparallel's metadata of one element, as known now (never waits)."""
-    from zpar.util import as_datetime
-
-    from .resultmeta import _DATES, METADATA_DEFAULTS, Metadata
-
-    md = Metadata(METADATA_DEFAULTS, outputs=[], data={})
-    md.update(msg_id=msg_id, submitted=submitted)
-    reply = parts.reply_of(pos)
-    if reply is not None:
-        md.update(reply.metadata)
-        v = parts.value(pos)
-        md["status"] = "error" if isinstance(v, Exception) else "ok"
-        if isinstance(v, Exception):
-            md["error"] = v
-        md["received"] = md.get("received") or md.get("completed")
-    elif parts.error is not None:
-        md["status"] = "error"
-        md["error"] = parts.error
-    for key in _DATES:
-        md[key] = as_datetime(md.get(key))
-    return md
+def whole_run_error(reply: Message) -> Exception | None:
+    """The error a reply for a whole run of elements carries (aborted, its engine died, the
+    request could not run), None if it carries none."""
+    c = reply.content
+    status = c.get("status")
+    if status == "ok":
+        return None
+    if status == "aborted":
+        return TaskAborted(c.get("evalue") or "aborted before it ran")
+    return RemoteError.from_content(c)

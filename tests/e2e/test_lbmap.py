@@ -168,7 +168,9 @@ def test_errors_per_element_and_ipyparallel_shape(rc):
     assert len(ok) == len(ok.msg_ids) == len(set(ok.msg_ids)) == 50
     assert len(ok.engine_id) == 50 and set(ok.engine_id) <= set(rc.ids)
     assert all(md["status"] == "ok" for md in ok.metadata)
-    assert [a.get() for a in ok.split()[:3]] == ok.get()[:3]
+    # split: one part per element, each valued [chunk] as ipyparallel's (here [[x]])
+    parts = ok.split()
+    assert len(parts) == 50 and [a.get() for a in parts[:3]] == [[[v]] for v in ok.get()[:3]]
     assert ok.successful() and ok.progress == 50
 
 
