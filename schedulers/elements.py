@@ -206,7 +206,8 @@ class ElementParts(Prefetch):
         left, task, engine = best
         task.placed_at = now
         engine.revoking = True
-        self.out.append(RevokeTasks(engine, [], {task.msg_id: left // 2}))
+        # not started there yet (prefetched behind a long element): it comes back whole
+        self.out.append(RevokeTasks(engine, [task.msg_id], {task.msg_id: left // 2}))
 
     def revoked(self, uuid: bytes, msg_ids: list[str], tails: dict[str, Any] | None = None) -> None:
         """An engine's revoke_reply: whole tasks never started (placed again), and the
@@ -223,14 +224,24 @@ class ElementParts(Prefetch):
                 if lo < hi:
                     task.elements[1] = lo
                     self._new_part(task, lo, hi)
-        if engine is not None and self.aborting:
-            for m in msg_ids:  # prefetched parts of an aborted map: not placed again
+        rest = msg_ids
+        if engine is not None and self.element_placements:
+            rest = []
+            for m in msg_ids:
                 task = self.live.get(m) if isinstance(m, str) else None
-                if task is not None and task.elements is not None and self._placed_on(m, engine):
-                    if origin_of(m) in self.aborting:
-                        self._unplace(task, engine)
-                        self._abort_element_task(task)
-        super().revoked(uuid, msg_ids)
+                if task is None or task.elements is None or not self._placed_on(m, engine):
+                    rest.append(m)
+                    continue
+                # an element request never started there: placed again under a new part id,
+                # so the copy still in the engine's hand (dropped when reached) and the new
+                # one are never taken for each other, however often it comes back
+                self._unplace(task, engine)
+                del self.live[m]
+                task.state = DONE
+                self.element_placements[origin_of(m)] -= 1
+                self._new_part(task, task.elements[0], task.elements[1])
+                task.msg = None
+        super().revoked(uuid, rest)
 
     # -- aborts ---------------------------------------------------------------------------
 

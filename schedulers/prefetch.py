@@ -52,10 +52,10 @@ class Prefetch(Placement):
             if engine.load < 2 and not tails:
                 continue
             held = []
+            if engine.depth > 1:
+                log.info("engine %d stalled: one task at a time until it answers", engine.id)
+            engine.depth = 1  # what it gives back goes elsewhere
             if engine.load > 1:
-                if engine.depth > 1:
-                    log.info("engine %d stalled: one task at a time until it answers", engine.id)
-                engine.depth = 1
                 held = [m for m in engine.tasks if self._placed_on(m, engine)]
             if held or tails:
                 engine.revoking = True

@@ -532,7 +532,8 @@ class TaskScheduler:
         where = engine.uuid.decode()
         event = self.hub.event
         for task, _ in sent:
-            event(TaskDest(origin_of(task.msg_id), where))
+            if task.elements is None or origin_of(task.msg_id) == task.msg_id:
+                event(TaskDest(task.msg_id, where))  # a map's parts: its record keeps its first
 
     def _flush_replies(self, client: bytes | None = None) -> None:
         """Send the gathered replies (only ``client``'s if given), one multipart per

@@ -133,6 +133,7 @@ def test_an_idle_engine_takes_half_of_a_long_running_request():
     book.tick()
     (revoke,) = take(book, RevokeTasks)
     assert revoke.engine.uuid == A and revoke.tails == {"m": 400}  # keeps half of 800
+    assert revoke.msg_ids == ["m"]  # whole, if it has not started there
     book.revoked(A, [], {"m": [620, 1000]})
     ((key, engine, elements),) = sends(book)
     assert engine == B and elements == [620, 1000]
@@ -200,8 +201,12 @@ def test_an_element_request_runs_where_its_view_allows():
     book.tick()
     (revoke,) = take(book, RevokeTasks)
     book.revoked(A, [], {"m": [1, 100]})
-    ((key, engine, _),) = sends(book)
-    assert engine == A and book.live[key].state == RUNNING  # restricted to engine 0
+    assert sends(book) == []  # engine 0 is stalled: one task at a time until it answers
+    (key,) = [k for k in book.live if k != "m"]
+    assert book.live[key].state == QUEUED
+    book.reply(A, b"client", part("m", 0, 1, final=True))
+    assert [s[:2] for s in sends(book)] == [(key, A)]  # restricted to engine 0
+    assert book.live[key].state == RUNNING
 
 
 def test_revoke_replies_without_tails_change_nothing_for_element_requests():
@@ -234,3 +239,23 @@ def test_a_failed_element_is_retried_alone_elsewhere():
     book.reply(B, b"client", again)
     (relay,) = take(book, RelayReply)
     assert relay.retrying is None and not book.live  # no retries left: its error stands
+
+
+def test_a_part_revoked_before_it_started_comes_back_under_a_new_id():
+    # the copy left in the engine's hand is dropped when reached; the new one must never be
+    # taken for it, however often the part is revoked (its id names one copy)
+    clock = Clock()
+    book = book_of(clock)
+    book.submission(b"client", request("m", 10))
+    book.submission(b"client", request("n", 10))
+    sends(book)
+    book.submission(b"client", request("p", 10))
+    ((key, engine, _),) = sends(book)  # prefetched behind m or n
+    clock.now += book.steal_after + 0.001
+    book.tick()
+    revokes = [r for r in take(book, RevokeTasks) if r.engine.uuid == engine]
+    assert revokes and key in revokes[0].msg_ids
+    book.revoked(engine, [key], {})
+    assert key not in book.live and book.element_placements["p"] == 1
+    (again,) = [k for k in book.live if origin_of(k) == "p"]
+    assert again != key and book.live[again].elements == [0, 10]
