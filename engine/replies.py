@@ -145,7 +145,7 @@ class ReplySender:
     def hold_frames(self, sock: zmq.Socket, msg: Message, reply: KernelReply) -> None:
         """Hold ``reply`` to ``msg`` for the next flush, whatever the rule (a part of an
         element request: engine.elements says when it leaves)."""
-        frames = self._frames(msg, reply, False)
+        frames, _ = self._frames(msg, reply, False)  # the request's payload stays: it runs on
         self.held.append((sock, msg.idents, frames))
         self._held_bytes += buffers_size(frames)
 
