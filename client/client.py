@@ -23,6 +23,7 @@ from zpar.cluster.connection import (
     wait_for_connection_file,
 )
 from zpar.constants import DEFAULT_PROFILE, HUB_TIMEOUT, WINDOW_BYTES, WINDOW_REQUESTS
+from zpar.elements import origin_of
 from zpar.errors import (
     NoEnginesRegistered,
     TimeoutError,
@@ -265,7 +266,9 @@ class Client(TaskStoreMixin, EngineControlMixin, ClientCompatMixin):
         """Abort work that has not started: queued on engines (``targets``, default all) and,
         for load-balanced tasks, still held by the task scheduler. jobs: msg_ids or
         AsyncResults, None for everything this client queued. Running tasks finish."""
-        content = AbortRequest(None if jobs is None else msg_ids_of(jobs)).as_dict()
+        # an element of a load-balanced map is aborted with its request's unstarted ones
+        msg_ids = None if jobs is None else list(dict.fromkeys(map(origin_of, msg_ids_of(jobs))))
+        content = AbortRequest(msg_ids).as_dict()
         ids = self.sender.resolve_targets(targets)
         send = self.sender.send
         self._io.abort_held(content["msg_ids"])  # still in this client: aborted here
@@ -354,6 +357,7 @@ class Client(TaskStoreMixin, EngineControlMixin, ClientCompatMixin):
             if isinstance(j, AsyncResult):
                 futures.extend(j._futures)
             elif isinstance(j, str):
+                j = origin_of(j)  # an element of a map: its request
                 request = self._io.request(j)
                 if request is not None:
                     futures.extend(request.reply_futures())

@@ -38,6 +38,7 @@ import msgpack
 import zmq
 
 from zpar.constants import BAD_KEY
+from zpar.elements import PART_SEP, origin_of
 from zpar.errors import (
     EngineError,
     RemoteProtocolError,
@@ -374,7 +375,12 @@ class ClientIO(Sending, EngineEvents, FaultHandling):
         for msg in messages:
             reply = Reply(msg)
             request = pending.get(reply.parent_msg_id)
-            if request is None or request.replies is not None or request.report_outcome:
+            if (
+                request is None
+                or request.replies is not None
+                or request.report_outcome
+                or request.parts is not None
+            ):
                 self._route_reply(reply)
                 continue
             # the common case, inline (once per task): one reply answering one request
@@ -395,8 +401,18 @@ class ClientIO(Sending, EngineEvents, FaultHandling):
         """Resolve the future a checked reply answers (a broadcast's: its engine's)."""
         msg_id = msg.parent_msg_id
         request = self._pending.get(msg_id)
+        if request is None and isinstance(msg_id, str) and PART_SEP in msg_id:
+            msg_id = origin_of(msg_id)  # a part of an element request placed on its own
+            request = self._pending.get(msg_id)
         if request is None:
             log.debug("reply to unknown msg_id %s dropped", msg_id)
+            return
+        if request.parts is not None:  # a part of an element request (client.mapparts)
+            if request.parts.add(msg) and not request.future.done():
+                del self._pending[msg_id]
+                self._window_done(request)
+                request.frames = None
+                request.future.set_result(msg)
             return
         if request.replies is None:  # one reply: the request's own future
             fut: Any = request.future

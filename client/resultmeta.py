@@ -210,3 +210,26 @@ class MetadataMixin:
             end = end_key([e for e in end if e is not None])
         start, end = as_datetime(start), as_datetime(end)
         return (end - start).total_seconds()
+
+
+def element_metadata(
+    msg_id: str, submitted: float, reply: Any, value: Any, error: BaseException | None
+) -> Metadata:
+    """ipyparallel's metadata of one element of a map (client.mapparts), as known now:
+    ``reply`` is the part that answered it (None: not yet), ``value`` its value or error,
+    ``error`` what ended the wait for its whole request."""
+    md = Metadata(METADATA_DEFAULTS, outputs=[], data={})
+    md.update(msg_id=msg_id, submitted=submitted)
+    if reply is not None:
+        md.update(reply.metadata)
+        failed = isinstance(value, Exception)
+        md["status"] = "error" if failed else "ok"
+        if failed:
+            md["error"] = value
+        md["received"] = md.get("received") or md.get("completed")
+    elif error is not None:
+        md["status"] = "error"
+        md["error"] = error
+    for key in _DATES:
+        md[key] = as_datetime(md.get(key))
+    return md

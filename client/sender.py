@@ -137,10 +137,13 @@ class RequestSender:
         engine_id: int | None = None,
         track: bool = False,
         broadcast: list[int] | None = None,
+        elements: int | None = None,
+        waiters: Any = None,
     ) -> PendingRequest:
         """Sign a request and queue it on ``channel`` ("mux", "control", "task",
         "query"), bound to engine ``engine_id`` or, on "task", to the task scheduler.
-        broadcast: engine ids each of which replies (``PendingRequest.replies``)."""
+        broadcast: engine ids each of which replies (``PendingRequest.replies``); elements:
+        the positions of an element request, answered in parts (``PendingRequest.parts``)."""
         if self.closed:
             raise RuntimeError("this Client is closed")
         uuid = self.engine_uuid(engine_id) if engine_id is not None else None
@@ -165,6 +168,8 @@ class RequestSender:
             broadcast=uuids,
             resend=channel == "task" and bool(metadata and metadata.get("retries")),
             windowed=msg_type in HISTORY_TYPES and channel in WINDOWED_CHANNELS,
+            elements=elements,
+            waiters=waiters,
         )
         if metadata and metadata.get("label") is not None:
             for fut in request.reply_futures():
@@ -184,6 +189,8 @@ class RequestSender:
         metadata: dict[str, Any] | None = None,
         buffers: list[Any] | None = None,
         track: bool = False,
+        elements: int | None = None,
+        waiters: Any = None,
     ) -> PendingRequest:
         """An apply_request of ``f(*args, **kwargs)`` (or of ready ``buffers``)."""
         if buffers is None:
@@ -196,6 +203,8 @@ class RequestSender:
             metadata=metadata,
             engine_id=engine_id,
             track=track,
+            elements=elements,
+            waiters=waiters,
         )
 
     def call_here(
@@ -273,7 +282,7 @@ class RequestSender:
 
     def remember(self, ar: Any) -> Any:
         """Remember ``ar`` (weakly) under its msg_ids: rc.results, rc.metadata, rc.wait()."""
-        self.handles.add(ar.msg_ids, ar)
+        self.handles.add(_request_ids(ar), ar)
         return ar
 
     def future_of(self, msg_id: str) -> Any:
@@ -285,7 +294,7 @@ class RequestSender:
         ar = self.handles.get(msg_id)
         if ar is None:
             return None
-        return ar._futures[ar.msg_ids.index(msg_id)]
+        return ar._futures[_request_ids(ar).index(msg_id)]
 
     # -- dependencies -------------------------------------------------------------------
 
@@ -331,3 +340,9 @@ class RequestSender:
                     "has them (nothing was sent)",
                 ) from None
             raise
+
+
+def _request_ids(ar: Any) -> list[str]:
+    """The ids of the requests behind a handle (a map of elements: not its elements')."""
+    ids = getattr(ar, "request_ids", None)
+    return ids if ids is not None else ar.msg_ids

@@ -14,7 +14,7 @@ from zpar.errors import HubRefused, RemoteError
 from zpar.util import as_datetime, ensure_timezone
 from zpar.wire.messages import MsgType, QueueRequest, ResubmitRequest, ResultRequest
 
-from .asyncresult import AsyncHubResult, AsyncResult
+from .asyncresult import AsyncHubResult, AsyncMapResult, AsyncResult
 from .hubresult import POLL_MAX, POLL_START, UNKNOWN_GRACE, HubResultFetcher
 
 #: Record keys holding times: seconds since the epoch on the wire, datetimes for users.
@@ -59,7 +59,8 @@ def msg_ids_of(jobs: Any) -> list[str]:
     out: list[str] = []
     for j in jobs:
         if isinstance(j, AsyncResult):
-            out.extend(j.msg_ids)
+            # a map of elements: its requests' ids (each answers its elements)
+            out.extend(j.request_ids if isinstance(j, AsyncMapResult) else j.msg_ids)
         elif isinstance(j, str):
             out.append(j)
         else:

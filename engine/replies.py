@@ -84,6 +84,9 @@ class ReplySender:
         #: client session -> (pid, start) of clients on this host that offered shared
         #: memory (zpar.sharedmem): their large buffers go in segments
         self._shm_clients: dict[str, tuple[int, int]] = {}
+        #: makes pending parts of a running element request into held replies at each
+        #: flush (engine.elements.ElementRun.take), on whichever thread flushes
+        self.source: Any = None
         #: the hub's reason once it unregistered this engine: every reply is dropped (its
         #: work was failed or placed elsewhere; hub/staleheart.py)
         self.stale: str | None = None
@@ -139,8 +142,24 @@ class ReplySender:
             copy = checkable_copy(frames, large=not shared, detach=True)
             self.monitor.put([MON_MUX_OUT, msg.idents[0], self.ident, *copy])
 
+    def hold_frames(self, sock: zmq.Socket, msg: Message, reply: KernelReply) -> None:
+        """Hold ``reply`` to ``msg`` for the next flush, whatever the rule (a part of an
+        element request: engine.elements says when it leaves)."""
+        frames, _ = self._frames(msg, reply, False)  # the request's payload stays: it runs on
+        self.held.append((sock, msg.idents, frames))
+        self._held_bytes += buffers_size(frames)
+
+    def mark_held(self) -> float:
+        """Something is held from now on, if nothing was: since when (monotonic)."""
+        since = self.held_since
+        if since is None:
+            since = self.held_since = monotonic()
+        return since
+
     def flush(self) -> None:
         """Send every held reply: consecutive ones to one destination as one batch."""
+        if self.source is not None:
+            self.source()
         held, self.held = self.held, []
         self._held_bytes = 0
         self.held_since = None

@@ -26,6 +26,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import msgpack
 import zmq
@@ -36,6 +37,7 @@ from zpar.constants import (
     SIGNAL_REPLAY_HISTORY,
     SIGNAL_SUFFIX,
 )
+from zpar.elements import TAILS
 from zpar.wire import Session, send_frames
 from zpar.wire.messages import MsgType, ReplyStatus
 from zpar.wire.refusals import RefusalReporter
@@ -148,10 +150,14 @@ class SignalListener:
             )
             return
         revoked = self.gate.revoke(msg_ids)
+        content: dict[str, Any] = {"status": ReplyStatus.OK, "revoked": revoked}
+        tails = msg.content.get(TAILS)
+        if isinstance(tails, dict) and tails:  # a running map request's unstarted elements
+            content[TAILS] = self.gate.give_back(tails)
         log.debug("engine %d: revoked %d of %d task(s)", self.engine_id, len(revoked), len(msg_ids))
         _, out = self.session.serialize(
             MsgType.REVOKE_REPLY,
-            {"status": ReplyStatus.OK, "revoked": revoked},
+            content,
             parent=msg.header,
             packb=self._packb,
         )

@@ -76,10 +76,11 @@ class HubReport:
         if len(events) >= TASK_BATCH_MAX:
             self.flush()
 
-    def task_out(self, uuid: bytes, client: bytes, reply: Message) -> None:
+    def task_out(self, uuid: bytes, client: bytes, reply: Message, bare: bool = False) -> None:
         """A checked reply passed, with what the hub's store keeps: small result buffers
-        inline, larger ones (up to STORE_RESULT_LIMIT) in a message of their own."""
-        bufs = reply.buffers
+        inline, larger ones (up to STORE_RESULT_LIMIT) in a message of their own; none if
+        ``bare`` (the last part of an element request: its values are not the request's)."""
+        bufs = [] if bare else reply.buffers
         msg_id = reply.parent_header.get("msg_id", "")
         size = sum(len(b) if type(b) is bytes else len(b.buffer) for b in bufs)
         inline = None

@@ -107,6 +107,8 @@ class Placement(BookState):
         engine.tasks.add(task.msg_id)
         task.engine = engine
         task.state = RUNNING
+        if task.elements is not None:  # its tail may go to an idle engine from some time on
+            task.placed_at = self.clock()
         self.ledger.placed(task.client)
         self.out.append(SendTask(task, engine))
         return True
