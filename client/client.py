@@ -190,33 +190,35 @@ class Client(TaskStoreMixin, EngineControlMixin, ClientCompatMixin):
         return len(self._io.engines)
 
     def __iter__(self) -> Iterator[DirectView]:
-        return iter([self[i] for i in self.ids])
+        return iter([self.direct_view(i) for i in self.ids])
 
     def __getitem__(self, key: int | slice | Sequence[int]) -> DirectView:
-        """rc[0], rc[-1] (negative: from the end of ids, as Python), rc[a:b], rc[[0, 2]]."""
-        if isinstance(key, int) and not isinstance(key, bool):
-            if key < 0:
-                ids = self.ids
-                if -key > len(ids):
-                    raise IndexError(f"engine index {key} out of range: ids are {ids}")
-                key = ids[key]
-            self.sender.engine_uuid(key)
-            return DirectView(self, key)
-        if isinstance(key, bool):
-            raise TypeError(f"engines are named by int ids, not {key!r}")
-        ids = self.ids
-        if isinstance(key, slice):
-            targets = ids[key]
-        else:
-            targets = list(key)
-            for t in targets:
-                self.sender.engine_uuid(t)
-        if not targets:
-            raise NoEnginesRegistered(f"no engines selected by {key!r} among ids {ids}")
-        return DirectView(self, targets)
+        """rc[0], rc[-1] (negative: from the end of ids, as Python), rc[a:b], rc[[0, 2]]:
+        ``self.direct_view(key)``, as ipyparallel (code that replaces direct_view sees it)."""
+        if isinstance(key, bool) or not isinstance(key, (int, slice, tuple, list, range)):
+            raise TypeError(f"engines are indexed by int, slice or a list of ints, not {key!r}")
+        return self.direct_view(key)
+
+    def _view_targets(self, targets: Any) -> int | list[int]:
+        """A view's targets as ipyparallel fixes them when the view is made: engine ids
+        (negative indices counted from the end of ids), one int for one int."""
+        ids = self.sender.resolve_targets(targets)
+        if isinstance(targets, int) and not isinstance(targets, bool):
+            return ids[0]
+        if not ids:
+            raise NoEnginesRegistered(f"no engines selected by {targets!r} among ids {self.ids}")
+        return ids
+
+    def _build_targets(self, targets: Any) -> tuple[list[bytes], list[int]]:
+        """ipyparallel's (engine uuids as bytes, engine ids) of ``targets``."""
+        ids = self.sender.resolve_targets(targets)
+        return [self.sender.engine_uuid(t).encode() for t in ids], ids
 
     def direct_view(self, targets: Any = "all", **flags: Any) -> DirectView:
-        """'all' follows the engines as they come and go; rc[:] is the engines of now."""
+        """'all' follows the engines as they come and go; other targets (rc[:] too) are the
+        engines of now, negative indices counted from the end of ids."""
+        if not (isinstance(targets, str) and targets == "all"):
+            targets = self._view_targets(targets)
         view = DirectView(self, targets, block=flags.pop("block", self.block))
         view.set_flags(**flags)
         return view
@@ -225,6 +227,8 @@ class Client(TaskStoreMixin, EngineControlMixin, ClientCompatMixin):
         """flags: block, track, label, after, follow, timeout, retries (see set_flags)."""
         if isinstance(targets, str) and targets == "all":
             targets = None
+        if targets is not None:  # fixed now, as ipyparallel: lbv(-1).targets == [last id]
+            targets = self.sender.resolve_targets(targets)
         flags.setdefault("block", self.block)
         return LoadBalancedView(self, targets, **flags)
 
@@ -233,6 +237,8 @@ class Client(TaskStoreMixin, EngineControlMixin, ClientCompatMixin):
     ) -> BroadcastView:
         """Like a DirectView, but each call is one message that the controller fans out.
         is_coalescing is accepted: replies come back one per engine either way."""
+        if not (isinstance(targets, str) and targets == "all"):
+            targets = self.sender.resolve_targets(targets)  # a list, as ipyparallel's
         view = BroadcastView(self, targets, block=flags.pop("block", self.block))
         view.is_coalescing = bool(is_coalescing)
         view.set_flags(**flags)

@@ -162,3 +162,33 @@ def test_url_or_file_is_the_deprecated_name_of_the_connection_file(cluster):
         rc = ipp.Client(url_or_file=str(cluster.url_file))
     assert rc.ids == [0, 1]
     rc.close()
+
+
+# -- issue 24: negative engine indices are resolved when the view is made (ipyparallel) --
+
+
+def test_negative_targets_are_resolved_to_engine_ids(rc):
+    last = rc.ids[-1]
+    assert rc.direct_view(-1).targets == last
+    assert rc[-1].targets == last
+    assert rc.load_balanced_view(-1).targets == [last]
+    assert rc.broadcast_view(-1).targets == [last]
+    with pytest.warns(UserWarning, match="IPython"):
+        assert rc.activate(-1).targets == last
+    assert rc.direct_view([0, -1]).targets == [rc.ids[0], last]
+    assert rc.direct_view("all").targets == "all"
+    assert rc._build_targets(-1) == ([rc.sender.engine_uuid(last).encode()], [last])
+    with pytest.raises(TypeError):
+        rc[None]
+    with pytest.raises(IndexError):
+        rc.direct_view(-99)
+
+
+def test_indexing_goes_through_direct_view(rc, monkeypatch):
+    """rc[key] is rc.direct_view(key), as ipyparallel (code replacing direct_view sees it)."""
+    seen = []
+    real = rc.direct_view
+    monkeypatch.setattr(rc, "direct_view", lambda t: seen.append(t) or real(t))
+    rc[:]
+    list(rc)
+    assert seen[0] == slice(None) and seen[1:] == rc.ids

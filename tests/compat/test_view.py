@@ -268,3 +268,46 @@ def test_bad_sequences_are_refused_with_a_clear_error(rc):
         rc[:].map_sync(abs, 5)
     with pytest.raises(TypeError, match="sequence or an iterable"):
         rc.load_balanced_view().map_async(abs, None)
+
+
+# -- issue 24: behaviours pinned from ipyparallel 9.2.0's own tests and code ------------
+
+
+def test_view_history_lists_what_the_view_sent(rc):
+    """ipyparallel's View.history (save_ids): each view keeps the msg_ids it sent; the
+    client's history has every view's."""
+    dv, lv = rc[:], rc.load_balanced_view()
+    ar = dv.apply_async(lambda: 1)
+    lar = lv.apply_async(lambda: 2)
+    dv.execute("x = 1", block=True)
+    dv.push({"y": 2}, block=True)
+    lv.map_sync(lambda x: x, range(3))
+    assert list(dv.history[:2]) == ar.msg_ids
+    assert len(dv.history) == 2 + 2 + 2  # apply, execute, push: one per engine each
+    assert lv.history[0] == lar.msg_id and len(lv.history) >= 2
+    assert set(dv.history) | set(lv.history) <= set(rc.history)
+    assert lv.wait(timeout=30) and not lv.outstanding and lv.results == rc.results
+
+
+def test_imap_submits_before_iteration_and_refills_as_results_arrive(rc):
+    """ipyparallel 9's LoadBalancedView.imap: max_outstanding calls start at once, and one
+    more each time one finishes, whether or not the caller iterates."""
+    lv = rc.load_balanced_view()
+    gen = lv.imap(lambda x: x, itertools.count(), max_outstanding=3)
+    assert len(lv.history) >= 3
+    first = [next(gen) for _ in range(5)]
+    gen.cancel()
+    assert first == [0, 1, 2, 3, 4]
+    rc.wait(timeout=30)
+    assert 5 <= len(lv.history) <= 8
+
+
+def test_executor_shutdown_waits_for_its_maps(rc):
+    """ipyparallel's test_executor_context: leaving ``with executor`` waits until every
+    map submitted all its calls, and for the calls."""
+    view = rc.load_balanced_view()
+    with view.executor as ex:
+        ex.submit(lambda: 1)
+        m = ex.map(lambda x: x, range(10))
+    assert len(view.history) == 11 and not view.outstanding
+    assert list(m) == list(range(10))

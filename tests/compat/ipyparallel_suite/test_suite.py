@@ -38,4 +38,3 @@ def test_ipyparallel_file_passes(outcomes, test_file):
     lines = [f"{o.test_id}: {o.status}: {o.message}" for o in bad]
     lines += [f"{t}: passes but docs/api.md lists it as not applicable" for t in stale]
     assert not lines, "\n".join(lines)
-
