@@ -37,6 +37,7 @@ from .clientcompat import (
 from .directcall import DirectCaller
 from .enginecontrol import EngineControlMixin
 from .ioloop import ClientIO
+from .localresults import LocalResults
 from .sender import RequestSender
 from .taskstore import TaskStoreMixin, msg_ids_of
 from .view import BroadcastView, DirectView, LoadBalancedView
@@ -145,6 +146,8 @@ class Client(TaskStoreMixin, EngineControlMixin, ClientCompatMixin):
         self._direct_caller = DirectCaller(self._io, self.session)
         #: msg_ids sent, oldest first; the newest HISTORY_LENGTH are kept
         self.history: collections.deque[str] = History(maxlen=HISTORY_LENGTH)
+        #: results no AsyncResult owns: rc.results, rc.metadata (client.localresults)
+        self._local = LocalResults()
         #: what views and capabilities send through (client.sender)
         self.sender = RequestSender(
             self.session, self._io, self._direct_caller, self.history, str(path)
@@ -184,7 +187,18 @@ class Client(TaskStoreMixin, EngineControlMixin, ClientCompatMixin):
 
     @property
     def ids(self) -> list[int]:
+        """Registered engine ids, ascending (a new list each time)."""
         return self.sender.ids
+
+    @property
+    def _ids(self) -> list[int]:
+        """ipyparallel's internal list of ids (code written against it reads it)."""
+        return self.sender.ids
+
+    @property
+    def _engines(self) -> dict[int, str]:
+        """ipyparallel's {engine id: engine uuid} of registered engines."""
+        return dict(self._io.engines)
 
     def __len__(self) -> int:
         return len(self._io.engines)
@@ -310,21 +324,15 @@ class Client(TaskStoreMixin, EngineControlMixin, ClientCompatMixin):
 
     @property
     def results(self) -> dict[str, Any]:
-        """{msg_id: value} of finished calls whose AsyncResult is still held somewhere."""
-        out = {}
-        for m, ar in list(self.sender.handles.items()):
-            if ar.ready():
-                out[m] = ar._value_or_error(ar._futures[ar.msg_ids.index(m)])
-        return out
+        """{msg_id: value} of results no AsyncResult owns (``get_result(owner=False)``), as
+        ipyparallel's: an owning AsyncResult (every view's) keeps its result itself."""
+        return self._local.results
 
     @property
     def metadata(self) -> dict[str, Any]:
-        """{msg_id: metadata} of finished calls whose AsyncResult is still held somewhere."""
-        out = {}
-        for m, ar in list(self.sender.handles.items()):
-            if ar.ready():
-                out[m] = ar._metadatas()[ar.msg_ids.index(m)]
-        return out
+        """{msg_id: Metadata} of the results in ``results`` (an unknown msg_id reads as an
+        empty Metadata, as ipyparallel's defaultdict)."""
+        return self._local.metadata
 
     def wait(self, jobs: Any = None, timeout: float | None = -1) -> bool:
         """Wait for jobs (AsyncResults, msg_ids, history indices, or None: all
@@ -353,14 +361,22 @@ class Client(TaskStoreMixin, EngineControlMixin, ClientCompatMixin):
                 j = self.history[j]  # an index into the history, as in ipyparallel
             if isinstance(j, AsyncResult):
                 futures.extend(j._futures)
+            elif isinstance(j, concurrent.futures.Future):  # any Future, as ipyparallel
+                futures.append(j)
             elif isinstance(j, str):
                 request = self._io.request(j)
                 if request is not None:
                     futures.extend(request.reply_futures())
-                elif j not in self.sender.handles and j not in self.history:
+                elif (
+                    j not in self.sender.handles
+                    and j not in self.history
+                    and j not in self._local.results
+                ):
                     raise KeyError(f"no job {j!r} was sent by this client")
             else:
-                raise TypeError(f"jobs are AsyncResults or msg_ids, not {type(j).__name__}")
+                raise TypeError(
+                    f"jobs are AsyncResults, Futures or msg_ids, not {type(j).__name__}"
+                )
         return futures
 
     def executor(self, targets: Any = None) -> Any:

@@ -34,6 +34,7 @@ class TaskStoreMixin:
     sender: Any
     history: Any
     block: bool
+    _local: Any
 
     if TYPE_CHECKING:  # ClientCompatMixin's, mixed into Client beside this one
 
@@ -81,7 +82,9 @@ class TaskStoreMixin:
         futs = []
         remote = []
         for m in msg_ids:
-            fut = self.sender.future_of(m)
+            # an unowned result kept here: an owner takes it out (ipyparallel's owner pop)
+            kept = self._local.future(m, take=owner)
+            fut = self.sender.future_of(m) or kept
             if fut is None:
                 fut = concurrent.futures.Future()
                 remote.append((m, fut))
@@ -91,6 +94,9 @@ class TaskStoreMixin:
             HubResultFetcher(self, remote).start()
             cls = AsyncHubResult
         ar = cls(self, msg_ids, futs, fname="get_result", single=single)
+        ar.owner = owner
+        if not owner:  # nobody owns it: rc.results / rc.metadata keep it, as ipyparallel
+            self._local.keep_when_done(ar)
         if self.block if block is None else block:
             ar.wait()
         return ar

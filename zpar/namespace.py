@@ -21,6 +21,8 @@ import types
 from collections.abc import Sequence
 from typing import Any
 
+from zpar import serialize
+
 #: The namespace push/pull act on; set by the kernel that owns it.
 _current: dict[str, Any] | None = None
 
@@ -61,19 +63,38 @@ def current() -> dict[str, Any]:
 def push(ns_updates: dict[str, Any]) -> None:
     """Bind each name of ``ns_updates`` in the engine namespace; functions shipped by value
     get the namespace as their globals, as ipyparallel's pushed functions do (code that
-    calls them later sees names defined there since)."""
+    calls them later sees names defined there since). A key that is not a plain name is an
+    assignment target, as in ipyparallel: ``dv['a.b'] = 0`` sets attribute b of a."""
     ns = current()
-    ns.update({k: bind(v, ns) for k, v in ns_updates.items()})
+    for k, v in ns_updates.items():
+        if k.isidentifier():
+            ns[k] = bind(v, ns)
+        else:
+            _assign(ns, k, bind(v, ns))
+
+
+def _assign(ns: dict[str, Any], target: str, value: Any) -> None:
+    tmp = "_zpar_push_value"
+    while tmp in ns:
+        tmp += "_"
+    ns[tmp] = value
+    try:
+        exec(compile(f"{target} = {tmp}", "<push>", "exec"), ns)
+    finally:
+        ns.pop(tmp, None)
 
 
 def pull(names: str | Sequence[str]) -> Any:
-    """The value of one name (str) or a list of values (sequence of names)."""
+    """The value of one name (str) or a list of values (sequence of names); a key that is
+    not a plain name is evaluated there, as in ipyparallel (``dv['a.b']``)."""
     ns = current()
 
     def one(name: str) -> Any:
         try:
             return ns[name]
         except KeyError:
+            if not name.isidentifier():
+                return eval(compile(name, "<pull>", "eval"), ns)
             raise NameError(f"name {name!r} is not defined on this engine") from None
 
     if isinstance(names, str):
@@ -93,15 +114,21 @@ def shipped_by_value(f: types.FunctionType) -> bool:
 
 
 def bind(f: Any, ns: dict[str, Any]) -> Any:
-    """``f`` itself, or for a function shipped by value a copy whose globals are ``ns``."""
+    """``f`` itself, or for a function shipped by value a copy whose globals are ``ns``
+    (under zpar.serialize's globals rule: captured names fill in what ``ns`` lacks by
+    default, ``ns`` alone after use_pickle, ``f``'s own globals after use_cloudpickle)."""
     if type(f) is not types.FunctionType:
         return f
     g = f.__globals__
     if g is ns or not shipped_by_value(f):
         return f
-    for name, value in g.items():
-        if name not in ns and not (name.startswith("__") and name.endswith("__")):
-            ns[name] = value
+    rule = serialize.globals_rule()
+    if rule == serialize.GLOBALS_CAPTURED:
+        return f
+    if rule == serialize.GLOBALS_MERGED:
+        for name, value in g.items():
+            if name not in ns and not (name.startswith("__") and name.endswith("__")):
+                ns[name] = value
     new = types.FunctionType(f.__code__, ns, f.__name__, f.__defaults__, f.__closure__)
     new.__kwdefaults__ = f.__kwdefaults__
     new.__qualname__ = f.__qualname__

@@ -110,11 +110,32 @@ def test_purge_local_and_hub_results(rc):
     assert ar.get() == 3  # the handle keeps its result
 
 
-def test_results_and_metadata_follow_held_handles(rc):
+def test_results_and_metadata_hold_what_no_asyncresult_owns(rc):
+    """ipyparallel's owner bookkeeping (test_owner_pop, test_get_result): a view's
+    AsyncResult owns its result, which is not in rc.results; get_result(owner=False) leaves
+    it there until an owning get_result takes it or it is purged."""
     ar = rc[0].apply_async(lambda: 4)
     ar.get(timeout=30)
     m = ar.msg_ids[0]
-    assert rc.results[m] == 4 and rc.metadata[m]["engine_id"] == 0
+    assert m not in rc.results and m not in rc.metadata
+    fetched = rc.get_result(m, owner=False, block=True)
+    assert rc.results[m] == 4 and rc.metadata[m]["engine_id"] == 0 and not fetched.owner
+    owned = rc.get_result(m)
+    assert type(owned) is ipp.AsyncResult and owned.get() == 4 and owned.owner
+    assert m not in rc.results and m not in rc.metadata
+    rc.results["asdf"] = 5
+    assert rc.metadata["asdf"] == {}  # read as an empty Metadata, as ipyparallel's defaultdict
+    rc.purge_local_results("asdf")
+    assert "asdf" not in rc.results and "asdf" not in rc.metadata
+
+
+def test_wait_takes_plain_futures(rc):
+    import concurrent.futures
+    import threading
+
+    f = concurrent.futures.Future()
+    threading.Timer(0.1, f.set_result, ("future",)).start()
+    assert rc.wait([f], timeout=30) and f.result() == "future"
 
 
 def test_not_applicable_methods_say_why(rc):

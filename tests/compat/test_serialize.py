@@ -72,7 +72,8 @@ def test_use_pickle_still_sends_closures_by_value(rc):
         dv.use_pickle()
         assert dv.apply_sync(lambda: k) == [3, 3]
     finally:
-        ipp.use_cloudpickle()
+        ipp.serialize.use_default()
+        dv.apply_sync(ipp.serialize.use_default)
     assert dv.apply_sync(add_k, 2) == [5, 5]
 
 
@@ -84,7 +85,7 @@ def test_use_dill_without_dill_says_so():
             ipp.use_dill()
     else:
         ipp.use_dill()
-        ipp.use_cloudpickle()
+        ipp.serialize.use_default()
 
 
 def test_pack_and_unpack_apply_message():

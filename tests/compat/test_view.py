@@ -311,3 +311,60 @@ def test_executor_shutdown_waits_for_its_maps(rc):
         m = ex.map(lambda x: x, range(10))
     assert len(view.history) == 11 and not view.outstanding
     assert list(m) == list(range(10))
+
+
+def test_nested_getitem_and_setitem(rc):
+    """ipyparallel's test_nested_getitem_setitem: keys that are not plain names are
+    evaluated (get) or assigned (set) on the engine."""
+    view = rc[-1]
+    view.execute("class A: pass\na = A()\na.b = 128", block=True)
+    assert view["a.b"] == 128
+    view["a.b"] = 0
+    assert view.apply_sync(lambda x: x.b, ipp.Reference("a")) == 0 and view["a.b"] == 0
+    view["d"] = {}
+    view["d['k']"] = 5
+    assert view["d"] == {"k": 5} and view["d['k'] + 1"] == 6
+
+
+def test_sync_imports_prints_what_it_imports(rc, capsys):
+    view = rc[-1]
+    with view.sync_imports():
+        import json  # noqa: F401
+        from os import path  # noqa: F401
+    out = capsys.readouterr().out
+    assert "importing json on engine(s)" in out and "importing path from os on engine(s)" in out
+    assert view.apply_sync(ipp.interactive(lambda: "json" in globals() and "path" in globals()))
+    with view.sync_imports(quiet=True):
+        import csv  # noqa: F401
+    assert capsys.readouterr().out == ""
+
+
+def test_use_cloudpickle_and_use_pickle_decide_whose_globals_win(rc):
+    """ipyparallel's test_use_cloudpickle: after view.use_cloudpickle() a function from
+    __main__ sees the client's values; after view.use_pickle(), the engine's only."""
+    import sys
+
+    import zpar.serialize
+
+    main = sys.modules["__main__"]
+    view = rc[:]
+    view["_a"] = "engine"
+
+    @ipp.interactive
+    def get_a():
+        return _a  # noqa: F821
+
+    try:
+        assert view.apply_sync(get_a) == ["engine", "engine"]  # zpar's default: the engine's
+        view.use_cloudpickle()
+        main._a = "client"
+        assert view.apply_sync(get_a) == ["client", "client"]
+        view.execute("del _a", block=True)
+        assert view.apply_sync(get_a) == ["client", "client"]
+        view.use_pickle()
+        with pytest.raises(ipp.RemoteError, match="NameError"):
+            view.apply_sync(get_a)
+    finally:
+        del main._a
+        zpar.serialize.use_default()
+        view.apply_sync(zpar.serialize.use_default)
