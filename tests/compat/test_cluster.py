@@ -95,7 +95,7 @@ def test_px_stream_shows_an_engines_first_lines_on_a_fresh_client(zpar_dir, caps
         with ipp.Cluster(n=2) as rc:
             fresh = ipp.Client(url_file=rc.url_file)
             try:
-                register_magics(shell, fresh[:], suffix="fresh")
+                register_magics(shell, fresh.direct_view(fresh.ids, block=True), suffix="fresh")
                 code = "for i in range(3):\n    print('line', i, flush=True)"
                 shell.run_cell_magic("pxfresh", "--stream", code)
                 out = capsys.readouterr().out

@@ -117,7 +117,7 @@ def prepare_run_dir(wheel: Path, run: Path) -> Path:
     (run / "pytest.ini").write_text(
         "[pytest]\n"
         "addopts = -p no:cacheprovider\n"
-        "timeout = 120\ntimeout_method = thread\n"
+        "timeout = 120\n"
         "markers =\n    asyncio: an async test (pytest-asyncio)\n"
     )
     return run
