@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import importlib
 import linecache
 import re
 import sys
@@ -125,7 +126,14 @@ def bind(f: Any, ns: dict[str, Any]) -> Any:
     rule = serialize.globals_rule()
     if rule == serialize.GLOBALS_CAPTURED:
         return f
-    if rule == serialize.GLOBALS_MERGED:
+    if rule == serialize.GLOBALS_NAMESPACE and f.__module__ not in (None, "__main__"):
+        # ipyparallel's canning: a function of an importable module (a nested one, sent by
+        # value) runs over that module's globals; only __main__'s use the namespace
+        module = _importable_module(f.__module__)
+        if module is None:
+            return f
+        ns = module.__dict__
+    elif rule == serialize.GLOBALS_MERGED:
         for name, value in g.items():
             if name not in ns and not (name.startswith("__") and name.endswith("__")):
                 ns[name] = value
@@ -136,6 +144,13 @@ def bind(f: Any, ns: dict[str, Any]) -> Any:
     if f.__dict__:
         new.__dict__.update(f.__dict__)
     return new
+
+
+def _importable_module(name: str) -> types.ModuleType | None:
+    try:
+        return importlib.import_module(name)
+    except Exception:  # not importable here: the function keeps what it captured
+        return None
 
 
 def call(f: Any, args: Sequence[Any], kwargs: dict[str, Any], ns: dict[str, Any]) -> Any:
