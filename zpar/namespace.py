@@ -22,8 +22,6 @@ import types
 from collections.abc import Sequence
 from typing import Any
 
-from zpar import serialize
-
 #: The namespace push/pull act on; set by the kernel that owns it.
 _current: dict[str, Any] | None = None
 
@@ -114,26 +112,51 @@ def shipped_by_value(f: types.FunctionType) -> bool:
     return module is None or f.__globals__ is not getattr(module, "__dict__", None)
 
 
+#: Where a function shipped by value (defined in ``__main__``, or inside another function)
+#: finds its globals when it runs on an engine: this process's setting, which
+#: zpar.serialize's use_pickle / use_cloudpickle / use_default change (a DirectView's run
+#: them on its engines too, as ipyparallel's):
+#: GLOBALS_MERGED (zpar's default): the engine's namespace, with the names the function
+#: captured on the client filling in what the namespace lacks;
+#: GLOBALS_CAPTURED (use_cloudpickle): the globals it captured, the client's values (what
+#: cloudpickle gives ipyparallel);
+#: GLOBALS_NAMESPACE (use_pickle): the engine's namespace only for ``__main__``'s functions,
+#: their module's globals for the others (ipyparallel's canning).
+GLOBALS_MERGED, GLOBALS_CAPTURED, GLOBALS_NAMESPACE = "merged", "captured", "namespace"
+_globals_rule = GLOBALS_MERGED
+
+
+def globals_rule() -> str:
+    return _globals_rule
+
+
+def set_globals_rule(rule: str) -> None:
+    global _globals_rule
+    if rule not in (GLOBALS_MERGED, GLOBALS_CAPTURED, GLOBALS_NAMESPACE):
+        raise ValueError(f"unknown globals rule {rule!r}")
+    _globals_rule = rule
+
+
 def bind(f: Any, ns: dict[str, Any]) -> Any:
     """``f`` itself, or for a function shipped by value a copy whose globals are ``ns``
-    (under zpar.serialize's globals rule: captured names fill in what ``ns`` lacks by
+    (under the globals rule above: captured names fill in what ``ns`` lacks by
     default, ``ns`` alone after use_pickle, ``f``'s own globals after use_cloudpickle)."""
     if type(f) is not types.FunctionType:
         return f
     g = f.__globals__
     if g is ns or not shipped_by_value(f):
         return f
-    rule = serialize.globals_rule()
-    if rule == serialize.GLOBALS_CAPTURED:
+    rule = _globals_rule
+    if rule == GLOBALS_CAPTURED:
         return f
-    if rule == serialize.GLOBALS_NAMESPACE and f.__module__ not in (None, "__main__"):
+    if rule == GLOBALS_NAMESPACE and f.__module__ not in (None, "__main__"):
         # ipyparallel's canning: a function of an importable module (a nested one, sent by
         # value) runs over that module's globals; only __main__'s use the namespace
         module = _importable_module(f.__module__)
         if module is None:
             return f
         ns = module.__dict__
-    elif rule == serialize.GLOBALS_MERGED:
+    elif rule == GLOBALS_MERGED:
         for name, value in g.items():
             if name not in ns and not (name.startswith("__") and name.endswith("__")):
                 ns[name] = value

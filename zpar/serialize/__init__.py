@@ -20,6 +20,7 @@ from typing import Any
 
 import cloudpickle
 
+from zpar import namespace
 from zpar.constants import OOB_THRESHOLD
 from zpar.errors import SerializationError
 from zpar.wire import frame_view
@@ -366,48 +367,28 @@ def unpack_apply(frames: Sequence[Any]) -> tuple[Any, tuple[Any, ...], dict[str,
 # -- ipyparallel's serialize names ---------------------------------------------------------
 
 
-#: Where a function shipped by value (defined in ``__main__``, or inside another function)
-#: finds its globals when it runs on an engine; the engine's own setting, which
-#: ``DirectView.use_pickle`` / ``use_cloudpickle`` change there as in ipyparallel:
-#: GLOBALS_MERGED (zpar's default): the engine's namespace, with the names the function
-#: captured on the client filling in what the namespace lacks;
-#: GLOBALS_CAPTURED (use_cloudpickle): the globals it captured, the client's values (what
-#: cloudpickle gives ipyparallel);
-#: GLOBALS_NAMESPACE (use_pickle): the engine's namespace only (ipyparallel's canning).
-GLOBALS_MERGED, GLOBALS_CAPTURED, GLOBALS_NAMESPACE = "merged", "captured", "namespace"
-_globals_rule = GLOBALS_MERGED
-
-
-def globals_rule() -> str:
-    """This process's rule for the globals of functions shipped by value (see above)."""
-    return _globals_rule
-
-
 def use_default() -> None:
     """zpar's default: cloudpickle, and functions shipped by value run over the engine's
     namespace, filled in with the names they captured (what ``use_pickle`` and
     ``use_cloudpickle`` change; run it on engines with ``view.apply_sync(use_default)``)."""
-    global _globals_rule
     set_pickler("cloudpickle")
-    _globals_rule = GLOBALS_MERGED
+    namespace.set_globals_rule(namespace.GLOBALS_MERGED)
 
 
 def use_pickle() -> None:
     """Data by the standard pickle; functions defined in ``__main__`` or inside other
     functions still travel by value (as in ipyparallel, whose use_pickle keeps canning
     functions) and, on an engine, run over its namespace alone (ipyparallel's canning)."""
-    global _globals_rule
     set_pickler("pickle")
-    _globals_rule = GLOBALS_NAMESPACE
+    namespace.set_globals_rule(namespace.GLOBALS_NAMESPACE)
 
 
 def use_cloudpickle() -> None:
     """Everything through cloudpickle (the default); on an engine, functions shipped by
     value then use the globals they captured, the client's values (as ipyparallel with
     cloudpickle)."""
-    global _globals_rule
     set_pickler("cloudpickle")
-    _globals_rule = GLOBALS_CAPTURED
+    namespace.set_globals_rule(namespace.GLOBALS_CAPTURED)
 
 
 def use_dill() -> None:
