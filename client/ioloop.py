@@ -197,6 +197,10 @@ class ClientIO(Sending, EngineEvents, FaultHandling):
         """The pending PendingRequest of ``msg_id`` (None once answered, or never sent here)."""
         return self._pending.get(msg_id)
 
+    def has_pending_for(self, engine_uuid: str) -> bool:
+        """Whether a request to this engine (sent through this I/O thread) awaits a reply."""
+        return bool(self._by_engine.get(engine_uuid))
+
     def outstanding(self) -> set[str]:
         """msg_ids of every request still waiting for a reply."""
         return set(self._pending)

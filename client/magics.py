@@ -169,7 +169,8 @@ class ParallelMagics:
             print(
                 f"Received Keyboard Interrupt. Sending signal {sig} to engines...", file=sys.stderr
             )
-            view.client.send_signal(sig, targets=view.targets)
+            if sig not in (0, "0"):  # signal 0 delivers nothing (ipyparallel sends it anyway)
+                view.client.send_signal(sig, targets=view.targets)
         finally:
             # outputs shown on success and on error, as ipyparallel (after an interrupt,
             # if the engines stopped within a second)
@@ -235,7 +236,7 @@ class ParallelMagics:
 
 
 # %px's line is code: IPython must not expand {x} or $x in it (the engine's x is meant)
-ParallelMagics.px._ipython_no_var_expand = True  # type: ignore[attr-defined]
+ParallelMagics.px._ipython_magic_no_var_expand = True  # type: ignore[attr-defined]
 
 
 def _eval_signal(sig: str | int) -> str | int:

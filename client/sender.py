@@ -210,6 +210,8 @@ class RequestSender:
         if self.closed:
             raise RuntimeError("this Client is closed")
         uuid = self.engine_uuid(engine_id)
+        if self._io.has_pending_for(uuid):
+            return None  # earlier requests to it are on their way: this one goes after them
         if not self._direct_caller.reachable(uuid):
             return None
         if msg_type == MsgType.APPLY_REQUEST:

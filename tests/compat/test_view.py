@@ -368,3 +368,12 @@ def test_use_cloudpickle_and_use_pickle_decide_whose_globals_win(rc):
         del main._a
         zpar.serialize.use_default()
         view.apply_sync(zpar.serialize.use_default)
+
+
+def test_a_blocking_call_waits_behind_earlier_requests_to_its_engine(rc):
+    """ipyparallel's test_px_nonblocking: a non-blocking execute then a pull of the same
+    engine see the execute done (the fast same-host path must not overtake it)."""
+    v = rc[-1:]
+    for i in range(20):
+        v.execute(f"a = {i}", block=False)
+        assert v.pull("a", block=True) == [i]
