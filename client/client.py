@@ -196,6 +196,11 @@ class Client(TaskStoreMixin, EngineControlMixin, ClientCompatMixin):
         return self.sender.ids
 
     @property
+    def _outstanding_dict(self) -> collections.defaultdict[str, set[str]]:
+        """ipyparallel's {engine uuid: msg_ids awaiting its reply} (a snapshot)."""
+        return self._io.outstanding_by_engine()
+
+    @property
     def _engines(self) -> dict[int, str]:
         """ipyparallel's {engine id: engine uuid} of registered engines."""
         return dict(self._io.engines)

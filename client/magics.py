@@ -113,6 +113,10 @@ class ParallelMagics:
         if args.signal_on_interrupt is not None:
             self.signal_on_interrupt = _eval_signal(args.signal_on_interrupt)
 
+    def px_line(self, line: str) -> Any:
+        """%px CODE: the line is code for the engines (not var-expanded here)."""
+        return self.px(line)
+
     def px(self, line: str, cell: str | None = None) -> Any:
         if cell is None:  # %px: the whole line is code
             args, code = _parser("px").parse_args([]), line
@@ -160,8 +164,10 @@ class ParallelMagics:
                 stream.finish()  # the engines' last lines, which can follow the reply
             ar.get()
         except CompositeError as e:
-            if stream is not None:
-                raise AlreadyDisplayedError(e) from None  # shown as they happened
+            if stream is not None:  # streamed: each engine's traceback shown, then a summary
+                for err in e.errors:
+                    print("\n".join(err.render_traceback()), file=sys.stderr)
+                raise AlreadyDisplayedError(e) from None
             raise
         except KeyboardInterrupt:
             if sig is None:
@@ -236,7 +242,7 @@ class ParallelMagics:
 
 
 # %px's line is code: IPython must not expand {x} or $x in it (the engine's x is meant)
-ParallelMagics.px._ipython_magic_no_var_expand = True  # type: ignore[attr-defined]
+ParallelMagics.px_line._ipython_magic_no_var_expand = True  # type: ignore[attr-defined]
 
 
 def _eval_signal(sig: str | int) -> str | int:
@@ -297,7 +303,10 @@ def register_magics(shell: Any, view: Any, suffix: str = "") -> ParallelMagics:
     """Register %px{suffix}, %%px{suffix}, %autopx{suffix}, %pxresult{suffix},
     %pxconfig{suffix} in ``shell`` (an IPython InteractiveShell)."""
     state = ParallelMagics(shell, view, suffix)
-    shell.register_magic_function(state.px, "line_cell", f"px{suffix}")
+    # %px's line is code (not expanded); %%px's line is options ({name} expanded, as IPython
+    # does for ipyparallel's cell_px)
+    shell.register_magic_function(state.px_line, "line", f"px{suffix}")
+    shell.register_magic_function(state.px, "cell", f"px{suffix}")
     shell.register_magic_function(state.autopx, "line", f"autopx{suffix}")
     shell.register_magic_function(state.pxresult, "line", f"pxresult{suffix}")
     shell.register_magic_function(state.pxconfig, "line", f"pxconfig{suffix}")
