@@ -119,7 +119,7 @@ __all__ = [
 
 #: submodules ipyparallel users reach as attributes after ``import ipyparallel``
 #: (``ipp.error.RemoteError``, ``ipp.util.interactive``...), imported on first use
-_SUBMODULES = frozenset({"client", "cluster", "controller", "error", "serialize", "util"})
+_SUBMODULES = frozenset({"client", "controller", "error", "serialize", "util"})
 
 
 def __getattr__(name: str) -> Any:
