@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 from collections.abc import Sequence
 from typing import Any
@@ -32,18 +33,26 @@ class Cluster:
         controller_args: Sequence[str] = (),
         engine_args: Sequence[str] = (),
         timeout: float = 60.0,
-        log_level: str | None = None,
+        log_level: str | int | None = None,
         keep_files: bool = False,
         engines: str | None = None,
         keep: bool | None = None,
+        controller: Any = None,
         **settings: Any,
     ) -> None:
         """Without a ``cluster_id`` the cluster is a throwaway: its task store, logs and
         connection files are removed when it stops, unless ``keep_files``. ``engines``: the
-        launcher (local, mpi, ssh, slurm, pbs); ``keep``: replace engines that die; any
+        launcher (local, mpi, ssh, slurm, pbs); ``keep``: replace engines that die;
+        ``controller``: an ipyparallel-style launcher class whose ``controller_args`` are
+        read (zpar.cluster.launcher.LocalControllerLauncher); any
         other zpar.cluster.settings name (``hwm=4``, ``ssh_hosts={...}``) overrides the profile."""
+        from zpar.cluster.launcher import controller_args_of
         from zpar.cluster.settings import load
 
+        if controller is not None:  # ipyparallel's Cluster(controller=LauncherClass)
+            controller_args = [*controller_args_of(controller), *controller_args]
+        if isinstance(log_level, int):  # ipyparallel's log_level=10
+            log_level = logging.getLevelName(log_level)
         flags = {"ip": ip, "log_level": log_level, "engines": engines, "keep": keep, **settings}
         self._launcher = LocalCluster(
             n,

@@ -141,3 +141,29 @@ def test_step_by_step_life_cycle_as_ipyparallels_cluster(zpar_dir):
         cluster.stop_controller_sync()
     finally:
         cluster.stop_cluster_sync()
+
+
+def test_controller_launcher_class_as_ipyparallels(zpar_dir):
+    """ipyparallel's test_label builds Cluster(controller=<LocalControllerLauncher subclass
+    with controller_args>, log_level=10): the store flags map to zpar's."""
+    from zpar.cluster.launcher import LocalControllerLauncher, controller_args_of
+
+    class DictDB(LocalControllerLauncher):
+        controller_args = ["--dictdb"]
+
+    class Mongo(LocalControllerLauncher):
+        controller_args = ["--mongodb"]
+
+    assert controller_args_of(DictDB) == ["--db", "memory"]
+    with pytest.raises(ValueError, match="MongoDB"):
+        controller_args_of(Mongo)
+    cluster = ipp.Cluster(n=1, log_level=10, controller=DictDB)
+    try:
+        cluster.start_cluster_sync()
+        rc = cluster.connect_client_sync()
+        rc.wait_for_engines(1, timeout=60)
+        assert rc[:].apply_sync(lambda: 3) == [3]
+        assert "memory" in rc.store_status()["url"]
+        rc.close()
+    finally:
+        cluster.stop_cluster_sync()

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import psutil
 
@@ -66,6 +66,35 @@ __all__ = [
     "stop_cluster",
     "url_dir",
 ]
+
+
+class LocalControllerLauncher:
+    """ipyparallel's name for the launcher of a controller on this machine, for code that
+    passes ``Cluster(controller=...)`` a subclass of it: its ``controller_args`` are read
+    (ipyparallel's store flags ``--dictdb`` / ``--sqlitedb`` mean zpar's ``--db memory`` /
+    the default SQLite file; other arguments go to ``zpar controller`` as they are)."""
+
+    controller_args: ClassVar[list[str]] = []
+
+
+#: ipyparallel's controller store flags -> zpar controller arguments
+IPP_STORE_FLAGS = {"--dictdb": ["--db", "memory"], "--sqlitedb": [], "--nodb": ["--db", "memory"]}
+
+
+def controller_args_of(controller: Any) -> list[str]:
+    """zpar controller arguments of an ipyparallel-style controller launcher (class or
+    instance with ``controller_args``); a ValueError names a store zpar does not have."""
+    out: list[str] = []
+    for arg in list(getattr(controller, "controller_args", None) or []):
+        if arg in IPP_STORE_FLAGS:
+            out += IPP_STORE_FLAGS[arg]
+        elif arg.startswith("--mongodb") or arg.startswith("--MongoDB"):
+            raise ValueError(
+                f"{arg}: zpar's task store is SQLite, PostgreSQL or memory (--db URL), not MongoDB"
+            )
+        else:
+            out.append(arg)
+    return out
 
 
 class LocalCluster:
