@@ -17,7 +17,7 @@ from zpar.wire.messages import SchedulingFlags
 from .asyncresult import AsyncMapResult, AsyncResult
 from .clientcompat import History
 from .executor import ViewExecutor
-from .imap import LazyMapIterator, start_imap
+from .imap import start_imap
 
 #: msg_ids remembered in a view's history (as the client's: the newest are kept)
 VIEW_HISTORY_LENGTH = 100_000
@@ -163,7 +163,7 @@ class View:
         ordered: bool = True,
         max_outstanding: int | str | None = "auto",
         return_exceptions: bool = False,
-    ) -> LazyMapIterator:
+    ) -> Iterator[Any]:
         """Results of f over lazily consumed iterables (infinite generators too), with at
         most ``max_outstanding`` calls in flight ('auto': one per engine of the view; 0:
         no limit), submitted as earlier ones complete (client.imap). ``ordered=False``

@@ -94,7 +94,7 @@ class ViewExecutor(concurrent.futures.Executor):
         with self._lock:
             self._shutdown = True
             pending = list(self._outstanding)
-        maps = getattr(self.view, "_outstanding_maps", set())
+        maps: set[object] = getattr(self.view, "_outstanding_maps", set())
         if cancel_futures:
             for token in list(maps):
                 maps.discard(token)

@@ -166,7 +166,8 @@ class ParallelMagics:
         except CompositeError as e:
             if stream is not None:  # streamed: each engine's traceback shown, then a summary
                 for err in e.errors:
-                    print("\n".join(err.render_traceback()), file=sys.stderr)
+                    render = getattr(err, "render_traceback", None)
+                    print("\n".join(render()) if render else str(err), file=sys.stderr)
                 raise AlreadyDisplayedError(e) from None
             raise
         except KeyboardInterrupt:

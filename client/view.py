@@ -15,8 +15,9 @@ from zpar.serialize import pack_apply
 from zpar.wire.messages import ExecuteRequest, MsgType
 
 from .asyncresult import AsyncMapResult, AsyncResult
-from .baseview import LazyMapIterator, View, _check_callable, _flags_metadata, _fname
+from .baseview import View, _check_callable, _flags_metadata, _fname
 from .executor import ViewExecutor
+from .imap import LazyMapIterator
 from .mapping import AUTO_CHUNKS_PER_ENGINE, check_chunksize, send_map
 from .partition import _lengths, join_parts, partition, split_parts
 
