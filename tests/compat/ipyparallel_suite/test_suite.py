@@ -33,7 +33,9 @@ def test_ipyparallel_file_passes(outcomes, test_file):
     results = by_file.get(test_file)
     assert results, f"no result for ipyparallel's {test_file}; pytest's output:\n{log[-4000:]}"
     na = suite.not_applicable()
-    bad = [o for o in results if o.status in ("failed", "error") and o.test_id not in na]
+    # a skip is not a pass either: only docs/api.md's list excuses a test (xfail: ipyparallel
+    # expects the failure on itself too)
+    bad = [o for o in results if o.status in ("failed", "error", "skipped") and o.test_id not in na]
     stale = [o.test_id for o in results if o.test_id in na and o.status == "passed"]
     lines = [f"{o.test_id}: {o.status}: {o.message}" for o in bad]
     lines += [f"{t}: passes but docs/api.md lists it as not applicable" for t in stale]
