@@ -3,6 +3,7 @@ task scheduler choose (task). The API is ipyparallel's (docs/api.md)."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import logging
 from collections.abc import Callable, Iterator, Sequence
@@ -372,6 +373,25 @@ class BroadcastView(DirectView):
         super().__init__(client, targets, block)
         #: ipyparallel's reply coalescing flag: accepted, replies come one per engine
         self.is_coalescing = False
+
+    def _map(self, f: Any, seqs: Any, **kw: Any) -> AsyncMapResult:
+        """A DirectView map (a different chunk per engine: nothing to broadcast), sent once
+        this client's earlier broadcasts to those engines are answered: they travel through
+        the task scheduler, the map through the MUX relay, which would overtake them
+        (``execute("f = ...")`` then ``map(Reference("f"), ...)``)."""
+        io = self.client._io
+        uuid = self.client.sender.engine_uuid
+        pending = io.outstanding_by_engine()
+        futures = [
+            fut
+            for eid in self._ids()
+            for m in pending.get(uuid(eid), ())
+            if (request := io.request(m)) is not None
+            for fut in request.reply_futures()
+        ]
+        if futures:
+            concurrent.futures.wait(futures)
+        return super()._map(f, seqs, **kw)
 
     def _send_each(
         self,

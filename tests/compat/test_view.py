@@ -377,3 +377,12 @@ def test_a_blocking_call_waits_behind_earlier_requests_to_its_engine(rc):
     for i in range(20):
         v.execute(f"a = {i}", block=False)
         assert v.pull("a", block=True) == [i]
+
+
+def test_broadcast_map_goes_after_earlier_broadcasts(rc):
+    """ipyparallel's test_map_reference on a BroadcastView: a function defined by a
+    non-blocking broadcast execute is there when the map (sent another way) runs."""
+    bv = rc.broadcast_view()
+    for i in range(5):
+        bv.execute(f"f{i} = lambda x, y: x * y + {i}")
+        assert bv.map_sync(ipp.Reference(f"f{i}"), [1, 2], [3, 4]) == [3 + i, 8 + i]
