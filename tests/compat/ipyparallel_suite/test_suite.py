@@ -17,6 +17,11 @@ pytestmark = pytest.mark.cluster
 
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory):
+    import faulthandler
+
+    # the whole suite runs here, minutes long by design: no stack dump at faulthandler_timeout
+    # (each ipyparallel test has its own timeouts in the subprocesses)
+    faulthandler.cancel_dump_traceback_later()
     wheel = suite.fetch_wheel()
     run = suite.prepare_run_dir(wheel, tmp_path_factory.mktemp("ipyparallel-suite"))
     found, log = suite.run_suite(run)
