@@ -102,9 +102,12 @@ class _ImapRun:
             self.more()
 
     def start(self) -> None:
+        """Submit the first ``limit`` calls and wait until they are sent (ipyparallel waits
+        for the first only, so how many are out when imap returns was left to chance)."""
         first = [self.pool.submit(self.consume_next) for _ in range(self.limit or 1)]
         try:
-            first[0].result()
+            for f in first:
+                f.result()
         except Exception:
             self.signal_done()
             raise
