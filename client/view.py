@@ -374,7 +374,15 @@ class BroadcastView(DirectView):
         #: ipyparallel's reply coalescing flag: accepted, replies come one per engine
         self.is_coalescing = False
 
-    def _map(self, f: Any, seqs: Any, **kw: Any) -> AsyncMapResult:
+    def _map(
+        self,
+        f: Any,
+        seqs: Any,
+        return_exceptions: bool = False,
+        label: str | None = None,
+        track: bool = False,
+        **kw: Any,
+    ) -> AsyncMapResult:
         """A DirectView map (a different chunk per engine: nothing to broadcast), sent once
         this client's earlier broadcasts to those engines are answered: they travel through
         the task scheduler, the map through the MUX relay, which would overtake them
@@ -391,7 +399,9 @@ class BroadcastView(DirectView):
         ]
         if futures:
             concurrent.futures.wait(futures)
-        return super()._map(f, seqs, **kw)
+        return super()._map(
+            f, seqs, return_exceptions=return_exceptions, label=label, track=track, **kw
+        )
 
     def _send_each(
         self,

@@ -27,10 +27,8 @@ def test_ipyparallel_docs_notebook_runs_with_the_import_changed(zpar_dir, monkey
     # when %px shows its progress bar after 2 s, as ipyparallel's): the value ends the text
     assert _text(c[2]).splitlines()[-1] == "2"
     # one engine named by an int: a single result, printed without [stdout:N] (ipyparallel)
-    assert _text(c[3]) == "only engine 0
-"
-    assert _text(c[5]) == "engine one, not blocking
-"  # %%px -t 1: a single result
+    assert _text(c[3]) == "only engine 0\n"
+    assert _text(c[5]) == "engine one, not blocking\n"  # %%px -t 1: a single result
     assert _text(c[6]) == "True"
     assert _text(c[7]) == "True"
     progress = _text(c[8])
