@@ -198,7 +198,7 @@ class RequestSender:
     def call_here(
         self,
         engine_id: int,
-        buffers: list[Any],
+        buffers: Sequence[Any],
         metadata: dict[str, Any] | None,
         msg_type: str = MsgType.APPLY_REQUEST,
         content: dict[str, Any] | None = None,

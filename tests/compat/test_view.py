@@ -136,7 +136,9 @@ def test_imap_over_an_infinite_generator(rc):
     assert [next(it) for _ in range(5)] == [0, 1, 4, 9, 16]
     it.cancel()
     rest = list(it)  # those already sent, then it stops
-    assert len(rest) <= len(lv)
+    # at most one call per engine in flight, and one the consumer thread was sending
+    # when cancel() came (it sends as results return, not as the caller iterates)
+    assert len(rest) <= len(lv) + 1
 
 
 def test_imap_unordered_and_return_exceptions(rc):
