@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import sys
 import threading
 import time
@@ -395,12 +396,19 @@ class AsyncResult(FutureStateMixin, MetadataMixin, OutputsMixin, concurrent.futu
 
     @staticmethod
     def _value_or_error(f: concurrent.futures.Future) -> Any:
+        error = getattr(f, "_decoded_error", None)
+        if error is not None:
+            return error
         try:
             exc = f.exception()
             if exc is not None:
                 raise exc
             return decode_reply(f.result())
         except Exception as e:
+            # one error object per call, on every read (ipyparallel compares them: a map's
+            # errors from list(amr) == amr.get() with return_exceptions)
+            with contextlib.suppress(AttributeError):
+                f._decoded_error = e  # type: ignore[attr-defined]
             return e
 
     def _collect(self) -> list[Any]:
@@ -422,6 +430,7 @@ class AsyncResult(FutureStateMixin, MetadataMixin, OutputsMixin, concurrent.futu
         return values
 
     def _value_at(self, i: int, timeout: float | None = None) -> Any:
+        """Call i's value; its error raised, or returned with ``return_exceptions``."""
         f = self._futures[i]
         try:
             f.result(timeout)
@@ -430,7 +439,7 @@ class AsyncResult(FutureStateMixin, MetadataMixin, OutputsMixin, concurrent.futu
         except Exception:
             pass
         v = self._value_or_error(f)
-        if isinstance(v, Exception):
+        if isinstance(v, Exception) and not self._return_exceptions:
             raise v
         return v
 
@@ -593,12 +602,16 @@ class AsyncMapResult(AsyncResult):
         if self._parts is not None:
             yield from self._iter_elements()
             return
-        if not self.ordered:
-            for chunk in self.as_completed():
+        chunks = (
+            self.as_completed()
+            if not self.ordered
+            else map(self._value_at, range(len(self._futures)))
+        )
+        for chunk in chunks:
+            if isinstance(chunk, Exception):  # with return_exceptions: in the element's place
+                yield chunk
+            else:
                 yield from chunk
-            return
-        for i in range(len(self._futures)):
-            yield from self._value_at(i)
 
     def __getitem__(self, key: int | slice | str) -> Any:
         if isinstance(key, str):

@@ -119,29 +119,35 @@ class ClientCompatMixin:
         """Nothing to do (see spin)."""
 
     def purge_local_results(self, jobs: Any = (), targets: Any = ()) -> None:
-        """Forget results held for ``jobs`` (or 'all') and ``targets`` here. zpar keeps a
-        result only while its AsyncResult is held, so this only drops the bookkeeping;
-        RuntimeError if one of them is still outstanding (as in ipyparallel)."""
+        """Forget results kept here for ``jobs`` (or 'all') and ``targets``: rc.results and
+        rc.metadata (AsyncResults keep their own results). RuntimeError if one of them is
+        still outstanding, ValueError without arguments (as ipyparallel)."""
         if not jobs and not targets:
             raise ValueError("Must specify at least one of `targets` and `jobs`")
-        results = self.sender.handles  # type: ignore[attr-defined]
+        local = self._local  # type: ignore[attr-defined]
+        handles = self.sender.handles  # type: ignore[attr-defined]
         outstanding = self.outstanding  # type: ignore[attr-defined]
         if jobs == "all":
             if outstanding:
                 raise RuntimeError(f"Can't purge outstanding tasks: {outstanding}")
-            results.clear()
+            handles.clear()
+            local.purge("all")
             return
         ids = set(msg_ids_of(jobs)) if jobs else set()
         if targets:
             wanted = set(self.sender.resolve_targets(targets))  # type: ignore[attr-defined]
-            for m, ar in list(results.items()):
+            for m, ar in list(handles.items()):
                 if ar.ready() and set(_as_list(ar.engine_id)) & wanted:
+                    ids.add(m)
+            for m, md in list(local.metadata.items()):
+                if md.get("engine_id") in wanted:
                     ids.add(m)
         still = ids & outstanding
         if still:
             raise RuntimeError(f"Can't purge outstanding tasks: {still}")
         for m in ids:
-            results.pop(m, None)
+            handles.pop(m, None)
+        local.purge(ids)
 
     def purge_hub_results(self, jobs: Any = (), targets: Any = ()) -> int:
         """Forget finished tasks in the hub's store (see purge_results)."""

@@ -25,6 +25,7 @@ client.iofaults (a lost controller or scheduler, a wrong key).
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import threading
@@ -197,6 +198,14 @@ class ClientIO(Sending, EngineEvents, FaultHandling):
     def request(self, msg_id: str) -> PendingRequest | None:
         """The pending PendingRequest of ``msg_id`` (None once answered, or never sent here)."""
         return self._pending.get(msg_id)
+
+    def has_pending_for(self, engine_uuid: str) -> bool:
+        """Whether a request to this engine (sent through this I/O thread) awaits a reply."""
+        return bool(self._by_engine.get(engine_uuid))
+
+    def outstanding_by_engine(self) -> collections.defaultdict[str, set[str]]:
+        """{engine uuid: msg_ids awaiting its reply}, a copy (empty set for other uuids)."""
+        return collections.defaultdict(set, {u: set(m) for u, m in list(self._by_engine.items())})
 
     def outstanding(self) -> set[str]:
         """msg_ids of every request still waiting for a reply."""

@@ -29,7 +29,8 @@ class OutputsMixin:
     ) -> None:
         """Show each call's captured stdout/stderr under ``[stdout:N]`` headers and, inside
         IPython, its rich outputs (figures, HTML: ``[output:N]``) and the value of its last
-        expression (``Out[N:K]``), as ipyparallel's display_outputs.
+        expression (``Out[N:K]``), as ipyparallel's display_outputs; a single call's result
+        without the headers, as ipyparallel.
 
         groupby: 'type' (all stdout, then all stderr, then outputs: ipyparallel's default),
         'engine' (each engine's streams and outputs together) or 'order' (as 'type', the
@@ -40,6 +41,9 @@ class OutputsMixin:
         self.wait()  # type: ignore[attr-defined]
         mds = self._metadatas()  # type: ignore[attr-defined]
         ip = _ipython()
+        if getattr(self, "_single", False) and len(mds) == 1:
+            _show_single(mds[0], file, result_only, ip)
+            return
         if groupby == "engine":
             mds = sorted(mds, key=lambda md: (md.get("engine_id") is None, md.get("engine_id")))
             for md in mds:
@@ -145,14 +149,28 @@ class OutputsMixin:
         )
 
 
-def _show_stream(md: dict[str, Any], stream: str, file: Any, result_only: bool) -> None:
-    """One call's captured stream under its ``[stdout:N]`` header."""
+def _show_stream(
+    md: dict[str, Any], stream: str, file: Any, result_only: bool, prefix: bool = True
+) -> None:
+    """One call's captured stream under its ``[stdout:N]`` header (``prefix``)."""
     text = md.get(stream)
     if text and not result_only:
         dest = file or (sys.stdout if stream == "stdout" else sys.stderr)
-        print(f"[{stream}:{md.get('engine_id')}] {text}", end="", file=dest)
+        head = f"[{stream}:{md.get('engine_id')}] " if prefix else ""
+        print(f"{head}{text}", end="", file=dest)
         if not text.endswith("\n"):
             print(file=dest)
+
+
+def _show_single(md: dict[str, Any], file: Any, result_only: bool, ip: Any) -> None:
+    """One call's result (rc[i], a load-balanced apply): its streams as they are, no
+    [stdout:N] / [output:N] headers (ipyparallel's _display_single_result)."""
+    _show_stream(md, "stdout", file, result_only, prefix=False)
+    _show_stream(md, "stderr", file, result_only, prefix=False)
+    if ip is not None:
+        for content in [] if result_only else md.get("outputs") or []:
+            _republish(content, md.get("engine_id"))
+        _show_result(md)
 
 
 def _ipython() -> Any:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import builtins
 import collections
 import functools
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -74,6 +75,8 @@ class RequestSender:
         self._io = io
         self._direct_caller = direct_caller
         self._history = history
+        #: the history of the view whose call is sending on this thread (View.history)
+        self.view_history = threading.local()
         self._where = where
         #: set when the Client closes: nothing is sent after that
         self.closed = False
@@ -176,7 +179,7 @@ class RequestSender:
                 fut.label = metadata["label"]
         self._io.submit(request)
         if msg_type in HISTORY_TYPES:  # work, not queries and control (as ipyparallel)
-            self._history.append(msg_id)
+            self._remember_sent(msg_id)
         return request
 
     def apply(
@@ -222,6 +225,8 @@ class RequestSender:
         if self.closed:
             raise RuntimeError("this Client is closed")
         uuid = self.engine_uuid(engine_id)
+        if self._io.has_pending_for(uuid):
+            return None  # earlier requests to it are on their way: this one goes after them
         if not self._direct_caller.reachable(uuid):
             return None
         if msg_type == MsgType.APPLY_REQUEST:
@@ -236,7 +241,7 @@ class RequestSender:
         )
         msg_id = header["msg_id"]
         if msg_type in HISTORY_TYPES:
-            self._history.append(msg_id)
+            self._remember_sent(msg_id)
         request = PendingRequest(
             msg_id, "direct", frames, engine_uuid=uuid, submitted=header["date"]
         )
@@ -279,6 +284,13 @@ class RequestSender:
         return LiveData(self)
 
     # -- results ------------------------------------------------------------------------
+
+    def _remember_sent(self, msg_id: str) -> None:
+        """Client.history, and the history of the view sending on this thread, if any."""
+        self._history.append(msg_id)
+        view_history = getattr(self.view_history, "current", None)
+        if view_history is not None:
+            view_history.append(msg_id)
 
     def remember(self, ar: Any) -> Any:
         """Remember ``ar`` (weakly) under its msg_ids: rc.results, rc.metadata, rc.wait()."""

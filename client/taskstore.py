@@ -74,6 +74,7 @@ class TaskStoreMixin:
     sender: Any
     history: Any
     block: bool
+    _local: Any
 
     if TYPE_CHECKING:  # ClientCompatMixin's, mixed into Client beside this one
 
@@ -154,8 +155,9 @@ class TaskStoreMixin:
         """An AsyncResult for tasks submitted by this or any other client (by msg_id,
         AsyncResult, or index into this client's history; default: the last one), waited
         for when ``block``. Tasks this client did not submit are fetched from the hub's
-        store (an AsyncHubResult), and polled while still pending. ``owner`` is accepted:
-        results are never cached by the client."""
+        store (an AsyncHubResult), and polled while still pending. ``owner=False``: the
+        result also stays in ``rc.results`` / ``rc.metadata`` until purged (ipyparallel's
+        cache), where a later owning get_result takes it from."""
         if indices_or_msg_ids is None:
             indices_or_msg_ids = -1
         items = indices_or_msg_ids
@@ -163,23 +165,28 @@ class TaskStoreMixin:
         items = [items] if single else list(items)
         if single and isinstance(items[0], AsyncResult):
             single = items[0]._single
-        expanded: list[Any] = []
+        # AsyncResults bring their own futures (as ipyparallel's _asyncresult_from_jobs:
+        # a broadcast's replies share one msg_id, which no lookup by msg_id can split)
+        expanded: list[tuple[Any, Any]] = []
         for i in items:
-            expanded.extend(i.msg_ids if isinstance(i, AsyncResult) else [i])
-        items = expanded
+            if isinstance(i, AsyncResult):
+                expanded.extend(zip(i.msg_ids, i._futures, strict=True))
+            else:
+                expanded.append((i, None))
         history = list(self.history)
-        for i in items:
+        for i, _ in expanded:
             if isinstance(i, int) and not -len(history) <= i < len(history):
                 raise IndexError(
                     f"get_result: index {i} is outside this client's history of "
                     f"{len(history)} msg_ids"
                 )
-        msg_ids = [history[i] if isinstance(i, int) else i for i in items]
-        msg_ids = msg_ids_of(msg_ids)
+        msg_ids = msg_ids_of([history[i] if isinstance(i, int) else i for i, _ in expanded])
         futs = []
         remote = []
-        for m in msg_ids:
-            fut = self.sender.future_of(m)
+        for m, own in zip(msg_ids, (f for _, f in expanded), strict=True):
+            # an unowned result kept here: an owner takes it out (ipyparallel's owner pop)
+            kept = self._local.future(m, take=owner)
+            fut = own or self.sender.future_of(m) or kept
             if fut is None:
                 fut = concurrent.futures.Future()
                 remote.append((m, fut))
@@ -189,6 +196,9 @@ class TaskStoreMixin:
             HubResultFetcher(self, remote).start()
             cls = AsyncHubResult
         ar = cls(self, msg_ids, futs, fname="get_result", single=single)
+        ar.owner = owner
+        if not owner:  # nobody owns it: rc.results / rc.metadata keep it, as ipyparallel
+            self._local.keep_when_done(ar)
         if self.block if block is None else block:
             ar.wait()
         return ar

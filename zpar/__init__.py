@@ -120,12 +120,23 @@ __all__ = [
 ]
 
 
+#: submodules ipyparallel users reach as attributes after ``import ipyparallel``
+#: (``ipp.error.RemoteError``, ``ipp.util.interactive``...), imported on first use
+_SUBMODULES = frozenset({"client", "controller", "error", "serialize", "util"})
+
+
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'zpar' has no attribute {name!r}")
     import importlib
 
+    module = _LAZY.get(name)
+    if module is None:
+        if name in _SUBMODULES:
+            try:
+                return importlib.import_module(f"zpar.{name}")
+            except ModuleNotFoundError as e:
+                if e.name != f"zpar.{name}":
+                    raise
+        raise AttributeError(f"module 'zpar' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value

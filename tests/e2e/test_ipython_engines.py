@@ -34,7 +34,9 @@ def shell(rc):
     from IPython.core.interactiveshell import InteractiveShell
 
     sh = InteractiveShell.instance()
-    state = register_magics(sh, rc[:])
+    view = rc[:]
+    view.block = True  # the magics follow their view's block flag, as ipyparallel's
+    state = register_magics(sh, view)
     yield sh, state
     InteractiveShell.clear_instance()
 
