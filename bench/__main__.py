@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.systems is None:
         args.systems = "zpar" if args.scale else ",".join(SYSTEMS)
     if args.only is None:
-        args.only = "W1,W7" if args.scale else "W1,W2,W3,W4,W5,W6,W7,W8,W9,W3x8"
+        args.only = "W1,W7" if args.scale else "W1,W2,W3,W4,W5,W6,W7,W8,W10,W9,W3x8"
     systems = [s for s in args.systems.split(",") if s]
     unknown = set(systems) - set(SYSTEMS)
     if unknown:

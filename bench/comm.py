@@ -25,6 +25,7 @@ ROWS = [
     ("allreduce_8B_us", "Allreduce 8 B (us)"),
     ("allreduce_8MB_ms", "Allreduce 8 MB float64 (ms)"),
     ("pingpong_8B_us", "ping-pong latency 8 B, half round trip (us)"),
+    ("pingpong_obj_us", "ping-pong of a Python float (send/recv), half round trip (us)"),
     ("bandwidth_64MB_GBps", "ping-pong bandwidth 64 MB (GB/s)"),
     ("bcast_100MB_ms", "Bcast 100 MB (ms)"),
 ]

@@ -47,6 +47,22 @@ def pingpong(comm, nbytes, reps):
     return _timed(comm, once, reps) / 2
 
 
+def pingpong_obj(comm, reps):
+    """Half a round trip of a Python float between ranks 0 and 1 (mpi4py's lower-case
+    send/recv, as a user's script does it: pickled)."""
+    r = comm.Get_rank()
+
+    def once():
+        if r == 0:
+            comm.send(1.0, dest=1, tag=1)
+            comm.recv(source=1, tag=2)
+        elif r == 1:
+            x = comm.recv(source=0, tag=1)
+            comm.send(x, dest=0, tag=2)
+
+    return _timed(comm, once, reps) / 2
+
+
 def suite(comm, quick=False):
     """Every figure of issue 16's benchmark for this communicator's size."""
     n = comm.Get_size()
@@ -59,6 +75,7 @@ def suite(comm, quick=False):
     }
     if n >= 2:
         out["pingpong_8B_us"] = pingpong(comm, 8, 2000 // k) * 1e6
+        out["pingpong_obj_us"] = pingpong_obj(comm, 2000 // k) * 1e6
         t = pingpong(comm, 64 << 20, 10 // k)
         out["bandwidth_64MB_GBps"] = (64 << 20) / t / 1e9
     return out

@@ -49,7 +49,7 @@ def emit(system: str, workload: str, figures: dict, seconds: float) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--system", required=True)
-    p.add_argument("--only", default="W1,W2,W3,W4,W5,W6,W7,W9,W3x8")
+    p.add_argument("--only", default="W1,W2,W3,W4,W5,W6,W7,W10,W9,W3x8")
     p.add_argument("--scale", choices=["quick", "full", "scale"], default="quick")
     p.add_argument("--count", type=int, default=None, help="override every count (smoke)")
     args = p.parse_args(argv)
@@ -80,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
             ("W5", lambda: w.w5_bandwidth(system, min(count("W5"), SCALES["W5"][col]))),
             ("W6", lambda: w.w6_scatter_gather(system, min(count("W6"), SCALES["W6"][col]))),
             ("W7", lambda: w.w7_memory(system, checkpoints)),
+            ("W10", lambda: w.w10_balance(system, "full" if col else "quick")),
             ("W9", lambda: w.w9_engine_death(system)),  # last: it kills an engine
         ]:
             if name not in only or (supported is not None and name not in supported):

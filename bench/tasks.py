@@ -35,3 +35,10 @@ def spin_once(marker: str, seconds: float) -> str:
 
 def run_chunk(f, chunk):
     return [f(x) for x in chunk]
+
+
+def sleep_for(seconds):
+    """An element of W10's maps: ``seconds`` of waiting (no CPU, so the makespan measures
+    the balance and the overhead, not the two cores' contention)."""
+    time.sleep(seconds)
+    return seconds

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import sys
 import threading
 import time
@@ -17,15 +18,18 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, FIRST_EXCEPTION
 from typing import Any
 
+from zpar.elements import PART_SEP
 from zpar.errors import CompositeError, NotReadyError, RemoteError, TaskAborted, TimeoutError
 from zpar.serialize import deserialize_object
 from zpar.wire import Message
-from zpar.wire.messages import ReplyStatus
+from zpar.wire.messages import MsgType, ReplyStatus
 
+from .executereply import ExecuteReply
 from .futurestate import FutureMachinery, FutureStateMixin
+from .mapparts import ElementFuture, ElementReply, MapWaiters, Parts
 from .outputs import OutputsMixin
 from .request import request_of, sent_of, submitted_of
-from .resultmeta import MetadataMixin
+from .resultmeta import Metadata, MetadataMixin, element_metadata, reply_metadata
 
 _UNSET = object()
 RETURN_WHEN = (ALL_COMPLETED, FIRST_COMPLETED, FIRST_EXCEPTION)
@@ -33,6 +37,10 @@ RETURN_WHEN = (ALL_COMPLETED, FIRST_COMPLETED, FIRST_EXCEPTION)
 
 def decode_reply(msg: Message) -> Any:
     """The value of an apply/execute reply, or raise the error it carries."""
+    if type(msg) is ElementReply:  # one element of a map's part, decoded already
+        if isinstance(msg.value, Exception):
+            raise msg.value
+        return msg.value
     c = msg.content
     status = c.get("status")
     if status == ReplyStatus.OK:
@@ -42,7 +50,9 @@ def decode_reply(msg: Message) -> Any:
 
                 return type_arrays(c.get("counts") or [], msg.buffers)
             return deserialize_object(msg.buffers)
-        return c.get("execute_result") if "execute_result" in c else None
+        if msg.parent_header.get("msg_type") == MsgType.EXECUTE_REQUEST:  # Out[engine:count]
+            return ExecuteReply(msg.parent_header.get("msg_id", ""), c, reply_metadata(msg))
+        return None
     if status == ReplyStatus.ABORTED:
         raise TaskAborted(c.get("evalue") or f"task {msg.parent_header.get('msg_id')} aborted")
     raise RemoteError.from_content(c)
@@ -386,12 +396,19 @@ class AsyncResult(FutureStateMixin, MetadataMixin, OutputsMixin, concurrent.futu
 
     @staticmethod
     def _value_or_error(f: concurrent.futures.Future) -> Any:
+        error = getattr(f, "_decoded_error", None)
+        if error is not None:
+            return error
         try:
             exc = f.exception()
             if exc is not None:
                 raise exc
             return decode_reply(f.result())
         except Exception as e:
+            # one error object per call, on every read (ipyparallel compares them: a map's
+            # errors from list(amr) == amr.get() with return_exceptions)
+            with contextlib.suppress(AttributeError):
+                f._decoded_error = e  # type: ignore[attr-defined]
             return e
 
     def _collect(self) -> list[Any]:
@@ -413,6 +430,7 @@ class AsyncResult(FutureStateMixin, MetadataMixin, OutputsMixin, concurrent.futu
         return values
 
     def _value_at(self, i: int, timeout: float | None = None) -> Any:
+        """Call i's value; its error raised, or returned with ``return_exceptions``."""
         f = self._futures[i]
         try:
             f.result(timeout)
@@ -421,7 +439,7 @@ class AsyncResult(FutureStateMixin, MetadataMixin, OutputsMixin, concurrent.futu
         except Exception:
             pass
         v = self._value_or_error(f)
-        if isinstance(v, Exception):
+        if isinstance(v, Exception) and not self._return_exceptions:
             raise v
         return v
 
@@ -515,21 +533,56 @@ class AsyncResult(FutureStateMixin, MetadataMixin, OutputsMixin, concurrent.futu
 
 class AsyncMapResult(AsyncResult):
     """A map's result: chunks of results flattened back in submission order. Its length
-    and progress count elements, as in ipyparallel."""
+    and progress count elements, as in ipyparallel.
 
-    __slots__ = ("ordered", "_chunk_sizes")
+    A load-balanced map without chunksize is one task per element, as ipyparallel's
+    chunksize=1 (``parts``: its element requests, zpar.elements): ``msg_ids``,
+    ``progress``, metadata, iteration, errors and ``abort`` are per element, whatever the
+    number of messages underneath."""
+
+    __slots__ = ("ordered", "_chunk_sizes", "_parts", "_ids", "_element_ids", "_map_waiters")
 
     def __init__(
         self,
         *args: Any,
         ordered: bool = True,
         chunk_sizes: Sequence[int] | None = None,
+        parts: Sequence[Parts] | None = None,
+        waiters: MapWaiters | None = None,
         **kwargs: Any,
     ) -> None:
+        self._parts = list(parts) if parts is not None else None
+        self._map_waiters = waiters
+        self._element_ids: list[str] | None = None
         kwargs.setdefault("postprocess", _flatten)
         super().__init__(*args, **kwargs)
         self.ordered = ordered
         self._chunk_sizes = list(chunk_sizes) if chunk_sizes is not None else None
+
+    # msg_ids: one per element for a map of elements (ipyparallel's chunksize=1), made
+    # when first read; the requests' own ids are ``request_ids``
+    @property
+    def msg_ids(self) -> list[str]:
+        if self._parts is None:
+            return self._ids
+        ids = self._element_ids
+        if ids is None:
+            ids = self._element_ids = [
+                f"{m}{PART_SEP}{j}"
+                for m, p in zip(self._ids, self._parts, strict=True)
+                for j in range(p.n)
+            ]
+        return ids
+
+    @msg_ids.setter
+    def msg_ids(self, value: list[str]) -> None:
+        self._ids = value
+        self._element_ids = None
+
+    @property
+    def request_ids(self) -> list[str]:
+        """The msg_ids of the requests sent (an element request's answers its elements)."""
+        return self._ids
 
     def __len__(self) -> int:
         if self._chunk_sizes is None:
@@ -538,23 +591,204 @@ class AsyncMapResult(AsyncResult):
 
     @property
     def progress(self) -> int:
+        if self._parts is not None:
+            return sum(p.answered for p in self._parts)
         if self._chunk_sizes is None:
             return super().progress
         return sum(n for n, f in zip(self._chunk_sizes, self._futures, strict=True) if f.done())
 
     def __iter__(self) -> Iterator[Any]:
         """Elements in order (ordered=True) or chunk by chunk as they complete."""
-        if not self.ordered:
-            for chunk in self.as_completed():
-                yield from chunk
+        if self._parts is not None:
+            yield from self._iter_elements()
             return
-        for i in range(len(self._futures)):
-            yield from self._value_at(i)
+        chunks = (
+            self.as_completed()
+            if not self.ordered
+            else map(self._value_at, range(len(self._futures)))
+        )
+        for chunk in chunks:
+            if isinstance(chunk, Exception):  # with return_exceptions: in the element's place
+                yield chunk
+            else:
+                yield from chunk
 
     def __getitem__(self, key: int | slice | str) -> Any:
         if isinstance(key, str):
             return self._meta(key)
         return self.get()[key]
+
+    # -- a map of elements ------------------------------------------------------------------
+
+    def _element(self, parts: Parts, pos: int) -> Any:
+        """An answered element's value; its error raised as ipyparallel's iteration does
+        (a CompositeError of that one element) unless errors are returned."""
+        v = parts.value(pos)
+        if isinstance(v, Exception) and not self._return_exceptions:
+            raise CompositeError(
+                f"one or more exceptions raised in: {self._fname or 'unspecified'}", [v]
+            )
+        return v
+
+    def _iter_elements(self) -> Iterator[Any]:
+        parts = self._parts
+        assert parts is not None
+        if self.ordered:
+            for p in parts:
+                for j in range(p.n):
+                    p.wait(j)
+                    yield self._element(p, j)
+            return
+        # as they arrive: each part's positions once it is in
+        seen = [0] * len(parts)
+        yielded = [0] * len(parts)
+        total, done = len(self), 0
+        waiters = self._map_waiters
+        while done < total:
+            new = False
+            for k, p in enumerate(parts):
+                while seen[k] < len(p.replies):
+                    idx = seen[k]
+                    seen[k] += 1
+                    new = True
+                    for j in range(p.n):
+                        if p.owner[j] == idx:
+                            done += 1
+                            yielded[k] += 1
+                            yield self._element(p, j)
+                if p.error is not None and yielded[k] < p.n:
+                    for j in range(p.n):
+                        if not p.owner[j] >= 0:
+                            done += 1
+                            yielded[k] += 1
+                            yield self._element(p, j)
+            if not new and done < total and waiters is not None:
+                counts = [len(p.replies) for p in parts]
+                waiters.wait_for(
+                    lambda counts=counts: any(
+                        len(p.replies) != c or p.error is not None
+                        for p, c in zip(parts, counts, strict=True)
+                    ),
+                    0.5,
+                )
+
+    def _element_values(self) -> list[Any]:
+        assert self._parts is not None
+        if len(self._parts) == 1:
+            return self._parts[0].values()
+        out: list[Any] = []
+        for p in self._parts:
+            out.extend(p.values())
+        return out
+
+    def get(
+        self,
+        timeout: float | None = None,
+        return_exceptions: bool | None = None,
+        return_when: str | None = None,
+    ) -> Any:
+        if self._parts is None:
+            return super().get(timeout, return_exceptions, return_when)
+        if return_exceptions is None:
+            return_exceptions = self._return_exceptions
+        if self._result is not _UNSET and not return_exceptions:
+            return self._result
+        if return_when not in (None, *RETURN_WHEN):
+            raise ValueError(f"return_when must be one of {RETURN_WHEN}, got {return_when!r}")
+        timeout = _timeout(timeout)
+        if return_when == FIRST_EXCEPTION:
+            error = self._first_error(timeout)
+            if error is not None and not return_exceptions:
+                raise error
+        if not self._wait_all(timeout):
+            raise TimeoutError(
+                f"Result not ready: {self.progress}/{len(self)} of "
+                f"{self._fname or 'the call'} done within {timeout} s"
+            )
+        values = self._element_values()
+        if return_exceptions:
+            return values
+        errors = [v for v in values if isinstance(v, Exception)]
+        if errors:
+            raise CompositeError(
+                f"one or more exceptions raised in: {self._fname or 'unspecified'} "
+                f"({len(errors)} of {len(values)} elements)",
+                errors,
+            )
+        self._result = values
+        return values
+
+    def _first_error(self, timeout: float | None) -> Exception | None:
+        """Wait until an element failed or all are in; the first error found."""
+        assert self._parts is not None
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            for p in self._parts:
+                for j in range(p.n):
+                    if p.done(j):
+                        v = p.value(j)
+                        if isinstance(v, Exception):
+                            return v
+            if self.ready():
+                return None
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return None
+            if self._map_waiters is not None:
+                progress = self.progress
+                self._map_waiters.wait_for(
+                    lambda p=progress: self.progress != p or self.ready(), 0.5
+                )
+
+    def successful(self) -> bool:
+        if self._parts is None:
+            return super().successful()
+        if not self.ready():
+            raise NotReadyError(f"{self!r} is not finished: cannot check successful()")
+        return not any(isinstance(v, Exception) for v in self._element_values())
+
+    def _metadatas(self) -> list[Metadata]:
+        if self._parts is None:
+            return super()._metadatas()
+        out = []
+        ids = iter(self.msg_ids)
+        for p, f in zip(self._parts, self._futures, strict=True):
+            submitted = submitted_of(f) or self._submitted
+            for j in range(p.n):
+                reply = p.reply_of(j)
+                value = p.value(j) if reply is not None else None
+                out.append(element_metadata(next(ids), submitted, reply, value, p.error))
+        return out
+
+    def split(self) -> tuple[AsyncResult, ...]:
+        """One AsyncResult per element (a map of elements), as ipyparallel's chunksize=1
+        map (each a part whose value is ``[[value]]``: a list of its one chunk); one per
+        chunk otherwise."""
+        if self._parts is None:
+            return super().split()
+        out = []
+        ids = iter(self.msg_ids)
+        for p in self._parts:
+            for j in range(p.n):
+                fut = ElementFuture(p, j, self._map_waiters)
+                out.append(
+                    AsyncResult(
+                        self._client,
+                        [next(ids)],
+                        [fut],
+                        fname=self._fname,
+                        single=False,  # as a chunk's part: [[value]], ipyparallel's shape
+                        submitted=self._submitted,
+                        return_exceptions=self._return_exceptions,
+                    )
+                )
+        return tuple(out)
+
+    def as_completed(self, timeout: float | None = None) -> Iterator[Any]:
+        if self._parts is None:
+            yield from super().as_completed(timeout)
+            return
+        yield from self._iter_elements()
 
 
 class AsyncHubResult(AsyncResult):

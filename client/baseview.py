@@ -5,18 +5,43 @@ a message goes."""
 from __future__ import annotations
 
 import collections
-import concurrent.futures
 import contextlib
 import functools
 from collections.abc import Callable, Iterator
-from typing import Any, cast
+from typing import Any
 
 from zpar.errors import SerializationError
 from zpar.tasklimits import parse_time_limit
 from zpar.wire.messages import SchedulingFlags
 
 from .asyncresult import AsyncMapResult, AsyncResult
+from .clientcompat import History
 from .executor import ViewExecutor
+from .imap import start_imap
+
+#: msg_ids remembered in a view's history (as the client's: the newest are kept)
+VIEW_HISTORY_LENGTH = 100_000
+
+#: the methods that send work: the msg_ids they send go to the view's history
+SENDING_METHODS = ("_apply", "_map", "execute", "push", "pull", "scatter", "gather")
+
+
+def _records_history(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap a sending method so the msg_ids it sends also land in ``self.history``
+    (ipyparallel's save_ids); the outermost call of a thread records, nested ones pass."""
+
+    @functools.wraps(method)
+    def recording(self: View, *args: Any, **kwargs: Any) -> Any:
+        local = self.client.sender.view_history
+        if getattr(local, "current", None) is not None:
+            return method(self, *args, **kwargs)
+        local.current = self.history
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            local.current = None
+
+    return recording
 
 
 def _check_callable(f: Any) -> None:
@@ -43,30 +68,17 @@ def _fname(f: Any) -> str:
     return getattr(f, "__name__", None) or getattr(f, "name", None) or type(f).__name__
 
 
-class LazyMapIterator:
-    """The iterator ``imap`` returns: results as they come, and ``cancel()`` to stop
-    consuming the inputs (calls already sent still run)."""
-
-    def __init__(self, gen: Iterator[Any], signal_done: Callable[[], None]) -> None:
-        self._gen = gen
-        self._signal_done = signal_done
-
-    def __iter__(self) -> LazyMapIterator:
-        return self
-
-    def __next__(self) -> Any:
-        return next(self._gen)
-
-    def cancel(self) -> None:
-        """Stop consuming the inputs: no more calls are sent."""
-        self._signal_done()
-
-
 class View:
     """Flags shared by every view; subclasses say where a message goes."""
 
     #: names set_flags / temp_flags accept (subclasses add theirs)
     FLAGS: tuple[str, ...] = ("block", "targets", "track", "label", "time_limit")
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        for name in SENDING_METHODS:
+            if name in cls.__dict__:
+                setattr(cls, name, _records_history(cls.__dict__[name]))
 
     def __init__(self, client: Any, targets: Any, block: bool = False) -> None:
         self.client = client
@@ -80,6 +92,11 @@ class View:
         #: zpar.TaskTimeout (engine.timelimit); None: no limit
         self.time_limit: float | None = None
         self._executor: ViewExecutor | None = None
+        #: msg_ids of the work this view sent, oldest first (ipyparallel's View.history;
+        #: rc.history has every view's)
+        self.history: collections.deque[str] = History(maxlen=VIEW_HISTORY_LENGTH)
+        #: imaps still consuming their inputs (client.imap), which executor.shutdown awaits
+        self._outstanding_maps: set[object] = set()
 
     def engine_ids(self) -> list[int] | None:
         """The engines this view's calls go to, in order; None when the task scheduler
@@ -149,7 +166,8 @@ class View:
     ) -> Iterator[Any]:
         """Results of f over lazily consumed iterables (infinite generators too), with at
         most ``max_outstanding`` calls in flight ('auto': one per engine of the view; 0:
-        no limit). ``ordered=False`` yields results as they complete."""
+        no limit), submitted as earlier ones complete (client.imap). ``ordered=False``
+        yields results as they complete."""
         _check_callable(f)
         if not iterables:
             raise ValueError("imap needs at least one iterable")
@@ -161,42 +179,7 @@ class View:
             raise ValueError(
                 f"max_outstanding must be 'auto' or an int >= 0, not {max_outstanding!r}"
             )
-        done = [False]
-
-        def signal_done() -> None:
-            done[0] = True
-
-        def results() -> Iterator[Any]:
-            inflight: collections.deque[AsyncResult] = collections.deque()
-            args_iter = zip(*iterables, strict=False)
-
-            def one(ar: AsyncResult) -> Any:
-                return ar.get(return_exceptions=return_exceptions)
-
-            def take() -> AsyncResult:
-                if ordered:
-                    return inflight.popleft()
-                # an AsyncResult is a concurrent.futures.Future (client.futurestate)
-                first, _ = concurrent.futures.wait(
-                    list(inflight), return_when=concurrent.futures.FIRST_COMPLETED
-                )
-                ar = cast(AsyncResult, next(iter(first)))  # wait() returns what it was given
-                inflight.remove(ar)
-                return ar
-
-            while not done[0]:
-                try:
-                    args = next(args_iter)
-                except StopIteration:
-                    break
-                inflight.append(self.apply_async(f, *args))
-                if limit and len(inflight) >= limit:
-                    yield one(take())
-            signal_done()
-            while inflight:
-                yield one(take())
-
-        return LazyMapIterator(results(), signal_done)
+        return start_imap(self, f, iterables, limit, ordered, return_exceptions)
 
     def remote(self, f: Any = None, *, block: bool | None = None, **flags: Any) -> Any:
         """Decorator: calling the function runs it through this view (``view.apply``).
@@ -234,8 +217,22 @@ class View:
 
         return make if f is None else make(f)
 
+    @property
+    def outstanding(self) -> set[str]:
+        """msg_ids this view sent that have no reply yet."""
+        pending = self.client.outstanding
+        return {m for m in self.history if m in pending} if pending else set()
+
+    @property
+    def results(self) -> dict[str, Any]:
+        """The client's results (ipyparallel's view.results is the client's dict too)."""
+        return self.client.results
+
     def wait(self, jobs: Any = None, timeout: float | None = -1) -> bool:
-        """Wait for jobs (AsyncResults or msg_ids; default: everything outstanding)."""
+        """Wait for jobs (as Client.wait; default: what this view sent, as ipyparallel's
+        ``self.history``, of which only the outstanding part is waited for)."""
+        if jobs is None:
+            jobs = list(self.outstanding)
         return self.client.wait(jobs, timeout)
 
     def abort(self, jobs: Any = None, targets: Any = None, block: bool | None = None) -> Any:

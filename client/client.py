@@ -16,8 +16,14 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from zpar.cluster.connection import default_url_file, profile_dir, wait_for_connection_file
+from zpar.cluster.connection import (
+    check_controller_alive,
+    default_url_file,
+    profile_dir,
+    wait_for_connection_file,
+)
 from zpar.constants import DEFAULT_PROFILE, HUB_TIMEOUT, WINDOW_BYTES, WINDOW_REQUESTS
+from zpar.elements import origin_of
 from zpar.errors import (
     NoEnginesRegistered,
     TimeoutError,
@@ -37,6 +43,7 @@ from .clientcompat import (
 from .directcall import DirectCaller
 from .enginecontrol import EngineControlMixin
 from .ioloop import ClientIO
+from .localresults import LocalResults
 from .sender import RequestSender
 from .taskstore import TaskStoreMixin, msg_ids_of
 from .view import BroadcastView, DirectView, LoadBalancedView
@@ -78,6 +85,11 @@ class Client(TaskStoreMixin, EngineControlMixin, ClientCompatMixin):
     ``ipython_dir`` and the ssh tunnel arguments are accepted and have no effect (ssh ones
     warn): see docs/api.md.
     """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Client:
+        # defined so that code patching Client.__new__ (ipyparallel's joblib tests:
+        # mock.patch.object(ipp.Client, "__new__", ...)) leaves a working one behind
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -132,6 +144,9 @@ class Client(TaskStoreMixin, EngineControlMixin, ClientCompatMixin):
         path = path or cluster_url_file(self.profile, cluster_id)
         self.url_file = path
         info = wait_for_connection_file(path, timeout)
+        check_controller_alive(path, info)  # a stale file: say so now, not after timeout
+        #: the controller's live dashboard, its token included ("" without one)
+        self.dashboard_link: str = info.dashboard_link
         self.session = Session(info.key or None, allow_insecure=not info.key)
         if framememory.for_clients():  # before zmq's I/O thread first allocates
             framememory.reuse_in_this_process()
@@ -143,6 +158,8 @@ class Client(TaskStoreMixin, EngineControlMixin, ClientCompatMixin):
         self._direct_caller = DirectCaller(self._io, self.session)
         #: msg_ids sent, oldest first; the newest HISTORY_LENGTH are kept
         self.history: collections.deque[str] = History(maxlen=HISTORY_LENGTH)
+        #: results no AsyncResult owns: rc.results, rc.metadata (client.localresults)
+        self._local = LocalResults()
         #: what views and capabilities send through (client.sender)
         self.sender = RequestSender(
             self.session, self._io, self._direct_caller, self.history, str(path)
@@ -182,39 +199,57 @@ class Client(TaskStoreMixin, EngineControlMixin, ClientCompatMixin):
 
     @property
     def ids(self) -> list[int]:
+        """Registered engine ids, ascending (a new list each time)."""
         return self.sender.ids
+
+    @property
+    def _ids(self) -> list[int]:
+        """ipyparallel's internal list of ids (code written against it reads it)."""
+        return self.sender.ids
+
+    @property
+    def _outstanding_dict(self) -> collections.defaultdict[str, set[str]]:
+        """ipyparallel's {engine uuid: msg_ids awaiting its reply} (a snapshot)."""
+        return self._io.outstanding_by_engine()
+
+    @property
+    def _engines(self) -> dict[int, str]:
+        """ipyparallel's {engine id: engine uuid} of registered engines."""
+        return dict(self._io.engines)
 
     def __len__(self) -> int:
         return len(self._io.engines)
 
     def __iter__(self) -> Iterator[DirectView]:
-        return iter([self[i] for i in self.ids])
+        return iter([self.direct_view(i) for i in self.ids])
 
     def __getitem__(self, key: int | slice | Sequence[int]) -> DirectView:
-        """rc[0], rc[-1] (negative: from the end of ids, as Python), rc[a:b], rc[[0, 2]]."""
-        if isinstance(key, int) and not isinstance(key, bool):
-            if key < 0:
-                ids = self.ids
-                if -key > len(ids):
-                    raise IndexError(f"engine index {key} out of range: ids are {ids}")
-                key = ids[key]
-            self.sender.engine_uuid(key)
-            return DirectView(self, key)
-        if isinstance(key, bool):
-            raise TypeError(f"engines are named by int ids, not {key!r}")
-        ids = self.ids
-        if isinstance(key, slice):
-            targets = ids[key]
-        else:
-            targets = list(key)
-            for t in targets:
-                self.sender.engine_uuid(t)
-        if not targets:
-            raise NoEnginesRegistered(f"no engines selected by {key!r} among ids {ids}")
-        return DirectView(self, targets)
+        """rc[0], rc[-1] (negative: from the end of ids, as Python), rc[a:b], rc[[0, 2]]:
+        ``self.direct_view(key)``, as ipyparallel (code that replaces direct_view sees it)."""
+        if isinstance(key, bool) or not isinstance(key, (int, slice, tuple, list, range)):
+            raise TypeError(f"engines are indexed by int, slice or a list of ints, not {key!r}")
+        return self.direct_view(key)
+
+    def _view_targets(self, targets: Any) -> int | list[int]:
+        """A view's targets as ipyparallel fixes them when the view is made: engine ids
+        (negative indices counted from the end of ids), one int for one int."""
+        ids = self.sender.resolve_targets(targets)
+        if isinstance(targets, int) and not isinstance(targets, bool):
+            return ids[0]
+        if not ids:
+            raise NoEnginesRegistered(f"no engines selected by {targets!r} among ids {self.ids}")
+        return ids
+
+    def _build_targets(self, targets: Any) -> tuple[list[bytes], list[int]]:
+        """ipyparallel's (engine uuids as bytes, engine ids) of ``targets``."""
+        ids = self.sender.resolve_targets(targets)
+        return [self.sender.engine_uuid(t).encode() for t in ids], ids
 
     def direct_view(self, targets: Any = "all", **flags: Any) -> DirectView:
-        """'all' follows the engines as they come and go; rc[:] is the engines of now."""
+        """'all' follows the engines as they come and go; other targets (rc[:] too) are the
+        engines of now, negative indices counted from the end of ids."""
+        if not (isinstance(targets, str) and targets == "all"):
+            targets = self._view_targets(targets)
         view = DirectView(self, targets, block=flags.pop("block", self.block))
         view.set_flags(**flags)
         return view
@@ -223,6 +258,8 @@ class Client(TaskStoreMixin, EngineControlMixin, ClientCompatMixin):
         """flags: block, track, label, after, follow, timeout, retries (see set_flags)."""
         if isinstance(targets, str) and targets == "all":
             targets = None
+        if targets is not None:  # fixed now, as ipyparallel: lbv(-1).targets == [last id]
+            targets = self.sender.resolve_targets(targets)
         flags.setdefault("block", self.block)
         return LoadBalancedView(self, targets, **flags)
 
@@ -231,6 +268,8 @@ class Client(TaskStoreMixin, EngineControlMixin, ClientCompatMixin):
     ) -> BroadcastView:
         """Like a DirectView, but each call is one message that the controller fans out.
         is_coalescing is accepted: replies come back one per engine either way."""
+        if not (isinstance(targets, str) and targets == "all"):
+            targets = self.sender.resolve_targets(targets)  # a list, as ipyparallel's
         view = BroadcastView(self, targets, block=flags.pop("block", self.block))
         view.is_coalescing = bool(is_coalescing)
         view.set_flags(**flags)
@@ -257,7 +296,9 @@ class Client(TaskStoreMixin, EngineControlMixin, ClientCompatMixin):
         """Abort work that has not started: queued on engines (``targets``, default all) and,
         for load-balanced tasks, still held by the task scheduler. jobs: msg_ids or
         AsyncResults, None for everything this client queued. Running tasks finish."""
-        content = AbortRequest(None if jobs is None else msg_ids_of(jobs)).as_dict()
+        # an element of a load-balanced map is aborted with its request's unstarted ones
+        msg_ids = None if jobs is None else list(dict.fromkeys(map(origin_of, msg_ids_of(jobs))))
+        content = AbortRequest(msg_ids).as_dict()
         ids = self.sender.resolve_targets(targets)
         send = self.sender.send
         self._io.abort_held(content["msg_ids"])  # still in this client: aborted here
@@ -290,9 +331,11 @@ class Client(TaskStoreMixin, EngineControlMixin, ClientCompatMixin):
     def controller_status(self) -> dict[str, Any]:
         """The controller's pid, its registered engine ids and the messages every process
         refused, by process and reason: {"pid", "engines", "refused": {process: {reason:
-        n}}, "total_refused"} (docs/security.md names the processes and reasons)."""
+        n}}, "total_refused", "dashboard": its link}} (docs/security.md names the processes
+        and reasons)."""
         content = self.sender.query(MsgType.CONTROLLER_STATUS_REQUEST, {}).content
-        return {k: content.get(k) for k in ("pid", "engines", "refused", "total_refused")}
+        keys = ("pid", "engines", "refused", "total_refused", "dashboard")
+        return {k: content.get(k) for k in keys}
 
     @property
     def outstanding(self) -> set[str]:
@@ -300,21 +343,15 @@ class Client(TaskStoreMixin, EngineControlMixin, ClientCompatMixin):
 
     @property
     def results(self) -> dict[str, Any]:
-        """{msg_id: value} of finished calls whose AsyncResult is still held somewhere."""
-        out = {}
-        for m, ar in list(self.sender.handles.items()):
-            if ar.ready():
-                out[m] = ar._value_or_error(ar._futures[ar.msg_ids.index(m)])
-        return out
+        """{msg_id: value} of results no AsyncResult owns (``get_result(owner=False)``), as
+        ipyparallel's: an owning AsyncResult (every view's) keeps its result itself."""
+        return self._local.results
 
     @property
     def metadata(self) -> dict[str, Any]:
-        """{msg_id: metadata} of finished calls whose AsyncResult is still held somewhere."""
-        out = {}
-        for m, ar in list(self.sender.handles.items()):
-            if ar.ready():
-                out[m] = ar._metadatas()[ar.msg_ids.index(m)]
-        return out
+        """{msg_id: Metadata} of the results in ``results`` (an unknown msg_id reads as an
+        empty Metadata, as ipyparallel's defaultdict)."""
+        return self._local.metadata
 
     def wait(self, jobs: Any = None, timeout: float | None = -1) -> bool:
         """Wait for jobs (AsyncResults, msg_ids, history indices, or None: all
@@ -343,14 +380,23 @@ class Client(TaskStoreMixin, EngineControlMixin, ClientCompatMixin):
                 j = self.history[j]  # an index into the history, as in ipyparallel
             if isinstance(j, AsyncResult):
                 futures.extend(j._futures)
+            elif isinstance(j, concurrent.futures.Future):  # any Future, as ipyparallel
+                futures.append(j)
             elif isinstance(j, str):
+                j = origin_of(j)  # an element of a map: its request
                 request = self._io.request(j)
                 if request is not None:
                     futures.extend(request.reply_futures())
-                elif j not in self.sender.handles and j not in self.history:
+                elif (
+                    j not in self.sender.handles
+                    and j not in self.history
+                    and j not in self._local.results
+                ):
                     raise KeyError(f"no job {j!r} was sent by this client")
             else:
-                raise TypeError(f"jobs are AsyncResults or msg_ids, not {type(j).__name__}")
+                raise TypeError(
+                    f"jobs are AsyncResults, Futures or msg_ids, not {type(j).__name__}"
+                )
         return futures
 
     def executor(self, targets: Any = None) -> Any:
@@ -388,3 +434,9 @@ class Client(TaskStoreMixin, EngineControlMixin, ClientCompatMixin):
 
     def __repr__(self) -> str:
         return f"<zpar.Client {self.url_file} engines={self.ids}>"
+
+    def _repr_html_(self) -> str:
+        from .links import dashboard_html
+
+        facts = [f"Connection file: {self.url_file}", f"Engines: {len(self.ids)}"]
+        return dashboard_html("zpar.Client", facts, self.dashboard_link)

@@ -119,29 +119,35 @@ class ClientCompatMixin:
         """Nothing to do (see spin)."""
 
     def purge_local_results(self, jobs: Any = (), targets: Any = ()) -> None:
-        """Forget results held for ``jobs`` (or 'all') and ``targets`` here. zpar keeps a
-        result only while its AsyncResult is held, so this only drops the bookkeeping;
-        RuntimeError if one of them is still outstanding (as in ipyparallel)."""
+        """Forget results kept here for ``jobs`` (or 'all') and ``targets``: rc.results and
+        rc.metadata (AsyncResults keep their own results). RuntimeError if one of them is
+        still outstanding, ValueError without arguments (as ipyparallel)."""
         if not jobs and not targets:
             raise ValueError("Must specify at least one of `targets` and `jobs`")
-        results = self.sender.handles  # type: ignore[attr-defined]
+        local = self._local  # type: ignore[attr-defined]
+        handles = self.sender.handles  # type: ignore[attr-defined]
         outstanding = self.outstanding  # type: ignore[attr-defined]
         if jobs == "all":
             if outstanding:
                 raise RuntimeError(f"Can't purge outstanding tasks: {outstanding}")
-            results.clear()
+            handles.clear()
+            local.purge("all")
             return
         ids = set(msg_ids_of(jobs)) if jobs else set()
         if targets:
             wanted = set(self.sender.resolve_targets(targets))  # type: ignore[attr-defined]
-            for m, ar in list(results.items()):
+            for m, ar in list(handles.items()):
                 if ar.ready() and set(_as_list(ar.engine_id)) & wanted:
+                    ids.add(m)
+            for m, md in list(local.metadata.items()):
+                if md.get("engine_id") in wanted:
                     ids.add(m)
         still = ids & outstanding
         if still:
             raise RuntimeError(f"Can't purge outstanding tasks: {still}")
         for m in ids:
-            results.pop(m, None)
+            handles.pop(m, None)
+        local.purge(ids)
 
     def purge_hub_results(self, jobs: Any = (), targets: Any = ()) -> int:
         """Forget finished tasks in the hub's store (see purge_results)."""
@@ -152,23 +158,51 @@ class ClientCompatMixin:
         self.purge_results("all")  # type: ignore[attr-defined]
         self.history.clear()  # type: ignore[attr-defined]
 
-    def resubmit(self, indices_or_msg_ids: Any = None, metadata: Any = None, block: Any = None):
-        """Not supported: the hub stores results, not the requests to run again."""
-        raise NotImplementedError(
-            "resubmit: zpar's hub does not keep requests to send again; call the view's "
-            "apply again (get_result still fetches any stored result)"
-        )
+    def become_dask(
+        self,
+        targets: Any = "all",
+        port: int = 0,
+        nanny: bool = False,
+        scheduler_args: dict[str, Any] | None = None,
+        **worker_args: Any,
+    ) -> Any:
+        """Turn the engines into a dask.distributed cluster, as ipyparallel does: a
+        Scheduler in the controller (on ``port``, 0 for any; ``scheduler_args`` to its
+        constructor), a Worker (``nanny``: a Nanny) in each target engine with
+        ``worker_args`` (``nthreads=1`` by default); returns a distributed.Client connected
+        to it. Needs dask.distributed on the client, the controller and the engines
+        (``pip install 'zpar[dask]'``)."""
+        try:
+            import distributed
+        except ImportError as e:
+            raise ImportError(
+                f"become_dask needs dask.distributed ({e}): pip install 'zpar[dask]'"
+            ) from None
+        from zpar.engine.daskworker import become_dask_worker
+        from zpar.wire.messages import BecomeDaskRequest, MsgType
 
-    def become_dask(self, *args: Any, **kwargs: Any) -> Any:
-        """Not supported: zpar engines do not host dask workers."""
-        raise NotImplementedError(
-            "become_dask: zpar engines do not turn into dask.distributed workers; start a "
-            "dask cluster of its own, or use zpar's views and executor()"
+        dview = self.direct_view(targets)  # type: ignore[attr-defined]
+        args = dict(scheduler_args or {})
+        if port:
+            args.setdefault("port", port)
+        reply = self.sender.query(  # type: ignore[attr-defined]
+            MsgType.BECOME_DASK_REQUEST, BecomeDaskRequest(args).as_dict(), timeout=60
         )
+        worker_args.setdefault("nthreads", 1)  # one per engine, as ipyparallel
+        dview.apply_sync(become_dask_worker, reply.content["address"], nanny, **worker_args)
+        return distributed.Client(reply.content["address"])
 
     def stop_dask(self, targets: Any = "all") -> None:
-        """Not supported (see become_dask)."""
-        raise NotImplementedError("stop_dask: zpar engines do not host dask workers")
+        """Stop the dask workers on ``targets`` and the controller's dask scheduler."""
+        from zpar.engine.daskworker import stop_dask_worker
+        from zpar.wire.messages import MsgType, StopDaskRequest
+
+        # the workers first: a scheduler closing under connected workers waits for them
+        self.direct_view(targets).apply_sync(stop_dask_worker)  # type: ignore[attr-defined]
+        self.sender.query(MsgType.STOP_DASK_REQUEST, StopDaskRequest().as_dict())  # type: ignore[attr-defined]
+
+    become_distributed = become_dask
+    stop_distributed = stop_dask
 
 
 def _as_list(v: Any) -> list[Any]:

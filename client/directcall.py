@@ -17,7 +17,8 @@ from typing import Any
 
 import zmq
 
-from zpar.errors import EngineError
+from zpar.errors import EngineError, RemoteProtocolError
+from zpar.sharedmem import take_reply as take_segments
 from zpar.wire import Session, batch, recv_message, send_frames
 from zpar.wire.sockets import configure
 from zpar.wire.transport import direct_address, usable_ipc
@@ -119,6 +120,13 @@ class DirectCaller:
                 # decode its envelope a second time when the result is read)
                 msg = checker.feed(frames, where="direct call", private=True)
                 if msg is None:
+                    continue
+                try:
+                    take_segments(msg)  # the large buffers it names in shared memory
+                except RemoteProtocolError as e:
+                    checker._refuse(e, "direct call")
+                    if msg.parent_header.get("msg_id") == msg_id:
+                        resolve(fut, error=EngineError(f"the engine's reply is lost: {e}"))
                     continue
                 parent_id = msg.parent_header.get("msg_id")
                 if parent_id != msg_id:  # the reply to a call interrupted earlier

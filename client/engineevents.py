@@ -13,7 +13,7 @@ from typing import Any
 import zmq
 
 from zpar.constants import WELCOME
-from zpar.errors import EngineError
+from zpar.errors import EngineError, remote_error
 from zpar.wire import Message, Session
 from zpar.wire.curve import secure
 from zpar.wire.messages import MsgType
@@ -112,7 +112,7 @@ class EngineEvents:
             else:
                 futs = list(self._direct_watch.pop(uuid, ()))
         for fut in futs:
-            resolve(fut, error=EngineError(why))
+            resolve(fut, error=remote_error(EngineError, why))
 
     def _on_iopub(self, sock: zmq.Socket) -> None:
         frames = recv_frames(sock, zmq.NOBLOCK)
@@ -200,9 +200,11 @@ class EngineEvents:
                     del self._pending[msg_id]
                     self._window_done(request)
                 fut.set_exception(
-                    EngineError(
+                    remote_error(  # a RemoteError too, as ipyparallel's stranded replies
+                        EngineError,
                         f"engine {eid} ({uuid}) died before replying to {msg_id}"
-                        + (f": {reason}" if reason else "")
+                        + (f": {reason}" if reason else ""),
+                        {"engine_id": eid, "engine_uuid": uuid, "method": "apply"},
                     )
                 )
                 if request.report_outcome:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import concurrent.futures
 import itertools
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -88,16 +89,26 @@ class ViewExecutor(concurrent.futures.Executor):
         return results()
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """With ``wait``: once this executor's maps have submitted all their inputs (as
+        ipyparallel), wait for everything the view sent. Engines keep running."""
         with self._lock:
             self._shutdown = True
             pending = list(self._outstanding)
-        if cancel_futures and pending:
-            try:
-                self.view.abort()
-            except Exception:  # nothing left to abort, or the client is closed
-                pass
-        if wait and pending:
-            concurrent.futures.wait(pending)
+        maps: set[object] = getattr(self.view, "_outstanding_maps", set())
+        if cancel_futures:
+            for token in list(maps):
+                maps.discard(token)
+            if pending:
+                try:
+                    self.view.abort()
+                except Exception:  # nothing left to abort, or the client is closed
+                    pass
+        if wait:
+            while maps:  # imaps submit from their own thread as results come back
+                time.sleep(0.01)
+            if pending:
+                concurrent.futures.wait(pending)
+            self.view.wait()
 
 
 def _run_chunk(fn: Callable[..., Any], chunk: list[tuple[Any, ...]]) -> list[Any]:

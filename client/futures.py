@@ -97,6 +97,8 @@ class ReplyFuture(Future):
     #: when its request was handed to zmq, as the PendingRequest said when this future let go of
     #: it (None: never sent, e.g. aborted while held in the client's window)
     sent: float | None = None
+    #: its request's label (ipyparallel's ``ar.label``), set by the sender when there is one
+    label: str | None = None
 
     def __init__(self, request: Any = None, engine_uuid: str | None = None) -> None:
         self._condition = _LightCondition()  # type: ignore[assignment]

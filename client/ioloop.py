@@ -25,6 +25,7 @@ client.iofaults (a lost controller or scheduler, a wrong key).
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import threading
@@ -38,6 +39,7 @@ import msgpack
 import zmq
 
 from zpar.constants import BAD_KEY
+from zpar.elements import PART_SEP, origin_of
 from zpar.errors import (
     EngineError,
     RemoteProtocolError,
@@ -45,6 +47,7 @@ from zpar.errors import (
     ZparError,
 )
 from zpar.profiling import profiled
+from zpar.sharedmem import take_reply as take_segments
 from zpar.wire import Message, Session, recv_message, send_frames
 from zpar.wire.curve import secure
 from zpar.wire.messages import MsgType, ReplyStatus, TaskOutcomes
@@ -195,6 +198,14 @@ class ClientIO(Sending, EngineEvents, FaultHandling):
     def request(self, msg_id: str) -> PendingRequest | None:
         """The pending PendingRequest of ``msg_id`` (None once answered, or never sent here)."""
         return self._pending.get(msg_id)
+
+    def has_pending_for(self, engine_uuid: str) -> bool:
+        """Whether a request to this engine (sent through this I/O thread) awaits a reply."""
+        return bool(self._by_engine.get(engine_uuid))
+
+    def outstanding_by_engine(self) -> collections.defaultdict[str, set[str]]:
+        """{engine uuid: msg_ids awaiting its reply}, a copy (empty set for other uuids)."""
+        return collections.defaultdict(set, {u: set(m) for u, m in list(self._by_engine.items())})
 
     def outstanding(self) -> set[str]:
         """msg_ids of every request still waiting for a reply."""
@@ -348,7 +359,24 @@ class ClientIO(Sending, EngineEvents, FaultHandling):
                 )
             )
             return
-        self._answer(self.session.feed_all(frames, where="client", private=private))
+        messages = self.session.feed_all(frames, where="client", private=private)
+        if private:
+            messages = [m for m in messages if self._same_host(m)]
+        self._answer(messages)
+
+    def _same_host(self, msg: Message) -> bool:
+        """Take the segments a direct reply names (zpar.sharedmem); False (the reply
+        failed with the reason) when one cannot be read."""
+        try:
+            take_segments(msg)
+        except RemoteProtocolError as e:
+            self.session._refuse(e, "client")
+            request = self._pending.get(msg.parent_header.get("msg_id", ""))
+            if request is not None:
+                for fut in request.reply_futures():
+                    resolve(fut, error=EngineError(f"the engine's reply is lost: {e}"))
+            return False
+        return True
 
     def _answer(self, messages: list[Message]) -> None:
         """Resolve the futures these checked replies answer (one received multipart's)."""
@@ -356,7 +384,12 @@ class ClientIO(Sending, EngineEvents, FaultHandling):
         for msg in messages:
             reply = Reply(msg)
             request = pending.get(reply.parent_msg_id)
-            if request is None or request.replies is not None or request.report_outcome:
+            if (
+                request is None
+                or request.replies is not None
+                or request.report_outcome
+                or request.parts is not None
+            ):
                 self._route_reply(reply)
                 continue
             # the common case, inline (once per task): one reply answering one request
@@ -377,8 +410,18 @@ class ClientIO(Sending, EngineEvents, FaultHandling):
         """Resolve the future a checked reply answers (a broadcast's: its engine's)."""
         msg_id = msg.parent_msg_id
         request = self._pending.get(msg_id)
+        if request is None and isinstance(msg_id, str) and PART_SEP in msg_id:
+            msg_id = origin_of(msg_id)  # a part of an element request placed on its own
+            request = self._pending.get(msg_id)
         if request is None:
             log.debug("reply to unknown msg_id %s dropped", msg_id)
+            return
+        if request.parts is not None:  # a part of an element request (client.mapparts)
+            if request.parts.add(msg) and not request.future.done():
+                del self._pending[msg_id]
+                self._window_done(request)
+                request.frames = None
+                request.future.set_result(msg)
             return
         if request.replies is None:  # one reply: the request's own future
             fut: Any = request.future

@@ -7,6 +7,7 @@ is shown under an ``[stdout:N]`` / ``[stderr:N]`` header, as in ipyparallel.
 from __future__ import annotations
 
 import argparse
+import ast
 import logging
 import shlex
 import sys
@@ -17,7 +18,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from zpar.errors import AlreadyDisplayedError, CompositeError, RemoteError
+from zpar.errors import AlreadyDisplayedError, CompositeError
 
 from .asyncresult import AsyncResult
 
@@ -51,46 +52,58 @@ def _parser(name: str) -> argparse.ArgumentParser:
 
 
 def parse_targets(spec: str | None) -> Any:
-    """'all', '3', '0,2', '1:3', '::2' -> a target spec the client understands."""
-    if spec is None or spec == "all":
+    """'all', '3', '-1', '0,2', '[0, 2]', '1:3', '::2' -> a target spec the client
+    understands (ipyparallel evaluates anything else as a Python literal)."""
+    if spec is None or spec.strip() == "all":
         return "all"
     spec = spec.strip()
     if ":" in spec:
-        parts = [int(x) if x else None for x in spec.split(":")]
+        parts = [int(x) if x.strip() else None for x in spec.split(":")]
         return slice(*parts)
-    if "," in spec:
-        return [int(x) for x in spec.split(",") if x]
-    return int(spec)
+    try:
+        value = ast.literal_eval(spec)
+    except (ValueError, SyntaxError):
+        raise ValueError(
+            f"bad targets {spec!r}: an int, a list of ints, a slice or 'all'"
+        ) from None
+    if isinstance(value, tuple):
+        value = list(value)
+    return value
 
 
 class ParallelMagics:
-    """The state behind the magics of one shell: the view, flags, the last result."""
+    """The state behind the magics of one shell: the view (whose ``targets`` and ``block``
+    are the magics' defaults, as in ipyparallel), flags, the last result."""
 
     def __init__(self, shell: Any, view: Any, suffix: str = "") -> None:
         self.shell = shell
         self.view = view
         self.suffix = suffix
-        self.block = True
         self.verbose = False
         #: stream engines' output as it is printed (%pxconfig --stream); zpar's default
         #: shows it grouped once the run is done
         self.stream = False
         #: seconds before a blocking run shows a progress bar (-1: never), as ipyparallel
         self.progress_after = 2.0
-        #: what a Ctrl-C in a blocking run sends to the engines ("0": nothing)
-        self.signal_on_interrupt: str | None = "SIGINT"
+        #: what a Ctrl-C in a blocking run sends to the engines (None: re-raise it)
+        self.signal_on_interrupt: str | int | None = "SIGINT"
         self.last_result: AsyncResult | None = None
         self._autopx = False
         self._transformer: Callable[[list[str]], list[str]] | None = None
+
+    @property
+    def block(self) -> bool:
+        """The view's block flag, the magics' default (%pxconfig --block sets it)."""
+        return bool(self.view.block)
 
     # -- the magics -----------------------------------------------------------------------
 
     def pxconfig(self, line: str) -> None:
         args = self._parse("pxconfig", line)
-        if args.targets is not None:
-            self.view = self._view_for(args.targets)
+        if args.targets is not None:  # the view itself changes, as ipyparallel's
+            self.view.targets = self._eval_targets(args.targets)
         if args.block is not None:
-            self.block = args.block
+            self.view.block = args.block
         if args.verbose is not None:
             self.verbose = args.verbose
         if args.stream is not None:
@@ -98,45 +111,79 @@ class ParallelMagics:
         if args.progress_after is not None:
             self.progress_after = args.progress_after
         if args.signal_on_interrupt is not None:
-            self.signal_on_interrupt = args.signal_on_interrupt
+            self.signal_on_interrupt = _eval_signal(args.signal_on_interrupt)
+
+    def px_line(self, line: str) -> Any:
+        """%px CODE: the line is code for the engines (not var-expanded here)."""
+        return self.px(line)
 
     def px(self, line: str, cell: str | None = None) -> Any:
         if cell is None:  # %px: the whole line is code
             args, code = _parser("px").parse_args([]), line
         else:
             args, code = self._parse("px", line), cell
-        view = self._view_for(args.targets) if args.targets is not None else self.view
+        saved_targets = self.view.targets
+        if args.targets is not None:  # this run only (%%px -t), as ipyparallel
+            self.view.targets = self._eval_targets(args.targets)
         block = self.block if args.block is None else args.block
+        try:
+            ar = self._execute(code, False if args.local else block, args)
+        finally:
+            self.view.targets = saved_targets
+        if args.local:  # run here after submitting there, then block (ipyparallel's order)
+            self.shell.run_cell(code)
+            if block:
+                ar.get()
+                ar.display_outputs(args.group_outputs or "type")
+        return None if block else ar
+
+    def _execute(self, code: str, block: bool, args: argparse.Namespace) -> Any:
+        """ipyparallel's parallel_execute: run ``code`` on the view's targets; when
+        ``block``, wait (a progress bar after a while), show outputs and raise errors."""
+        view = self.view
         stream_output = self.stream if args.stream is None else args.stream
         groupby = args.group_outputs or "type"
-        if args.local:
-            self.shell.run_cell(code)
         if self.verbose if args.verbose is None else args.verbose:
             kind = "Parallel" if block else "Async parallel"
-            print(f"{kind} execution on engine(s): {view.targets}")
+            print(f"{kind} execution on engine(s): {_str_targets(view.targets)}")
         if stream_output and block:
             ensure_iopub(view)
-        ar = view.execute(code, block=False)
+        ar = view.execute(code, silent=False, block=False)
         self.last_result = ar
         if args.save_name:
             self.shell.user_ns[args.save_name] = ar
         if not block:
             return ar
         stream = ar.stream_outputs() if stream_output else None
+        sig = self.signal_on_interrupt
+        if args.signal_on_interrupt is not None:
+            sig = _eval_signal(args.signal_on_interrupt)
         try:
             self._wait(ar, args.progress_after)
-        except KeyboardInterrupt:
-            self._interrupt(view, args.signal_on_interrupt)
-            raise
-        if stream is not None:
-            stream.finish()  # the engines' last lines, which can follow the reply
-        try:
-            self._show(ar, groupby, show_output=stream is None)
-        except CompositeError as e:
             if stream is not None:
-                raise AlreadyDisplayedError(e) from None  # shown as they happened
+                stream.finish()  # the engines' last lines, which can follow the reply
+            ar.get()
+        except CompositeError as e:
+            if stream is not None:  # streamed: each engine's traceback shown, then a summary
+                for err in e.errors:
+                    render = getattr(err, "render_traceback", None)
+                    print("\n".join(render()) if render else str(err), file=sys.stderr)
+                raise AlreadyDisplayedError(e) from None
             raise
-        return None
+        except KeyboardInterrupt:
+            if sig is None:
+                raise
+            print(
+                f"Received Keyboard Interrupt. Sending signal {sig} to engines...", file=sys.stderr
+            )
+            if sig not in (0, "0"):  # signal 0 delivers nothing (ipyparallel sends it anyway)
+                view.client.send_signal(sig, targets=view.targets)
+        finally:
+            # outputs shown on success and on error, as ipyparallel (after an interrupt,
+            # if the engines stopped within a second)
+            if ar.wait(1):  # streamed: the values only (the streams were shown)
+                ar.display_outputs(groupby=groupby, result_only=stream is not None)
+        return ar
 
     def _wait(self, ar: AsyncResult, progress_after: float | None) -> None:
         """Wait for a blocking run; a progress bar after ``progress_after`` seconds."""
@@ -154,7 +201,8 @@ class ParallelMagics:
         if args.save_name:
             self.shell.user_ns[args.save_name] = self.last_result
             return
-        self._show(self.last_result, args.group_outputs or "type")
+        self.last_result.get()
+        self.last_result.display_outputs(groupby=args.group_outputs or "type")
 
     def autopx(self, line: str = "") -> None:
         if self._autopx:
@@ -183,44 +231,29 @@ class ParallelMagics:
         except (argparse.ArgumentError, SystemExit) as e:
             raise ValueError(f"%{name}: bad arguments {line!r}: {e}") from None
 
-    def _view_for(self, spec: str) -> Any:
+    def _eval_targets(self, spec: str) -> Any:
+        """ipyparallel's: 'a:b:c' slices the client's ids, 'all' is 'all', anything else
+        is a Python expression ('1', '[0, 2]'), negative ints counted from the end."""
         targets = parse_targets(spec)
-        client = self.view.client
-        return client[targets] if not isinstance(targets, str) else client[:]
-
-    def _interrupt(self, view: Any, sig: str | None = None) -> None:
-        """Ctrl-C in a blocking %%px: interrupt the engines' code too, not just the wait
-        (with --signal-on-interrupt's signal; "0" or "" sends none)."""
-        sig = self.signal_on_interrupt if sig is None else sig
-        if not sig or str(sig) == "0":
-            return
-        signum = int(sig) if str(sig).isdigit() else sig
-        print(f"Received Keyboard Interrupt. Sending signal {sig} to engines...", file=sys.stderr)
-        view.client.send_signal(signum, targets=view.targets)
-
-    def _show(self, ar: AsyncResult, group_outputs: str, show_output: bool = True) -> None:
-        if show_output:
-            ar.display_outputs(groupby=group_outputs)
-        try:
-            results = ar.get()
-        except CompositeError as e:
-            for err in e.errors:
-                _print_error(err)
-            raise
-        except RemoteError as e:
-            _print_error(e)
-            raise
-        ids = ar.engine_id if isinstance(ar.engine_id, list) else [ar.engine_id]
-        results = results if isinstance(results, list) else [results]
-        for eid, r in zip(ids, results, strict=False):
-            if r is not None:
-                print(f"Out[{eid}]: {r}")
+        if isinstance(targets, slice):
+            return self.view.client.ids[targets]
+        if isinstance(targets, int) and not isinstance(targets, bool) and targets < 0:
+            return self.view.client.ids[targets]
+        return targets
 
 
-def _print_error(err: BaseException) -> None:
-    info = getattr(err, "engine_info", None) or {}
-    eid = info.get("engine_id", "?")
-    print(f"[{eid}:execute] {type(err).__name__}: {err}", file=sys.stderr)
+# %px's line is code: IPython must not expand {x} or $x in it (the engine's x is meant)
+ParallelMagics.px_line._ipython_magic_no_var_expand = True  # type: ignore[attr-defined]
+
+
+def _eval_signal(sig: str | int) -> str | int:
+    return int(sig) if str(sig).isdigit() else sig
+
+
+def _str_targets(targets: Any) -> str:
+    if isinstance(targets, list) and len(targets) > 10:
+        return str(targets[:4])[:-1] + ", ..., " + str(targets[-4:])[1:]
+    return str(targets)
 
 
 def ensure_iopub(view: Any, timeout: float = 10.0) -> None:
@@ -271,7 +304,10 @@ def register_magics(shell: Any, view: Any, suffix: str = "") -> ParallelMagics:
     """Register %px{suffix}, %%px{suffix}, %autopx{suffix}, %pxresult{suffix},
     %pxconfig{suffix} in ``shell`` (an IPython InteractiveShell)."""
     state = ParallelMagics(shell, view, suffix)
-    shell.register_magic_function(state.px, "line_cell", f"px{suffix}")
+    # %px's line is code (not expanded); %%px's line is options ({name} expanded, as IPython
+    # does for ipyparallel's cell_px)
+    shell.register_magic_function(state.px_line, "line", f"px{suffix}")
+    shell.register_magic_function(state.px, "cell", f"px{suffix}")
     shell.register_magic_function(state.autopx, "line", f"autopx{suffix}")
     shell.register_magic_function(state.pxresult, "line", f"pxresult{suffix}")
     shell.register_magic_function(state.pxconfig, "line", f"pxconfig{suffix}")
@@ -289,6 +325,8 @@ def auto_register(client: Any) -> ParallelMagics | None:
     existing = getattr(shell, "_zpar_magics", None)
     if existing is not None and not getattr(existing.view.client, "_closed", False):
         return existing
-    state = register_magics(shell, client.direct_view("all"))
+    view = client.direct_view("all")
+    view.block = True  # as ipyparallel's Client, which calls self.activate() in IPython
+    state = register_magics(shell, view)
     shell._zpar_magics = state
     return state

@@ -17,12 +17,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from zpar.elements import ELEMENTS
 from zpar.errors import SerializationError
 from zpar.mapchunk import map_chunk
 from zpar.serialize import pickle_once, serialize_object
 
 from .asyncresult import AsyncMapResult
 from .baseview import _check_callable, _fname
+from .mapparts import MapWaiters
 from .partition import as_sequences, partition
 
 #: A load-balanced map without a chunksize is cut into at most this many chunks per
@@ -96,11 +98,13 @@ def send_map(
     _check_callable(f)
     seqs, n = as_sequences(seqs)
     sender = view.client.sender
+    elements = False
     if engine_ids is None:
-        if chunksize is None:  # the default: near-equal contiguous chunks
+        if chunksize is None:  # the default: one task per element, several to a request
             count = len(sender.ids) if engines is None else engines
             parts = partition(n, auto_chunks(n, count)) if n else []
             bounds = [(sl.start, sl.stop) for sl in parts]
+            elements = n > 0
         else:
             size = check_chunksize(chunksize)
             bounds = [(start, min(n, start + size)) for start in range(0, n, size)]
@@ -115,12 +119,29 @@ def send_map(
         channel = "mux"
     packer = ChunkPacker(f, seqs)
     packed = [packer.frames(start, stop) for start, stop in bounds]  # all, or none is sent
-    msg_ids, futs, sizes = [], [], []
+    msg_ids, futs, sizes, requests = [], [], [], []
+    waiters = MapWaiters() if elements else None
     for eid, (start, stop), frames in zip(targets, bounds, packed, strict=True):
-        r = sender.apply(channel, eid, None, (), {}, metadata=metadata, buffers=frames, track=track)
+        md = metadata
+        size = stop - start
+        if elements:  # its positions [0, size): each a task, answered in parts
+            md = {**(metadata or {}), ELEMENTS: [0, size]}
+        r = sender.apply(
+            channel,
+            eid,
+            None,
+            (),
+            {},
+            metadata=md,
+            buffers=frames,
+            track=track,
+            elements=size if elements else None,
+            waiters=waiters,
+        )
         msg_ids.append(r.msg_id)
         futs.append(r.future)
-        sizes.append(stop - start)
+        sizes.append(size)
+        requests.append(r)
     ar = AsyncMapResult(
         view.client,
         msg_ids,
@@ -129,6 +150,8 @@ def send_map(
         ordered=ordered,
         chunk_sizes=sizes,
         return_exceptions=return_exceptions,
+        parts=[r.parts for r in requests] if elements else None,
+        waiters=waiters,
     )
     if track:
         ar.wait_for_send()

@@ -27,37 +27,47 @@ class OutputsMixin:
     def display_outputs(
         self, groupby: str = "type", result_only: bool = False, file: Any = None
     ) -> None:
-        """Print each call's captured stdout/stderr under ``[stdout:N]`` headers.
+        """Show each call's captured stdout/stderr under ``[stdout:N]`` headers and, inside
+        IPython, its rich outputs (figures, HTML: ``[output:N]``) and the value of its last
+        expression (``Out[N:K]``), as ipyparallel's display_outputs; a single call's result
+        without the headers, as ipyparallel.
 
-        groupby: 'type' (all stdout, then all stderr: ipyparallel's default), 'engine'
-        (each engine's streams together) or 'order' (as 'engine', in submission order).
-        result_only: show nothing (the outputs were streamed already)."""
+        groupby: 'type' (all stdout, then all stderr, then outputs: ipyparallel's default),
+        'engine' (each engine's streams and outputs together) or 'order' (as 'type', the
+        n-th outputs of every engine together). result_only: only the ``Out`` values (the
+        outputs were streamed already)."""
         if groupby not in ("engine", "order", "type"):
             raise ValueError(f"groupby must be 'engine', 'order' or 'type', got {groupby!r}")
         self.wait()  # type: ignore[attr-defined]
-        if result_only:
-            return
-        out = file or sys.stdout
         mds = self._metadatas()  # type: ignore[attr-defined]
-
-        def show(md: dict[str, Any], stream: str) -> None:
-            text = md.get(stream)
-            if text:
-                dest = out if stream == "stdout" or file is not None else sys.stderr
-                print(f"[{stream}:{md.get('engine_id')}] {text}", end="", file=dest)
-                if not text.endswith("\n"):
-                    print(file=dest)
-
-        if groupby == "type":
-            for stream in ("stdout", "stderr"):
-                for md in mds:
-                    show(md, stream)
+        ip = _ipython()
+        if getattr(self, "_single", False) and len(mds) == 1:
+            _show_single(mds[0], file, result_only, ip)
             return
         if groupby == "engine":
             mds = sorted(mds, key=lambda md: (md.get("engine_id") is None, md.get("engine_id")))
+            for md in mds:
+                _show_stream(md, "stdout", file, result_only)
+                _show_stream(md, "stderr", file, result_only)
+                if ip is not None:
+                    _show_rich(md, result_only, with_result=True)
+            return
+        for stream in ("stdout", "stderr"):
+            for md in mds:
+                _show_stream(md, stream, file, result_only)
+        if ip is None:  # display outputs mean nothing outside IPython (ipyparallel)
+            return
+        if groupby == "order" and not result_only:
+            for i in range(max((len(md.get("outputs") or []) for md in mds), default=0)):
+                for md in mds:
+                    outputs = md.get("outputs") or []
+                    if i < len(outputs):
+                        _republish(outputs[i], md.get("engine_id"), header=True)
+        else:
+            for md in mds:
+                _show_rich(md, result_only, with_result=False)
         for md in mds:
-            show(md, "stdout")
-            show(md, "stderr")
+            _show_result(md)
 
     def wait_for_output(self, timeout: float | None = -1) -> bool:
         """Wait until the output is complete: in zpar it travels with the result."""
@@ -139,6 +149,77 @@ class OutputsMixin:
         )
 
 
+def _show_stream(
+    md: dict[str, Any], stream: str, file: Any, result_only: bool, prefix: bool = True
+) -> None:
+    """One call's captured stream under its ``[stdout:N]`` header (``prefix``)."""
+    text = md.get(stream)
+    if text and not result_only:
+        dest = file or (sys.stdout if stream == "stdout" else sys.stderr)
+        head = f"[{stream}:{md.get('engine_id')}] " if prefix else ""
+        print(f"{head}{text}", end="", file=dest)
+        if not text.endswith("\n"):
+            print(file=dest)
+
+
+def _show_single(md: dict[str, Any], file: Any, result_only: bool, ip: Any) -> None:
+    """One call's result (rc[i], a load-balanced apply): its streams as they are, no
+    [stdout:N] / [output:N] headers (ipyparallel's _display_single_result)."""
+    _show_stream(md, "stdout", file, result_only, prefix=False)
+    _show_stream(md, "stderr", file, result_only, prefix=False)
+    if ip is not None:
+        for content in [] if result_only else md.get("outputs") or []:
+            _republish(content, md.get("engine_id"))
+        _show_result(md)
+
+
+def _ipython() -> Any:
+    """The running IPython shell, if IPython is imported and one runs (never imports it)."""
+    ipython = sys.modules.get("IPython")
+    return ipython.get_ipython() if ipython is not None else None
+
+
+def _republish(content: dict[str, Any], eid: int | None, header: bool = False) -> None:
+    """One engine display output, shown here (ipyparallel's _republish_displaypub)."""
+    ip = _ipython()
+    if ip is None:
+        return
+    if header:
+        _raw_text(f"[output:{eid}]")
+    md = dict(content.get("metadata") or {})
+    md["engine"] = eid
+    ip.display_pub.publish(data=content.get("data") or {}, metadata=md)
+
+
+def _raw_text(text: str) -> None:
+    from IPython.display import display_pretty
+
+    display_pretty(text, raw=True)
+
+
+def _show_rich(md: dict[str, Any], result_only: bool, *, with_result: bool) -> None:
+    """An engine's ``[output:N]`` header, its display outputs and (with_result) its value."""
+    outputs = [] if result_only else list(md.get("outputs") or [])
+    if outputs or (with_result and md.get("execute_result")):
+        _raw_text(f"[output:{md.get('engine_id')}]")
+    for content in outputs:
+        _republish(content, md.get("engine_id"))
+    if with_result:
+        _show_result(md)
+
+
+def _show_result(md: dict[str, Any]) -> None:
+    """The value of an execute's last expression, as ``Out[N:K]: value``."""
+    result = md.get("execute_result")
+    if not result:
+        return
+    from IPython.display import display
+
+    from .executereply import ExecuteReply
+
+    display(ExecuteReply(md.get("msg_id") or "", result, md))
+
+
 def _print_stream(eid: int | None, name: str, text: str) -> None:
     out = sys.stderr if name == "stderr" else sys.stdout
     label = "?" if eid is None else eid
@@ -156,6 +237,8 @@ class OutputStream:
         self.show = callback or _print_stream
         self.shown: dict[tuple[str, str], str] = {}
         self.idle: set[str] = set()
+        #: display outputs shown per msg_id (the rest is shown by finish)
+        self.displayed: dict[str, int] = {}
         self.done = threading.Event()
         self._lock = threading.Lock()
 
@@ -184,6 +267,11 @@ class OutputStream:
                     if self.idle >= set(self.ar.msg_ids):
                         self.done.set()
             return
+        if msg.msg_type == "display_data":  # a figure as it is made (inside IPython)
+            with self._lock:
+                self.displayed[msg_id] = self.displayed.get(msg_id, 0) + 1
+            _republish(msg.content, msg.metadata.get("engine_id"), header=True)
+            return
         if msg.msg_type == "stream":
             name = msg.content.get("name", "stdout")
             text = msg.content.get("text", "")
@@ -205,3 +293,7 @@ class OutputStream:
                     if full.startswith(seen) and len(full) > len(seen):
                         self.show(md.get("engine_id"), name, full[len(seen) :])
                         self.shown[(md["msg_id"], name)] = full
+                outputs = md.get("outputs") or []
+                for content in outputs[self.displayed.get(md["msg_id"], 0) :]:
+                    _republish(content, md.get("engine_id"), header=True)
+                self.displayed[md["msg_id"]] = len(outputs)

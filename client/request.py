@@ -16,6 +16,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from .futures import ReplyFuture
+from .mapparts import Parts
 
 
 class PendingRequest:
@@ -38,6 +39,7 @@ class PendingRequest:
         "resend",
         "report_outcome",
         "windowed",
+        "parts",
     )
 
     def __init__(
@@ -52,6 +54,8 @@ class PendingRequest:
         broadcast: list[str] | None = None,
         resend: bool = False,
         windowed: bool = False,
+        elements: int | None = None,
+        waiters: Any = None,
     ) -> None:
         self.msg_id = msg_id
         #: "mux", "control", "task", "query"; "direct" for a call its own thread makes
@@ -81,6 +85,11 @@ class PendingRequest:
         #: work (apply / execute) that counts against the client's submission window
         #: (client/window.py): held in the client while the window is full
         self.windowed = windowed
+        #: an element request's (zpar.elements) parts as they arrive: client.mapparts
+        self.parts: Parts | None = None
+        if elements is not None:
+            self.parts = Parts(elements, waiters)
+            self.future.add_done_callback(self.parts.on_done)
 
     def reply_futures(self) -> list[ReplyFuture]:
         """The futures of its replies: one, or one per engine of a broadcast."""

@@ -13,6 +13,7 @@ from typing import Any
 from zpar.errors import TimeoutError
 from zpar.util import as_datetime
 
+from .datapub import reply_data
 from .request import submitted_of
 
 #: Metadata keys every result has (ipyparallel's Metadata), with their value until known.
@@ -49,6 +50,33 @@ class Metadata(dict):
             raise AttributeError(key) from None
 
 
+def fill_from_reply(md: dict[str, Any], reply: Any) -> None:
+    """Add what a reply says to ``md``: its metadata, its status, and ``execute_result`` in
+    ipyparallel's shape (an IPython engine sends the whole mime bundle; a plain-Python one
+    the text of the last expression, in the reply content)."""
+    md.update(reply.metadata)
+    md.setdefault("status", None)
+    md["status"] = md["status"] or reply.content.get("status")
+    text = reply.content.get("execute_result")
+    if text is not None and not md.get("execute_result"):
+        md["execute_result"] = {
+            "data": {"text/plain": text},
+            "metadata": {},
+            "execution_count": reply.content.get("execution_count"),
+        }
+
+
+def reply_metadata(reply: Any) -> Metadata:
+    """One call's metadata from its reply alone (the ExecuteReply of an execute)."""
+    md = Metadata(METADATA_DEFAULTS, outputs=[], data={})
+    md["msg_id"] = reply.parent_header.get("msg_id")
+    fill_from_reply(md, reply)
+    md["received"] = md.get("received") or md.get("completed")
+    for key in _DATES:
+        md[key] = as_datetime(md.get(key))
+    return md
+
+
 class MetadataMixin:
     """Metadata and timing of AsyncResult."""
 
@@ -71,19 +99,17 @@ class MetadataMixin:
         for m, f in zip(self.msg_ids, self._futures, strict=True):
             md = Metadata(METADATA_DEFAULTS, outputs=[], data={})
             md.update(msg_id=m, submitted=submitted_of(f) or self._submitted)
+            md["label"] = getattr(f, "label", None)
             if f.done():
                 if f.exception() is None:
-                    reply = f.result()
-                    md.update(reply.metadata)
-                    md.setdefault("status", None)
-                    md["status"] = md["status"] or reply.content.get("status")
-                    if reply.content.get("execute_result") is not None:  # ipyparallel's shape
-                        text = reply.content["execute_result"]
-                        md["execute_result"] = {"data": {"text/plain": text}, "metadata": {}}
+                    fill_from_reply(md, f.result())
                 else:
                     md["status"] = "error"
                     md["error"] = f.exception()
                 md["received"] = md.get("received") or md.get("completed")
+                md["data"] = reply_data(md) or {}
+            elif (live := self._live_data()) is not None:
+                md["data"] = live.get(m)
             for key in _DATES:
                 md[key] = as_datetime(md.get(key))
             out.append(md)
@@ -100,6 +126,21 @@ class MetadataMixin:
     def metadata(self) -> Any:
         mds = self._metadatas()
         return mds[0] if self._single else mds
+
+    @property
+    def data(self) -> Any:
+        """What the task published (zpar.datapub.publish_data): the merge so far while it
+        runs, everything once done (ipyparallel's ``ar.data``)."""
+        if not self.ready():
+            self._client.sender.live_data.watch(self.msg_ids)
+        else:
+            self._client.sender.live_data.forget(self.msg_ids)
+        return self._meta("data")
+
+    def _live_data(self) -> Any:
+        """The client's LiveData once some ``ar.data`` was read while its task ran."""
+        sender = getattr(self._client, "sender", None)
+        return None if sender is None else sender.__dict__.get("live_data")
 
     @property
     def engine_id(self) -> Any:
@@ -169,3 +210,26 @@ class MetadataMixin:
             end = end_key([e for e in end if e is not None])
         start, end = as_datetime(start), as_datetime(end)
         return (end - start).total_seconds()
+
+
+def element_metadata(
+    msg_id: str, submitted: float, reply: Any, value: Any, error: BaseException | None
+) -> Metadata:
+    """ipyparallel's metadata of one element of a map (client.mapparts), as known now:
+    ``reply`` is the part that answered it (None: not yet), ``value`` its value or error,
+    ``error`` what ended the wait for its whole request."""
+    md = Metadata(METADATA_DEFAULTS, outputs=[], data={})
+    md.update(msg_id=msg_id, submitted=submitted)
+    if reply is not None:
+        md.update(reply.metadata)
+        failed = isinstance(value, Exception)
+        md["status"] = "error" if failed else "ok"
+        if failed:
+            md["error"] = value
+        md["received"] = md.get("received") or md.get("completed")
+    elif error is not None:
+        md["status"] = "error"
+        md["error"] = error
+    for key in _DATES:
+        md[key] = as_datetime(md.get(key))
+    return md

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import builtins
 import collections
+import functools
+import threading
 from collections.abc import Sequence
 from typing import Any
 
+from zpar import sharedmem
 from zpar.constants import HUB_TIMEOUT
 from zpar.dependency import to_wire
 from zpar.errors import (
@@ -22,11 +25,13 @@ from zpar.errors import (
     NoEnginesRegistered,
     NoSuchEngine,
     TimeoutError,
+    remote_error,
 )
 from zpar.serialize import pack_apply
 from zpar.wire import Message, Session
 from zpar.wire.messages import MsgType, ReplyStatus, ResultRequest
 
+from .datapub import LiveData
 from .directcall import DirectCaller
 from .handles import Handles
 from .ioloop import ClientIO, outcome_of
@@ -35,6 +40,24 @@ from .window import WINDOWED_CHANNELS
 
 #: Requests remembered in Client.history: the work sent, which get_result(-1) refers to.
 HISTORY_TYPES = frozenset({MsgType.APPLY_REQUEST, MsgType.EXECUTE_REQUEST})
+
+
+def _same_host(
+    session: str, uuid: str, metadata: dict[str, Any] | None, buffers: Sequence[Any]
+) -> tuple[dict[str, Any] | None, Sequence[Any]]:
+    """A direct apply's metadata and buffers for the same-host data plane (zpar.sharedmem):
+    this client's offer until the engine answered it (it then answers through shared
+    memory), and the large buffers carried by segments once it did, from this host."""
+    if not sharedmem.enabled():
+        return metadata, buffers
+    dest = sharedmem.peer_pid(session, uuid)
+    if dest is None:
+        return {**metadata, "shm": sharedmem.offer()} if metadata else {
+            "shm": sharedmem.offer()
+        }, buffers
+    if len(buffers) > 1:  # out-of-band buffers after the pickle stream: large ones
+        buffers = sharedmem.outbound(buffers, dest)
+    return metadata, buffers
 
 
 class RequestSender:
@@ -52,6 +75,8 @@ class RequestSender:
         self._io = io
         self._direct_caller = direct_caller
         self._history = history
+        #: the history of the view whose call is sending on this thread (View.history)
+        self.view_history = threading.local()
         self._where = where
         #: set when the Client closes: nothing is sent after that
         self.closed = False
@@ -115,15 +140,20 @@ class RequestSender:
         engine_id: int | None = None,
         track: bool = False,
         broadcast: list[int] | None = None,
+        elements: int | None = None,
+        waiters: Any = None,
     ) -> PendingRequest:
         """Sign a request and queue it on ``channel`` ("mux", "control", "task",
         "query"), bound to engine ``engine_id`` or, on "task", to the task scheduler.
-        broadcast: engine ids each of which replies (``PendingRequest.replies``)."""
+        broadcast: engine ids each of which replies (``PendingRequest.replies``); elements:
+        the positions of an element request, answered in parts (``PendingRequest.parts``)."""
         if self.closed:
             raise RuntimeError("this Client is closed")
         uuid = self.engine_uuid(engine_id) if engine_id is not None else None
         # bound to where it may run: that engine, or the task scheduler's choice
         dest = uuid if uuid is not None else "task" if channel == "task" else None
+        if uuid is not None and channel == "mux" and msg_type == MsgType.APPLY_REQUEST:
+            metadata, buffers = _same_host(self.session.session, uuid, metadata, buffers)
         header, frames = self.session.serialize(
             msg_type, content, metadata=metadata, buffers=buffers, dest=dest
         )
@@ -141,10 +171,15 @@ class RequestSender:
             broadcast=uuids,
             resend=channel == "task" and bool(metadata and metadata.get("retries")),
             windowed=msg_type in HISTORY_TYPES and channel in WINDOWED_CHANNELS,
+            elements=elements,
+            waiters=waiters,
         )
+        if metadata and metadata.get("label") is not None:
+            for fut in request.reply_futures():
+                fut.label = metadata["label"]
         self._io.submit(request)
         if msg_type in HISTORY_TYPES:  # work, not queries and control (as ipyparallel)
-            self._history.append(msg_id)
+            self._remember_sent(msg_id)
         return request
 
     def apply(
@@ -157,6 +192,8 @@ class RequestSender:
         metadata: dict[str, Any] | None = None,
         buffers: list[Any] | None = None,
         track: bool = False,
+        elements: int | None = None,
+        waiters: Any = None,
     ) -> PendingRequest:
         """An apply_request of ``f(*args, **kwargs)`` (or of ready ``buffers``)."""
         if buffers is None:
@@ -169,12 +206,14 @@ class RequestSender:
             metadata=metadata,
             engine_id=engine_id,
             track=track,
+            elements=elements,
+            waiters=waiters,
         )
 
     def call_here(
         self,
         engine_id: int,
-        buffers: list[Any],
+        buffers: Sequence[Any],
         metadata: dict[str, Any] | None,
         msg_type: str = MsgType.APPLY_REQUEST,
         content: dict[str, Any] | None = None,
@@ -186,8 +225,12 @@ class RequestSender:
         if self.closed:
             raise RuntimeError("this Client is closed")
         uuid = self.engine_uuid(engine_id)
+        if self._io.has_pending_for(uuid):
+            return None  # earlier requests to it are on their way: this one goes after them
         if not self._direct_caller.reachable(uuid):
             return None
+        if msg_type == MsgType.APPLY_REQUEST:
+            metadata, buffers = _same_host(self.session.session, uuid, metadata, buffers)
         header, frames = self.session.serialize(
             msg_type,
             content or {},
@@ -198,10 +241,12 @@ class RequestSender:
         )
         msg_id = header["msg_id"]
         if msg_type in HISTORY_TYPES:
-            self._history.append(msg_id)
+            self._remember_sent(msg_id)
         request = PendingRequest(
             msg_id, "direct", frames, engine_uuid=uuid, submitted=header["date"]
         )
+        if metadata and metadata.get("label") is not None:
+            request.future.label = metadata["label"]
         self._direct_caller.call(request)
         return request
 
@@ -233,11 +278,23 @@ class RequestSender:
     def unwatch_output(self, msg_ids: list[str]) -> None:
         self._io.unwatch_output(msg_ids)
 
+    @functools.cached_property
+    def live_data(self) -> LiveData:
+        """Data running tasks publish (client.datapub), for ``ar.data``."""
+        return LiveData(self)
+
     # -- results ------------------------------------------------------------------------
+
+    def _remember_sent(self, msg_id: str) -> None:
+        """Client.history, and the history of the view sending on this thread, if any."""
+        self._history.append(msg_id)
+        view_history = getattr(self.view_history, "current", None)
+        if view_history is not None:
+            view_history.append(msg_id)
 
     def remember(self, ar: Any) -> Any:
         """Remember ``ar`` (weakly) under its msg_ids: rc.results, rc.metadata, rc.wait()."""
-        self.handles.add(ar.msg_ids, ar)
+        self.handles.add(_request_ids(ar), ar)
         return ar
 
     def future_of(self, msg_id: str) -> Any:
@@ -249,7 +306,7 @@ class RequestSender:
         ar = self.handles.get(msg_id)
         if ar is None:
             return None
-        return ar._futures[ar.msg_ids.index(msg_id)]
+        return ar._futures[_request_ids(ar).index(msg_id)]
 
     # -- dependencies -------------------------------------------------------------------
 
@@ -289,8 +346,15 @@ class RequestSender:
         except HubRefused as e:
             unknown = e.content.get("unknown")
             if unknown:
-                raise InvalidDependency(
+                raise remote_error(  # a RemoteError too, as ipyparallel's scheduler's
+                    InvalidDependency,
                     f"dependency on unknown msg_ids {unknown}: no task of this or any client "
-                    "has them (nothing was sent)"
+                    "has them (nothing was sent)",
                 ) from None
             raise
+
+
+def _request_ids(ar: Any) -> list[str]:
+    """The ids of the requests behind a handle (a map of elements: not its elements')."""
+    ids = getattr(ar, "request_ids", None)
+    return ids if ids is not None else ar.msg_ids

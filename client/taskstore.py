@@ -5,13 +5,52 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import datetime
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from zpar.wire.messages import MsgType, QueueRequest, ResultRequest
+from zpar.errors import HubRefused, RemoteError
+from zpar.util import as_datetime, ensure_timezone
+from zpar.wire.messages import MsgType, QueueRequest, ResubmitRequest, ResultRequest
 
-from .asyncresult import AsyncHubResult, AsyncResult
-from .hubresult import HubResultFetcher
+from .asyncresult import AsyncHubResult, AsyncMapResult, AsyncResult
+from .hubresult import POLL_MAX, POLL_START, UNKNOWN_GRACE, HubResultFetcher
+
+#: Record keys holding times: seconds since the epoch on the wire, datetimes for users.
+RECORD_DATES = ("submitted", "started", "completed", "received")
+
+
+def _query_times(query: Any) -> Any:
+    """A db query with datetimes as the hub's timestamps (seconds since the epoch)."""
+    if not isinstance(query, dict):
+        return query  # the hub names what is wrong with it
+    out = {}
+    for key, cond in query.items():
+        if isinstance(cond, dict):
+            cond = {op: _stamp(v) for op, v in cond.items()}
+        else:
+            cond = _stamp(cond)
+        out[key] = cond
+    return out
+
+
+def _stamp(v: Any) -> Any:
+    if isinstance(v, datetime.datetime):
+        return ensure_timezone(v).timestamp()
+    if isinstance(v, list | tuple):
+        return [_stamp(x) for x in v]
+    return v
+
+
+def _record_times(rec: dict[str, Any]) -> dict[str, Any]:
+    for key in RECORD_DATES:
+        if key in rec:
+            rec[key] = as_datetime(rec[key])
+    header = rec.get("header")
+    if isinstance(header, dict) and isinstance(header.get("date"), int | float):
+        header["date"] = as_datetime(header["date"])
+    return rec
 
 
 def msg_ids_of(jobs: Any) -> list[str]:
@@ -20,7 +59,8 @@ def msg_ids_of(jobs: Any) -> list[str]:
     out: list[str] = []
     for j in jobs:
         if isinstance(j, AsyncResult):
-            out.extend(j.msg_ids)
+            # a map of elements: its requests' ids (each answers its elements)
+            out.extend(j.request_ids if isinstance(j, AsyncMapResult) else j.msg_ids)
         elif isinstance(j, str):
             out.append(j)
         else:
@@ -34,6 +74,7 @@ class TaskStoreMixin:
     sender: Any
     history: Any
     block: bool
+    _local: Any
 
     if TYPE_CHECKING:  # ClientCompatMixin's, mixed into Client beside this one
 
@@ -50,14 +91,73 @@ class TaskStoreMixin:
             out["results"] = reply.content.get("results", {})
         return out
 
+    def resubmit(
+        self, indices_or_msg_ids: Any = None, metadata: Any = None, block: bool | None = None
+    ) -> AsyncHubResult:
+        """Run tasks again, under new msg_ids, load balanced, from the requests the hub
+        stored (tasks of any client, finished, aborted or still running; default: this
+        client's last). Returns an AsyncHubResult of the new tasks, waited for when
+        ``block``. ``metadata`` is accepted and unused, as in ipyparallel. An unknown
+        msg_id raises RemoteError(KeyError), as ipyparallel's hub answers."""
+        if indices_or_msg_ids is None:
+            indices_or_msg_ids = -1
+        ids = self._history_ids(indices_or_msg_ids)
+        mapping = self._resubmit(ids)
+        new_ids = [mapping[m] for m in ids]
+        futs: list[concurrent.futures.Future[Any]] = [concurrent.futures.Future() for _ in new_ids]
+        HubResultFetcher(self, list(zip(new_ids, futs, strict=True))).start()
+        # a list, as ipyparallel's (AsyncHubResult(client, new_ids)): get() gives a list
+        ar = AsyncHubResult(self, new_ids, futs, fname="resubmit")
+        if self.block if block is None else block:
+            ar.wait()
+        return ar
+
+    def _resubmit(self, ids: list[str]) -> dict[str, str]:
+        """{old: new msg_id} from the hub. Ids of this client's own tasks the hub has not
+        heard of yet (it learns of them from batched copies) are asked for again for
+        UNKNOWN_GRACE seconds, as get_result does; then RemoteError(KeyError)."""
+        started = time.monotonic()
+        delay = POLL_START
+        while True:
+            try:
+                reply = self.sender.query(MsgType.RESUBMIT_REQUEST, ResubmitRequest(ids).as_dict())
+            except HubRefused as e:
+                if e.content.get("ename") != "KeyError":
+                    raise
+                unknown = set(e.content.get("unknown") or ())
+                own = unknown and unknown <= set(self.history)
+                if own and time.monotonic() - started < UNKNOWN_GRACE:
+                    time.sleep(delay)
+                    delay = min(POLL_MAX, delay * 2)
+                    continue
+                raise RemoteError("KeyError", str(e.content.get("evalue", ""))) from None
+            return dict(reply.content["resubmitted"])
+
+    def _history_ids(self, jobs: Any) -> list[str]:
+        """msg_ids of jobs given as history indices, msg_ids or AsyncResults."""
+        items = list(jobs) if isinstance(jobs, list | tuple | set) else [jobs]
+        history = list(self.history)
+        out: list[Any] = []
+        for i in items:
+            if isinstance(i, int) and not isinstance(i, bool):
+                if not -len(history) <= i < len(history):
+                    raise IndexError(
+                        f"index {i} is outside this client's history of {len(history)} msg_ids"
+                    )
+                out.append(history[i])
+            else:
+                out.append(i)
+        return msg_ids_of(out)
+
     def get_result(
         self, indices_or_msg_ids: Any = None, block: bool | None = None, owner: bool = True
     ) -> Any:
         """An AsyncResult for tasks submitted by this or any other client (by msg_id,
         AsyncResult, or index into this client's history; default: the last one), waited
         for when ``block``. Tasks this client did not submit are fetched from the hub's
-        store (an AsyncHubResult), and polled while still pending. ``owner`` is accepted:
-        results are never cached by the client."""
+        store (an AsyncHubResult), and polled while still pending. ``owner=False``: the
+        result also stays in ``rc.results`` / ``rc.metadata`` until purged (ipyparallel's
+        cache), where a later owning get_result takes it from."""
         if indices_or_msg_ids is None:
             indices_or_msg_ids = -1
         items = indices_or_msg_ids
@@ -65,23 +165,28 @@ class TaskStoreMixin:
         items = [items] if single else list(items)
         if single and isinstance(items[0], AsyncResult):
             single = items[0]._single
-        expanded: list[Any] = []
+        # AsyncResults bring their own futures (as ipyparallel's _asyncresult_from_jobs:
+        # a broadcast's replies share one msg_id, which no lookup by msg_id can split)
+        expanded: list[tuple[Any, Any]] = []
         for i in items:
-            expanded.extend(i.msg_ids if isinstance(i, AsyncResult) else [i])
-        items = expanded
+            if isinstance(i, AsyncResult):
+                expanded.extend(zip(i.msg_ids, i._futures, strict=True))
+            else:
+                expanded.append((i, None))
         history = list(self.history)
-        for i in items:
+        for i, _ in expanded:
             if isinstance(i, int) and not -len(history) <= i < len(history):
                 raise IndexError(
                     f"get_result: index {i} is outside this client's history of "
                     f"{len(history)} msg_ids"
                 )
-        msg_ids = [history[i] if isinstance(i, int) else i for i in items]
-        msg_ids = msg_ids_of(msg_ids)
+        msg_ids = msg_ids_of([history[i] if isinstance(i, int) else i for i, _ in expanded])
         futs = []
         remote = []
-        for m in msg_ids:
-            fut = self.sender.future_of(m)
+        for m, own in zip(msg_ids, (f for _, f in expanded), strict=True):
+            # an unowned result kept here: an owner takes it out (ipyparallel's owner pop)
+            kept = self._local.future(m, take=owner)
+            fut = own or self.sender.future_of(m) or kept
             if fut is None:
                 fut = concurrent.futures.Future()
                 remote.append((m, fut))
@@ -91,6 +196,9 @@ class TaskStoreMixin:
             HubResultFetcher(self, remote).start()
             cls = AsyncHubResult
         ar = cls(self, msg_ids, futs, fname="get_result", single=single)
+        ar.owner = owner
+        if not owner:  # nobody owns it: rc.results / rc.metadata keep it, as ipyparallel
+            self._local.keep_when_done(ar)
         if self.block if block is None else block:
             ar.wait()
         return ar
@@ -116,10 +224,21 @@ class TaskStoreMixin:
             raise ValueError("purge_results needs jobs (or 'all') or targets")
         return int(self.sender.query(MsgType.PURGE_REQUEST, content).content.get("purged", 0))
 
-    def db_query(self, query: dict[str, Any], keys: Sequence[str] | None = None) -> list[dict]:
-        """Task records matching a Mongo-style filter, e.g. {'completed': {'$gt': t}}."""
-        content = {"query": query, "keys": list(keys) if keys is not None else None}
-        return list(self.sender.query(MsgType.DB_REQUEST, content).content["records"])
+    def db_query(
+        self, query: dict[str, Any], keys: Sequence[str] | str | None = None
+    ) -> list[dict]:
+        """Task records matching a Mongo-style filter, e.g. {'completed': {'$gt': t}}, with
+        ipyparallel's record keys (``label``, ``resubmitted``...). Times come back as aware
+        UTC datetimes (submitted, started, completed, received, the header's date), and may
+        be given as datetimes (or seconds since the epoch) in the query, as ipyparallel's."""
+        if isinstance(keys, str):
+            keys = [keys]
+        content = {
+            "query": _query_times(query),
+            "keys": list(keys) if keys is not None else None,
+        }
+        records = self.sender.query(MsgType.DB_REQUEST, content).content["records"]
+        return [_record_times(r) for r in records]
 
     def hub_history(self) -> list[str]:
         """Every msg_id the hub has a record of, in submission order."""

@@ -3,6 +3,7 @@ task scheduler choose (task). The API is ipyparallel's (docs/api.md)."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import logging
 from collections.abc import Callable, Iterator, Sequence
@@ -15,8 +16,9 @@ from zpar.serialize import pack_apply
 from zpar.wire.messages import ExecuteRequest, MsgType
 
 from .asyncresult import AsyncMapResult, AsyncResult
-from .baseview import LazyMapIterator, View, _check_callable, _flags_metadata, _fname
+from .baseview import View, _check_callable, _flags_metadata, _fname
 from .executor import ViewExecutor
+from .imap import LazyMapIterator
 from .mapping import AUTO_CHUNKS_PER_ENGINE, check_chunksize, send_map
 from .partition import _lengths, join_parts, partition, split_parts
 
@@ -158,14 +160,16 @@ class DirectView(View):
         block: bool | None = None,
         label: str | None = None,
     ) -> Any:
-        """Run a code string in each engine's namespace. Returns the AsyncResult, waited for
-        when ``block`` (as ipyparallel); its values are the reprs of the code's last
-        expression (``ar.execute_result``). ``silent`` is accepted."""
+        """Run a code string in each engine's namespace (through IPython where the engine
+        has it: magics, ``!``, ``display()``). Returns the AsyncResult, waited for when
+        ``block`` (as ipyparallel); its values are ExecuteReply objects (``Out[N:K]``).
+        ``silent`` (the default, as ipyparallel's): no ``execute_result`` for the code's
+        last expression; ``%px`` sends ``silent=False``."""
         if not isinstance(code, str):
             raise TypeError(f"execute takes a code string, got {type(code).__name__}")
         msg_ids, futs = self._send_each(
             MsgType.EXECUTE_REQUEST,
-            ExecuteRequest(code).as_dict(),
+            ExecuteRequest(code, silent=bool(silent)).as_dict(),
             [],
             self._ids(targets),
             label,
@@ -239,7 +243,8 @@ class DirectView(View):
 
     @contextlib.contextmanager
     def sync_imports(self, local: bool = True, quiet: bool = False) -> Iterator[None]:
-        """``with dv.sync_imports(): import numpy`` imports here and on the engines."""
+        """``with dv.sync_imports(): import numpy`` imports here and on the engines,
+        printing "importing numpy on engine(s)" unless ``quiet`` (as ipyparallel)."""
         import builtins
         import inspect
 
@@ -248,7 +253,12 @@ class DirectView(View):
 
         def recording_import(name, globals=None, locals=None, fromlist=(), level=0):
             if level == 0 and globals is not None and globals.get("__name__") == caller:
-                names.append((name, ",".join(fromlist) if fromlist else None))
+                what = ",".join(fromlist) if fromlist else None
+                if (name, what) not in names:
+                    names.append((name, what))
+                    if not quiet:  # what ipyparallel prints, as the import runs here
+                        where = f"{what} from {name}" if what else name
+                        print(f"importing {where} on engine(s)")
             if local:
                 return real_import(name, globals, locals, fromlist, level)
             return real_import(name.split(".")[0])
@@ -265,23 +275,27 @@ class DirectView(View):
             builtins.__import__ = real_import
         lines = [f"from {mod} import {what}" if what else f"import {mod}" for mod, what in names]
         if lines:
-            if not quiet:
-                for line in lines:
-                    log.info("importing on engine(s): %s", line)
+            log.debug("importing on engine(s): %s", "; ".join(lines))
             self.execute("\n".join(lines), block=True)
 
-    def use_pickle(self) -> None:
-        """Data through the standard pickle; functions that cannot be imported on the
-        engines (from ``__main__``, or defined inside other functions) still travel by
-        value, as in ipyparallel. ``use_cloudpickle`` goes back to the default."""
+    def use_pickle(self) -> Any:
+        """Data through the standard pickle, here and on this view's engines (as
+        ipyparallel); functions that cannot be imported on the engines (from ``__main__``,
+        or defined inside other functions) still travel by value and run over the engine's
+        namespace alone (ipyparallel's canning: a name the engine lacks is a NameError)."""
         zpar.serialize.use_pickle()
+        return self.apply(zpar.serialize.use_pickle)
 
-    def use_cloudpickle(self) -> None:
+    def use_cloudpickle(self) -> Any:
+        """cloudpickle here and on this view's engines (as ipyparallel): functions shipped
+        by value then use the globals they captured here (the client's values win)."""
         zpar.serialize.use_cloudpickle()
+        return self.apply(zpar.serialize.use_cloudpickle)
 
-    def use_dill(self) -> None:
-        """Everything through dill (an optional package)."""
+    def use_dill(self) -> Any:
+        """Everything through dill (an optional package), here and on this view's engines."""
         zpar.serialize.use_dill()
+        return self.apply(zpar.serialize.use_dill)
 
     def __getitem__(self, key: str) -> Any:
         return self.get(key)
@@ -359,6 +373,35 @@ class BroadcastView(DirectView):
         super().__init__(client, targets, block)
         #: ipyparallel's reply coalescing flag: accepted, replies come one per engine
         self.is_coalescing = False
+
+    def _map(
+        self,
+        f: Any,
+        seqs: Any,
+        return_exceptions: bool = False,
+        label: str | None = None,
+        track: bool = False,
+        **kw: Any,
+    ) -> AsyncMapResult:
+        """A DirectView map (a different chunk per engine: nothing to broadcast), sent once
+        this client's earlier broadcasts to those engines are answered: they travel through
+        the task scheduler, the map through the MUX relay, which would overtake them
+        (``execute("f = ...")`` then ``map(Reference("f"), ...)``)."""
+        io = self.client._io
+        uuid = self.client.sender.engine_uuid
+        pending = io.outstanding_by_engine()
+        futures = [
+            fut
+            for eid in self._ids()
+            for m in pending.get(uuid(eid), ())
+            if (request := io.request(m)) is not None
+            for fut in request.reply_futures()
+        ]
+        if futures:
+            concurrent.futures.wait(futures)
+        return super()._map(
+            f, seqs, return_exceptions=return_exceptions, label=label, track=track, **kw
+        )
 
     def _send_each(
         self,

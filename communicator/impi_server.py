@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from zpar.constants import WILDCARDS
+from zpar.wire.admission import AUTH_TIMEOUT, MAX_PEERS, Admission
 
 from . import impi_wire as w
 from .rendezvous import (
@@ -83,7 +84,12 @@ class ImpiServer:
         host: str = "127.0.0.1",
         port: int = 0,
         timeout: float = DEFAULT_TIMEOUT,
+        max_strangers: int = MAX_PEERS,
+        auth_timeout: float = AUTH_TIMEOUT,
     ) -> None:
+        """``max_strangers``: connections that have not joined the job yet held at once (the
+        oldest is closed for a newer one); ``auth_timeout``: seconds one has to join (AUTH
+        and IMPI) before it is closed (zpar.wire.admission)."""
         if not 1 <= clients <= MAX_MEMBERS_IMPI:
             raise ValueError(
                 f"--clients must be 1..{MAX_MEMBERS_IMPI} (the client_mask has 32 bits), "
@@ -114,6 +120,13 @@ class ImpiServer:
         self._sel.register(self.listener, selectors.EVENT_READ, None)
         self.ok: bool | None = None  # set when the job is over
         self.failure = ""
+        #: who may hold a connection: the job's clients, and max_strangers others
+        self.admission = Admission(
+            "IMPI server",
+            max_peers=clients + max_strangers,
+            auth_timeout=auth_timeout,
+            evict=lambda peer: self._lost(peer, "closed for a newer connection"),
+        )
 
     @property
     def address(self) -> str:
@@ -136,7 +149,10 @@ class ImpiServer:
                         self._read(key.data)
                     if self.ok is not None:
                         break
-                self._run(self.rendezvous.tick(time.monotonic()))
+                now = time.monotonic()
+                for peer in self.admission.overdue(now):
+                    self._lost(peer, f"did not join within {self.admission.auth_timeout:g} s")
+                self._run(self.rendezvous.tick(now))
                 if end is not None and time.monotonic() >= end and self.ok is None:
                     self.ok, self.failure = False, "stopped"
         finally:
@@ -152,20 +168,22 @@ class ImpiServer:
             pass
         self.listener.close()
         self._sel.close()
+        self.admission.close()
 
     # -- sockets --------------------------------------------------------------------------------
 
     def _accept(self) -> None:
-        try:
-            sock, addr = self.listener.accept()
-        except BlockingIOError:
+        accepted = self.admission.accept(self.listener)
+        if accepted is None:  # none waiting, or refused (counted and logged there)
             return
+        sock, address = accepted
         sock.settimeout(SEND_TIMEOUT)  # reads happen only when the selector says readable
         self._serial += 1
         peer = self._serial
-        self.clients[peer] = _Client(sock, f"{addr[0]}:{addr[1]}")
+        self.clients[peer] = _Client(sock, address)
         self._sel.register(sock, selectors.EVENT_READ, peer)
-        log.info("IMPI client connection %d from %s", peer, self.clients[peer].address)
+        log.info("IMPI client connection %d from %s", peer, address)
+        self.admission.opened(peer)  # may evict the oldest not joined (its _lost)
 
     def _read(self, peer: int) -> None:
         c = self.clients.get(peer)
@@ -193,6 +211,8 @@ class ImpiServer:
             except w.ImpiWireError as e:
                 self._lost(peer, f"not IMPI: {e}")
                 return
+        if peer in self.admission.pending and self.rendezvous.authenticated(peer):
+            self.admission.authenticated(peer)  # no deadline once it passed AUTH
 
     def _event(self, peer: int, c: _Client, item: w.Command | w.Raw | w.ServerAuth) -> list:
         r = self.rendezvous
@@ -260,6 +280,7 @@ class ImpiServer:
         self._run(self.rendezvous.disconnect(peer, f"{where}: {reason}"))
 
     def _drop(self, peer: int) -> None:
+        self.admission.closed(peer)
         c = self.clients.pop(peer, None)
         if c is None:
             return
@@ -280,6 +301,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=0, help="TCP port (default: any free one)")
     p.add_argument("--ip", default="127.0.0.1", help="interface to listen on")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT)
+    p.add_argument(
+        "--max-strangers",
+        type=int,
+        default=MAX_PEERS,
+        help="connections not yet joined held at once; the oldest is closed for a newer one",
+    )
+    p.add_argument(
+        "--auth-timeout",
+        type=float,
+        default=AUTH_TIMEOUT,
+        help="seconds a connection has to join the job (AUTH, IMPI) before it is closed",
+    )
     p.add_argument("--log-level", default="WARNING")
     return p
 
@@ -295,6 +328,8 @@ def main(argv: list[str] | None = None) -> int:
             host=args.ip,
             port=args.port,
             timeout=args.timeout,
+            max_strangers=args.max_strangers,
+            auth_timeout=args.auth_timeout,
         )
     except (ValueError, OSError) as e:
         print(f"zpar impi-server: {e}", file=sys.stderr)

@@ -222,19 +222,23 @@ class PeerLinks:
         box = self._outbox.get(peer) if self._mail_ready else None
         pkt.seq = self._send_seq[peer]
         self._send_seq[peer] += 1
+        if box is not None:
+            # unsigned into the mailbox (PeerSigner.unpack says why); signed if it must go
+            # through the socket after all (too big, mailbox full)
+            frames = self.signer.pack(pkt, signed=False)
+            if len(frames) == 1 and box.put(frames[0]):
+                # no wake-up when an earlier packet is still unread: that one's wake-up (or the
+                # receiver's spin) is still to come, and the receiver then takes all of them
+                mailbox.fence()
+                if not box.receiver_spinning and box.unread == 1:
+                    try:
+                        self._send_frames(peer, [b""])  # wakes it from its socket poll
+                    except LinkError:
+                        # it may have read the packet and closed since: the packet is
+                        # delivered, and a dead peer is found by the liveness checks
+                        pass
+                return None
         frames = self.signer.pack(pkt)
-        if box is not None and len(frames) == 1 and box.put(frames[0]):
-            # no wake-up when an earlier packet is still unread: that one's wake-up (or the
-            # receiver's spin) is still to come, and the receiver then takes all of them
-            mailbox.fence()
-            if not box.receiver_spinning and box.unread == 1:
-                try:
-                    self._send_frames(peer, [b""])  # wakes it from its socket poll
-                except LinkError:
-                    # it may have read the packet and closed since: the packet is
-                    # delivered, and a dead peer is found by the liveness checks
-                    pass
-            return None
         return self._send_frames(peer, frames, track, copy)
 
     def _send_frames(
@@ -392,7 +396,7 @@ class PeerLinks:
         data = bytes(view)
         view.release()
         box.consume()
-        out.extend(self._accept(peer, [data]))
+        out.extend(self._accept(peer, [data], signed=False))
         return True
 
     def _peer_of(self, ident: bytes) -> int:
@@ -404,11 +408,15 @@ class PeerLinks:
             raise RemoteProtocolError("bad-identity", f"rank {peer} may not connect to {self.rank}")
         return peer
 
-    def _accept(self, peer: int, frames: list[Any]) -> list[tuple[int, Packet]]:
+    def _accept(
+        self, peer: int, frames: list[Any], *, signed: bool = True
+    ) -> list[tuple[int, Packet]]:
         """Check one packet from the socket or a mailbox; return it, preceded by the
         mailbox's packets numbered before it (a link's packets are one sequence over both
         paths, so the socket's packet n+1 means packet n is already in the mailbox)."""
-        pkt = self.signer.unpack([f.buffer if isinstance(f, zmq.Frame) else f for f in frames])
+        pkt = self.signer.unpack(
+            [f.buffer if isinstance(f, zmq.Frame) else f for f in frames], signed=signed
+        )
         if pkt.src != peer:
             raise RemoteProtocolError("bad-source", f"packet says rank {pkt.src}, link is {peer}")
         out: list[tuple[int, Packet]] = []

@@ -88,24 +88,33 @@ class PeerSigner:
             h.update(payload)
         return h.digest()
 
-    def pack(self, p: Packet) -> list[Any]:
+    def pack(self, p: Packet, *, signed: bool = True) -> list[Any]:
         """[header+signature+payload] for a payload up to INLINE bytes (one zmq frame: a
-        small message costs one send), else [header+signature, payload]."""
+        small message costs one send), else [header+signature, payload]. ``signed=False``:
+        no signature (a same-host mailbox packet: see PeerSigner.unpack)."""
         header = HEADER.pack(p.kind, p.ctx, p.enc, p.acks, p.src, p.tag, p.seq, p.msgid, p.arg)
-        signed = p.payload if p.enc == ENC_PICKLE else None
-        head = header + self.sign(header, signed)
+        if signed:
+            head = header + self.sign(header, p.payload if p.enc == ENC_PICKLE else None)
+        else:
+            head = header
         if p.payload is None:
             return [head]
         if len(p.payload) <= INLINE:
             return [head + bytes(p.payload)]
         return [head, p.payload]
 
-    def unpack(self, frames: list[Any]) -> Packet:
-        """Check and decode; raise RemoteProtocolError naming what was wrong."""
+    def unpack(self, frames: list[Any], *, signed: bool = True) -> Packet:
+        """Check and decode; raise RemoteProtocolError naming what was wrong.
+
+        ``signed=False``: a packet from a same-host mailbox, which carries no signature
+        (design.md, "Same-host data plane"): the mailbox is a 0600 mapping of the user who
+        owns the cluster key, agreed on in the signed dance, so whoever can write into it
+        can read the key anyway; an HMAC there costs each message its time and protects
+        nothing (docs/security.md)."""
         if len(frames) not in (1, 2):
             raise RemoteProtocolError("bad-packet", f"{len(frames)} frames, expected 1 or 2")
         first = memoryview(frames[0])
-        siglen = self.siglen
+        siglen = self.siglen if signed else 0
         if len(first) < HEADER.size + siglen:
             raise RemoteProtocolError("bad-packet", f"head of {len(first)} bytes")
         header = bytes(first[: HEADER.size])
@@ -116,9 +125,10 @@ class PeerSigner:
             payload = first[HEADER.size + siglen :]
         else:
             payload = None
-        if self._base is not None:
-            signed = payload if enc == ENC_PICKLE else None
+        if self._base is not None and signed:
             sig = bytes(first[HEADER.size : HEADER.size + siglen])
-            if not hmac.compare_digest(self.sign(header, signed), sig):
+            if not hmac.compare_digest(
+                self.sign(header, payload if enc == ENC_PICKLE else None), sig
+            ):
                 raise RemoteProtocolError("bad-signature", f"packet from rank {src}")
         return Packet(kind, ctx, enc, src, tag, seq, msgid, arg, payload, acks)

@@ -288,6 +288,11 @@ class Rendezvous:
         log.info("rendezvous %s: member %r authenticated (%s)", self.comm_id, peer, m.method.name)
         return []
 
+    def authenticated(self, peer: Peer) -> bool:
+        """Whether ``peer`` has passed authentication (a server stops its auth deadline)."""
+        m = self.members.get(peer)
+        return m is not None and m.stage not in (Stage.AUTH, Stage.PROOF)
+
     def impi(
         self, peer: Peer, rank: int, *, size: int | None = None, who: str = ""
     ) -> list[Instruction]:

@@ -147,8 +147,8 @@ class DarrayClient:
         shared (no copy) under a new key. Refusals name the engine and the broken rule."""
         ids = self.client.sender.resolve_targets("all" if targets is None else targets)
         key = new_key()
-        replies = self._each(ids, engine.adopt, lambda r: (name, key))
         try:
+            replies = self._each(ids, engine.adopt, lambda r: (name, key))
             for eid, (ok, why, *_rest) in zip(ids, replies, strict=True):
                 if not ok:
                     raise InconsistentExport(eid, why)
@@ -157,7 +157,7 @@ class DarrayClient:
                 for eid, (_ok, _why, dim_data, shape, dtype) in zip(ids, replies, strict=True)
             ]
             ordered = check_global(exports)
-        except InconsistentExport:
+        except BaseException:  # refused, or anything else: the adopted sections go
             self.client[ids].apply_sync(engine.free, [key])
             raise
         return DistArray(

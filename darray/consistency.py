@@ -152,6 +152,15 @@ def _check_blocks(axis: int, chain: Sequence[EngineExport]) -> None:
 
 def _check_unstructured(axis: int, chain: Sequence[EngineExport]) -> None:
     size = chain[0].dim_data[axis]["size"]
+    # every index must be held somewhere, so a size past the indices that arrived is a
+    # claim the exports cannot back: refused before allocating anything of that size
+    held = sum(len(e.dim_data[axis]["indices"]) for e in chain)
+    if size > held:
+        raise InconsistentExport(
+            chain[0].engine,
+            f"dimension {axis}: size {size} but the engines export only {held} indices "
+            "along it: an unstructured dimension's indices must cover its size",
+        )
     seen = np.zeros(size, dtype=np.int64)
     one_to_one = any(e.dim_data[axis].get("one_to_one", False) for e in chain)
     for e in chain:

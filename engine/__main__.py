@@ -19,6 +19,7 @@ from zpar.cluster.names import log_level, profile_name
 from zpar.constants import DEFAULT_PROFILE, ENGINE_RECONNECT_WINDOW
 from zpar.errors import TimeoutError, ZparError
 from zpar.logs import setup_logging
+from zpar.sharedmem.carrier import release_all
 
 #: Exit codes: a normal stop (shutdown, SIGTERM, controller gone) / could not start or serve.
 EXIT_OK = 0
@@ -86,22 +87,31 @@ def _restart(argv: list[str], engine_id: int, lost_controller: int = 0) -> None:
     a new interpreter, a new namespace, registered again under the same id.
     ``lost_controller``: the pid of a controller that went silent; wait for another."""
     logging.getLogger("zpar.engine").info("engine %d: restarting", engine_id)
+    release_all()  # its pid lives on: the owners' sweep would not free its holds
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
     env = dict(os.environ, **{RESTART_ID_ENV: str(engine_id)})
     if lost_controller:
         env[LOST_CONTROLLER_ENV] = str(lost_controller)
-    os.execve(sys.executable, [sys.executable, "-m", "zpar.engine", *argv], env)
+    os.execve(sys.executable, [sys.executable, "-P", "-m", "zpar.engine", *argv], env)
 
 
 def main(argv: list[str] | None = None) -> int:
+    if sys.flags.safe_path and os.getcwd() not in sys.path:
+        # started with -P so that zpar came from the install, not a source tree in the cwd;
+        # now that it is imported, user code finds the cwd's modules as under `python -m`
+        sys.path.insert(0, os.getcwd())
     args = build_parser().parse_args(argv)
     level = args.log_level.upper()
     setup_logging("engine", level)
     import zmq
 
+    from zpar.cluster.ownership import stop_self, watch_owner
+
     from .engine import Engine
+
+    watch_owner(stop_self)  # started by a launcher: stop when it dies
 
     try:
         path = args.file or default_url_file(args.profile, "engine")

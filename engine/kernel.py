@@ -6,6 +6,7 @@ returns, so every rule here (namespace, abort, errors, metadata) is tested in me
 
 from __future__ import annotations
 
+import importlib
 import logging
 import time
 import traceback
@@ -17,13 +18,14 @@ import zpar.mapchunk  # noqa: F401 - loaded before the first map's chunk (1.2 ms
 import zpar.serialize
 from zpar import namespace
 from zpar.errors import SerializationError, TaskAborted, error_content
+from zpar.mapchunk import map_chunk
 from zpar.serialize import serialize_object, unpack_apply
 from zpar.wire import Message
 from zpar.wire.messages import (
     AbortReply,
     ApplyReply,
     ClearReply,
-    ExecuteReply,
+    ExecuteReplyContent,
     MsgType,
     ReplyStatus,
     ShutdownReply,
@@ -32,6 +34,7 @@ from zpar.wire.messages import (
 from zpar.wire.msgtypes import reply_type_of
 
 from .capture import Capture, Publish
+from .datapub import DataPublisher
 from .handlers import find_handler
 
 log = logging.getLogger(__name__)
@@ -104,8 +107,15 @@ class Kernel:
         namespace.set_current(self.ns)
         self.aborted: set[str] = set()
         self.execution_count = 0
+        self._func = ""  # the name of the function the running apply_request calls
         self._publish = publish
         self._capture = Capture(publish)
+        #: the IPython shell execute_request runs in (engine.ipyshell), made by the first
+        #: execute_request; False when IPython is not importable here. apply never makes it.
+        self._ipython: Any = None
+        #: display outputs of the running request, once the shell exists (engine.ipyshell)
+        self._outputs: Any = None
+        self._datapub = DataPublisher(publish)
         self._handlers: dict[str, Callable[[Message], tuple[dict[str, Any], list[Any]]]] = {
             MsgType.APPLY_REQUEST: self._apply,
             MsgType.EXECUTE_REQUEST: self._execute,
@@ -135,6 +145,15 @@ class Kernel:
             return self._run(msg, msg_type, run)
         control = self._control.get(msg_type)
         return control(msg) if control is not None else None
+
+    def runs(self, msg_type: str) -> bool:
+        """Whether ``msg_type`` is work this kernel runs (apply, execute, a capability's
+        request such as typed_request), the requests a time_limit applies to."""
+        if msg_type in self._handlers:
+            return True
+        if msg_type in self._looked_up or msg_type in self._control:
+            return False
+        return self._add_handler(msg_type) is not None
 
     def _add_handler(self, msg_type: str) -> Any:
         """An installed capability's handler for msg_type (engine.handlers), kept for next time."""
@@ -176,6 +195,11 @@ class Kernel:
             publish(MsgType.STATUS, _BUSY, parent)
         capture = self._capture
         capture.start(parent)
+        outputs = self._outputs
+        if outputs is not None:  # display() reaches the shell's publisher, apply too
+            outputs.begin(parent)
+        self._func = ""
+        self._datapub.start(parent)
         started = time.time()
         try:
             try:
@@ -185,11 +209,23 @@ class Kernel:
             completed = time.time()
         finally:
             stdout, stderr = capture.stop()
+            data = self._datapub.stop()
         if publish is not None:
             publish(MsgType.STATUS, _IDLE, parent)
         md = self._metadata(started, completed, content["status"])
         md["stdout"] = stdout
         md["stderr"] = stderr
+        outputs = self._outputs  # made by this request, if it was the first execute
+        if outputs is not None:
+            shown, result = outputs.take()
+            if shown:
+                md["outputs"] = shown
+            if result is not None:
+                md["execute_result"] = result
+        if self._func:
+            md["func"] = self._func
+        if data is not None:  # publish_data's merge (zpar.datapub), pickled: ar.data
+            md["data"] = data
         reply_type = self._reply_types.get(msg_type)
         if reply_type is None:
             reply_type = self._reply_types[msg_type] = reply_type_of(msg_type)
@@ -198,6 +234,10 @@ class Kernel:
 
     def _apply(self, msg: Message) -> tuple[dict[str, Any], list[Any]]:
         f, args, kwargs = unpack_apply(msg.buffers)
+        # the function's name goes back in the reply's metadata ("func"): the hub keeps it
+        # in the task's record, where the dashboard colours and searches by it
+        named = args[0] if f is map_chunk and args else f  # a map's chunk: the mapped f
+        self._func = getattr(named, "__name__", None) or type(named).__name__
         result = namespace.call(f, args, kwargs, self.ns)
         try:
             buffers = serialize_object(result)
@@ -211,14 +251,86 @@ class Kernel:
     def _execute(self, msg: Message) -> tuple[dict[str, Any], list[Any]]:
         code = msg.content.get("code", "")
         silent = bool(msg.content.get("silent", False))
+        shell = self._shell(msg.header)
+        if shell is not None:
+            return self._execute_ipython(shell, code, silent)
         if not silent:
             self.execution_count += 1
         n = self.execution_count
         result = namespace.execute(code, self.ns, f"<zpar-execute-{n}>")
-        reply = ExecuteReply(
+        reply = ExecuteReplyContent(
             ReplyStatus.OK, execution_count=n, execute_result=None if silent else result
         )
         return reply.as_dict(), []
+
+    def _shell(self, parent: dict[str, Any]) -> Any:
+        """The IPython shell, made on the first call; None when IPython is not importable."""
+        shell = self._ipython
+        if shell is None:
+            try:
+                ipyshell = importlib.import_module("zpar.engine.ipyshell")  # imports IPython
+            except ImportError as e:
+                log.info(
+                    "engine %d: IPython is not importable (%s): execute runs plain Python",
+                    self.engine_id,
+                    e,
+                )
+                self._ipython = False
+                return None
+            self._outputs = ipyshell.Outputs(self._publish)
+            self._outputs.begin(parent)
+            shell = ipyshell.make_shell(self.ns, self.execution_count + 1, self.restartable)
+            shell.outputs = self._outputs
+            self._ipython = shell
+        return shell or None
+
+    def _execute_ipython(
+        self, shell: Any, code: str, silent: bool
+    ) -> tuple[dict[str, Any], list[Any]]:
+        count, error = shell.run(code, silent, self._outputs)
+        self.execution_count = count
+        if error is not None:
+            return self._shell_error(shell, error, count), []
+        result = self._outputs.execute_result
+        text = result["data"].get("text/plain") if result is not None else None
+        reply = ExecuteReplyContent(ReplyStatus.OK, execution_count=count, execute_result=text)
+        return reply.as_dict(), []
+
+    def _shell_error(self, shell: Any, error: BaseException, count: int) -> dict[str, Any]:
+        """The error content of a cell the shell ran, with IPython's traceback."""
+        if not isinstance(error, USER_ERRORS):  # the engine's own stop signal
+            raise error
+        _, evalue, tb = shell.last_error or (None, str(error), format_traceback(error))
+        return error_content(
+            error,
+            evalue,
+            traceback=tb,
+            engine_info=self._engine_info(str(MsgType.EXECUTE_REQUEST)),
+            execution_count=count,
+        )
+
+    def frontend_execute(
+        self, header: dict[str, Any], code: str, silent: bool, publish: Publish
+    ) -> dict[str, Any]:
+        """An execute_request of a Jupyter frontend bound to this engine (engine.boundkernel):
+        the engine's shell and namespace, its output published to that frontend alone.
+        Called between tasks, on the main thread, as a task is."""
+        shell = self._shell(header)
+        if shell is None:
+            raise RuntimeError("a bound kernel needs IPython on the engine")
+        outputs = type(self._outputs)(publish)
+        outputs.begin(header)
+        capture = Capture(publish)
+        capture.start(header)
+        try:
+            count, error = shell.run(code, silent, outputs)
+        finally:
+            capture.stop()
+            shell.outputs = self._outputs
+        self.execution_count = count
+        if error is not None:
+            return self._shell_error(shell, error, count)
+        return {"status": "ok", "execution_count": count, "payload": [], "user_expressions": {}}
 
     def _error_content(self, e: BaseException, msg_type: str) -> dict[str, Any]:
         content = error_content(
@@ -231,7 +343,12 @@ class Kernel:
     # -- control ----------------------------------------------------------------------------
 
     def _clear(self, msg: Message) -> KernelReply:
-        namespace.reset_namespace(self.ns)
+        if self._ipython:  # as ipyparallel's clear_request: the shell's reset (Out, _, In)
+            self._ipython.reset(new_session=False)
+            for name, value in namespace.new_namespace().items():
+                self.ns.setdefault(name, value)
+        else:
+            namespace.reset_namespace(self.ns)
         return self._ok(MsgType.CLEAR_REPLY)
 
     def _abort(self, msg: Message) -> KernelReply:

@@ -36,11 +36,16 @@ def register(
 
     Raises RegistrationRefused if the hub says no, zpar.errors.TimeoutError if it is silent.
     """
+    rank = mpi_rank()
+    if requested_id < 0 and rank >= 0:
+        # started by mpiexec: the engine id is the MPI rank, as ipyparallel's engines ask
+        # (the hub gives another id only if that one is taken)
+        requested_id = rank
     sock = secure(configure(context.socket(zmq.DEALER)), curve)
     try:
         sock.connect(address)
         request = RegistrationRequest(
-            uuid, socket.gethostname(), os.getpid(), id=requested_id, rank=mpi_rank()
+            uuid, socket.gethostname(), os.getpid(), id=requested_id, rank=rank
         )
         header = session.send(sock, MsgType.REGISTRATION_REQUEST, request.as_dict())
         deadline = time.monotonic() + timeout

@@ -18,9 +18,19 @@ from typing import Any
 
 import zmq
 
+from zpar import sharedmem
 from zpar.constants import TASK_HWM_LOADED
 from zpar.errors import LocalProtocolError, error_content
-from zpar.wire import Message, Session, batch, buffers_size, checkable_copy, send_frames
+from zpar.wire import (
+    HEAD_FRAMES,
+    Message,
+    Session,
+    batch,
+    buffers_size,
+    checkable_copy,
+    send_frames,
+)
+from zpar.wire.frames import nbytes
 from zpar.wire.messages import MON_MUX_OUT, ReplyStatus
 
 from .heldreplies import HeldReplyWatchdog
@@ -71,6 +81,12 @@ class ReplySender:
         #: multiparts sent, and replies in them (a reply batch counts once, its replies each)
         self.sent_multiparts = 0
         self.sent_replies = 0
+        #: client session -> (pid, start) of clients on this host that offered shared
+        #: memory (zpar.sharedmem): their large buffers go in segments
+        self._shm_clients: dict[str, tuple[int, int]] = {}
+        #: makes pending parts of a running element request into held replies at each
+        #: flush (engine.elements.ElementRun.take), on whichever thread flushes
+        self.source: Any = None
         #: the hub's reason once it unregistered this engine: every reply is dropped (its
         #: work was failed or placed elsewhere; hub/staleheart.py)
         self.stale: str | None = None
@@ -91,7 +107,14 @@ class ReplySender:
             )
             return
         direct = sock is self.direct
-        frames = self._frames(msg, reply, direct)
+        frames, shared = self._frames(msg, reply, direct)
+        if shared or (direct and msg.tags and msg.tags.count(b"") != len(msg.tags)):
+            # the request's and the result's views of shared segments are not needed to
+            # send: let go of them now, so the client's next send finds its segment free
+            # (else it races this reply and makes a new one: fresh pages cost 10x a copy)
+            msg.buffers.clear()
+            if shared:
+                reply.buffers = []
         if not direct and (hold or self.held):
             # the last of a run of held replies leaves with them, as one batch
             held, since = self.held, self.held_since
@@ -114,11 +137,29 @@ class ReplySender:
         if direct and self.monitor is not None and msg.idents:
             # for the hub's store: the result too, unless it is too big to keep there
             # (copied: the thread sends them later, the result's memory may change by then)
-            copy = checkable_copy(frames, large=True, detach=True)
+            if shared:  # no segment for the hub: it stores what it would without them
+                frames = [*frames[:HEAD_FRAMES], *(b for b in frames[HEAD_FRAMES:] if nbytes(b))]
+            copy = checkable_copy(frames, large=not shared, detach=True)
             self.monitor.put([MON_MUX_OUT, msg.idents[0], self.ident, *copy])
+
+    def hold_frames(self, sock: zmq.Socket, msg: Message, reply: KernelReply) -> None:
+        """Hold ``reply`` to ``msg`` for the next flush, whatever the rule (a part of an
+        element request: engine.elements says when it leaves)."""
+        frames, _ = self._frames(msg, reply, False)  # the request's payload stays: it runs on
+        self.held.append((sock, msg.idents, frames))
+        self._held_bytes += buffers_size(frames)
+
+    def mark_held(self) -> float:
+        """Something is held from now on, if nothing was: since when (monotonic)."""
+        since = self.held_since
+        if since is None:
+            since = self.held_since = monotonic()
+        return since
 
     def flush(self) -> None:
         """Send every held reply: consecutive ones to one destination as one batch."""
+        if self.source is not None:
+            self.source()
         held, self.held = self.held, []
         self._held_bytes = 0
         self.held_since = None
@@ -137,17 +178,44 @@ class ReplySender:
             self.sent_replies += len(group)
             i = j
 
-    def _frames(self, msg: Message, reply: KernelReply, private: bool) -> list[Any]:
+    def _same_host(
+        self, msg: Message, buffers: list[Any], metadata: dict[str, Any]
+    ) -> tuple[Any, dict[str, Any]]:
+        """A direct reply's buffers and metadata for the same-host data plane
+        (zpar.sharedmem): a client that offers shared memory from this host is answered so
+        (this engine's own offer in the metadata) and remembered by its session; its large
+        buffers go in segments."""
+        o = msg.metadata.get("shm")
+        session = msg.header.get("session", "")
+        if o is not None:
+            dest = sharedmem.same_host(o)
+            if dest is None:
+                return buffers, metadata
+            self._shm_clients[session] = dest
+            metadata = {**metadata, "shm": sharedmem.offer()}
+        else:
+            dest = self._shm_clients.get(session)
+            if dest is None:
+                return buffers, metadata
+        if len(buffers) > 1:  # out-of-band buffers after the pickle stream: large ones
+            buffers = sharedmem.outbound(buffers, dest)
+        return buffers, metadata
+
+    def _frames(self, msg: Message, reply: KernelReply, private: bool) -> tuple[list[Any], bool]:
+        """The reply's signed frames, and whether shared memory carries buffers of it."""
+        buffers, metadata = reply.buffers, reply.metadata
+        if private:
+            buffers, metadata = self._same_host(msg, buffers, metadata)
         try:
             _, frames = self.session.serialize(
                 reply.msg_type,
                 reply.content,
                 parent=msg.header,
-                metadata=reply.metadata,
-                buffers=reply.buffers,
+                metadata=metadata,
+                buffers=buffers,
                 private=private,
             )
-            return frames
+            return frames, buffers is not reply.buffers
         except LocalProtocolError as e:  # e.g. output that msgpack cannot encode
             log.error(
                 "engine %d: cannot send the %s to %s: %s",
@@ -167,4 +235,4 @@ class ReplySender:
             _, frames = self.session.serialize(
                 reply.msg_type, content, parent=msg.header, metadata=md, private=private
             )
-            return frames
+            return frames, False

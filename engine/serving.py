@@ -20,12 +20,15 @@ from typing import Any, cast
 
 import zmq
 
+from zpar.elements import ELEMENTS
 from zpar.errors import RemoteProtocolError
+from zpar.sharedmem import inbound as take_segments
 from zpar.tasklimits import parse_time_limit, timeout_content
 from zpar.wire import Message, Session, checkable_copy, recv_message, split_messages
 from zpar.wire.messages import MON_MUX_IN, MsgType, ReplyStatus
 from zpar.wire.msgtypes import reply_type_of
 
+from .elements import ElementRun
 from .iopub import IOPub
 from .kernel import Kernel, KernelReply
 from .monitorcopies import MonitorCopies
@@ -42,6 +45,8 @@ SHUTDOWN_LINGER_MS = 1000
 
 _EVENTS = int(zmq.EVENTS)
 _POLLIN = int(zmq.POLLIN)
+#: The requests a time_limit applies to without asking the kernel (the common ones); every
+#: other request the kernel runs (a capability's: typed_request...) is limited the same way.
 _LIMITED = (MsgType.APPLY_REQUEST, MsgType.EXECUTE_REQUEST)
 
 
@@ -129,6 +134,8 @@ class Server:
         #: multiparts taken from the request sockets, and the requests in them
         self.taken_multiparts = 0
         self.taken_requests = 0
+        #: set when every queued request was aborted (abort of all, shutdown)
+        self._drained = False
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -257,6 +264,12 @@ class Server:
                     where,
                 )
                 continue
+            if msg.tags and msg.tags.count(b"") != len(msg.tags):
+                try:
+                    take_segments(msg)  # large buffers in shared memory (zpar.sharedmem)
+                except RemoteProtocolError as e:
+                    session._refuse(e, where)
+                    continue
             checked.append(msg)
         return checked
 
@@ -286,11 +299,16 @@ class Server:
 
     def handle(self, sock: zmq.Socket, where: str, msg: Message) -> None:
         s = self.sockets
-        if sock is s.task and not self.may_start(msg):
-            return
+        if sock is s.task:
+            if not self.may_start(msg):
+                return
+            if ELEMENTS in msg.metadata and msg.msg_type == MsgType.APPLY_REQUEST:
+                self.run_elements(sock, msg)
+                return
         if sock is s.direct and self.monitor is not None and msg.idents:
-            # what the relay's monitor would have told the hub (headers, no buffers)
-            copy = checkable_copy(msg.frames, detach=True)
+            # what the relay's monitor would have told the hub (the request with its
+            # buffers when the store keeps them: for resubmit)
+            copy = checkable_copy(msg.frames, large=True, detach=True)
             self.monitor.put([MON_MUX_IN, self.ident, msg.idents[0], *copy])
         state = self.state
         limit = self.arm_time_limit(sock, msg)
@@ -331,6 +349,28 @@ class Server:
             state.stopping = True
             state.linger = SHUTDOWN_LINGER_MS
 
+    def run_elements(self, sock: zmq.Socket, msg: Message) -> None:
+        """Run an element request (a map's elements, each a task: engine.elements),
+        answering in parts as they finish."""
+        run = ElementRun(msg, sock, self.kernel, self.replies, self.gate)
+        self.replies.source = run.take
+        self.state.busy = True
+        try:
+            run.run(self._look_at_control)
+        finally:
+            self.state.busy = False
+            self.replies.source = None
+
+    def _look_at_control(self) -> bool:
+        """Between two elements: read the control messages waiting (held parts leave
+        first); True if one asked to abort everything or to stop."""
+        if not cast(int, self.sockets.control.getsockopt(_EVENTS)) & _POLLIN:
+            return False
+        self.replies.flush()
+        self._drained = False
+        self.drain_control()
+        return self._drained or self.state.stopping
+
     def _next_is_same(self, sock: zmq.Socket) -> bool:
         """Whether the reply just made may wait for the next request in hand: one from the
         same socket, which runs next (a control message waiting is read first, and held
@@ -350,6 +390,7 @@ class Server:
     def abort_queued(self) -> None:
         """Answer every mux/task request in hand or queued right now with 'aborted'."""
         s = self.sockets
+        self._drained = True  # an element request running stops too (run_elements)
         n = self._abort_in_hand()
         for sock in (s.mux, s.direct, s.task):
             if sock is None:
@@ -374,7 +415,9 @@ class Server:
     # -- time limits (engine.timelimit) -----------------------------------------------------
 
     def arm_time_limit(self, sock: zmq.Socket, msg: Message) -> float | None:
-        if msg.msg_type not in _LIMITED or "time_limit" not in msg.metadata:
+        if "time_limit" not in msg.metadata or not (
+            msg.msg_type in _LIMITED or self.kernel.runs(msg.msg_type)
+        ):
             return None
         try:
             limit = parse_time_limit(msg.metadata)

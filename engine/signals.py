@@ -26,6 +26,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import msgpack
 import zmq
@@ -36,12 +37,14 @@ from zpar.constants import (
     SIGNAL_REPLAY_HISTORY,
     SIGNAL_SUFFIX,
 )
+from zpar.elements import TAILS
 from zpar.wire import Session, send_frames
 from zpar.wire.messages import MsgType, ReplyStatus
 from zpar.wire.refusals import RefusalReporter
 from zpar.wire.sockets import configure
 
 from .revoke import RevokeGate
+from .stats import StatsReporter
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +80,8 @@ class SignalListener:
         #: the engine's refused messages, which this thread reports to the hub when they
         #: change (zpar.wire.refusals; the main thread may be busy in user code for hours)
         self.refusals = RefusalReporter(lambda: dict(self.session.refused))
+        #: the process's CPU and memory, reported each ENGINE_STATS_INTERVAL (dashboard)
+        self.stats = StatsReporter()
         #: called (on this thread) with the hub's reason when the hub says this engine is
         #: no longer registered
         self.on_unregistered: Callable[[str], None] | None = None
@@ -114,9 +119,13 @@ class SignalListener:
                     self._handle(sock.recv_multipart())
                 if revoke is not None and revoke in ready:
                     self._handle_revoke(revoke, revoke.recv_multipart())
-                report = self.refusals.due(time.monotonic())
+                now = time.monotonic()
+                report = self.refusals.due(now)
                 if report is not None:
                     self.session.send(sock, MsgType.REFUSED_REPORT, report)
+                stats = self.stats.due(now)
+                if stats is not None:
+                    self.session.send(sock, MsgType.ENGINE_STATS, stats)
         except zmq.ContextTerminated:
             pass
         finally:
@@ -141,10 +150,14 @@ class SignalListener:
             )
             return
         revoked = self.gate.revoke(msg_ids)
+        content: dict[str, Any] = {"status": ReplyStatus.OK, "revoked": revoked}
+        tails = msg.content.get(TAILS)
+        if isinstance(tails, dict) and tails:  # a running map request's unstarted elements
+            content[TAILS] = self.gate.give_back(tails)
         log.debug("engine %d: revoked %d of %d task(s)", self.engine_id, len(revoked), len(msg_ids))
         _, out = self.session.serialize(
             MsgType.REVOKE_REPLY,
-            {"status": ReplyStatus.OK, "revoked": revoked},
+            content,
             parent=msg.header,
             packb=self._packb,
         )

@@ -6,11 +6,18 @@ import argparse
 import logging
 import os
 import sys
+from pathlib import Path
 
 import zmq
 
 from zpar.cluster.argparsing import Parser, checked
-from zpar.cluster.names import cluster_id, log_level, profile_name
+from zpar.cluster.names import (
+    DASHBOARD_OFF,
+    cluster_id,
+    dashboard_address,
+    log_level,
+    profile_name,
+)
 from zpar.cluster.ownership import ControllerLock
 from zpar.cluster.settings import CONTROLLER_PORTS, convert, explicit
 from zpar.cluster.settings import load as load_settings
@@ -98,6 +105,21 @@ def build_parser() -> argparse.ArgumentParser:
         "docs/deploy.md (0: random ports)",
     )
     p.add_argument(
+        "--dashboard",
+        default="127.0.0.1:0",
+        type=checked(dashboard_address),
+        metavar="ADDR",
+        help="HOST:PORT of the live dashboard page (default 127.0.0.1 and a free port; "
+        "'off': none). Another interface than loopback is warned about, as --ip is",
+    )
+    p.add_argument(
+        "--no-dashboard",
+        dest="dashboard",
+        action="store_const",
+        const=DASHBOARD_OFF,
+        help="serve no dashboard",
+    )
+    p.add_argument(
         "--key",
         default="",
         help="fixed cluster key (default: a new random one); other users can read a "
@@ -110,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
 #: when no flag gives them.
 CONTROLLER_SETTINGS = (
     "ip", "location", "hb_period", "hb_misses", "scheme", "hwm", "insecure", "db", "log_level",
-    "curve", "port", "key", "client_queue", "queue_budget",
+    "curve", "port", "key", "client_queue", "queue_budget", "dashboard",
 )  # fmt: skip
 
 
@@ -146,9 +168,14 @@ def main(argv: list[str] | None = None) -> int:
     except ExposureRefused as e:
         sys.stderr.write(f"zpar controller: {e}\n")
         return 2
+    from zpar.wire.privacy import dashboard_warning
+
     setup_logging("hub", args.log_level)
     if exposure:
         logging.getLogger("zpar.hub").warning("%s", exposure)
+    dashboard_exposure = dashboard_warning(args.dashboard)
+    if dashboard_exposure:
+        logging.getLogger("zpar.hub").warning("%s", dashboard_exposure)
     # every file the controller and its scheduler create (task store and its journals,
     # run directory, connection files) is the owner's only
     os.umask(0o077)
@@ -172,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         db=args.db,
         port=args.port,
         key=args.key,
+        dashboard="" if args.dashboard == DASHBOARD_OFF else args.dashboard,
     )
     # one controller per profile and cluster id: a second one would overwrite (and on exit
     # delete) the first one's connection files
@@ -193,13 +221,23 @@ def main(argv: list[str] | None = None) -> int:
         except OSError as e:
             sys.stderr.write(f"zpar controller: cannot start the task scheduler: {e}\n")
             return 1
+        from zpar.cluster.connection import CLIENT_FILE, security_dir
+        from zpar.cluster.ownership import stop_self, watch_owner
+        from zpar.cluster.registry import forget_controller, record_controller
+
         from .controller import run_controller
 
+        launched = watch_owner(stop_self)  # started by a launcher: stop when it dies
+        url_dir = Path(args.url_file_dir) if args.url_file_dir else security_dir(args.profile)
+        # listed by `zpar cluster list`, stopped by the command ClusterBusy prints
+        record_controller(args.profile, args.cluster_id, url_dir / CLIENT_FILE, launched)
         try:
             return run_controller(config, launch)
         except (ZparError, zmq.ZMQError, OSError) as e:
             sys.stderr.write(f"zpar controller: {e}\n")
             return 1
+        finally:
+            forget_controller(args.profile, args.cluster_id)
     finally:
         lock.release()
 

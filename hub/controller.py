@@ -19,18 +19,22 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import psutil
 import zmq
 
 from zpar.cluster.connection import (
     CLIENT_FILE,
     ENGINE_FILE,
     ConnectionInfo,
+    pid_namespace,
     profile_dir,
     read_connection_file,
     security_dir,
     write_connection_file,
 )
+from zpar.cluster.ownership import DEFAULT_LOCK_NAME
 from zpar.constants import (
+    MONITOR_RCVHWM,
     WILDCARDS,
 )
 from zpar.errors import ControllerError, ZparError
@@ -46,6 +50,7 @@ from zpar.wire.sockets import bind_port, configure
 
 from .heartmonitor import HeartMonitor
 from .hub import Addresses, Hub
+from .resubmit import RESUBMIT_IDENT, Resubmitter
 from .schedproc import ControllerConfig, SchedulerLaunch, launch_scheduler
 from .schedwatch import SchedulerWatch
 from .status import add_refusal_parts
@@ -95,6 +100,7 @@ class Controller:
         self.store: TaskStore | None = None
         self.hub: Hub | None = None
         self.url_files: list[Path] = []
+        self.dashboard: Any = None  # zpar.dashboard.Dashboard, when the config asks for one
         self._sockets: list[zmq.Socket] = []
         self.exit_code = 0
 
@@ -117,7 +123,8 @@ class Controller:
         # the store (and SQLAlchemy's import) opens in a thread while the sockets bind and
         # the scheduler starts; a store that cannot be opened still stops us before any
         # connection file is written
-        name = f"tasks-{cfg.cluster_id}.db" if cfg.cluster_id else "tasks.db"
+        # README: tasks-<cluster id>.db; a controller started without one is "default"
+        name = f"tasks-{cfg.cluster_id or DEFAULT_LOCK_NAME}.db"
         opened: dict[str, Any] = {}
 
         def open_it() -> None:
@@ -144,6 +151,9 @@ class Controller:
         pong = self._socket(zmq.ROUTER, context=self.hb_ctx)
         pong_addr = bind_port(pong, ip, cfg.port_of("heartbeat pong"))
         monitor = self._socket(zmq.PULL, peers=False)
+        # ipc peers (scheduler, engines) wait in their own queues while the hub is behind;
+        # the relays' inproc pipes stay unbounded (their PUSH has no HWM)
+        monitor.setsockopt(zmq.RCVHWM, MONITOR_RCVHWM)
         inproc_monitor = f"inproc://zpar-monitor-{os.getpid()}"
         monitor.bind(inproc_monitor)
         monitor.bind(f"ipc://{self.rundir}/monitor")
@@ -209,8 +219,38 @@ class Controller:
             addresses=Addresses(engine_side, client_side),
             store=store,
         )
+        self.hub.resubmitter = self._resubmitter(ready)
         add_refusal_parts(self.hub.refusals, relays, self.zap)
+        if cfg.dashboard:
+            self._open_dashboard(cfg.dashboard)
         self._write_url_files(advertise(query_addr, host))
+        if self.dashboard is not None:
+            self.dashboard.url_file = self.url_files[-1]  # the client file: its hub line
+            self.hub.dashboard_link = self.dashboard.link
+            self.dashboard.start()
+
+    def _open_dashboard(self, address: str) -> None:
+        """Bind the dashboard's socket (an error now if it cannot), started once the
+        connection files that carry its link are written."""
+        from zpar.dashboard import Dashboard
+
+        assert self.hub is not None
+        self.dashboard = Dashboard(
+            self.hub,
+            address,
+            key=self.key,
+            scheduler_pid=lambda: self.scheduler.pid if self.scheduler is not None else None,
+        )
+
+    def _resubmitter(self, ready: dict[str, Any]) -> Resubmitter:
+        """The hub's DEALER to the task scheduler's client ROUTER (its ipc twin when there
+        is one), through which resubmitted tasks go as any client's (hub/resubmit.py).
+        A restarted scheduler binds the same addresses: the DEALER reconnects itself."""
+        s = self._socket(zmq.DEALER, peers=False)
+        s.setsockopt(zmq.IDENTITY, RESUBMIT_IDENT)
+        secure(s, self.curve)  # a Curve client of a --curve scheduler, as clients are
+        s.connect(ready.get("local_client") or advertise(ready["client"], "127.0.0.1"))
+        return Resubmitter(s, self.session)
 
     def _wait_for_scheduler(self, monitor: zmq.Socket) -> dict[str, Any]:
         """Wait for the (already started) scheduler to report the ports it bound."""
@@ -247,6 +287,10 @@ class Controller:
             location=cfg.advertised_host,
             cluster_id=cfg.cluster_id,
             controller_pid=os.getpid(),
+            dashboard=self.dashboard.url if self.dashboard is not None else "",
+            dashboard_token=self.dashboard.token if self.dashboard is not None else "",
+            controller_pidns=pid_namespace(),
+            controller_started=psutil.Process().create_time(),
         )
         if self.curve is not None:
             info = replace(
@@ -274,6 +318,8 @@ class Controller:
             hub.monitor: hub.handle_monitor,
             heart.pong: heart.handle_pong,
         }
+        if hub.resubmitter is not None:
+            handlers[hub.resubmitter.socket] = hub.resubmitter.drain
         events = heart.watch_connections()
         self._sockets.insert(0, events)  # closed before the pong socket it watches
         handlers[events] = heart.handle_events
@@ -331,6 +377,8 @@ class Controller:
 
     def stop(self) -> None:
         """Stop the scheduler, close every socket, remove our connection files."""
+        if self.dashboard is not None:
+            self.dashboard.stop(timeout=2.0)  # a daemon thread: never the stop's bottleneck
         if self.scheduler is not None and self.scheduler.poll() is None:
             self.scheduler.terminate()
             try:

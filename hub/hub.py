@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import signal
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -56,11 +57,11 @@ from zpar.wire.msgtypes import reply_type_of
 from zpar.wire.refusals import merged
 from zpar.wire.sockets import recv_frames
 
-from . import launcherqueries, queries, status
+from . import launcherqueries, queries, resubmit, status
 from .heartmonitor import HeartMonitor
 from .queryapi import QueryHandler, load_queries
 from .recorder import StoreWriter
-from .records import EngineRecord, TaskTable
+from .records import FEED_REGISTERED, FEED_UNREGISTERED, EngineRecord, TaskTable, pack_request
 from .services import HubService, load_services
 from .staleheart import StaleHearts
 from .stores import LOST_IN_RESTART, MemoryStore, TaskStore
@@ -73,6 +74,9 @@ COPY_YIELD_EVERY = 8
 #: Large results (over STORE_INLINE_LIMIT) held until their TaskOut event arrives; a batch
 #: interval's worth at most, so the oldest beyond this are surely orphans.
 LARGE_RESULTS_HELD = 256
+#: ...and at most this many bytes of them: results travel on a socket of their own and may
+#: run ahead of their events by as much as the monitor lets queue (MONITOR_RCVHWM).
+LARGE_RESULTS_BYTES = 32 * 2**20
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,10 +130,18 @@ class Hub:
                 LOST_IN_RESTART,
             )
         self.stopping = False
+        #: the dashboard's event feed (engines (un)registered; the task table appends its
+        #: tasks' events): None unless a dashboard watches (attach_feed)
+        self.feed: deque[tuple[Any, ...]] | None = None
+        #: the dashboard's link with its token ("" without one), for controller_status
+        self.dashboard_link = ""
         # relay and engine copies are checked like any message, against a replay guard of
         # their own (a request's copy and the request itself are one message)
         self.copies = session.for_thread()
         self._large_results: dict[str, list[Any]] = {}  # msg_id -> buffers, until its TaskOut
+        self._large_bytes = 0  # bytes of _large_results
+        #: the hub's DEALER to the task scheduler, for resubmit (set by the controller)
+        self.resubmitter: resubmit.Resubmitter | None = None
         #: called with the scheduler_ready content (the controller's start-up waits on it)
         self.on_scheduler_ready: Callable[[dict[str, Any]], None] | None = None
         self._queries: dict[str, Callable[[Message], Any]] = {
@@ -140,6 +152,7 @@ class Hub:
             MsgType.PURGE_REQUEST: lambda m: queries.purge_request(self, m),
             MsgType.DB_REQUEST: lambda m: queries.db_request(self, m),
             MsgType.HUB_HISTORY_REQUEST: lambda m: queries.hub_history(self, m),
+            MsgType.RESUBMIT_REQUEST: lambda m: resubmit.resubmit_request(self, m),
             MsgType.SHUTDOWN_HUB_REQUEST: self._shutdown_hub_request,
             MsgType.SIGNAL_REQUEST: self._signal_request,
             # issue 18: launchers
@@ -148,11 +161,15 @@ class Hub:
             # issue 13: refusal counts (a report is never answered: its handler returns None)
             MsgType.CONTROLLER_STATUS_REQUEST: lambda m: status.controller_status(self, m),
             MsgType.REFUSED_REPORT: lambda m: status.engine_report(self, m),
+            # issue 29: an engine's CPU and memory, for the dashboard (never answered)
+            MsgType.ENGINE_STATS: lambda m: status.engine_stats(self, m),
         }
         #: refused messages of every process (hub/status.py); the controller adds its parts
         self.refusals = status.RefusalBook()
         self.refusals.add_part("hub", lambda: merged((self.session.refused, self.copies.refused)))
         self.refusals.add_part("heartbeat", lambda: heart.refused)
+        #: records the store refused for their data (hub/recorder.py)
+        self.refusals.add_part("store", lambda: self.writer.refused)
         self._monitor_handlers: dict[bytes, Callable[[list[Any]], None]] = {
             MON_MUX_IN: self._mux_in,
             MON_MUX_OUT: self._mux_out,
@@ -169,6 +186,13 @@ class Hub:
         self.services: list[HubService] = []
         self._service_for: dict[str, HubService] = {}
         self._services_loaded = False
+
+    def attach_feed(self, maxlen: int) -> deque[tuple[Any, ...]]:
+        """Start the dashboard's event feed (zpar.dashboard.hubview reads it from its own
+        thread; a deque's append and popleft are atomic): at most ``maxlen`` events wait,
+        the oldest dropped first if its reader stops."""
+        self.feed = self.tasks.feed = deque(maxlen=maxlen)
+        return self.feed
 
     # -- socket handlers (called by the controller's loop) ----------------------------------
 
@@ -294,6 +318,15 @@ class Hub:
             # instead of a silence it would take for a controller that is down
             send_frames(self.query, [*framed[0], BAD_KEY])
             return
+        if refusal.header is not None:  # a bound broken in a signed query: say which field
+            self.session.send(
+                self.query,
+                _reply_type(str(refusal.header.get("msg_type", ""))),
+                error_content(HubRefused, f"refused: {refusal.detail}"),
+                parent=refusal.header,
+                idents=framed[0],
+            )
+            return
         if refusal.reason != "version":
             return
         self.session.send(
@@ -318,7 +351,11 @@ class Hub:
                 RegistrationRefused,
                 f"identity {uuid} is already in use by an engine that is {state}",
             )
-        hostname, pid = str(c.get("hostname", "")), int(c.get("pid", 0) or 0)
+        fields = registration_fields(c)
+        if isinstance(fields, str):
+            log.warning("registration of %s refused: %s", uuid[:64], fields)
+            return error_content(RegistrationRefused, fields)
+        hostname, pid = fields
         eid = self._engine_id_for(c.get("id", -1), hostname, pid)
         rec = EngineRecord(
             eid, uuid, hostname, pid, deadline=time.monotonic() + self.registration_timeout
@@ -423,6 +460,8 @@ class Hub:
         self.engines[rec.id] = rec
         self.by_uuid[uuid] = rec
         log.info("engine %d registered (uuid %s); %d engines", rec.id, rec.uuid, len(self.engines))
+        if self.feed is not None:
+            self.feed.append((FEED_REGISTERED, rec))
         self._tell_scheduler("registered", rec)
         self.session.send(
             self.notification,
@@ -449,6 +488,8 @@ class Hub:
             len(lost),
         )
         self._tell_scheduler("unregistered", rec)
+        if self.feed is not None:
+            self.feed.append((FEED_UNREGISTERED, rec, reason))
         for s in self.services:
             try:
                 s.engine_lost(rec.uuid, rec.id, reason)
@@ -506,7 +547,8 @@ class Hub:
                 time.sleep(0)
 
     def _mux_in(self, frames: list[Any]) -> None:
-        # [engine_uuid, client_ident, <ZPAR|MSG>, signature, envelope] (no buffers)
+        # [engine_uuid, client_ident, <ZPAR|MSG>, signature, envelope, buffers…] (buffers
+        # when all of them fit what the store keeps: the request is kept for resubmit)
         msg = self._copy(frames, "monitor (mux in)")
         if msg is None:
             return
@@ -514,7 +556,10 @@ class Hub:
         engine_uuid = engine.decode("ascii", "replace")
         if msg.dest != engine_uuid:
             return  # not for this engine: refused there, so not recorded here
-        self.tasks.submitted(msg.header, "mux", client, engine_uuid)
+        request = None
+        if len(msg.buffers) == len(msg.tags):  # large buffers: checked if ever resubmitted
+            request = pack_request([msg.frames[2], *msg.buffers])
+        self.tasks.submitted(msg.header, "mux", client, engine_uuid, msg.metadata, request)
         if engine in self.stale:  # taken by an engine declared dead: lost, whatever it says
             self.tasks.engine_died(engine_uuid)
 
@@ -530,27 +575,35 @@ class Hub:
         metadata = dict(msg.metadata)
         status = str(metadata.get("status", ""))
         buffers = msg.buffers if len(msg.buffers) == len(msg.tags) else []  # large left out
-        if buffers:
-            try:
-                self.copies.check_buffers(msg.tags, buffers, private=True)
-            except RemoteProtocolError as e:
-                self.copies._refuse(e, "monitor (mux out)")
-                return
+        if buffers and not self._checked(msg, "monitor (mux out)"):
+            return
         if self.tasks.finished(msg_id, engine, metadata, status, msg.content):
             self._result_buffers(msg_id, buffers)
+
+    def _checked(self, msg: Message, where: str) -> bool:
+        """Whether a copy's large buffers (not covered by the signature) check out."""
+        try:
+            self.copies.check_buffers(msg.tags, msg.buffers, private=True)
+        except RemoteProtocolError as e:
+            self.copies._refuse(e, where)
+            return False
+        return True
 
     def _task_batch(self, frames: list[Any]) -> None:
         # [msgpack list of events] (zpar.wire.monitor), dispatched on their exact type
         tasks, large_results = self.tasks, self._large_results
         for event in unpack_batch(frames[0]):
             if type(event) is TaskIn:
-                tasks.submitted(event.header, "task", event.client, None, event.metadata)
+                request = event.request
+                if request is not None:
+                    request = pack_request(request)
+                tasks.submitted(event.header, "task", event.client, None, event.metadata, request)
                 if event.engine:  # its TaskDest, folded in (zpar.wire.monitor): as if it followed
                     tasks.assigned(event.header["msg_id"], event.engine)
             elif type(event) is TaskOut:
                 md, msg_id = event.metadata, event.msg_id  # decoded for this call: no copy
                 status = str(md.get("status", ""))
-                large = large_results.pop(msg_id, None) if large_results else None
+                large = self._forget_large(msg_id) if large_results else None
                 if tasks.finished(msg_id, event.engine or None, md, status, event.content):
                     buffers = event.buffers if event.buffers is not None else large
                     if buffers:
@@ -567,13 +620,30 @@ class Hub:
 
     def _task_result(self, frames: list[Any]) -> None:
         # [msg_id, buffers…]: a large load-balanced result (the scheduler checked its tags),
-        # sent ahead of its TaskOut event; stored only if that reply finishes the record
+        # usually ahead of its TaskOut event; stored only if that reply finishes the record
         held = self._large_results
         # the monitor's frames are zmq.Frames (recv copy=False): a Frame has no decode()
-        msg_id = frames[0].bytes if isinstance(frames[0], zmq.Frame) else frames[0]
-        held[_text(msg_id)] = frames[1:]
-        while len(held) > LARGE_RESULTS_HELD:
-            del held[next(iter(held))]
+        msg_id = _text(frames[0].bytes if isinstance(frames[0], zmq.Frame) else frames[0])
+        rec = self.tasks.records.get(msg_id)
+        if rec is not None and rec.completed is not None and rec.result_size is None:
+            # it travels on a socket of its own (schedulers/hubreport.py) and may come
+            # after its TaskOut: stored now, the record written again with its size
+            self._result_buffers(msg_id, frames[1:])
+            if rec.result_size is not None:
+                self.tasks.dirty[msg_id] = rec
+            return
+        held[msg_id] = frames[1:]
+        self._large_bytes += sum(
+            len(f.buffer if isinstance(f, zmq.Frame) else f) for f in frames[1:]
+        )
+        while held and (len(held) > LARGE_RESULTS_HELD or self._large_bytes > LARGE_RESULTS_BYTES):
+            self._forget_large(next(iter(held)))
+
+    def _forget_large(self, msg_id: str) -> list[Any] | None:
+        bufs = self._large_results.pop(msg_id, None)
+        if bufs is not None:
+            self._large_bytes -= sum(len(f.buffer if isinstance(f, zmq.Frame) else f) for f in bufs)
+        return bufs
 
     def _result_buffers(self, msg_id: Any, buffers: list[Any]) -> None:
         if not buffers or not isinstance(msg_id, str):
@@ -582,11 +652,11 @@ class Hub:
         rec = self.tasks.records.get(msg_id)
         if size > STORE_RESULT_LIMIT:
             return  # recorded without its result (result_size stays None)
-        if rec is not None:
-            rec.result_size = size
-        self.writer.add_buffers(
+        kept = self.writer.add_buffers(
             msg_id, [b.bytes if isinstance(b, zmq.Frame) else b for b in buffers]
         )
+        if rec is not None and kept:  # not kept: the store is behind (recorder.py)
+            rec.result_size = size
 
     def flush_store(self) -> None:
         if self.writer.due:
@@ -604,6 +674,28 @@ class Hub:
 
 def _ignore(frames: list[Any]) -> None:
     pass
+
+
+#: Longest hostname an engine may register with (POSIX HOST_NAME_MAX is 255).
+MAX_HOSTNAME = 255
+#: Largest pid an engine may give (Linux's pid_max is at most 2**22; a 32-bit pid_t).
+MAX_PID = 2**31 - 1
+
+
+def registration_fields(c: dict[str, Any]) -> tuple[str, int] | str:
+    """(hostname, pid) of a registration_request, or what is wrong with its fields."""
+    hostname, pid = c.get("hostname", ""), c.get("pid", 0)
+    if not isinstance(hostname, str) or len(hostname) > MAX_HOSTNAME:
+        return f"hostname must be a str of at most {MAX_HOSTNAME} chars, got {hostname!r:.80}"
+    if pid is None:
+        pid = 0
+    if not isinstance(pid, int) or isinstance(pid, bool) or not 0 <= pid <= MAX_PID:
+        return f"pid must be an int in 0..{MAX_PID}, got {pid!r:.80}"
+    for key in ("id", "rank"):
+        v = c.get(key)
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or abs(v) > MAX_PID):
+            return f"{key} must be an int, got {v!r:.80}"
+    return hostname, pid
 
 
 def _reply_type(msg_type: str) -> str:

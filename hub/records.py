@@ -13,6 +13,8 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgpack
+
 log = logging.getLogger(__name__)
 
 #: Status of a task the hub saw leave but never saw come back, because its engine died.
@@ -20,6 +22,12 @@ ENGINE_DIED = "engine_died"
 #: Status of a load-balanced task without retries that a task scheduler died holding
 #: (its client failed it with SchedulerLost; issue 13).
 SCHEDULER_DIED = "scheduler_died"
+
+#: Kinds of the dashboard's feed events (TaskTable.feed, Hub.feed).
+FEED_SUBMITTED = "submitted"
+FEED_FINISHED = "finished"
+FEED_REGISTERED = "registered"
+FEED_UNREGISTERED = "unregistered"
 
 #: Completed records kept in memory; older ones are culled (the count per engine stays).
 COMPLETED_LIMIT = 10_000
@@ -36,6 +44,10 @@ class EngineRecord:
     registered: float = 0.0
     deadline: float = 0.0  # for a pending registration: when it is dropped
     rank: int = -1  # MPI rank, when its launcher was mpiexec
+    # the engine process's last engine_stats report (engine/stats.py), for the dashboard
+    cpu: float = -1.0  # percent of one core; -1: never reported
+    rss: int = 0  # resident bytes
+    stats_at: float = 0.0  # when it was reported (time.time())
 
 
 @dataclass(slots=True)
@@ -56,6 +68,10 @@ class TaskRecord:
     stdout: str = ""
     stderr: str = ""
     result_size: int | None = None  # bytes of result buffers; None: not stored
+    label: str | None = None  # the request's metadata label (ipyparallel's record key)
+    received: float | None = None  # when the hub heard of its reply
+    #: the request as kept for resubmit (pack_request); None once the store has it
+    request: bytes | None = None
 
     def row(self) -> dict[str, Any]:
         """The record as the task store keeps it (hub/stores/base.py RECORD_KEYS)."""
@@ -78,6 +94,9 @@ class TaskRecord:
             "stdout": self.stdout,
             "stderr": self.stderr,
             "result_size": self.result_size,
+            "label": self.label,
+            "received": self.received,
+            "request": self.request,
         }
 
     metadata: dict[str, Any] = field(default_factory=dict)
@@ -102,6 +121,10 @@ class TaskTable:
         self._done: deque[str] = deque()  # completed msg_ids, oldest first
         #: records changed since the store last saved them (hub/recorder.py drains it)
         self.dirty: dict[str, TaskRecord] = {}
+        #: the dashboard's event feed (zpar.dashboard.hubview), None when no dashboard
+        #: reads it: (FEED_SUBMITTED, client ident) and finished_event(record), appended
+        #: as they happen
+        self.feed: deque[tuple[str, Any]] | None = None
 
     # -- events -----------------------------------------------------------------------------
 
@@ -112,6 +135,7 @@ class TaskTable:
         client: bytes,
         engine_uuid: str | None = None,
         metadata: dict[str, Any] | None = None,
+        request: bytes | None = None,
     ) -> TaskRecord:
         msg_id = header["msg_id"]
         rec = self.records.get(msg_id)
@@ -119,18 +143,24 @@ class TaskTable:
             rec = TaskRecord(msg_id, str(header.get("msg_type", "")), queue)
             self.records[msg_id] = rec
         elif rec.header:  # submitted already: a second copy (a replay) changes nothing
-            log.warning("second submission of %s ignored", msg_id)
+            if rec.client != client:  # the hub's own resubmission is recorded first
+                log.warning("second submission of %s ignored", msg_id)
             return rec
         rec.client = client
         rec.header = header
         rec.msg_type = str(header.get("msg_type", rec.msg_type))
         rec.session = str(header.get("session", ""))
         date = header.get("date")
-        rec.submitted = float(date) if isinstance(date, int | float) else time.time()
+        rec.submitted = _stamp(date if isinstance(date, int | float) else time.time())
         if metadata:
             rec.metadata = metadata
+            label = metadata.get("label")
+            rec.label = None if label is None else str(label)
+        rec.request = request
         self.counts["submitted"] += 1
         self.dirty[msg_id] = rec
+        if self.feed is not None:
+            self.feed.append((FEED_SUBMITTED, client))  # not the record: it may be retired
         if engine_uuid is None:
             if rec.engine_uuid is None and rec.pending:
                 self.unassigned.add(msg_id)
@@ -207,8 +237,9 @@ class TaskTable:
         if engine_uuid and rec.engine_uuid is None:
             self._assign(rec, engine_uuid)
         self._unindex(rec)
-        rec.started = _float(metadata.get("started"))
-        rec.completed = _float(metadata.get("completed")) or time.time()
+        rec.started = _stamp(_float(metadata.get("started")))
+        rec.received = _stamp(time.time())
+        rec.completed = _stamp(_float(metadata.get("completed")) or rec.received)
         rec.status = status
         rec.stdout = str(metadata.pop("stdout", "") or "")
         rec.stderr = str(metadata.pop("stderr", "") or "")
@@ -216,6 +247,8 @@ class TaskTable:
         rec.result_content = content
         self.dirty[msg_id] = rec
         self.counts[status] += 1
+        if self.feed is not None:
+            self.feed.append(finished_event(rec))
         if rec.engine_uuid is not None:
             done = self.completed.get(rec.engine_uuid)
             if done is None:
@@ -264,6 +297,8 @@ class TaskTable:
             rec.completed = now
             rec.status = ENGINE_DIED
             self.dirty[msg_id] = rec
+            if self.feed is not None:
+                self.feed.append(finished_event(rec))
             self.counts[ENGINE_DIED] += 1
             self._retire(msg_id)
         return lost
@@ -305,6 +340,8 @@ class TaskTable:
         rec.completed = time.time()
         rec.status = SCHEDULER_DIED
         self.dirty[rec.msg_id] = rec
+        if self.feed is not None:
+            self.feed.append(finished_event(rec))
         self.counts[SCHEDULER_DIED] += 1
         self._retire(rec.msg_id)
 
@@ -328,6 +365,47 @@ class TaskTable:
         return {"queue": len(queued), "tasks": len(tasks), "completed": completed}
 
 
+def finished_event(rec: TaskRecord) -> tuple[Any, ...]:
+    """The dashboard's feed event for a task that ended: ``(FEED_FINISHED, msg_id, client,
+    engine_uuid, status, submitted, started, completed, func, label, result_content)``, the
+    content only for a failure (its traceback). Not the record: a record held until the
+    dashboard drains the feed would outlive its retirement from the table."""
+    md = rec.metadata
+    return (
+        FEED_FINISHED,
+        rec.msg_id,
+        rec.client,
+        rec.engine_uuid,
+        rec.status,
+        rec.submitted,
+        rec.started,
+        rec.completed,
+        md.get("func") or rec.msg_type,
+        md.get("label"),
+        None if rec.status == "ok" else rec.result_content,
+    )
+
+
+_pack_request = msgpack.Packer(use_bin_type=True).pack
+
+
+def pack_request(parts: list[Any]) -> bytes:
+    """A request as the store keeps it: msgpack of [envelope, buffer…] (its signed
+    envelope as it arrived, whose header, metadata and content a resubmission reuses)."""
+    return _pack_request([p if type(p) is bytes else bytes(p) for p in parts])
+
+
+def unpack_request(blob: bytes) -> tuple[bytes, list[bytes]]:
+    """(envelope, buffers) of a pack_request blob; ValueError if it is not one."""
+    try:
+        parts = msgpack.unpackb(blob, raw=False)
+    except Exception as e:  # msgpack raises several types for garbage
+        raise ValueError(f"a stored request is not msgpack: {e}") from None
+    if type(parts) is not list or not parts or not all(type(p) is bytes for p in parts):
+        raise ValueError("a stored request must be a list of bin frames")
+    return parts[0], parts[1:]
+
+
 def jsonable(value: Any) -> Any:
     """msgpack-decoded data as JSON can store it (bytes become latin-1 text)."""
     if isinstance(value, dict):
@@ -339,6 +417,13 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, float) and value != value:  # NaN: not JSON
         return None
     return value
+
+
+def _stamp(t: float | None) -> float | None:
+    """A time as the store keeps it: rounded to the microsecond, the precision of the
+    datetimes clients turn it into, so a record's datetime given back in a query
+    (``{'submitted': {'$lt': dt}}``, ipyparallel's idiom) compares as the stored value."""
+    return None if t is None else round(float(t), 6)
 
 
 def _float(v: Any) -> float | None:

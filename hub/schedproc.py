@@ -83,6 +83,8 @@ class ControllerConfig:
     db: str = ""  # task store: "" SQLite file in the profile dir, "memory", or an SQLAlchemy URL
     port: int = 0  # first of len(PORT_ORDER) consecutive tcp ports; 0: random ports
     key: str = field(default="", repr=False)  # the cluster key; "": a new random one
+    #: HOST:PORT the dashboard (zpar.dashboard) listens on; "": no dashboard
+    dashboard: str = "127.0.0.1:0"
 
     def port_of(self, name: str) -> int:
         """The tcp port ``name`` (one of PORT_ORDER) binds; 0: a random one."""
@@ -129,6 +131,7 @@ def launch_scheduler(
         f.write(key)
     cmd = [
         sys.executable,
+        "-P",  # the installed zpar, not a source tree in the cwd (docs/decisions.md)
         "-m",
         "zpar.schedulers",
         "--monitor",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
@@ -81,6 +82,22 @@ def engine_report(hub: StatusState, msg: Message) -> None:
     return None
 
 
+def engine_stats(hub: StatusState, msg: Message) -> None:
+    """An engine_stats report (engine/stats.py): kept on its engine's record for the
+    dashboard; one from an identity that is no registered engine's is dropped."""
+    ident = msg.idents[0] if msg.idents else b""
+    rec = (
+        hub.by_uuid.get(ident.removesuffix(SIGNAL_SUFFIX))
+        if ident.endswith(SIGNAL_SUFFIX)
+        else None
+    )
+    cpu, rss = msg.content.get("cpu"), msg.content.get("rss")
+    if rec is None or not isinstance(cpu, int | float) or not isinstance(rss, int):
+        return None
+    rec.cpu, rec.rss, rec.stats_at = float(cpu), rss, time.time()
+    return None
+
+
 def controller_status(hub: StatusState, msg: Message) -> dict[str, Any]:
     refused = hub.refusals.snapshot()
     return {
@@ -89,6 +106,8 @@ def controller_status(hub: StatusState, msg: Message) -> dict[str, Any]:
         "engines": sorted(hub.engines),
         "refused": refused,
         "total_refused": sum(sum(c.values()) for c in refused.values()),
+        # the dashboard's link, token included (the asker holds the cluster key already)
+        "dashboard": getattr(hub, "dashboard_link", ""),
     }
 
 

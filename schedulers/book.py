@@ -22,6 +22,7 @@ import logging
 from collections import deque
 from typing import Any
 
+from zpar.elements import ELEMENTS, origin_of
 from zpar.errors import (
     EngineError,
     ImpossibleDependency,
@@ -34,12 +35,12 @@ from zpar.errors import (
 )
 from zpar.wire import Message
 from zpar.wire.messages import TASK_REQUESTS, MsgType, ReplyStatus, abort_ids
-from zpar.wire.monitor import TaskIn, TaskRetry
+from zpar.wire.monitor import TaskIn, TaskRetry, request_parts
 
+from .elements import ElementParts
 from .gating import Gating
 from .instructions import AnswerAbort, FailTask, HubEvent, Refuse, RelayReply, SendTask
 from .placement import CONNECT_GRACE
-from .prefetch import Prefetch
 from .schemes import EngineSlot
 from .state import DONE, HELD, QUEUED, RUNNING, WAITING, Task
 
@@ -62,7 +63,7 @@ __all__ = [
 TASK_DEST_NAME = "task"
 
 
-class TaskBook(Gating, Prefetch):
+class TaskBook(Gating, ElementParts):
     """Every task not answered yet, the engines and what each holds; decisions only.
 
     Made with ``TaskBook(scheme, hwm, ledger=..., clock=...)`` (schedulers/bookstate.py)."""
@@ -74,6 +75,10 @@ class TaskBook(Gating, Prefetch):
         stall = self.stall_deadline()
         if stall is not None and (due is None or stall < due):
             due = stall
+        if self.element_placements:
+            tail = self.tail_deadline()
+            if tail is not None and (due is None or tail < due):
+                due = tail
         return due
 
     # -- submissions ------------------------------------------------------------------------
@@ -95,7 +100,9 @@ class TaskBook(Gating, Prefetch):
         if msg_id in self.live:  # a second request under a live task's id: never placed
             self.out.append(Refuse("duplicate", f"{msg_id} is already a live task"))
             return
-        self.out.append(HubEvent(TaskIn(client, header, msg.metadata)))
+        self.out.append(
+            HubEvent(TaskIn(client, header, msg.metadata, "", request_parts(msg.frames)))
+        )
         task = Task(msg_id, client, msg, None)
         if msg_type not in TASK_REQUESTS:
             self._fail(task, ProtocolError, f"{msg_type!r} is not a task request")
@@ -106,6 +113,8 @@ class TaskBook(Gating, Prefetch):
             self._broadcast(task, broadcast)
             return
         self.live[msg_id] = task
+        if ELEMENTS in md:  # a run of a map's elements (zpar.elements)
+            self._element_task(task, md)
         if md and not self._read_flags(task, md):
             return
         self._submit(task)
@@ -139,7 +148,16 @@ class TaskBook(Gating, Prefetch):
             tasks = [t for t in self.live.values() if t.client == client]
         else:
             tasks = [self.live[m] for m in msg_ids if m in self.live]
+            if self.element_placements:  # the parts of element requests placed on their own
+                ids = set(msg_ids)
+                tasks += [
+                    t
+                    for t in self.live.values()
+                    if t.elements is not None and t.msg_id not in ids and origin_of(t.msg_id) in ids
+                ]
         aborted = []
+        if self.element_placements:  # a map's elements running or prefetched on engines
+            self._abort_elements(tasks)
         for task in tasks:
             if task.state in (WAITING, QUEUED, HELD):
                 self._withdraw(task)
@@ -161,8 +179,11 @@ class TaskBook(Gating, Prefetch):
         now = self.clock()
         if self.steals:
             self._steal(now)
+            self._steal_for_idle(now)
         while heap and heap[0][0] <= now:
-            _, _, task = heapq.heappop(heap)
+            due, _, task = heapq.heappop(heap)
+            if due != task.deadline:
+                continue  # re-armed since (a retry): the newer deadline counts
             if task.state in (WAITING, QUEUED, HELD):
                 self._withdraw(task)
                 why = "its dependencies" if task.state == WAITING else "a free engine"
@@ -196,6 +217,9 @@ class TaskBook(Gating, Prefetch):
             # duplicate and this signed reply is the task's answer, for the client as it is now
             log.info("reply to %s placed by our predecessor: sent to its client", msg_id)
             client = task.client
+        if task.elements is not None:  # a part of a run of a map's elements
+            self._element_reply(task, engine, client, reply)
+            return
         self._answered_by(engine)
         engine.load -= 1
         engine.tasks.discard(msg_id)
@@ -232,6 +256,8 @@ class TaskBook(Gating, Prefetch):
         self.out.append(HubEvent(TaskRetry(task.msg_id, left, why)))
         task.engine = None
         task.attempt += 1  # signed into the next placement (see TaskScheduler._send_task)
+        if task.timeout:
+            self._arm(task)
         self._submit(task)  # no queue drain here: callers drain when it is safe
 
     # -- clients (the ledger's: schedulers/clientledger.py) ----------------------------------
@@ -320,9 +346,16 @@ class TaskBook(Gating, Prefetch):
     ) -> None:
         """Answer a task in the engine's stead with a zpar error."""
         log.info("task %s failed in the scheduler: %s: %s", task.msg_id, error.__name__, evalue)
-        self.out.append(FailTask(task.client, task.header, task.engine, error, evalue, status))
+        fail = FailTask(task.client, task.header, task.engine, error, evalue, status)
+        if task.elements is not None:  # the positions not answered yet, all failed
+            fail.elements = task.elements
+            fail.report = origin_of(task.msg_id) == task.msg_id
+        self.out.append(fail)
         task.state = DONE
         if self.live.pop(task.msg_id, None) is task:
             task.msg = None
+            if task.elements is not None:
+                self._element_failed(task)
+                return
             uuid = task.engine.uuid if task.engine is not None else b""
             self._finished(task.msg_id, False, uuid)

@@ -66,6 +66,11 @@ class BookState:
         self._settling = False
         self._seq = itertools.count()
         self.dispatched = 0
+        #: element requests (zpar.elements) by msg_id: how many placements of each are live
+        self.element_placements: dict[str, int] = {}
+        self._parts_made = 0
+        #: element requests aborted by their client: what their engines give back fails
+        self.aborting: set[str] = set()
         #: engines whose task connection was not up when we first sent them a task
         self.paused: set[bytes] = set()
 

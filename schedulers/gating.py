@@ -38,9 +38,9 @@ class Gating(Placement):
                 self._fail(task, ImpossibleDependency, uuids)
                 return False
             task.targets = uuids
-        if timeout is not None:
-            deadline = (self.clock() + timeout, next(self._seq), task)
-            heapq.heappush(self.deadlines, deadline)
+        if timeout:  # 0: none, as ipyparallel
+            task.timeout = timeout
+            self._arm(task)
         if not gates:
             return True
         task.gates = gates
@@ -52,6 +52,14 @@ class Gating(Placement):
             self._fail(task, ImpossibleDependency, f"task {task.msg_id}: {verdict}")
             return False
         return self._follow(task)
+
+    def _arm(self, task: Task) -> None:
+        """Start the task's timeout: at submission, and again each time it waits for an
+        engine anew after a retry (ipyparallel arms it whenever the task is queued); an
+        older deadline still in the heap is then stale (tick skips it)."""
+        assert task.timeout is not None
+        task.deadline = self.clock() + task.timeout
+        heapq.heappush(self.deadlines, (task.deadline, next(self._seq), task))
 
     def _follow(self, task: Task) -> bool:
         """Dependencies met: narrow the targets to where followed tasks ran."""

@@ -16,7 +16,7 @@ from typing import Any
 
 import zmq
 
-from zpar.constants import STORE_INLINE_LIMIT, STORE_RESULT_LIMIT
+from zpar.constants import RESULT_COPIES_HWM, STORE_INLINE_LIMIT, STORE_RESULT_LIMIT
 from zpar.wire import Message, Session, frame_bytes, send_frames
 from zpar.wire.messages import (
     MON_SCHEDULER,
@@ -39,6 +39,14 @@ class HubReport:
         # start together): retry every 10 ms, not libzmq's default 100
         self.socket.setsockopt(zmq.RECONNECT_IVL, 10)
         self.socket.connect(address)
+        #: results for the store on a socket of their own, bounded: a hub behind its store
+        #: makes the scheduler skip their copies rather than queue them (RESULT_COPIES_HWM)
+        self.results = configure(context.socket(zmq.PUSH))
+        self.results.setsockopt(zmq.SNDHWM, RESULT_COPIES_HWM)
+        self.results.setsockopt(zmq.RECONNECT_IVL, 10)
+        self.results.connect(address)
+        #: results whose store copy was skipped so
+        self.results_skipped = 0
         self.events: list[TaskEvent] = []
         #: msg_id -> index in ``events`` of its TaskIn not yet placed (see event)
         self._unplaced: dict[str, int] = {}
@@ -58,7 +66,9 @@ class HubReport:
             if i is not None and event.engine:  # placed before its TaskIn left: fold
                 first = events[i]
                 assert isinstance(first, TaskIn)
-                events[i] = TaskIn(first.client, first.header, first.metadata, event.engine)
+                events[i] = TaskIn(
+                    first.client, first.header, first.metadata, event.engine, first.request
+                )
                 return
         elif isinstance(event, TaskIn) and not event.engine:
             self._unplaced[event.header["msg_id"]] = len(events)
@@ -66,17 +76,21 @@ class HubReport:
         if len(events) >= TASK_BATCH_MAX:
             self.flush()
 
-    def task_out(self, uuid: bytes, client: bytes, reply: Message) -> None:
+    def task_out(self, uuid: bytes, client: bytes, reply: Message, bare: bool = False) -> None:
         """A checked reply passed, with what the hub's store keeps: small result buffers
-        inline, larger ones (up to STORE_RESULT_LIMIT) in a message of their own."""
-        bufs = reply.buffers
+        inline, larger ones (up to STORE_RESULT_LIMIT) in a message of their own; none if
+        ``bare`` (the last part of an element request: its values are not the request's)."""
+        bufs = [] if bare else reply.buffers
         msg_id = reply.parent_header.get("msg_id", "")
         size = sum(len(b) if type(b) is bytes else len(b.buffer) for b in bufs)
         inline = None
         if bufs and size <= STORE_INLINE_LIMIT:
             inline = [frame_bytes(b) for b in bufs]
         elif bufs and size <= STORE_RESULT_LIMIT:
-            send_frames(self.socket, [MON_TASK_RESULT, msg_id.encode(), *bufs])
+            if self.results.poll(0, zmq.POLLOUT):  # room: a multipart's frames all go
+                send_frames(self.results, [MON_TASK_RESULT, msg_id.encode(), *bufs])
+            else:
+                self.results_skipped += 1
         self.event(
             TaskOut(
                 uuid.decode("ascii", "replace"),
@@ -117,3 +131,4 @@ class HubReport:
 
     def close(self) -> None:
         self.socket.close(linger=0)
+        self.results.close(linger=0)

@@ -38,6 +38,13 @@ class RelayReply:
     client: bytes
     engine: bytes
     reply: Message
+    #: copy it to the hub (False: a part of an element request; its last part is copied,
+    #: without the values, by ``bare``)
+    report: bool = True
+    #: copy it to the hub without its result buffers
+    bare: bool = False
+    #: positions of an element request whose errors are retried: signed into its metadata
+    retrying: list[int] | None = None
 
 
 @dataclass(slots=True)
@@ -50,6 +57,10 @@ class FailTask:
     error: type[ZparError]
     evalue: str
     status: str
+    #: an element request's positions it answers (zpar.elements), None for a task
+    elements: list[int] | None = None
+    #: tell the hub (False: a part of an element request placed on its own)
+    report: bool = True
 
     @property
     def ename(self) -> str:
@@ -71,6 +82,8 @@ class RevokeTasks:
 
     engine: EngineSlot
     msg_ids: list[str]
+    #: element requests running there: {msg_id: elements to keep}; the rest comes back
+    tails: dict[str, int] | None = None
 
 
 @dataclass(slots=True)

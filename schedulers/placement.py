@@ -73,7 +73,11 @@ class Placement(BookState):
             return pool  # no engine at all yet: wait for one
         if avoid:
             preferred = [e for e in pool if e.uuid not in avoid]
-            return preferred or pool  # failed everywhere once: any engine will do
+            if preferred or not task.timeout:
+                return preferred or pool  # failed everywhere once: any engine will do
+            # with a timeout, as ipyparallel: no engine it failed on again; it waits for
+            # another one until its timeout (TaskTimeout)
+            return []
         return pool
 
     def _place(self, task: Task) -> bool:
@@ -103,6 +107,8 @@ class Placement(BookState):
         engine.tasks.add(task.msg_id)
         task.engine = engine
         task.state = RUNNING
+        if task.elements is not None:  # its tail may go to an idle engine from some time on
+            task.placed_at = self.clock()
         self.ledger.placed(task.client)
         self.out.append(SendTask(task, engine))
         return True

@@ -12,6 +12,7 @@ elsewhere, so short tasks are never trapped behind a long one.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from zpar.wire.monitor import TaskDest
 
@@ -31,7 +32,9 @@ class Prefetch(Placement):
         due = None
         if self.steals:
             for e in self.engines.values():
-                if e.load > 1 and e.depth > 1 and not e.revoking:
+                if e.revoking:
+                    continue
+                if (e.load > 1 and e.depth > 1) or (self.element_placements and self._tails(e)):
                     at = e.since + self.steal_after
                     if due is None or at < due:
                         due = at
@@ -42,19 +45,29 @@ class Prefetch(Placement):
         is stalled on a long task: it gets one task at a time until it answers, and the
         tasks waiting behind the long one are asked back, to run elsewhere."""
         for engine in self.engines.values():
-            if engine.load < 2 or engine.revoking or now - engine.since < self.steal_after:
+            if engine.revoking or now - engine.since < self.steal_after:
                 continue
+            # a map's element request there: its unstarted elements come back too
+            tails = self._tails(engine) if self.element_placements else None
+            if engine.load < 2 and not tails:
+                continue
+            held = []
             if engine.depth > 1:
                 log.info("engine %d stalled: one task at a time until it answers", engine.id)
-            engine.depth = 1
-            held = [m for m in engine.tasks if self._placed_on(m, engine)]
-            if held:
+            engine.depth = 1  # what it gives back goes elsewhere
+            if engine.load > 1:
+                held = [m for m in engine.tasks if self._placed_on(m, engine)]
+            if held or tails:
                 engine.revoking = True
-                self.out.append(RevokeTasks(engine, held))
+                self.out.append(RevokeTasks(engine, held, tails or None))
 
     def _placed_on(self, msg_id: str, engine: EngineSlot) -> bool:
         task = self.live.get(msg_id)
         return task is not None and task.engine is engine and task.state == RUNNING
+
+    if TYPE_CHECKING:  # schedulers/elements.py
+
+        def _tails(self, engine: EngineSlot) -> dict[str, int]: ...
 
     def revoked(self, uuid: bytes, msg_ids: list[str]) -> None:
         """An engine's revoke_reply: ``msg_ids`` will never run there; place them again

@@ -181,7 +181,8 @@ def _relay(
     copies = RelayCopies(mon) if prefixes[0] == MON_MUX_IN else None
     sink: zmq.Socket | RelayCopies = copies if copies is not None else mon
     sides = {
-        front: (back, prefixes[0], False, "client"),
+        # MUX requests with their buffers when the store keeps them (for resubmit)
+        front: (back, prefixes[0], copies is not None, "client"),
         back: (front, prefixes[1], True, "engine"),
     }
     while True:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from zpar.elements import ELEMENTS, FINAL
 from zpar.errors import ZparError, error_content
 from zpar.wire import Message, Session
 from zpar.wire.messages import REPLY_TYPE, MsgType, ReplyStatus
@@ -19,6 +20,7 @@ def error_reply(
     error: type[ZparError],
     evalue: str,
     status: str = ReplyStatus.ERROR,
+    elements: list[int] | None = None,
 ) -> Message:
     """A signed zpar error reply (EngineError, TaskAborted, …) to ``header``: its frames
     to send, its metadata and content for the hub."""
@@ -34,6 +36,9 @@ def error_reply(
         engine_info={"engine_id": engine_id, "engine_uuid": uuid, "method": msg_type},
         zpar_error=True,
     )
+    if elements is not None:  # the positions of an element request it answers, all of them
+        content[ELEMENTS] = list(elements)
+        content[FINAL] = True
     metadata = {
         "engine_id": engine_id,
         "engine_uuid": uuid,

@@ -30,7 +30,10 @@ class EngineSlot:
 
 
 def leastload(candidates: Sequence[EngineSlot]) -> EngineSlot:
-    return min(candidates, key=_load)
+    """The least loaded engine; of equally loaded ones, the one given a task longest ago
+    (ipyparallel's leastload over its LRU-ordered engines): idle engines take turns, so
+    tasks submitted one after another spread over them, not all to the first engine."""
+    return min(candidates, key=_load_then_lru)
 
 
 def lru(candidates: Sequence[EngineSlot]) -> EngineSlot:
@@ -58,8 +61,8 @@ def weighted(candidates: Sequence[EngineSlot]) -> EngineSlot:
     return a if a.load <= b.load else b
 
 
-def _load(e: EngineSlot) -> int:
-    return e.load
+def _load_then_lru(e: EngineSlot) -> tuple[int, int]:
+    return (e.load, e.last_given)
 
 
 def _last_given(e: EngineSlot) -> int:

@@ -37,6 +37,12 @@ class Task:
     unmet: set[bytes] | None = None  # engines where its depend/require does not hold
     attempt: int = 0  # times it was sent to another engine
     broadcast: bool = False  # one engine's copy of a broadcast request
+    timeout: float | None = None  # seconds it may wait for an engine (ipyparallel's flag)
+    deadline: float | None = None  # when its current wait times out (the newest armed)
+    #: an element request's (zpar.elements) positions not answered yet: [lo, hi]
+    elements: list[int] | None = None
+    #: clock time it was placed, or its tail last asked back (element requests)
+    placed_at: float = 0.0
 
     @property
     def header(self) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from zpar.constants import (
     TASK_HWM,
     TASK_SCHEME,
 )
+from zpar.elements import ELEMENTS, RETRYING, TAILS, origin_of
 from zpar.errors import RemoteProtocolError, SubmissionRefused
 from zpar.memory import Trimmer
 from zpar.wire import Message, Session, buffers_size, recv_message, send_frames, split_messages
@@ -387,7 +388,10 @@ class TaskScheduler:
         ):
             log.warning("malformed %r from %r dropped", msg.msg_type, ident)
             return
-        self.book.revoked(ident[: -len(REVOKE_SUFFIX)], revoked)
+        tails = msg.content.get(TAILS)
+        self.book.revoked(
+            ident[: -len(REVOKE_SUFFIX)], revoked, tails if isinstance(tails, dict) else {}
+        )
 
     def _on_event(self, frames: list[Any]) -> None:
         msg = self.session.feed(frames, "task scheduler (hub events)")
@@ -446,8 +450,13 @@ class TaskScheduler:
 
     def _do_relay_reply(self, instruction: RelayReply) -> None:
         reply, client, uuid = instruction.reply, instruction.client, instruction.engine
-        self._replies_out.add((client, uuid), reply.frames, None)
-        self.hub.task_out(uuid, client, reply)
+        frames = reply.frames
+        if instruction.retrying:  # the client must not take those errors as answers
+            metadata = {**reply.metadata, RETRYING: instruction.retrying}
+            frames = self.session.resign(reply, metadata=metadata)
+        self._replies_out.add((client, uuid), frames, None)
+        if instruction.report:
+            self.hub.task_out(uuid, client, reply, bare=instruction.bare)
         self._release(reply.parent_header.get("msg_id"))
 
     def _do_fail_task(self, instruction: FailTask) -> None:
@@ -469,7 +478,7 @@ class TaskScheduler:
 
     def _do_revoke_tasks(self, instruction: RevokeTasks) -> None:
         self._flush_tasks()  # what it asks back has left first
-        self._send_revoke(instruction.engine, instruction.msg_ids)
+        self._send_revoke(instruction.engine, instruction.msg_ids, instruction.tails)
 
     def _do_refuse(self, instruction: Refuse) -> None:
         self.session._refuse(
@@ -488,6 +497,9 @@ class TaskScheduler:
         uuid = engine.uuid
         header = {**msg.header, "dest": uuid.decode()}
         metadata = msg.metadata
+        if task.elements is not None:  # the positions this placement runs (zpar.elements)
+            header["msg_id"] = task.msg_id  # a part placed on its own answers under its id
+            metadata = {**metadata, ELEMENTS: task.elements}
         if task.attempt:
             metadata = {**metadata, "attempt": task.attempt}
         if self.generation:
@@ -520,7 +532,8 @@ class TaskScheduler:
         where = engine.uuid.decode()
         event = self.hub.event
         for task, _ in sent:
-            event(TaskDest(task.msg_id, where))
+            if task.elements is None or origin_of(task.msg_id) == task.msg_id:
+                event(TaskDest(task.msg_id, where))  # a map's parts: its record keeps its first
 
     def _flush_replies(self, client: bytes | None = None) -> None:
         """Send the gathered replies (only ``client``'s if given), one multipart per
@@ -531,26 +544,35 @@ class TaskScheduler:
         for (to, uuid), multipart, _ in replies.take(client, 0):
             self.link.send(to, [uuid, *multipart])
 
-    def _send_revoke(self, engine: EngineSlot, msg_ids: list[str]) -> None:
+    def _send_revoke(
+        self, engine: EngineSlot, msg_ids: list[str], tails: dict[str, int] | None = None
+    ) -> None:
+        content: dict[str, Any] = {"msg_ids": msg_ids}
+        if tails:
+            content[TAILS] = tails
         try:
             self.session.send(
                 self.engine,
                 MsgType.REVOKE_REQUEST,
-                {"msg_ids": msg_ids},
+                content,
                 idents=[engine.uuid + REVOKE_SUFFIX],
             )
         except zmq.ZMQError as e:
             if e.errno != zmq.EHOSTUNREACH:
                 raise
             log.info("engine %d has no revoke socket: its tasks stay there", engine.id)
-            self.book.revoked(engine.uuid, [])
+            self.book.revoked(engine.uuid, [], {})
 
     def _send_error(self, fail: FailTask) -> None:
         engine = fail.engine
         uuid = engine.uuid if engine is not None else b""
-        reply = error_reply(self.session, fail.header, engine, fail.error, fail.evalue, fail.status)
+        reply = error_reply(
+            self.session, fail.header, engine, fail.error, fail.evalue, fail.status, fail.elements
+        )
         self._flush_replies(fail.client)  # its replies in the order the book gave them
         self.link.send(fail.client, [uuid, *reply.frames])
+        if not fail.report:
+            return
         self.hub.event(
             TaskOut(
                 uuid.decode(), fail.client, fail.header["msg_id"], reply.metadata, reply.content

@@ -2,10 +2,11 @@
 # Install the system packages zpar's launcher tests need, only those missing:
 #   mpi   -> mpiexec (MPICH)            ssh -> sshd + ssh client (OpenSSH)
 #   slurm -> slurmctld + slurmd         compose -> docker-compose (for `config` only)
+#   chromium -> a headless browser (the dashboard's tests drive it over DevTools)
 # Usage: scripts/ensure_system_packages.sh mpi ssh ...   (needs root and Debian's apt)
 set -euo pipefail
-declare -A probe=( [mpi]=mpiexec [ssh]=/usr/sbin/sshd [slurm]=slurmctld [compose]=docker-compose )
-declare -A pkgs=( [mpi]="mpich" [ssh]="openssh-server openssh-client" [slurm]="slurmctld slurmd slurm-client munge" [compose]="docker-compose" )
+declare -A probe=( [mpi]=mpiexec [ssh]=/usr/sbin/sshd [slurm]=slurmctld [compose]=docker-compose [chromium]=chromium )
+declare -A pkgs=( [mpi]="mpich" [ssh]="openssh-server openssh-client" [slurm]="slurmctld slurmd slurm-client munge" [compose]="docker-compose" [chromium]="chromium" )
 want=()
 for what in "$@"; do
     [[ -n "${probe[$what]:-}" ]] || { echo "ensure_system_packages: unknown item '$what'" >&2; exit 2; }

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import psutil
 
 from zpar.errors import EngineError, RemoteProtocolError
 
@@ -65,16 +66,31 @@ CONNECT_TIMEOUT = 60.0
 # -- one AMUSE message on a TCP socket -------------------------------------------------------
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray(n)
-    view = memoryview(buf)
-    got = 0
-    while got < n:
-        k = sock.recv_into(view[got:], n - got)
-        if k == 0:
-            raise ConnectionError(f"the peer closed the connection ({got} of {n} bytes read)")
-        got += k
-    return bytes(buf)
+#: Bytes read into one preallocated buffer: larger reads grow as data arrives, so a header
+#: claiming 2**31 values allocates only what the peer actually sends.
+_EAGER_READ = 1 << 20
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes | bytearray:
+    if n <= _EAGER_READ:
+        buf = bytearray(n)
+        view = memoryview(buf)
+        got = 0
+        while got < n:
+            k = sock.recv_into(view[got:], n - got)
+            if k == 0:
+                raise ConnectionError(f"the peer closed the connection ({got} of {n} bytes read)")
+            got += k
+        return bytes(buf)
+    grown = bytearray()
+    while len(grown) < n:
+        chunk = sock.recv(min(n - len(grown), _EAGER_READ))
+        if not chunk:
+            raise ConnectionError(
+                f"the peer closed the connection ({len(grown)} of {n} bytes read)"
+            )
+        grown += chunk
+    return grown
 
 
 class BadBody(Exception):
@@ -221,6 +237,25 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
 # -- zpar driving an AMUSE worker ------------------------------------------------------------
 
 
+def _from_process(addr: tuple[str, int], pid: int) -> bool:
+    """Whether the peer at ``addr`` (as accept() gives it) is a socket of process ``pid``
+    or of one of its children (a worker script may start the real worker)."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return False
+    for p in procs:
+        try:  # net_connections: psutil >= 6; connections before
+            conns = getattr(p, "net_connections", None) or p.connections
+            conns = conns(kind="tcp")
+        except psutil.Error:
+            continue
+        if any(c.laddr and (c.laddr.ip, c.laddr.port) == tuple(addr[:2]) for c in conns):
+            return True
+    return False
+
+
 class AmuseWorker:
     """Start an AMUSE-protocol worker executable and call its functions with zpar's typed
     call API: ``w.declare("f", args=[...], returns=...)`` then ``w.f(columns)``."""
@@ -244,7 +279,19 @@ class AmuseWorker:
             server.settimeout(0.5)
             while self.sock is None:
                 try:
-                    self.sock, _ = server.accept()
+                    sock, addr = server.accept()
+                    if _from_process(addr, self.process.pid):
+                        self.sock = sock
+                    else:  # anyone on this host may connect to the port: not them
+                        log.warning(
+                            "AMUSE worker %s: a connection from %s:%s that is not the worker "
+                            "(pid %d) closed",
+                            argv[0],
+                            addr[0],
+                            addr[1],
+                            self.process.pid,
+                        )
+                        sock.close()
                 except TimeoutError:
                     if self.process.poll() is not None:
                         raise RuntimeError(

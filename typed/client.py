@@ -23,6 +23,7 @@ from zpar.client.partition import partition
 from zpar.wire.messages import MsgType
 
 from .codec import pack_columns, type_frames
+from .invoke import MAX_CALLS_WITHOUT_INPUTS
 from .registry import register_here, signatures_here
 from .result import TypedResult, empty_outputs
 from .signature import TypedSignature, signature_of
@@ -283,6 +284,8 @@ class TypedCalls:
         view = self._view
         client = view.client
         ids = view.engine_ids()
+        if not sig.inputs:  # no frame bounds its calls: the engine's bound does
+            limit = min(limit, MAX_CALLS_WITHOUT_INPUTS)
         if ids is not None:  # a DirectView: one contiguous range per engine
             plan = [
                 (eid, a, b)

@@ -158,7 +158,11 @@ def type_frames(arrays: dict[str, Any]) -> tuple[list[int], list[Any]]:
 
 def type_arrays(counts: Sequence[int], frames: Sequence[Any]) -> dict[str, Any]:
     """The arrays of `type_frames`: numpy views on the frames (read-only), strings a list."""
-    if len(counts) != len(TYPES) or any(not isinstance(c, int) or c < 0 for c in counts):
+    if (
+        not isinstance(counts, list | tuple)
+        or len(counts) != len(TYPES)
+        or any(type(c) is not int or c < 0 for c in counts)  # type(): a bool is no count
+    ):
         raise CodecError(
             f"counts must be {len(TYPES)} ints >= 0 ({', '.join(TYPES)}), got {counts!r}"
         )

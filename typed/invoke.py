@@ -17,6 +17,13 @@ import numpy as np
 from .codec import DTYPES, TYPES, pack_columns, param_columns
 from .signature import TypedSignature
 
+#: Most calls of one request to a function without inputs, whose call_count no frame
+#: bounds (2**40 calls of one once wedged an engine): AMUSE's own max_message_length, the
+#: default chunk of zpar's client (typed.client.MAX_CALLS_PER_MESSAGE); the outputs of that
+#: many calls of a float64 result are 8 MB. A function with inputs is bounded by its
+#: frames: call_count times its inputs per call must be the values that arrived.
+MAX_CALLS_WITHOUT_INPUTS = 1_000_000
+
 
 class CallFailed(Exception):
     """The function raised (or returned the wrong shape); ``index`` is the call, -1 if not
@@ -34,6 +41,13 @@ class BadRequest(ValueError):
 
 def input_columns(sig: TypedSignature, arrays: dict[str, Any], ncalls: int) -> list[Any]:
     """The column of each input (in, inout) in declaration order: views on the arrays."""
+    if not isinstance(ncalls, int) or isinstance(ncalls, bool) or ncalls < 0:
+        raise BadRequest(f"call_count must be an int >= 0, got {ncalls!r}")
+    if not sig.inputs and ncalls > MAX_CALLS_WITHOUT_INPUTS:
+        raise BadRequest(
+            f"{sig.name} takes no inputs: at most {MAX_CALLS_WITHOUT_INPUTS} calls a request, "
+            f"got call_count {ncalls}"
+        )
     for t, per_call in zip(TYPES, sig.in_counts, strict=True):
         got = 0 if arrays.get(t) is None else len(arrays[t])
         if got != per_call * ncalls:

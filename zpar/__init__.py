@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import checkout
 from .dependency import Dependency, depend, dependent, require
 from .errors import (
     AlreadyDisplayedError,
@@ -32,6 +33,8 @@ from .errors import (
     WrongKey,
     ZparError,
 )
+
+checkout.install(__file__)  # from a source checkout: zpar.client is client/ (zpar/checkout.py)
 
 #: concurrent.futures' return_when values (not imported from it: every process imports zpar)
 ALL_COMPLETED = "ALL_COMPLETED"
@@ -76,6 +79,7 @@ _LAZY = {
     "deserialize_object": "zpar.serialize",
     "pack_apply_message": "zpar.serialize",
     "unpack_apply_message": "zpar.serialize",
+    "shared_array": "zpar.sharedmem",  # an array same-host engines read without a copy
 }
 
 __all__ = [
@@ -116,12 +120,23 @@ __all__ = [
 ]
 
 
+#: submodules ipyparallel users reach as attributes after ``import ipyparallel``
+#: (``ipp.error.RemoteError``, ``ipp.util.interactive``...), imported on first use
+_SUBMODULES = frozenset({"client", "controller", "error", "serialize", "util"})
+
+
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'zpar' has no attribute {name!r}")
     import importlib
 
+    module = _LAZY.get(name)
+    if module is None:
+        if name in _SUBMODULES:
+            try:
+                return importlib.import_module(f"zpar.{name}")
+            except ModuleNotFoundError as e:
+                if e.name != f"zpar.{name}":
+                    raise
+        raise AttributeError(f"module 'zpar' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
@@ -144,10 +159,12 @@ def register_joblib_backend(name: str = "ipyparallel", make_default: bool = Fals
     register(name=name, make_default=make_default, connect=connect)
 
 
-def bind_kernel(**kwargs: Any) -> None:
-    """ipyparallel binds an engine to a Jupyter kernel; zpar engines are not IPython
-    kernels, so there is nothing to bind (docs/api.md: not applicable)."""
-    raise NotImplementedError(
-        "bind_kernel: zpar engines are not IPython kernels, so they cannot be bound to a "
-        "Jupyter frontend; use %px / view.execute to run code on them"
-    )
+def bind_kernel(**kwargs: Any) -> str:
+    """Make the engine this runs on a Jupyter kernel too, as ipyparallel's bind_kernel:
+    ``%px zpar.bind_kernel()`` then ``jupyter console --existing <file>`` attaches to that
+    engine (its namespace, run between its tasks). Returns the kernel connection file;
+    ``ip`` (default 127.0.0.1) and ``connection_file`` may be given. Needs IPython and
+    ipykernel on the engine (``pip install 'zpar[ipython]'``)."""
+    from zpar.engine.boundkernel import bind_kernel as bind
+
+    return bind(**kwargs)

@@ -18,8 +18,8 @@ RET_USAGE = 2
 RET_NOT_FOUND = 3
 
 
-def _profile(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--profile", default=DEFAULT_PROFILE, type=checked(names.profile_name))
+def _profile(p: argparse.ArgumentParser, default: str | None = DEFAULT_PROFILE) -> None:
+    p.add_argument("--profile", default=default, type=checked(names.profile_name))
 
 
 def _cluster_id(p: argparse.ArgumentParser) -> None:
@@ -56,6 +56,18 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument(
         "--key", help="fixed cluster key (prefer ZPAR_KEY or the profile: ps shows flags)"
     )
+    start.add_argument(
+        "--dashboard",
+        metavar="ADDR",
+        help="HOST:PORT of the controller's dashboard page (default 127.0.0.1 and a free port)",
+    )
+    start.add_argument(
+        "--no-dashboard",
+        dest="dashboard",
+        action="store_const",
+        const="off",
+        help="the controller serves no dashboard",
+    )
     engines = csub.add_parser("engines", help="add N engines to a running cluster")
     cc.add_cluster_options(engines, checked, names)
     stop = csub.add_parser("stop", help="stop a cluster and every engine added to it")
@@ -65,8 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
         "status", help="a running cluster's engines and refused messages by process and reason"
     )
     status.add_argument("--json", action="store_true", help="the status as one JSON object")
-    for sp in (start, engines, stop, lst, status):
+    for sp in (start, engines, status):
         _profile(sp)
+    for sp in (stop, lst):  # without --profile: every profile (list, stop --all)
+        _profile(sp, default=None)
     for sp in (start, engines, stop, status):
         _cluster_id(sp)
     status.set_defaults(func=cc.cluster_status)
@@ -94,6 +108,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--engines", type=checked(names.engine_count), default=1, help="engines to wait for"
     )
     smoke.add_argument("--timeout", type=float, default=60.0, help="seconds to wait")
+    smoke.add_argument(
+        "--job",
+        choices=("check", "full"),
+        default="check",
+        help="check: a task per engine and a map; full: a job that survives a lost engine "
+        "(hold, map, scatter/gather, communicator allreduce, a result from the store)",
+    )
+    smoke.add_argument(
+        "--hold",
+        type=float,
+        default=0.0,
+        help="full job: seconds a task holds each engine first (kill one to see EngineError)",
+    )
     smoke.set_defaults(func=cc.smoke)
 
     ctl = sub.add_parser(
@@ -110,6 +137,10 @@ def build_parser() -> argparse.ArgumentParser:
     amuse.set_defaults(func=None, delegate="zpar.typed.amuse")
     imp = sub.add_parser("impi-server", help="run an IMPI rendezvous server", add_help=False)
     imp.set_defaults(func=None, delegate="zpar.comm.impi_server")
+    top = sub.add_parser(
+        "top", help="a running cluster's engines, queues and failures, live", add_help=False
+    )
+    top.set_defaults(func=None, delegate="zpar.dashboard.top")
     conf = sub.add_parser("conformance", help="check a server's protocol", add_help=False)
     conf.set_defaults(func=None, delegate="zpar.comm.conformance")
     return p
@@ -120,7 +151,12 @@ _DELEGATES = {
     "engine": "zpar.engine.__main__",
     "impi-server": "zpar.comm.impi_server",  # issue 16: a byte-exact IMPI server
     "conformance": "zpar.comm.conformance",  # issue 16: `conformance impi HOST:PORT`
+    "top": "zpar.dashboard.top",  # issue 29: the dashboard in a terminal
 }
+
+
+#: (command, action) that may create the profile they name.
+_MAKE_PROFILE = {("cluster", "start"), ("profile", "create")}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -138,6 +174,18 @@ def main(argv: list[str] | None = None) -> int:
         return worker_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
+        # only `profile create` and `cluster start` make a profile: a typo is refused
+        if (
+            getattr(args, "profile", None)
+            and (args.command, getattr(args, "action", None)) not in _MAKE_PROFILE
+        ):
+            from zpar.cluster.connection import existing_profile
+
+            try:
+                existing_profile(args.profile)
+            except ValueError as e:
+                print(f"zpar {args.command}: {e}", file=sys.stderr)
+                return RET_NOT_FOUND
         return int(args.func(args, argv) or 0)
     except (ValueError, ZparError, OSError) as e:  # one line, never a traceback
         print(f"zpar {args.command}: {e}", file=sys.stderr)

@@ -98,6 +98,12 @@ TASK_SCHEME = "leastload"
 #: with a note, so one chatty task cannot bloat every reply (the IOPub stream has it all).
 MAX_CAPTURED_OUTPUT = 1 << 20
 
+#: Display outputs (figures, HTML: ``display()`` on an engine's IPython shell) kept per task
+#: in the reply metadata, counted in characters of their mime data; past it the rest is left
+#: out with a note (IOPub still carries every one). A matplotlib PNG is 20-100 KB in base64:
+#: a cell of a few dozen figures fits.
+MAX_DISPLAY_OUTPUT = 16 << 20
+
 #: Default profile name, like ipyparallel's.
 DEFAULT_PROFILE = "default"
 
@@ -128,6 +134,17 @@ PING = b"ping"
 #: event batch, larger ones in a message of their own (no copy).
 STORE_RESULT_LIMIT = 2**20
 STORE_INLINE_LIMIT = 64 * 2**10
+
+#: Messages the controller's monitor socket takes ahead of the hub from each peer (the
+#: scheduler's event batches and results for the store, engines' copies): past it libzmq
+#: stops reading that peer, whose own queue holds the rest (events are never dropped).
+#: Without it a hub slowed by its store let 1 GB of results pile up in the controller.
+MONITOR_RCVHWM = 32
+#: Results for the store (up to STORE_RESULT_LIMIT each) the task scheduler queues toward
+#: the hub on their own socket; when that many wait, a result's store copy is skipped (the
+#: record is kept without it, as for a larger result): so the store's copies of results
+#: hold at most (MONITOR_RCVHWM + RESULT_COPIES_HWM) MiB in flight, whatever the hub does.
+RESULT_COPIES_HWM = 16
 
 #: Appended to an engine's uuid: the identity of its signal socket on the hub's query
 #: ROUTER, through which signal_request reaches a thread the running task does not block.
@@ -233,6 +250,12 @@ ENGINE_RECONNECT_WINDOW = 30.0
 REFUSAL_REPORT_INTERVAL = 0.5
 #: Processes the hub keeps refusal counts of (engines come and go; the oldest are dropped).
 REFUSAL_PROCESSES_KEPT = 4096
+
+# dashboard (issue 29)
+#: Seconds between two engine_stats reports of an engine (CPU, memory): the dashboard's
+#: refresh is once a second, and one small message per engine per second costs the hub
+#: nothing it would notice.
+ENGINE_STATS_INTERVAL = 1.0
 
 # faults (issue 13): an engine declared dead while it lives on (faultsfix)
 #: Engines the hub unregistered that it remembers, to tell one whose heart still beats that

@@ -15,6 +15,8 @@ import types
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from zpar.elements import PART_SEP, origin_of
+
 from .errors import UnmetDependency
 
 
@@ -108,11 +110,13 @@ def msg_ids_of(deps: Any) -> list[str]:
     """msg_ids named by a msg_id, an AsyncResult, a Dependency or an iterable of those."""
     if deps is None:
         return []
-    if isinstance(deps, str):
-        return [deps]
-    ids = getattr(deps, "msg_ids", None)  # an AsyncResult
+    if isinstance(deps, str):  # an element of a load-balanced map: its request's id
+        return [origin_of(deps)] if PART_SEP in deps else [deps]
+    ids = getattr(deps, "request_ids", None)  # a map's: one per request, not per element
+    if ids is None:
+        ids = getattr(deps, "msg_ids", None)  # an AsyncResult
     if ids is not None:
-        return list(ids)
+        return list(dict.fromkeys(origin_of(m) for m in ids))
     if not isinstance(deps, Iterable):
         raise TypeError(
             f"dependencies must be msg_ids, AsyncResults or a Dependency, got {type(deps)}"

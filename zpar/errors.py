@@ -28,7 +28,18 @@ class RemoteProtocolError(ProtocolError):
     def __init__(self, reason: str, detail: str = "") -> None:
         self.reason = reason
         self.detail = detail
+        #: the refused message's header when it was sound (a bound on its other parts was
+        #: broken), so a receiver that answers queries can say which field (hub.hub)
+        self.header: dict[str, Any] | None = None
         super().__init__(f"{reason}: {detail}" if detail else reason)
+
+
+class SegmentGone(RemoteProtocolError):
+    """A shared-memory segment a message names cannot be read: its owner died or let go
+    of it (zpar.sharedmem)."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__("shm-gone", detail)
 
 
 class SerializationError(ZparError, TypeError):
@@ -174,9 +185,7 @@ class RemoteError(ZparError):
         evalue = content.get("evalue", "")
         special = _BY_NAME.get(ename)
         if special is not None and content.get("zpar_error"):
-            err = special(evalue)
-            err.engine_info = content.get("engine_info", {})  # type: ignore[attr-defined]
-            return err
+            return remote_error(special, evalue, content.get("engine_info") or {})
         info = dict(content.get("engine_info") or {})
         if isinstance(info.get("method"), str):  # ipyparallel's: "apply", "execute"
             info["method"] = info["method"].partition("_")[0]
@@ -325,6 +334,13 @@ class StoreError(ZparError):
     """The task store cannot be opened or used; the message says which file/URL and why."""
 
 
+class UnwritableRecords(StoreError):
+    """The store refused the data of a batch (a value it cannot encode or hold: nesting
+    past the store's bound, a string longer than its column, an int past BIGINT, NUL in
+    PostgreSQL text), not a store that is down: the hub's writer isolates the record(s) at
+    fault and writes the others (hub/recorder.py)."""
+
+
 # -- client ----------------------------------------------------------------------------------
 
 
@@ -346,8 +362,36 @@ class ResultNotStored(ZparError):
 #: reply says ``zpar_error``: named by their classes, so a rename cannot go out of step.
 _BY_NAME: dict[str, type[ZparError]] = {
     cls.__name__: cls
-    for cls in (EngineError, TaskAborted, TaskCancelled, TaskTimeout, ImpossibleDependency)
+    for cls in (
+        EngineError,
+        TaskAborted,
+        TaskCancelled,
+        TaskTimeout,
+        ImpossibleDependency,
+        InvalidDependency,
+    )
 }
+
+#: cls -> its remote flavour (remote_error), made once per class
+_FLAVOURS: dict[type[ZparError], type[RemoteError]] = {}
+
+
+def remote_error(
+    cls: type[ZparError], evalue: str, engine_info: dict[str, Any] | None = None
+) -> RemoteError:
+    """zpar's own error ``cls`` as a task's outcome, the way ipyparallel raises it: a
+    RemoteError whose ``ename`` is the class's name (ipyparallel's tests check
+    ``e.ename == 'EngineError'``) that is also an instance of ``cls`` (``except
+    EngineError`` and ``pytest.raises(TaskAborted)`` work too). Its class is
+    ``Remote<Name>``, a module attribute, so it pickles."""
+    flavour = _FLAVOURS.get(cls)
+    if flavour is None:
+        name = f"Remote{cls.__name__}"
+        doc = f"{cls.__name__} as a task's outcome: also a RemoteError (ename {cls.__name__!r})."
+        flavour = type(name, (cls, RemoteError), {"__module__": __name__, "__doc__": doc})
+        flavour.__qualname__ = name
+        _FLAVOURS[cls] = globals()[name] = flavour
+    return flavour(cls.__name__, evalue, "", dict(engine_info or {}))
 
 
 def error_content(

@@ -8,7 +8,6 @@ zpar processes call ``trim()`` when they go idle after a burst.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
 import time
 
@@ -16,10 +15,9 @@ log = logging.getLogger(__name__)
 
 _libc = None
 try:
-    _name = ctypes.util.find_library("c")
-    if _name:
-        _libc = ctypes.CDLL(_name)
-        _libc.malloc_trim  # noqa: B018 - glibc only: probe once
+    # the process's own symbols: libc is already loaded (find_library would run ldconfig)
+    _libc = ctypes.CDLL(None)
+    _libc.malloc_trim  # noqa: B018 - glibc only: probe once
 except (OSError, AttributeError):
     _libc = None
 

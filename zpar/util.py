@@ -1,9 +1,9 @@
 """ipyparallel's ``ipyparallel.util`` under zpar: the helpers user code imports from it
-(``utc``, ``interactive``, ``progress``, date helpers, small dict types).
+(``utc``, ``interactive``, ``progress``, date helpers, small dict types, zmq URL and
+address helpers).
 
-Its networking and process helpers (URL disambiguation, random ports, loggers over zmq,
-dask workers) belong to ipyparallel's own processes and have no zpar counterpart; see
-docs/api.md.
+Its process helpers (loggers over zmq, signal relays, dask workers) belong to ipyparallel's
+own processes and have no zpar counterpart; see docs/api.md.
 """
 
 from __future__ import annotations
@@ -21,16 +21,22 @@ __all__ = [
     "Namespace",
     "ReverseDict",
     "compare_datetimes",
+    "disambiguate_ip_address",
+    "disambiguate_url",
     "ensure_timezone",
     "int_keys",
+    "integer_loglevel",
     "interactive",
+    "ip_for_host",
     "is_ip",
     "is_url",
     "progress",
+    "select_random_ports",
     "split_url",
     "utc",
     "utcnow",
     "validate_url",
+    "validate_url_container",
 ]
 
 
@@ -181,6 +187,94 @@ def is_ip(location: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def validate_url_container(container: Any) -> bool:
+    """validate_url over a URL, or a (nested) list or dict of them."""
+    if isinstance(container, str):
+        return validate_url(container)
+    for element in container.values() if isinstance(container, dict) else container:
+        validate_url_container(element)
+    return True
+
+
+def ip_for_host(host: str) -> str:
+    """An IP address of ``host`` (``host`` itself, with a RuntimeWarning, if none)."""
+    import socket
+    import warnings
+
+    try:
+        return socket.gethostbyname_ex(host)[2][0]
+    except Exception as e:
+        warnings.warn(f"could not determine the IPs of {host}: {e}", RuntimeWarning, stacklevel=2)
+        return host
+
+
+def _local_ips() -> set[str]:
+    """The addresses of this machine's interfaces (loopback included)."""
+    import socket
+
+    import psutil
+
+    return {
+        a.address.split("%")[0]
+        for addrs in psutil.net_if_addrs().values()
+        for a in addrs
+        if a.family in (socket.AF_INET, socket.AF_INET6)
+    }
+
+
+def disambiguate_ip_address(ip: str, location: str | None = None) -> str:
+    """An address to connect to for one a server bound (ipyparallel's): '0.0.0.0' or '*'
+    becomes 127.0.0.1 when ``location`` (an IP or host name of the server) is this
+    machine or not given, else ``location``; any other address is returned as it is."""
+    import socket
+
+    if ip not in ("0.0.0.0", "*"):
+        return ip
+    if not location or location == socket.gethostname():
+        return "127.0.0.1"
+    address = location if is_ip(location) else ip_for_host(location)
+    return "127.0.0.1" if address in _local_ips() else address
+
+
+def disambiguate_url(url: str, location: str | None = None) -> str:
+    """``tcp://*:5555`` -> ``tcp://127.0.0.1:5555`` (or the ``location``'s address when
+    that is another machine); URLs that are not tcp come back unchanged."""
+    try:
+        proto, ip, port = split_url(url)
+    except ValueError:
+        return url
+    if not ip or not port:
+        return url
+    return f"{proto}://{disambiguate_ip_address(ip, location)}:{port}"
+
+
+def select_random_ports(n: int) -> list[int]:
+    """n distinct TCP ports free on this machine now (the OS picks them)."""
+    import socket
+
+    socks = []
+    try:
+        for _ in range(n):
+            sock = socket.socket()
+            sock.bind(("", 0))
+            socks.append(sock)
+        return [sock.getsockname()[1] for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def integer_loglevel(loglevel: int | str) -> int:
+    """10 from 10, "10" or "DEBUG"."""
+    try:
+        return int(loglevel)
+    except ValueError:
+        level = getattr(logging, str(loglevel).upper(), None)
+        if not isinstance(level, int):
+            raise ValueError(f"unknown log level {loglevel!r}") from None
+        return level
 
 
 _said_no_widgets = False

@@ -49,6 +49,10 @@ class DaskSystem:
     def result(self, handle: Any, timeout: float | None = None) -> Any:
         return handle.result(timeout=timeout)
 
+    def imap(self, f: Any, seq: Any) -> Any:
+        """Results in order as they arrive: client.map, each future's result in turn."""
+        return (fut.result() for fut in self.client.map(f, seq, pure=False))
+
     def map(self, f: Any, seq: Any, chunksize: int | None = None) -> list[Any]:
         if chunksize is None:
             return self.client.gather(self.client.map(f, seq, pure=False))

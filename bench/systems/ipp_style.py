@@ -35,6 +35,10 @@ class IpyparallelStyle:
             return self.lv.map_sync(f, seq)
         return self.lv.map_sync(f, seq, chunksize=chunksize)
 
+    def imap(self, f: Any, seq: Any) -> Any:
+        """Results in order as they arrive: iterating the map's AsyncMapResult."""
+        return iter(self.lv.map(f, seq, block=False))
+
     def push(self, name: str, value: Any) -> None:
         self.dv0.push({name: value}, block=True)
 

@@ -18,7 +18,7 @@ import psutil
 
 #: the workloads ray has an equivalent for: no addressable engine holds pushed data (W6's
 #: scatter to each engine has no meaning), W2 is a task round trip
-WORKLOADS = {"W1", "W2", "W3", "W3x8", "W4", "W5", "W7", "W9"}
+WORKLOADS = {"W1", "W2", "W3", "W3x8", "W4", "W5", "W7", "W9", "W10"}
 
 
 def _is_worker(p: psutil.Process) -> bool:
@@ -94,6 +94,14 @@ class RaySystem:
         import ray
 
         return ray.get(handle, timeout=timeout)
+
+    def imap(self, f: Any, seq: Any) -> Any:
+        """Results in order as they arrive: a remote call per element, each got in turn."""
+        import ray
+
+        r = self.remote(f)
+        refs = [r.remote(x) for x in seq]
+        return (ray.get(ref) for ref in refs)
 
     def map(self, f: Any, seq: Any, chunksize: int | None = None) -> list[Any]:
         import ray

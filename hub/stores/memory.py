@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..records import jsonable
-from .base import JSON_KEYS, OPERATORS, TaskStore
+from .base import JSON_KEYS, KEPT_KEYS, OPERATORS, REQUEST_KEY, TaskStore
 
 
 class MemoryStore(TaskStore):
@@ -24,12 +24,19 @@ class MemoryStore(TaskStore):
 
     def save(self, rows: list[dict[str, Any]], buffers: dict[str, list[bytes]]) -> None:
         for row in rows:
-            row = {k: jsonable(v) if k in JSON_KEYS else v for k, v in row.items()}
+            row = {
+                k: jsonable(v) if k in JSON_KEYS else v
+                for k, v in row.items()
+                if v is not None or k not in KEPT_KEYS
+            }
             old = self.rows.get(row["msg_id"])
             if old is None:
-                self.rows[row["msg_id"]] = dict(row)
+                self.rows[row["msg_id"]] = row
             else:
+                self.size -= len(old.get(REQUEST_KEY) or b"")
                 old.update(row)
+                row = old
+            self.size += len(row.get(REQUEST_KEY) or b"")
         for msg_id, bufs in buffers.items():
             self.size -= sum(map(len, self.buffers.get(msg_id, ())))
             self.buffers[msg_id] = bufs
@@ -43,14 +50,14 @@ class MemoryStore(TaskStore):
             if len(self.rows) <= self.record_limit and self.size <= self.size_limit:
                 break
             if self.rows[msg_id].get("completed") is not None:
-                del self.rows[msg_id]
-                self.size -= sum(map(len, self.buffers.pop(msg_id, ())))
+                self._drop(msg_id)
 
     def get(self, msg_ids: Iterable[str], with_buffers: bool) -> dict[str, dict[str, Any]]:
         out = {}
         for m in msg_ids:
             row = self.rows.get(m)
             if row is not None:
+                row = {k: v for k, v in row.items() if k != REQUEST_KEY}
                 out[m] = dict(row, buffers=self.buffers.get(m, [])) if with_buffers else row
         return out
 
@@ -70,9 +77,21 @@ class MemoryStore(TaskStore):
             and (engine_uuids is None or r.get("engine_uuid") in engine_uuids)
         ]
         for m in doomed:
-            del self.rows[m]
-            self.size -= sum(map(len, self.buffers.pop(m, ())))
+            self._drop(m)
         return len(doomed)
+
+    def _drop(self, msg_id: str) -> None:
+        row = self.rows.pop(msg_id)
+        self.size -= len(row.get(REQUEST_KEY) or b"")
+        self.size -= sum(map(len, self.buffers.pop(msg_id, ())))
+
+    def requests(self, msg_ids: Iterable[str]) -> dict[str, bytes | None]:
+        return {m: self.rows[m].get(REQUEST_KEY) for m in msg_ids if m in self.rows}
+
+    def mark_resubmitted(self, pairs: dict[str, str]) -> None:
+        for old, new in pairs.items():
+            if old in self.rows:
+                self.rows[old]["resubmitted"] = new
 
     def history(self) -> list[str]:
         return [m for m, _ in sorted(self.rows.items(), key=lambda kv: kv[1].get("submitted") or 0)]

@@ -19,11 +19,15 @@ from zpar.errors import StoreError
 
 from ..records import jsonable
 from .base import (
+    ADDED_COLUMNS,
     JSON_KEYS,
+    KEPT_KEYS,
     LOST_IN_RESTART,
     OPERATORS,
     RECORD_KEYS,
+    STORED_KEYS,
     TaskStore,
+    UnwritableRecords,
     lost_marking_error,
 )
 
@@ -51,6 +55,10 @@ tasks = sa.Table(
     sa.Column("stdout", sa.Text),
     sa.Column("stderr", sa.Text),
     sa.Column("result_size", sa.BigInteger),
+    sa.Column("label", sa.Text),
+    sa.Column("received", sa.Float),
+    sa.Column("resubmitted", sa.String(128)),
+    sa.Column("request", sa.LargeBinary),
 )
 
 buffers = sa.Table(
@@ -83,6 +91,7 @@ class SQLStore(TaskStore):
             if self.engine.dialect.name == "sqlite":
                 sa.event.listen(self.engine, "connect", _sqlite_pragmas)
             metadata.create_all(self.engine)
+            _add_missing_columns(self.engine)
             with self.engine.connect() as c:
                 c.execute(sa.select(sa.func.count()).select_from(tasks)).scalar()
         except ImportError as e:
@@ -97,8 +106,16 @@ class SQLStore(TaskStore):
     def save(self, rows: list[dict[str, Any]], bufs: dict[str, list[bytes]]) -> None:
         try:
             self._save(rows, bufs)
+        except (sa_exc.DataError, sa_exc.IntegrityError, sa_exc.ProgrammingError) as e:
+            raise UnwritableRecords(_reason(e)) from None  # the rows, not the server
+        except sa_exc.DBAPIError as e:
+            raise StoreError(_reason(e)) from None
+        except sa_exc.StatementError as e:  # raised binding a value, before the server
+            raise UnwritableRecords(_reason(e)) from None
         except sa_exc.SQLAlchemyError as e:
             raise StoreError(_reason(e)) from None
+        except (RecursionError, ValueError, TypeError, OverflowError) as e:
+            raise UnwritableRecords(f"{type(e).__name__}: {e}".splitlines()[0]) from None
 
     def _save(self, rows: list[dict[str, Any]], bufs: dict[str, list[bytes]]) -> None:
         with self.engine.begin() as c:
@@ -121,7 +138,8 @@ class SQLStore(TaskStore):
         with self.engine.connect() as c:
             for start in range(0, len(ids), 500):
                 chunk = ids[start : start + 500]
-                for row in c.execute(sa.select(tasks).where(tasks.c.msg_id.in_(chunk))):
+                q = sa.select(*[tasks.c[k] for k in RECORD_KEYS]).where(tasks.c.msg_id.in_(chunk))
+                for row in c.execute(q):
                     out[row.msg_id] = dict(row._mapping)
                 if with_buffers:
                     q = (
@@ -153,6 +171,24 @@ class SQLStore(TaskStore):
             doomed = sa.select(tasks.c.msg_id).where(*where)
             c.execute(buffers.delete().where(buffers.c.msg_id.in_(doomed)))
             return c.execute(tasks.delete().where(*where)).rowcount
+
+    def requests(self, msg_ids: Iterable[str]) -> dict[str, bytes | None]:
+        ids = list(msg_ids)
+        out: dict[str, bytes | None] = {}
+        with self.engine.connect() as c:
+            for start in range(0, len(ids), 500):
+                chunk = ids[start : start + 500]
+                q = sa.select(tasks.c.msg_id, tasks.c.request).where(tasks.c.msg_id.in_(chunk))
+                out.update((m, r) for m, r in c.execute(q))
+        return out
+
+    def mark_resubmitted(self, pairs: dict[str, str]) -> None:
+        try:
+            with self.engine.begin() as c:
+                for old, new in pairs.items():
+                    c.execute(tasks.update().where(tasks.c.msg_id == old).values(resubmitted=new))
+        except sa_exc.SQLAlchemyError as e:
+            raise StoreError(_reason(e)) from None
 
     def history(self) -> list[str]:
         q = sa.select(tasks.c.msg_id).order_by(tasks.c.submitted, tasks.c.msg_id)
@@ -188,8 +224,20 @@ def _sqlite_pragmas(dbapi_conn: Any, _: Any) -> None:
     cur.close()
 
 
+def _add_missing_columns(engine: sa.Engine) -> None:
+    """A store made before ADDED_COLUMNS existed gains them (old rows read NULL)."""
+    have = {c["name"] for c in sa.inspect(engine).get_columns("zpar_tasks")}
+    missing = [(n, t) for n, t in ADDED_COLUMNS if n not in have]
+    if not missing:
+        return
+    with engine.begin() as c:
+        for name, _ in missing:
+            sql_type = tasks.c[name].type.compile(dialect=engine.dialect)
+            c.execute(sa.text(f"ALTER TABLE zpar_tasks ADD COLUMN {name} {sql_type}"))
+
+
 def _upsert_for(dialect: str) -> Any:
-    cols = [k for k in RECORD_KEYS if k != "msg_id"]
+    cols = [k for k in STORED_KEYS if k != "msg_id"]
     if dialect == "sqlite":
         from sqlalchemy.dialects.sqlite import insert
     elif dialect == "postgresql":
@@ -197,13 +245,14 @@ def _upsert_for(dialect: str) -> Any:
     else:
         raise StoreError(f"the task store supports SQLite and PostgreSQL, not {dialect}")
     ins = insert(tasks)
+    kept = {c: sa.func.coalesce(ins.excluded[c], tasks.c[c]) for c in cols if c in KEPT_KEYS}
     return ins.on_conflict_do_update(
-        index_elements=[tasks.c.msg_id], set_={c: ins.excluded[c] for c in cols}
+        index_elements=[tasks.c.msg_id], set_={c: kept.get(c, ins.excluded[c]) for c in cols}
     )
 
 
 def _row(r: dict[str, Any]) -> dict[str, Any]:
-    return {k: jsonable(r.get(k)) if k in JSON_KEYS else r.get(k) for k in RECORD_KEYS}
+    return {k: jsonable(r.get(k)) if k in JSON_KEYS else r.get(k) for k in STORED_KEYS}
 
 
 def _safe(url: str) -> str:

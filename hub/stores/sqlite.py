@@ -20,10 +20,14 @@ from zpar.errors import StoreError
 
 from ..records import jsonable
 from .base import (
+    ADDED_COLUMNS,
     JSON_KEYS,
+    KEPT_KEYS,
     LOST_IN_RESTART,
     RECORD_KEYS,
+    STORED_KEYS,
     TaskStore,
+    UnwritableRecords,
     lost_marking_error,
 )
 
@@ -34,6 +38,7 @@ DDL = (
     " engine_uuid VARCHAR(128), msg_type VARCHAR(64), queue VARCHAR(16), submitted FLOAT,"
     " started FLOAT, completed FLOAT, status VARCHAR(32), retries INTEGER, header JSON,"
     " metadata JSON, result_content JSON, stdout TEXT, stderr TEXT, result_size BIGINT,"
+    " label TEXT, received FLOAT, resubmitted VARCHAR(128), request BLOB,"
     " PRIMARY KEY (msg_id) )",
     "CREATE INDEX IF NOT EXISTS ix_zpar_tasks_submitted ON zpar_tasks (submitted)",
     "CREATE INDEX IF NOT EXISTS ix_zpar_tasks_engine_uuid ON zpar_tasks (engine_uuid)",
@@ -42,14 +47,34 @@ DDL = (
     " PRIMARY KEY (msg_id, idx) )",
 )
 
+#: What sqlite3 raises for a value it cannot bind or hold (an int past 64 bits, a type it
+#: does not know, a constraint): the batch's data, not the file.
+_DATA_ERRORS = (
+    sqlite3.DataError,
+    sqlite3.IntegrityError,
+    sqlite3.InterfaceError,
+    sqlite3.ProgrammingError,
+    OverflowError,
+    ValueError,
+    TypeError,
+)
+
 _COLUMNS = ", ".join(RECORD_KEYS)
+
+
+def _set(k: str) -> str:
+    if k in KEPT_KEYS:  # never cleared by a rewrite that does not carry it
+        return f"{k} = coalesce(excluded.{k}, zpar_tasks.{k})"
+    return f"{k} = excluded.{k}"
+
+
 _UPSERT = (
-    f"INSERT INTO zpar_tasks ({_COLUMNS}) VALUES ({', '.join('?' * len(RECORD_KEYS))}) "
-    "ON CONFLICT (msg_id) DO UPDATE SET "
-    + ", ".join(f"{k} = excluded.{k}" for k in RECORD_KEYS if k != "msg_id")
+    f"INSERT INTO zpar_tasks ({', '.join(STORED_KEYS)}) "
+    f"VALUES ({', '.join('?' * len(STORED_KEYS))}) "
+    "ON CONFLICT (msg_id) DO UPDATE SET " + ", ".join(_set(k) for k in STORED_KEYS if k != "msg_id")
 )
 _INSERT_BUFFER = "INSERT INTO zpar_result_buffers (msg_id, idx, data) VALUES (?, ?, ?)"
-_JSON_COLUMNS = [i for i, k in enumerate(RECORD_KEYS) if k in JSON_KEYS]
+_JSON_COLUMNS = [i for i, k in enumerate(STORED_KEYS) if k in JSON_KEYS]
 #: SQLite's limit on bound parameters is 999 in old builds: ids go in chunks below it
 _CHUNK = 500
 
@@ -77,6 +102,7 @@ class SQLiteStore(TaskStore):
             self.db.execute("PRAGMA synchronous=NORMAL")  # WAL: durable at checkpoints
             for statement in DDL:
                 self.db.execute(statement)
+            add_missing_columns(self.db)
             self.db.execute("SELECT count(*) FROM zpar_tasks").fetchone()
         except sqlite3.Error as e:
             raise StoreError(f"cannot open the task store {self.url}: {_reason(e)}") from None
@@ -94,11 +120,16 @@ class SQLiteStore(TaskStore):
                 if self.db.in_transaction:
                     self.db.execute("ROLLBACK")
                 raise
+        except _DATA_ERRORS as e:  # the rows' values, not the file: the writer isolates them
+            raise UnwritableRecords(_reason(e)) from None
         except sqlite3.Error as e:
             raise StoreError(_reason(e)) from None
 
     def save(self, rows: list[dict[str, Any]], bufs: dict[str, list[bytes]]) -> None:
-        params = [_params(r) for r in rows]
+        try:
+            params = [_params(r) for r in rows]
+        except (RecursionError, ValueError, TypeError, OverflowError) as e:
+            raise UnwritableRecords(_reason(e)) from None
 
         def write(cur: sqlite3.Cursor) -> None:
             if params:
@@ -173,6 +204,24 @@ class SQLiteStore(TaskStore):
 
         return int(self._write(delete))
 
+    def requests(self, msg_ids: Iterable[str]) -> dict[str, bytes | None]:
+        ids = list(msg_ids)
+        out: dict[str, bytes | None] = {}
+        for start in range(0, len(ids), _CHUNK):
+            chunk = ids[start : start + _CHUNK]
+            sql = f"SELECT msg_id, request FROM zpar_tasks WHERE msg_id IN ({_marks(chunk)})"
+            out.update(self._read(sql, chunk))
+        return out
+
+    def mark_resubmitted(self, pairs: dict[str, str]) -> None:
+        def mark(cur: sqlite3.Cursor) -> None:
+            cur.executemany(
+                "UPDATE zpar_tasks SET resubmitted = ? WHERE msg_id = ?",
+                [(new, old) for old, new in pairs.items()],
+            )
+
+        self._write(mark)
+
     def history(self) -> list[str]:
         rows = self._read("SELECT msg_id FROM zpar_tasks ORDER BY submitted, msg_id", ())
         return [r[0] for r in rows]
@@ -204,6 +253,14 @@ class SQLiteStore(TaskStore):
             raise StoreError(f"cannot read the task store {self.url}: {_reason(e)}") from None
 
 
+def add_missing_columns(db: sqlite3.Connection) -> None:
+    """A store file written before ADDED_COLUMNS existed gains them (old rows read NULL)."""
+    have = {row[1] for row in db.execute("PRAGMA table_info(zpar_tasks)")}
+    for name, sql_type in ADDED_COLUMNS:
+        if name not in have:
+            db.execute(f"ALTER TABLE zpar_tasks ADD COLUMN {name} {sql_type}")
+
+
 def _marks(values: list[Any]) -> str:
     return ", ".join("?" * len(values))
 
@@ -212,7 +269,7 @@ def _params(r: dict[str, Any]) -> tuple[Any, ...]:
     """A record as the upsert's parameters; JSON columns as SQLAlchemy's sa.JSON writes
     them (json.dumps, None as 'null'), so SQLStore reads them back the same."""
     get = r.get
-    values = [get(k) for k in RECORD_KEYS]
+    values = [get(k) for k in STORED_KEYS]
     for i in _JSON_COLUMNS:
         values[i] = _json(values[i])
     return tuple(values)

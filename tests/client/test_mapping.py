@@ -137,7 +137,7 @@ def test_pickle_once_honours_the_chosen_pickler():
         once = zpar.serialize.pickle_once(abs)
         assert pickle.loads(pickle.dumps(once)) is abs
     finally:
-        zpar.serialize.use_cloudpickle()
+        zpar.serialize.use_default()
 
 
 def test_an_element_that_cannot_be_pickled_is_named():

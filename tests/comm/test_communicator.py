@@ -157,6 +157,34 @@ def test_one_host_by_default_goes_two_phase_and_uses_ipc(cluster):
         assert schemes == ["ipc:"] * r
 
 
+def test_eight_ranks_on_fewer_cores_do_not_starve(cluster):
+    """More ranks than cores on one host (8 here, on CI's and this project's 2): no rank
+    spins, a blocked receive sleeps until its peer's packet wakes it, so a ring of
+    point-to-point messages and allreduces runs to the end with every rank answering."""
+    dv = cluster.client[:]
+    assert len(dv.targets) == N
+    dv.communicator(name="crowd", timeout=TIMEOUT)
+
+    def ring(iters):
+        c = _comm("crowd")
+        r, n = c.rank, c.size
+        total = 0
+        for i in range(iters):
+            got = c.sendrecv((r, i), dest=(r + 1) % n, source=(r - 1) % n)
+            assert got == ((r - 1) % n, i)
+            buf = np.full(1, float(r))
+            out = np.empty(1)
+            c.Allreduce(buf, out)
+            total += int(out[0]) + c.allreduce(1)
+        return total, c._links.spins, len(os.sched_getaffinity(0))
+
+    results = dv.apply_sync(ring, 50)
+    for total, spins, cpus in results:
+        assert total == 50 * (sum(range(N)) + N)
+        assert spins == (N <= cpus)  # oversubscribed: nobody spins
+    dv.apply_sync(lambda: _comm("crowd").Free())
+
+
 def test_bad_arguments_are_refused_at_the_client(cluster):
     dv = cluster.client[:2]
     with pytest.raises(ValueError, match="identifier"):

@@ -8,7 +8,7 @@ import pytest
 import zmq
 
 from zpar.comm.links import LinkError, PeerLinks
-from zpar.comm.peerwire import ENC_PICKLE, ENC_RAW, INLINE, Kind, Packet, PeerSigner
+from zpar.comm.peerwire import ENC_PICKLE, ENC_RAW, HEADER, INLINE, Kind, Packet, PeerSigner
 from zpar.errors import RemoteProtocolError
 
 KEY = b"k" * 32
@@ -77,6 +77,34 @@ def test_packets_are_signed_and_small_payloads_inline():
         PeerSigner(b"other key").unpack(frames)
     with pytest.raises(RemoteProtocolError, match="bad-packet"):
         s.unpack([b"short"])
+
+
+def test_mailbox_packets_carry_no_signature_socket_packets_do():
+    """Same host, mailbox: no HMAC (design.md, "Same-host data plane"); the same packet
+    through the socket is signed, and an unsigned one there is refused."""
+    links, errors = _open(2)
+    try:
+        assert errors == []
+        lo, hi = links
+        put = []
+        box = hi._outbox[0]
+        real_put = box.put
+        box.put = lambda data: put.append(bytes(data)) or real_put(data)
+        hi.send(0, Packet(Kind.DATA, 0, ENC_PICKLE, 1, 9, 0, 1, 0, b"obj"))
+        assert len(put) == 1 and len(put[0]) == HEADER.size + 3  # header and payload only
+        got = []
+        deadline = time.monotonic() + 10
+        while not got and time.monotonic() < deadline:
+            got.extend(lo.poll(100))
+        assert [(p.tag, bytes(p.payload)) for _, p in got] == [(9, b"obj")]
+        s = PeerSigner(KEY)
+        pkt = Packet(Kind.DATA, 0, ENC_PICKLE, 1, 9, 0, 1, 0, b"obj")
+        assert len(s.pack(pkt)[0]) == HEADER.size + s.siglen + 3
+        with pytest.raises(RemoteProtocolError, match="bad-signature"):
+            s.unpack([s.pack(pkt, signed=False)[0] + b"x" * 32])  # unsigned on a socket
+    finally:
+        for lk in links:
+            lk.close()
 
 
 def test_out_of_sequence_packet_is_refused_on_the_socket():

@@ -58,7 +58,7 @@ def test_metadata_keys_and_attribute_access(rc):
     assert md.engine_id == md["engine_id"] == 0 and md.stdout == "hi\n"  # ipp's Metadata
     with pytest.raises(AttributeError):
         ar.not_a_metadata_key  # noqa: B018
-    ex = rc[0].execute("1 + 1", block=False)
+    ex = rc[0].execute("1 + 1", silent=False, block=False)  # silent: no execute_result
     ex.get(timeout=30)
     assert ex.execute_result is not None
 
@@ -249,3 +249,39 @@ def test_error_engine_info_names_the_method(rc):
 def test_execute_result_metadata(rc):
     ar = rc[:].execute("5", silent=False, block=True)
     assert [out["data"] for out in ar.execute_result] == [{"text/plain": "5"}] * 2
+
+
+# -- issue 24: pinned from ipyparallel 9.2.0's test_asyncresult.py -----------------------
+
+
+def test_display_outputs_of_a_single_result_has_no_prefixes(rc, capsys):
+    """ipyparallel's _display_single_result: rc[i] / a load-balanced apply prints its
+    streams as they are (test_display_empty_streams_single, test_display_output_error)."""
+    ar = rc[-1].execute("print(5555)\nimport sys; print('e', file=sys.stderr)")
+    ar.get(timeout=30)
+    ar.display_outputs()
+    captured = capsys.readouterr()
+    assert captured.out == "5555\n" and captured.err == "e\n"
+    ar = rc[-1].execute("print(5555)\n1/0")
+    ar.get(timeout=30, return_exceptions=True)
+    ar.display_outputs()
+    assert capsys.readouterr().out == "5555\n"
+    rc[:].execute("print(1)").get(timeout=30)
+    lar = rc.load_balanced_view().apply_async(lambda: print("lb"))
+    lar.get(timeout=30)
+    lar.display_outputs()
+    assert capsys.readouterr().out == "lb\n"
+
+
+def test_iterating_a_map_with_return_exceptions_yields_the_errors(rc):
+    """ipyparallel's test_return_exceptions: the error stands in its element's place."""
+
+    def fail_on_2(n):
+        if n == 2:
+            raise ValueError("two!")
+        return n
+
+    amr = rc.load_balanced_view().map(fail_on_2, range(4), return_exceptions=True, chunksize=1)
+    rlist = list(amr)
+    assert isinstance(rlist[2], ipp.RemoteError) and rlist[2].ename == "ValueError"
+    assert rlist == [0, 1, rlist[2], 3] and list(amr) == rlist and amr.get() == rlist

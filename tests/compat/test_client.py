@@ -110,18 +110,32 @@ def test_purge_local_and_hub_results(rc):
     assert ar.get() == 3  # the handle keeps its result
 
 
-def test_results_and_metadata_follow_held_handles(rc):
+def test_results_and_metadata_hold_what_no_asyncresult_owns(rc):
+    """ipyparallel's owner bookkeeping (test_owner_pop, test_get_result): a view's
+    AsyncResult owns its result, which is not in rc.results; get_result(owner=False) leaves
+    it there until an owning get_result takes it or it is purged."""
     ar = rc[0].apply_async(lambda: 4)
     ar.get(timeout=30)
     m = ar.msg_ids[0]
-    assert rc.results[m] == 4 and rc.metadata[m]["engine_id"] == 0
+    assert m not in rc.results and m not in rc.metadata
+    fetched = rc.get_result(m, owner=False, block=True)
+    assert rc.results[m] == 4 and rc.metadata[m]["engine_id"] == 0 and not fetched.owner
+    owned = rc.get_result(m)
+    assert type(owned) is ipp.AsyncResult and owned.get() == 4 and owned.owner
+    assert m not in rc.results and m not in rc.metadata
+    rc.results["asdf"] = 5
+    assert rc.metadata["asdf"] == {}  # read as an empty Metadata, as ipyparallel's defaultdict
+    rc.purge_local_results("asdf")
+    assert "asdf" not in rc.results and "asdf" not in rc.metadata
 
 
-def test_not_applicable_methods_say_why(rc):
-    with pytest.raises(NotImplementedError, match="dask"):
-        rc.become_dask()
-    with pytest.raises(NotImplementedError, match="resubmit"):
-        rc.resubmit()
+def test_wait_takes_plain_futures(rc):
+    import concurrent.futures
+    import threading
+
+    f = concurrent.futures.Future()
+    threading.Timer(0.1, f.set_result, ("future",)).start()
+    assert rc.wait([f], timeout=30) and f.result() == "future"
 
 
 def test_activate_outside_ipython_warns(rc):
@@ -162,3 +176,33 @@ def test_url_or_file_is_the_deprecated_name_of_the_connection_file(cluster):
         rc = ipp.Client(url_or_file=str(cluster.url_file))
     assert rc.ids == [0, 1]
     rc.close()
+
+
+# -- issue 24: negative engine indices are resolved when the view is made (ipyparallel) --
+
+
+def test_negative_targets_are_resolved_to_engine_ids(rc):
+    last = rc.ids[-1]
+    assert rc.direct_view(-1).targets == last
+    assert rc[-1].targets == last
+    assert rc.load_balanced_view(-1).targets == [last]
+    assert rc.broadcast_view(-1).targets == [last]
+    with pytest.warns(UserWarning, match="IPython"):
+        assert rc.activate(-1).targets == last
+    assert rc.direct_view([0, -1]).targets == [rc.ids[0], last]
+    assert rc.direct_view("all").targets == "all"
+    assert rc._build_targets(-1) == ([rc.sender.engine_uuid(last).encode()], [last])
+    with pytest.raises(TypeError):
+        rc[None]
+    with pytest.raises(IndexError):
+        rc.direct_view(-99)
+
+
+def test_indexing_goes_through_direct_view(rc, monkeypatch):
+    """rc[key] is rc.direct_view(key), as ipyparallel (code replacing direct_view sees it)."""
+    seen = []
+    real = rc.direct_view
+    monkeypatch.setattr(rc, "direct_view", lambda t: seen.append(t) or real(t))
+    rc[:]
+    list(rc)
+    assert seen[0] == slice(None) and seen[1:] == rc.ids

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 
 import pytest
 
@@ -95,7 +96,7 @@ def test_px_stream_shows_an_engines_first_lines_on_a_fresh_client(zpar_dir, caps
         with ipp.Cluster(n=2) as rc:
             fresh = ipp.Client(url_file=rc.url_file)
             try:
-                register_magics(shell, fresh[:], suffix="fresh")
+                register_magics(shell, fresh.direct_view(fresh.ids, block=True), suffix="fresh")
                 code = "for i in range(3):\n    print('line', i, flush=True)"
                 shell.run_cell_magic("pxfresh", "--stream", code)
                 out = capsys.readouterr().out
@@ -106,3 +107,63 @@ def test_px_stream_shows_an_engines_first_lines_on_a_fresh_client(zpar_dir, caps
                 fresh.close()
     finally:
         InteractiveShell.clear_instance()
+
+
+def test_step_by_step_life_cycle_as_ipyparallels_cluster(zpar_dir):
+    """ipyparallel's Cluster.start_controller / start_engines / stop_engines /
+    stop_engine / restart_engine / stop_controller, sync and as coroutines."""
+    cluster = ipp.Cluster(n=1)
+    try:
+        cluster.start_controller_sync()
+        first = cluster.start_engines_sync(2)
+        rc = cluster.connect_client_sync()
+        rc.wait_for_engines(2, timeout=60)
+        second = asyncio.run(cluster.start_engines(1))
+        assert first != second and set(cluster.engines) == {first, second}
+        rc.wait_for_engines(3, timeout=60)
+        cluster.stop_engines_sync(second)
+        deadline = time.monotonic() + 30
+        while len(rc.ids) > 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(rc.ids) == 2 and list(cluster.engines) == [first]
+        rc[:].push({"kept": 1}, block=True)
+        cluster.restart_engine_sync(rc.ids[0])
+        rc.wait_for_engines(2, timeout=60)
+        has = ipp.interactive(lambda: "kept" in globals())
+        assert rc[:].apply_sync(has) == [False, True]  # a fresh namespace, the same id
+        cluster.stop_engine_sync(rc.ids[-1])
+        assert len(rc.ids) == 1
+        with pytest.raises(KeyError, match="no engine set"):
+            cluster.stop_engines_sync("nope")
+        rc.close()
+        asyncio.run(cluster.stop_engines())
+        assert cluster.engines == {}
+        cluster.stop_controller_sync()
+    finally:
+        cluster.stop_cluster_sync()
+
+
+def test_controller_launcher_class_as_ipyparallels(zpar_dir):
+    """ipyparallel's test_label builds Cluster(controller=<LocalControllerLauncher subclass
+    with controller_args>, log_level=10): the store flags map to zpar's."""
+    from zpar.cluster.launcher import LocalControllerLauncher, controller_args_of
+
+    class DictDB(LocalControllerLauncher):
+        controller_args = ["--dictdb"]
+
+    class Mongo(LocalControllerLauncher):
+        controller_args = ["--mongodb"]
+
+    assert controller_args_of(DictDB) == ["--db", "memory"]
+    with pytest.raises(ValueError, match="MongoDB"):
+        controller_args_of(Mongo)
+    cluster = ipp.Cluster(n=1, log_level=10, controller=DictDB)
+    try:
+        cluster.start_cluster_sync()
+        rc = cluster.connect_client_sync()
+        rc.wait_for_engines(1, timeout=60)
+        assert rc[:].apply_sync(lambda: 3) == [3]
+        assert "memory" in rc.store_status()["url"]
+        rc.close()
+    finally:
+        cluster.stop_cluster_sync()

@@ -109,8 +109,9 @@ def test_same_objects_from_the_submodule_paths():
     )
 
 
-def test_bind_kernel_says_why_it_does_not_apply():
-    with pytest.raises(NotImplementedError, match="not IPython kernels"):
+def test_bind_kernel_outside_an_engine_says_where_to_call_it():
+    """As ipyparallel's: a RuntimeError outside an engine (the cluster test binds one)."""
+    with pytest.raises(RuntimeError, match="must be called on an engine"):
         ipp.bind_kernel()
 
 
@@ -118,3 +119,20 @@ def test_version_info_is_a_tuple():
     assert isinstance(ipp.version_info, tuple) and ipp.__version__.startswith(
         ".".join(map(str, ipp.version_info[:2]))
     )
+
+
+@pytest.mark.cluster  # a fresh interpreter: nothing imported the submodules before
+def test_submodules_are_attributes_as_after_import_ipyparallel():
+    """``import ipyparallel as ipp; ipp.error.RemoteError`` works: so does it with zpar."""
+    import subprocess
+    import sys
+
+    code = (
+        "import zpar as ipp\n"
+        "assert ipp.error.RemoteError is ipp.RemoteError\n"
+        "assert ipp.util.interactive is ipp.interactive\n"
+        "assert ipp.serialize.use_pickle is ipp.use_pickle\n"
+        "assert ipp.client.view.DirectView is ipp.DirectView\n"
+        "assert ipp.controller.dependency.require is ipp.require\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -23,9 +23,12 @@ def test_ipyparallel_docs_notebook_runs_with_the_import_changed(zpar_dir, monkey
     assert "import zpar as ipp" in c[0].source
     assert _text(c[0]) == "[0, 1]"
     assert _text(c[1]) == "(2, 2)"
-    assert _text(c[2]) == "2"
-    assert "[stdout:0] only engine 0" in _text(c[3]) and "[stdout:1]" not in _text(c[3])
-    assert "[stdout:1] engine one, not blocking" in _text(c[5])
+    # the first %px loads IPython on the engines (about 0.5 s; seconds on a loaded machine,
+    # when %px shows its progress bar after 2 s, as ipyparallel's): the value ends the text
+    assert _text(c[2]).splitlines()[-1] == "2"
+    # one engine named by an int: a single result, printed without [stdout:N] (ipyparallel)
+    assert _text(c[3]) == "only engine 0\n"
+    assert _text(c[5]) == "engine one, not blocking\n"  # %%px -t 1: a single result
     assert _text(c[6]) == "True"
     assert _text(c[7]) == "True"
     progress = _text(c[8])

@@ -72,19 +72,41 @@ def test_use_pickle_still_sends_closures_by_value(rc):
         dv.use_pickle()
         assert dv.apply_sync(lambda: k) == [3, 3]
     finally:
-        ipp.use_cloudpickle()
+        ipp.serialize.use_default()
+        dv.apply_sync(ipp.serialize.use_default)
     assert dv.apply_sync(add_k, 2) == [5, 5]
 
 
-def test_use_dill_without_dill_says_so():
-    try:
-        import dill  # noqa: F401
-    except ImportError:
-        with pytest.raises(ImportError, match="dill"):
-            ipp.use_dill()
-    else:
+def test_use_dill_without_dill_says_so(monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_dill(name, *args, **kwargs):
+        if name == "dill":
+            raise ImportError("No module named 'dill'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_dill)
+    with pytest.raises(ImportError, match="pip install"):
         ipp.use_dill()
-        ipp.use_cloudpickle()
+
+
+def test_use_dill_here_and_on_the_engines(rc):
+    """ipyparallel's DirectView.use_dill(): dill on both sides (zpar[dill], a test
+    dependency)."""
+    dv = rc[:]
+    # functions as a notebook defines them (dill sends __main__'s by value; this test
+    # module's would go by reference, and the engines cannot import it)
+    ns = {"__name__": "__main__", "k": 4}
+    exec("def add_k(x):\n    return x + k\ntimes_k = lambda x: x * k", ns)
+    try:
+        dv.use_dill()
+        assert dv.apply_sync(ns["add_k"], 1) == [5, 5]
+        assert dv.map_sync(ns["times_k"], range(3)) == [0, 4, 8]
+    finally:
+        ipp.serialize.use_default()
+        dv.apply_sync(ipp.serialize.use_default)
 
 
 def test_pack_and_unpack_apply_message():

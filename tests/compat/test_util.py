@@ -94,3 +94,27 @@ def test_progress_in_a_kernel_without_ipywidgets_falls_back_to_text(monkeypatch,
     bar.close()
     assert "2/2" in out.getvalue()
     assert "ipywidgets is not installed" in caplog.text  # says so, once
+
+
+def test_address_helpers_of_ipyparallel_util():
+    """ipyparallel.util's disambiguate_url & co (issue 24: the n/a rows reopened)."""
+    import socket
+
+    from zpar import util
+
+    assert util.disambiguate_url("tcp://*:5555") == "tcp://127.0.0.1:5555"
+    assert util.disambiguate_url("tcp://0.0.0.0:5555", socket.gethostname()) == (
+        "tcp://127.0.0.1:5555"
+    )
+    assert util.disambiguate_url("tcp://0.0.0.0:1", "127.0.0.1") == "tcp://127.0.0.1:1"
+    assert util.disambiguate_url("tcp://0.0.0.0:1", "192.0.2.7") == "tcp://192.0.2.7:1"
+    assert util.disambiguate_url("tcp://10.1.2.3:1", "192.0.2.7") == "tcp://10.1.2.3:1"
+    assert util.disambiguate_url("ipc:///tmp/x") == "ipc:///tmp/x"
+    assert util.disambiguate_ip_address("*") == "127.0.0.1"
+    ports = util.select_random_ports(3)
+    assert len(set(ports)) == 3 and all(p > 0 for p in ports)
+    assert util.integer_loglevel("DEBUG") == util.integer_loglevel("10") == 10
+    assert util.validate_url_container({"a": ["tcp://127.0.0.1:1", "ipc:///x"]})
+    with pytest.raises(ValueError):
+        util.validate_url_container(["tcp://nope"])
+    assert util.ip_for_host("localhost").startswith("127.")

@@ -9,7 +9,7 @@ from zpar.wire.messages import (
     ClearReply,
     ConnectionReply,
     EngineEvent,
-    ExecuteReply,
+    ExecuteReplyContent,
     ExecuteRequest,
     QueueReply,
     RegistrationReply,
@@ -24,7 +24,7 @@ from zpar.wire.messages import (
 def test_ok_replies_carry_no_error_fields():
     assert ApplyReply("ok").as_dict() == {"status": "ok"}
     assert ClearReply("ok").as_dict() == {"status": "ok"}
-    assert ExecuteReply("ok", execution_count=3, execute_result=None).as_dict() == {
+    assert ExecuteReplyContent("ok", execution_count=3, execute_result=None).as_dict() == {
         "status": "ok",
         "execution_count": 3,
         "execute_result": None,

@@ -59,6 +59,9 @@ def package_tree(where: Path) -> Path:
         if link.is_symlink() or link.exists():
             link.unlink()
         link.symlink_to(target)
+    for link in pkg.iterdir():  # links of a kept tree whose module moved since (the floor plan)
+        if link.is_symlink() and link.name not in wanted:
+            link.unlink()
     return where
 
 

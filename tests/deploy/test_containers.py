@@ -97,26 +97,33 @@ def test_every_compose_command_is_a_valid_zpar_command(docker_compose):
 
 def test_compose_commands_run_a_smoke_job(docker_compose, tmp_path):
     """The services' own commands as processes: /zpar -> a temp dir, 'controller' and the
-    wildcard -> 127.0.0.1 (tests never bind other addresses)."""
+    wildcard -> 127.0.0.1 (tests never bind other addresses), as many engines as the
+    client waits for, and its hold shortened to a second (nothing is killed here:
+    tests/deploy/test_compose_cluster.py does that to containers)."""
     services = compose_services(docker_compose)
     vol = tmp_path / "zpar"
+    client_cmd = services["client"]["command"]
+    engines = int(client_cmd[client_cmd.index("--engines") + 1])
+    assert client_cmd[:3] == ["smoke", "--job", "full"]
 
     def argv(service: str) -> list[str]:
         out = []
         for a in services[service]["command"]:
             address = out and out[-1] in ("--ip", "--location")
-            out.append("127.0.0.1" if address else a.replace("/zpar/", f"{vol}/"))
+            hold = out and out[-1] == "--hold"
+            out.append("127.0.0.1" if address else "1" if hold else a.replace("/zpar/", f"{vol}/"))
         return [sys.executable, "-m", "zpar", *out]
 
     env = dict(os.environ, ZPAR_DIR=str(vol))
     logs = open(tmp_path / "services.log", "wb")
     procs = [subprocess.Popen(argv(s), env=env, stdout=logs, stderr=logs)
-             for s in ("engine", "engine", "controller")]  # fmt: skip
+             for s in (*["engine"] * engines, "controller")]  # fmt: skip
     try:
         client = subprocess.run(argv("client"), env=env, capture_output=True, text=True,
-                                timeout=100)  # fmt: skip
+                                timeout=200)  # fmt: skip
         assert client.returncode == 0, client.stderr + (tmp_path / "services.log").read_text()
-        assert "ran" in client.stderr and "tasks correctly" in client.stderr
+        assert f"job done on {engines} of {engines} engines (no engine lost)" in client.stderr
+        assert "communicator allreduce" in client.stderr and "fetched back" in client.stderr
     finally:
         for p in procs:
             p.terminate()
@@ -130,11 +137,11 @@ def test_compose_commands_run_a_smoke_job(docker_compose, tmp_path):
 
 
 def _dockerfile_steps() -> tuple[list[str], str]:
-    """(paths the COPY lines bring in, the pip command of the RUN line)."""
+    """(paths the build stage's COPY lines bring in, the command of the RUN line)."""
     copies, run = [], ""
     for line in DOCKERFILE.read_text().splitlines():
         words = shlex.split(line) if line and not line.startswith("#") else []
-        if words[:1] == ["COPY"]:
+        if words[:1] == ["COPY"] and not words[1].startswith("--from"):
             copies += words[1:-1]
         elif words[:1] == ["RUN"]:
             run = " ".join(words[1:])
@@ -145,7 +152,7 @@ def test_image_install_in_a_throwaway_venv(tmp_path):
     """The Dockerfile's COPY set is enough for `pip install .`, and what it installs has
     every module (a package missing from pyproject.toml shows up here, not in production)."""
     copies, run = _dockerfile_steps()
-    assert run == "pip install --no-cache-dir ."
+    assert run == "python3 -m venv /opt/zpar && /opt/zpar/bin/pip install --no-cache-dir ."
     src = tmp_path / "src"
     src.mkdir()
     for rel in copies:
@@ -188,3 +195,23 @@ def test_image_install_in_a_throwaway_venv(tmp_path):
     r = subprocess.run([str(env_dir / "bin" / "zpar"), "--version"], capture_output=True,
                        text=True, timeout=60, cwd=tmp_path)  # fmt: skip
     assert r.returncode == 0 and r.stdout.startswith("zpar ")
+
+
+def test_the_image_keeps_no_source_tree_where_it_runs():
+    """The running stage takes only the built venv: a `zpar/` folder in its working
+    directory would hide the installed package from `python -m` (issue 27)."""
+    stages: list[list[list[str]]] = []
+    for line in DOCKERFILE.read_text().splitlines():
+        words = shlex.split(line) if line and not line.startswith("#") else []
+        if words[:1] == ["FROM"]:
+            stages.append([])
+        elif words and stages:
+            stages[-1].append(words)
+    assert len(stages) == 2 and DOCKERFILE.read_text().startswith("# ")
+    last = stages[-1]
+    copies = [w for w in last if w[0] == "COPY"]
+    assert copies == [["COPY", "--from=build", "/opt/zpar", "/opt/zpar"]]
+    workdir = [w[1] for w in last if w[0] == "WORKDIR"]
+    assert workdir and not workdir[-1].startswith("/opt/zpar")
+    base = [line for line in DOCKERFILE.read_text().splitlines() if line.startswith("ARG BASE=")]
+    assert base == ["ARG BASE=python:3.11-slim"]  # the official image unless told otherwise

@@ -163,6 +163,21 @@ def test_mpi_engines_know_their_rank(zpar_dir, mpiexec):
     ]  # fmt: skip
 
 
+def test_mpi_engine_ids_are_their_ranks(zpar_dir, mpiexec):
+    """As ipyparallel's engines under MPI: engine id = MPI_COMM_WORLD rank."""
+    with zpar.Cluster(n=3, engines="mpi", mpi_args=_mpi_args(), timeout=90) as rc:
+        rc.wait_for_engines(3, timeout=60)
+        assert rc.ids == [0, 1, 2]
+        ranks = rc[:].apply_sync(
+            lambda: __import__("zpar.cluster.launchers.mpirank", fromlist=["mpi_rank"]).mpi_rank()
+        )
+        assert ranks == [0, 1, 2]
+        line = HubLine(rc.url_file)
+        info = line.engine_info()
+        line.close()
+        assert {i: info[i]["rank"] for i in info} == {0: 0, 1: 1, 2: 2}
+
+
 def test_missing_mpiexec_is_one_clear_error(zpar_dir):
     c = zpar.Cluster(n=2, engines="mpi", mpi_mpiexec="no-such-mpiexec", timeout=30)
     with pytest.raises(LaunchError, match="'no-such-mpiexec' not found on PATH.*apt-get install"):
@@ -195,7 +210,7 @@ def test_slurm_script(tmp_path):
                  "#SBATCH --time=01:00:00"):  # fmt: skip
         assert want in lines
     assert lines[-1] == (
-        f"srun /opt/py/bin/python -m zpar.engine --file {tmp_path}/zpar-engine.json "
+        f"srun /opt/py/bin/python -P -m zpar.engine --file {tmp_path}/zpar-engine.json "
         "--log-level WARNING"
     )
     subprocess.run(["sh", "-n"], input=text, text=True, check=True)  # valid shell

@@ -145,6 +145,11 @@ def signed_messages(draw, key: bytes, dest: str | None = None):
     ).items():
         header[k] = v
     metadata = draw(st.dictionaries(st.text(max_size=12), msgpack_value, max_size=3))
+    if draw(st.integers(0, 4)) == 0:  # past zpar.wire.bounds: refused by reason, signed
+        chain: list = []
+        for _ in range(draw(st.integers(60, 1000))):
+            chain = [chain]
+        (content if draw(st.booleans()) else metadata)["deep"] = chain
     try:
         _, frames = session.serialize(
             msg_type if isinstance(msg_type, str) else "x",
@@ -153,8 +158,13 @@ def signed_messages(draw, key: bytes, dest: str | None = None):
             metadata=metadata,
             buffers=buffers,
         )
-    except Exception:  # a draw our own sender refuses to encode: send its parts raw
-        frames = [DELIM, os.urandom(32), msgpack.packb([header, {}, {}, {}, []], default=repr)]
+    except Exception:  # a draw our own sender refuses to send: signed by hand if it packs
+        try:
+            env = msgpack.packb([header, {}, metadata, content, [b""] * len(buffers)])
+            frames = [DELIM, session.sign([env, *buffers]), env, *buffers]
+        except Exception:
+            env = msgpack.packb([header, {}, {}, {}, []], default=repr)
+            frames = [DELIM, os.urandom(32), env]
     return [bytes(f) if not isinstance(f, bytes) else f for f in frames]
 
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 import gc
 import os
 import time
+import weakref
 
 import numpy as np
 import pytest
+
+import zpar.serialize
 
 
 def _slow_square(x):
@@ -68,16 +71,16 @@ def test_wait_for_jobs_and_everything(rc):
         rc.wait([3.5])
 
 
-def test_results_are_kept_only_while_held(rc):
+def test_results_are_kept_by_their_asyncresult_not_the_client(rc):
     ar = rc[0].apply_async(lambda: "kept")
     ar.get(timeout=10)
     msg_id = ar.msg_ids[0]
-    assert rc.results[msg_id] == "kept"
-    assert rc.metadata[msg_id]["engine_id"] == 0
+    assert msg_id not in rc.results  # owned by ar (ipyparallel pops it too)
     assert msg_id in rc.history
+    ref = weakref.ref(ar._futures[0])
     del ar
     gc.collect()
-    assert msg_id not in rc.results
+    assert ref() is None  # nothing in the client holds the result
 
 
 def test_client_executor(rc):
@@ -163,7 +166,8 @@ def test_use_pickle_still_sends_local_functions_by_value(rc):
         k = 3
         assert dv.apply_sync(lambda: k) == [3, 3]  # a closure: by value, as ipyparallel
     finally:
-        dv.use_cloudpickle()
+        zpar.serialize.use_default()
+        dv.apply_sync(zpar.serialize.use_default)
     assert dv.apply_sync(lambda: 1) == [1, 1]
 
 

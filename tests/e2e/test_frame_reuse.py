@@ -2,7 +2,9 @@
 (zpar.wire.framememory, docs/decisions.md "W4 maps and W5 large arrays"): by default, or with
 ZPAR_FRAME_REUSE=all, engines and a client started through zpar.Cluster; with
 ZPAR_FRAME_REUSE=engines only engines. Page-fault counts of one round trip, not times: a
-64 MB frame in fresh 4 KiB pages is 16,384 faults."""
+64 MB frame in fresh 4 KiB pages is 16,384 faults. The arrays go through the sockets
+(ZPAR_SHM=0): on one host they would otherwise cross in shared memory, and no frame would
+be received at all (tests/e2e/test_samehost_arrays.py pins that path)."""
 
 from __future__ import annotations
 
@@ -50,6 +52,7 @@ ROUND_TRIPS = textwrap.dedent(
 def _faults(switch: str | None) -> list[list[int]]:
     drop = ("GLIBC_TUNABLES", "ZPAR_FRAME_REUSE")
     env = {k: v for k, v in os.environ.items() if k not in drop}
+    env["ZPAR_SHM"] = "0"  # the socket path, whose frames these counts are about
     if switch is not None:
         env["ZPAR_FRAME_REUSE"] = switch
     out = subprocess.run(

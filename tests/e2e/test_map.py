@@ -108,22 +108,39 @@ def test_default_chunking_of_a_load_balanced_map(rc):
     lv = rc.load_balanced_view()
     for n in (1, 2, 999, 2000, 10_001, 50_000):
         ar = lv.map_async(abs, range(-n, 0))
-        assert len(ar.msg_ids) == auto_chunks(n, len(rc.ids)), n
+        # one task per element for the user (ipyparallel's chunksize=1), few requests
+        assert len(ar.msg_ids) == n and len(ar.request_ids) == auto_chunks(n, len(rc.ids)), n
         assert ar.get(timeout=60) == list(range(n, 0, -1))
         assert len(ar) == n and ar.progress == n
     # chunksize=1 is ipyparallel's default: one task per element
     assert len(lv.map_async(abs, range(7), chunksize=1).msg_ids) == 7
     # a view restricted to some engines chunks for those
     ar = rc.load_balanced_view(targets=[1]).map_async(abs, range(-2000, 0))
-    assert len(ar.msg_ids) == auto_chunks(2000, 1) == 1
-    assert ar.get(timeout=30) == list(range(2000, 0, -1)) and ar.engine_id == [1]
+    assert len(ar.request_ids) == auto_chunks(2000, 1) == 1
+    assert ar.get(timeout=30) == list(range(2000, 0, -1)) and ar.engine_id == [1] * 2000
+
+
+def test_failing_element_fails_alone_by_default(rc):
+    # ipyparallel's default (chunksize=1): one failed element, the others delivered
+    lv = rc.load_balanced_view()
+    values = [1.0] * 2000
+    values[1234] = 0
+    ar = lv.map_async(inverse, values)
+    with pytest.raises(CompositeError) as info:
+        ar.get(timeout=30)
+    (err,) = info.value.errors
+    assert isinstance(err, RemoteError) and err.ename == "ZeroDivisionError"
+    out = ar.get(timeout=30, return_exceptions=True)
+    assert len(out) == 2000 and out[:1234] == [1.0] * 1234 and out[1235:] == [1.0] * 765
+    assert isinstance(out[1234], RemoteError) and ar.metadata[1234]["status"] == "error"
+    assert ar.metadata[1233]["status"] == "ok"
 
 
 def test_failing_element_is_named_and_its_chunk_fails_whole(rc):
     lv = rc.load_balanced_view()
     values = [1.0] * 2000
     values[1234] = 0
-    ar = lv.map_async(inverse, values)  # two chunks of 1000 by default on two engines
+    ar = lv.map_async(inverse, values, chunksize=1000)  # chunks fail whole, as ipyparallel's
     with pytest.raises(CompositeError) as info:
         ar.get(timeout=30)
     (err,) = info.value.errors

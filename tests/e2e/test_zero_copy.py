@@ -1,11 +1,21 @@
-"""A 100 MB array crosses client -> engine -> client without being copied by zpar."""
+"""A 100 MB array crosses client -> engine -> client without being copied by zpar, through
+the sockets (the path between hosts; on one host shared memory carries it instead, pinned
+in test_samehost_arrays.py)."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import zpar.client.directcall as directcall_mod
 import zpar.client.sending as sending_mod
+from zpar.sharedmem import carrier
+
+
+@pytest.fixture(autouse=True)
+def through_sockets(monkeypatch):
+    """As between hosts: this client offers no shared memory, so neither side uses it."""
+    monkeypatch.setattr(carrier, "_enabled", False)
 
 
 def _frame_of(arr):

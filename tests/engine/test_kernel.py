@@ -68,7 +68,9 @@ def test_apply_numpy_function(kernel):
         "status",
         "stdout",
         "stderr",
+        "func",  # the function's name, for the dashboard (docs/protocol.md)
     }
+    assert md["func"] == "sum"
 
 
 def test_apply_lambda_with_kwargs(kernel):
@@ -274,3 +276,14 @@ def test_shutdown_with_restart_of_a_restartable_engine():
         namespace.set_current(None)
     assert reply.content["status"] == ReplyStatus.OK
     assert reply.stop and reply.drain and reply.restart
+
+
+def test_a_map_chunk_reply_names_the_mapped_function(kernel):
+    from zpar.mapchunk import map_chunk
+
+    def square(x):
+        return x * x
+
+    reply = kernel.handle(apply(map_chunk, square, [1, 2, 3]))
+    assert result(reply) == [1, 4, 9]
+    assert reply.metadata["func"] == "square"

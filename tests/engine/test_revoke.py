@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from zpar.engine.revoke import STARTED_MEMORY, RevokeGate
 
 
@@ -66,3 +68,39 @@ def test_each_task_runs_or_is_revoked_exactly_once_across_threads():
         started, revoked = race(RevokeGate(), ids)
         assert sorted(started + revoked, key=int) == ids
         assert not set(started) & set(revoked)
+
+
+def test_an_element_request_gives_back_its_unstarted_tail():
+    gate = RevokeGate()
+    assert gate.start("m")
+    positions = gate.begin("m", 0, 10)
+    assert positions.popleft() == 0 and positions.popleft() == 1  # 0, 1 started
+    assert gate.give_back({"m": 3}) == {"m": [5, 10]}  # keeps 2, 3, 4
+    assert list(positions) == [2, 3, 4]
+    assert gate.give_back({"other": 0}) == {}  # names another request: nothing
+    assert gate.give_back({"m": 0}) == {"m": [2, 5]}
+    assert not positions
+    with pytest.raises(IndexError):
+        positions.popleft()  # the main thread finds nothing left to start
+    gate.end()
+    assert gate.give_back({"m": 0}) == {}  # over: nothing to give
+
+
+def test_give_back_races_the_main_thread_without_running_an_element_twice():
+    gate = RevokeGate()
+    positions = gate.begin("m", 0, 200_000)
+    ran = []
+
+    def main_thread():
+        while True:
+            try:
+                ran.append(positions.popleft())
+            except IndexError:
+                return
+
+    t = threading.Thread(target=main_thread)
+    t.start()
+    given = gate.give_back({"m": 0})
+    t.join()
+    back = range(*given["m"]) if given else range(0)
+    assert sorted([*ran, *back]) == list(range(200_000))  # each once, here or given back

@@ -158,6 +158,56 @@ def test_an_error_with_retries_goes_to_another_engine():
     assert relay.engine == B and not book.live
 
 
+def test_retries_with_a_timeout_wait_for_an_engine_not_yet_failed_then_time_out():
+    """ipyparallel's test_retries: retries=len(engines), timeout=0.1: once every engine
+    failed it, the task waits for another engine (never one it failed on) until its
+    timeout, armed anew when it was requeued, and ends with TaskTimeout."""
+    clock = Clock()
+    book = TaskBook("leastload", 1, clock=clock)
+    book.engine_up(0, A)
+    book.engine_up(1, B)
+    book.submission(b"client", request("t1", retries=2, timeout=0.1))
+    assert sends(book) == [("t1", A)]
+    clock.now += 5  # runs past its timeout: the timeout counts only while it waits
+    book.tick()
+    book.reply(A, b"client", reply("t1", ReplyStatus.ERROR, ename="ValueError"))
+    assert sends(book) == [("t1", B)]
+    book.tick()
+    book.reply(B, b"client", reply("t1", ReplyStatus.ERROR, ename="ValueError"))
+    assert sends(book) == [] and book.live["t1"].state == QUEUED  # A and B failed it
+    assert book.next_deadline() == pytest.approx(clock.now + 0.1)
+    clock.now += 0.05
+    book.tick()
+    assert take(book, FailTask) == []
+    clock.now += 0.1
+    book.tick()
+    (fail,) = take(book, FailTask)
+    assert fail.ename == "TaskTimeout" and not book.live
+
+
+def test_retries_with_a_timeout_run_on_an_engine_that_joins_in_time():
+    clock = Clock()
+    book = TaskBook("leastload", 1, clock=clock)
+    book.engine_up(0, A)
+    book.submission(b"client", request("t1", retries=1, timeout=1))
+    sends(book)
+    book.reply(A, b"client", reply("t1", ReplyStatus.ERROR, ename="ValueError"))
+    assert sends(book) == []
+    book.engine_up(1, B)
+    assert sends(book) == [("t1", B)]
+
+
+def test_retries_without_a_timeout_end_when_every_engine_failed():
+    """zpar's difference (ipython/ipython#7368): no timeout, no wait for ever."""
+    book = two_engines()
+    book.submission(b"client", request("t1", retries=3))
+    for engine in (A, B, A, B):
+        assert sends(book) == [("t1", engine)]
+        book.reply(engine, b"client", reply("t1", ReplyStatus.ERROR, ename="ValueError"))
+    (relay,) = take(book, RelayReply)
+    assert not book.live
+
+
 def test_unmet_dependency_everywhere_is_impossible():
     book = two_engines()
     book.submission(b"client", request("t1"))
@@ -176,7 +226,20 @@ def test_after_waits_for_its_dependency():
     assert sends(book) == [("a", A)]
     assert book.live["b"].state == "waiting"
     book.reply(A, b"client", reply("a"))
-    assert sends(book) == [("b", A)]
+    assert sends(book) == [("b", B)]  # both idle: the one given a task longest ago
+
+
+def test_idle_engines_take_turns():
+    """leastload breaks ties as ipyparallel's (its engines kept in LRU order): tasks sent
+    one after another, each answered first, go to each engine in turn."""
+    book = two_engines()
+    got = []
+    for i in range(4):
+        book.submission(b"client", request(f"t{i}"))
+        [(msg_id, engine)] = sends(book)
+        got.append(engine)
+        book.reply(engine, b"client", reply(msg_id))
+    assert got == [A, B, A, B]
 
 
 def test_follow_runs_where_its_dependency_ran():

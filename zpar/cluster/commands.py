@@ -27,9 +27,10 @@ from zpar.cluster.launcher import (
     stop_cluster,
     url_dir,
 )
-from zpar.cluster.launchers.base import log_tail, rotate_log
+from zpar.cluster.launchers.base import log_tail, open_log
 from zpar.cluster.settings import Settings, create_profile, describe, load
-from zpar.errors import LaunchError
+from zpar.constants import DEFAULT_PROFILE
+from zpar.errors import LaunchError, ZparError
 
 #: exit codes
 RET_OK = 0
@@ -38,7 +39,10 @@ RET_USAGE = 2
 RET_NOT_FOUND = 3
 
 #: Settings that have a flag of their own on `cluster start` / `cluster engines`.
-FLAG_SETTINGS = ("n", "engines", "keep", "ip", "timeout", "log_level", "db", "curve", "port", "key")
+FLAG_SETTINGS = (
+    "n", "engines", "keep", "ip", "timeout", "log_level", "db", "curve", "port", "key",
+    "dashboard",
+)  # fmt: skip
 
 
 def say(text: str) -> None:
@@ -47,12 +51,14 @@ def say(text: str) -> None:
 
 def settings_from(args: argparse.Namespace) -> Settings:
     flags = {name: getattr(args, name, None) for name in FLAG_SETTINGS}
+    origins = {}
     for item in getattr(args, "set", None) or []:
         name, eq, value = item.partition("=")
         if not eq:
             raise ValueError(f"--set {item!r}: use NAME=VALUE, e.g. --set hwm=4")
-        flags[name.strip().replace("-", "_")] = value
-    return load(args.profile, flags)
+        name = name.strip().replace("-", "_")
+        flags[name], origins[name] = value, f"--set {item}"
+    return load(args.profile, flags, origins=origins)
 
 
 class StartProgress:
@@ -92,8 +98,8 @@ def _wait_until_stopped(lc: LocalCluster, owns_controller: bool) -> None:
 
 def _daemonize(argv: list[str], log_path: Path, record: Path, timeout: float) -> int:
     """Run this command again, detached, as the cluster's launcher; wait for its record."""
-    cmd = [sys.executable, "-m", "zpar", *[a for a in argv if a != "--daemon"], "--supervise"]
-    with open(rotate_log(log_path), "ab") as out:
+    cmd = [sys.executable, "-P", "-m", "zpar", *[a for a in argv if a != "--daemon"], "--supervise"]
+    with open_log(log_path) as out:
         proc = subprocess.Popen(
             cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
             start_new_session=True, close_fds=True,
@@ -128,6 +134,11 @@ def cluster_start(args: argparse.Namespace, argv: list[str]) -> int:
     exposure = check_exposure(s.ip, curve=s.curve, insecure=False, force=False)
     if exposure:
         say(f"warning: {exposure}")
+    from zpar.wire.privacy import dashboard_warning
+
+    exposure = dashboard_warning(s.dashboard)
+    if exposure:
+        say(f"warning: {exposure}")
     lc = LocalCluster(s.n, profile=args.profile, cluster_id=cid, settings=s)
     if args.daemon:
         lc.check_not_running()
@@ -149,11 +160,24 @@ def cluster_start(args: argparse.Namespace, argv: list[str]) -> int:
         f"cluster {cid!r} (profile {args.profile!r}, {s.engines} engines) up with {s.n} "
         f"engines in {time.monotonic() - t0:.2f} s; connection file {lc.client_file}"
     )
+    link = _dashboard_link(lc.client_file)
+    if link:
+        say(f"dashboard: {link}")
     if not args.supervise:
         say("press Ctrl-C to stop the cluster")
     _wait_until_stopped(lc, owns_controller=True)
     lc.stop()
     return RET_OK
+
+
+def _dashboard_link(client_file: Path) -> str:
+    """The dashboard's link (token included) from a connection file, "" if none."""
+    from zpar.cluster.connection import read_connection_file
+
+    try:
+        return read_connection_file(client_file).dashboard_link
+    except ZparError:
+        return ""
 
 
 def cluster_engines(args: argparse.Namespace, argv: list[str]) -> int:
@@ -194,8 +218,8 @@ def cluster_engines(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def _daemonize_engines(argv: list[str], log_path: Path, d: Path, cid: str, timeout: float) -> int:
-    cmd = [sys.executable, "-m", "zpar", *[a for a in argv if a != "--daemon"], "--supervise"]
-    with open(rotate_log(log_path), "ab") as out:
+    cmd = [sys.executable, "-P", "-m", "zpar", *[a for a in argv if a != "--daemon"], "--supervise"]
+    with open_log(log_path) as out:
         proc = subprocess.Popen(
             cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
             start_new_session=True, close_fds=True,
@@ -215,8 +239,9 @@ def _daemonize_engines(argv: list[str], log_path: Path, d: Path, cid: str, timeo
 
 
 def cluster_stop(args: argparse.Namespace, argv: list[str]) -> int:
+    """One cluster, or with ``--all`` every cluster of ``--profile`` (every profile without)."""
     targets = (
-        [(args.profile, args.cluster_id)]
+        [(args.profile or DEFAULT_PROFILE, args.cluster_id)]
         if args.cluster_id or not args.all
         else [(st.profile, st.cluster_id) for st, _ in list_clusters(args.profile)]
     )
@@ -246,11 +271,13 @@ def _registered(st: ClusterState) -> str:
 
 
 def cluster_list(args: argparse.Namespace, argv: list[str]) -> int:
+    """Running clusters of ``--profile``, or of every profile without it."""
     rows = list_clusters(args.profile)
     print(f"{'PROFILE':<12} {'CLUSTER':<12} {'LAUNCHER':<8} {'ENGINES':>9} {'PROCS':>5}  URL FILE")
     for st, procs in rows:
         kinds = sorted({s.get("kind", st.launcher) for s in st.engine_sets} or {st.launcher})
-        engines = f"{_registered(st)}/{st.n}"
+        # a controller's own record (no launcher owns it) does not know how many were asked
+        engines = f"{_registered(st)}/{st.n if st.supervisor else '-'}"
         print(
             f"{st.profile:<12} {st.cluster_id:<12} {','.join(kinds):<8} {engines:>9} "
             f"{procs:>5}  {st.url_file}"
@@ -279,10 +306,12 @@ def cluster_status(args: argparse.Namespace, argv: list[str]) -> int:
     finally:
         line.close()
     if args.json:
-        keys = ("pid", "engines", "refused", "total_refused")
+        keys = ("pid", "engines", "refused", "total_refused", "dashboard")
         print(json.dumps({k: st.get(k) for k in keys}, sort_keys=True))
         return RET_OK
     print(f"cluster {cid!r}: controller pid {st['pid']}, {len(st['engines'])} engines")
+    if st.get("dashboard"):
+        print(f"dashboard: {st['dashboard']}")
     print(f"refused messages: {st['total_refused']}")
     for process, counts in sorted(st["refused"].items()):
         if counts:
@@ -311,9 +340,17 @@ def config_show(args: argparse.Namespace, argv: list[str]) -> int:
 
 def smoke(args: argparse.Namespace, argv: list[str]) -> int:
     from zpar.cluster.smoke import smoke_test
+    from zpar.cluster.smokejob import full_job
 
     try:
-        say(f"smoke: {smoke_test(args.file, args.profile, args.engines, args.timeout)}")
+        if args.job == "full":
+            report = full_job(
+                args.file, args.profile, args.engines, args.timeout, args.hold,
+                say=lambda text: say(f"smoke: {text}"),
+            )  # fmt: skip
+        else:
+            report = smoke_test(args.file, args.profile, args.engines, args.timeout)
+        say(f"smoke: {report}")
     except AssertionError as e:
         say(f"smoke: FAILED: {e}")
         return RET_ERROR

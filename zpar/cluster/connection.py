@@ -41,6 +41,27 @@ def profile_dir(profile: str = DEFAULT_PROFILE, *, create: bool = True) -> Path:
     return d
 
 
+def profiles() -> list[str]:
+    """Names of the profiles under zpar_dir(), sorted."""
+    root = zpar_dir()
+    return sorted(p.name[len("profile_") :] for p in root.glob("profile_*") if p.is_dir())
+
+
+def existing_profile(profile: str) -> str:
+    """``profile`` if it exists; ValueError naming those that do otherwise. The default
+    profile always exists (it is made on first use); any other is made only by
+    ``zpar profile create`` or ``zpar cluster start``, so a misspelt name is refused
+    instead of becoming a profile."""
+    profile_name(profile)
+    if profile == DEFAULT_PROFILE or (zpar_dir() / f"profile_{profile}").is_dir():
+        return profile
+    have = ", ".join(sorted({DEFAULT_PROFILE, *profiles()}))
+    raise ValueError(
+        f"no profile {profile!r} in {zpar_dir()} (profiles there: {have}); "
+        f"create it with: zpar profile create {profile}"
+    )
+
+
 def private_dir(path: Path) -> Path:
     """Create ``path`` (and its parents) if missing and make it 0700: owner only."""
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -67,15 +88,30 @@ class ConnectionInfo:
     location: str = ""  # controller host, for humans and ssh tunnels
     cluster_id: str = ""
     controller_pid: int = 0
+    # where controller_pid means that process: pid_namespace() of the controller, and its
+    # start time (a pid reused since is not taken for it)
+    controller_pidns: str = ""
+    controller_started: float = 0.0
     # CurveZMQ (a cluster started with --curve; zpar.wire.curve): the controller's public key
     # and the cluster's client key pair, Z85. Empty: no Curve.
     curve_server_key: str = ""
     curve_public_key: str = ""
     curve_secret_key: str = ""
+    # the dashboard (zpar.dashboard): its page's address and the token every request to it
+    # carries (as Jupyter's server asks); empty: no dashboard
+    dashboard: str = ""
+    dashboard_token: str = ""
 
     @property
     def key_bytes(self) -> bytes:
         return self.key.encode("ascii")
+
+    @property
+    def dashboard_link(self) -> str:
+        """The dashboard's address with its token, "" when the cluster has none."""
+        if not self.dashboard:
+            return ""
+        return f"{self.dashboard}?token={self.dashboard_token}"
 
 
 def write_connection_file(path: Path, info: ConnectionInfo) -> Path:
@@ -178,3 +214,39 @@ def wait_for_connection_file(path: str | Path, timeout: float) -> ConnectionInfo
                 raise
         time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
         delay = min(delay * 2, 0.02)
+
+
+def pid_namespace() -> str:
+    """Where a pid means the same process: this boot's id and this pid namespace's inode
+    ("" where unknown). A container has its own: a pid read from a file written in another
+    container is never checked here."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        return f"{boot}/{os.stat('/proc/self/ns/pid').st_ino}"
+    except OSError:
+        return ""
+
+
+def check_controller_alive(path: str | Path, info: ConnectionInfo) -> None:
+    """Raise ConnectionFileError naming ``path`` and the pid if the controller that wrote
+    it is known to be dead: same pid namespace, and no such process (or another one since)."""
+    pid = info.controller_pid
+    if not pid or not info.controller_pidns or info.controller_pidns != pid_namespace():
+        return  # written on another host or container: only the network can tell
+    import psutil
+
+    try:
+        p = psutil.Process(pid)
+        started = p.create_time()
+        dead = p.status() == psutil.STATUS_ZOMBIE or (
+            info.controller_started and abs(started - info.controller_started) > 0.01
+        )
+    except psutil.NoSuchProcess:
+        dead = True
+    except psutil.Error:
+        return
+    if dead:
+        raise ConnectionFileError(
+            f"connection file {path} names controller pid {pid}, which is no longer running: "
+            "start the cluster again (zpar cluster start) or remove the stale file"
+        )

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import psutil
 
@@ -68,6 +68,35 @@ __all__ = [
 ]
 
 
+class LocalControllerLauncher:
+    """ipyparallel's name for the launcher of a controller on this machine, for code that
+    passes ``Cluster(controller=...)`` a subclass of it: its ``controller_args`` are read
+    (ipyparallel's store flags ``--dictdb`` / ``--sqlitedb`` mean zpar's ``--db memory`` /
+    the default SQLite file; other arguments go to ``zpar controller`` as they are)."""
+
+    controller_args: ClassVar[list[str]] = []
+
+
+#: ipyparallel's controller store flags -> zpar controller arguments
+IPP_STORE_FLAGS = {"--dictdb": ["--db", "memory"], "--sqlitedb": [], "--nodb": ["--db", "memory"]}
+
+
+def controller_args_of(controller: Any) -> list[str]:
+    """zpar controller arguments of an ipyparallel-style controller launcher (class or
+    instance with ``controller_args``); a ValueError names a store zpar does not have."""
+    out: list[str] = []
+    for arg in list(getattr(controller, "controller_args", None) or []):
+        if arg in IPP_STORE_FLAGS:
+            out += IPP_STORE_FLAGS[arg]
+        elif arg.startswith("--mongodb") or arg.startswith("--MongoDB"):
+            raise ValueError(
+                f"{arg}: zpar's task store is SQLite, PostgreSQL or memory (--db URL), not MongoDB"
+            )
+        else:
+            out.append(arg)
+    return out
+
+
 class LocalCluster:
     """A controller (unless ``attach``) and engine sets, started and watched from here."""
 
@@ -81,7 +110,7 @@ class LocalCluster:
         controller_args: Sequence[str] = (),
         engine_args: Sequence[str] = (),
         daemon: bool = False,
-        log_level: str | None = None,
+        log_level: str | int | None = None,
         keep_files: bool = False,
         settings: Settings | None = None,
         engines: str | None = None,
@@ -97,7 +126,7 @@ class LocalCluster:
         settings = settings or Settings(profile=profile)
         overrides = {"ip": ip, "log_level": log_level, "engines": engines, "keep": keep}
         settings = replace(settings, **{k: v for k, v in overrides.items() if v is not None})
-        names.log_level(settings.log_level)
+        settings = replace(settings, log_level=names.log_level(settings.log_level))
         engine_set_class(settings.engines)  # an unknown kind fails here, before any process
         self.settings = settings
         self.n = n
@@ -115,6 +144,8 @@ class LocalCluster:
         self.log_dir = profile_dir(profile) / "log"
         self.controller: subprocess.Popen | None = None
         self.engine_sets: list[EngineSet] = []
+        #: ids of engine sets stopped on purpose (stop_engine_set): not replaced when they exit
+        self._retired: set[int] = set()
         self._controller_log: Path | None = None
         self._recorded: Path | None = None  # the record this launcher wrote (and may remove)
         self._watcher: ProcessWatcher | None = None
@@ -202,7 +233,8 @@ class LocalCluster:
         s = self.settings
         cmd = [
             sys.executable,  # the controller runs here, with this python ([engines] python
-            "-m",  # is for engines)
+            "-P",  # is for engines); -P: the installed zpar, not a source tree in the cwd
+            "-m",
             "zpar.hub",
             "--profile",
             self.profile,
@@ -217,7 +249,8 @@ class LocalCluster:
         ]
         # the profile's and the environment's controller settings, resolved here, so the
         # launcher and its controller agree
-        for name in ("location", "db", "hb_period", "hb_misses", "scheme", "hwm", "port"):
+        names = ("location", "db", "hb_period", "hb_misses", "scheme", "hwm", "port", "dashboard")
+        for name in names:
             if name in s.sources:
                 cmd += [f"--{name.replace('_', '-')}", str(getattr(s, name))]
         if s.insecure:
@@ -279,6 +312,21 @@ class LocalCluster:
             self._hub = HubLine(self.client_file)
         return self._hub
 
+    def stop_engine_set(self, es: EngineSet, timeout: float = 5.0) -> None:
+        """Stop one set of engines (not replaced, even with ``keep``); the cluster now asks
+        for that many fewer."""
+        with self._lock:
+            if es not in self.engine_sets:
+                return
+            self.engine_sets.remove(es)
+            self._retired.add(id(es))
+            self.n = max(0, self.n - es.n)
+        try:
+            es.stop(timeout)
+        finally:
+            if self._recorded is not None:
+                self.save_state()
+
     def _on_exit(self, es: EngineSet, proc: subprocess.Popen) -> None:
         """In the watcher thread, the moment a process ``es`` started has exited."""
         if self._stopping:
@@ -295,7 +343,7 @@ class LocalCluster:
             ids = []
         what = f"engine {ids[0]}" if len(ids) == 1 else f"{es.kind} engine"
         text = f"{what} (pid {proc.pid}) exited with code {proc.returncode}"
-        if not self.settings.keep or self._stopping:
+        if not self.settings.keep or self._stopping or id(es) in self._retired:
             self.on_event(text)
             return
         slot = (es.index, es.local_processes().index(proc) if proc in es.local_processes() else 0)

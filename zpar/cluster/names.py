@@ -35,7 +35,13 @@ def cluster_id(value: str) -> str:
     return value if value == "" else check_name(value, "cluster id")
 
 
-def log_level(value: str) -> str:
+def log_level(value: str | int) -> str:
+    """A level's name: ``"debug"``, ``"DEBUG"`` or ``10`` (logging.DEBUG) give "DEBUG"."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        name = logging.getLevelName(value)
+        if isinstance(name, str) and not name.startswith("Level "):
+            return name
+        raise ValueError(f"invalid log level {value!r}: use one of {', '.join(LOG_LEVELS)}")
     level = str(value).upper()
     if level not in LOG_LEVELS and not isinstance(logging.getLevelName(level), int):
         raise ValueError(f"invalid log level {value!r}: use one of {', '.join(LOG_LEVELS)}")
@@ -50,3 +56,29 @@ def engine_count(value: str | int) -> int:
     if n < 0 or n != float(value):
         raise ValueError(f"invalid number of engines {value!r}: use an integer >= 0")
     return n
+
+
+#: The dashboard setting's value for no dashboard.
+DASHBOARD_OFF = "off"
+
+
+def dashboard_address(value: str) -> str:
+    """``HOST:PORT`` (``[v6]:PORT``; port 0: any free one) or ``off``; ValueError naming
+    what is wrong."""
+    value = str(value).strip()
+    if value.lower() in (DASHBOARD_OFF, ""):
+        return DASHBOARD_OFF
+    split_address(value)
+    return value
+
+
+def split_address(addr: str) -> tuple[str, int]:
+    """``HOST:PORT`` -> (host, port), the brackets of an IPv6 host removed."""
+    host, sep, port = addr.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(
+            f"invalid dashboard address {addr!r}: use HOST:PORT (e.g. 127.0.0.1:8787, "
+            "port 0 for any free one) or 'off'"
+        )
+    return host, int(port)

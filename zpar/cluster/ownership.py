@@ -7,6 +7,10 @@ the first runs, and never refused because of a stale file. The controller's priv
 directory (``/tmp/zpar-*``, ipc sockets and the key handed to the scheduler) records its
 owner's pid; ``sweep_stale_rundirs`` removes those whose owner is gone, and whoever notices
 first (cluster start, stop or list) calls it.
+
+The processes a launcher starts watch it (``watch_owner``): when the Python process that
+owns a ``zpar.Cluster()`` is killed, even by SIGKILL, its controller and engines stop within
+seconds (their own clean stop) instead of outliving it.
 """
 
 from __future__ import annotations
@@ -14,11 +18,16 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import select
 import shutil
+import signal
 import tempfile
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
-from zpar.cluster.connection import profile_dir
+from zpar.cluster.connection import pid_namespace, profile_dir
 from zpar.errors import ClusterBusy
 
 log = logging.getLogger(__name__)
@@ -131,3 +140,72 @@ def sweep_stale_rundirs(tmp: str | None = None) -> list[Path]:
             log.info("removed %s: its controller (pid %d) is gone", d, pid)
             removed.append(d)
     return removed
+
+
+# -- the owner of a cluster's processes ---------------------------------------------------
+
+#: Environment variable naming the process that started a controller or an engine
+#: (``pid:create_time:pid namespace``); when it dies they stop (zpar.cluster.launchers.base.spawn).
+OWNER_ENV = "ZPAR_OWNER"
+#: Seconds a process whose owner died has to stop after SIGTERM before it exits hard.
+OWNER_GONE_GRACE = 5.0
+
+
+def owner_token(pid: int | None = None) -> str:
+    """The value of OWNER_ENV for ``pid`` (default: this process)."""
+    import psutil
+
+    pid = os.getpid() if pid is None else pid
+    return f"{pid}:{psutil.Process(pid).create_time():.3f}:{pid_namespace()}"
+
+
+def _owner_alive(pid: int, created: float) -> bool:
+    import psutil
+
+    try:
+        p = psutil.Process(pid)
+        return abs(p.create_time() - created) < 0.01 and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def watch_owner(on_gone: Callable[[int], None], environ: dict[str, str] | None = None) -> bool:
+    """Call ``on_gone(pid)`` from a thread once the owner OWNER_ENV names has exited (at
+    once if it already has); False if there is none to watch (unset, another pid namespace,
+    malformed). A pidfd wakes the thread the moment the owner dies, even by SIGKILL; where
+    there is none (not Linux >= 5.3), it looks twice a second."""
+    value = (os.environ if environ is None else environ).get(OWNER_ENV, "")
+    pid_s, _, rest = value.partition(":")
+    created_s, _, namespace = rest.partition(":")
+    try:
+        pid, created = int(pid_s), float(created_s)
+    except ValueError:
+        return False
+    if not namespace or namespace != pid_namespace():
+        return False
+    fd = -1
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        fd = -1
+
+    def wait() -> None:
+        if fd >= 0 and _owner_alive(pid, created):
+            select.select([fd], [], [])
+        while _owner_alive(pid, created):
+            time.sleep(0.5)
+        if fd >= 0:
+            os.close(fd)
+        log.warning("the process that started this one (pid %d) exited: stopping", pid)
+        on_gone(pid)
+
+    threading.Thread(target=wait, name="zpar-owner-watch", daemon=True).start()
+    return True
+
+
+def stop_self(pid: int) -> None:
+    """``on_gone`` of watch_owner: SIGTERM to this process (its own clean stop), then exit
+    after OWNER_GONE_GRACE seconds if that did not."""
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(OWNER_GONE_GRACE)
+    os._exit(1)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -86,6 +87,37 @@ class ClusterState:
         return any(s.get("hosts") or s.get("job_id") for s in self.engine_sets)
 
 
+def record_controller(profile: str, cluster_id: str, url_file: Path, launched: bool) -> Path:
+    """A controller's own record, written as it starts (its lock held): a controller
+    started by hand (``zpar controller``) or by a ``zpar.Cluster()`` is then listed and
+    stopped as any other. A launcher that keeps the cluster writes over it, with its own
+    pid and its engines (LocalCluster.save_state)."""
+    from zpar.cluster.launchers.base import ident
+
+    cid = cluster_id or DEFAULT_CLUSTER_ID
+    st = ClusterState(
+        cluster_id=cid,
+        profile=profile,
+        n=0,
+        url_file=str(url_file),
+        launcher="local" if launched else "manual",
+        controller=ident(os.getpid()),
+        started=time.time(),
+    )
+    return st.save(state_file(profile, cid))
+
+
+def forget_controller(profile: str, cluster_id: str) -> None:
+    """Remove the record ``record_controller`` wrote, unless a launcher has taken it over."""
+    path = state_file(profile, cluster_id or DEFAULT_CLUSTER_ID)
+    try:
+        st = ClusterState.load(path)
+    except (OSError, ValueError, TypeError):
+        return
+    if st.controller[:1] == [os.getpid()] and not st.supervisor:
+        path.unlink(missing_ok=True)
+
+
 def cluster_records(profile: str, cluster_id: str) -> list[Path]:
     """The cluster's record and those of engines added to it, main record first."""
     d = profile_dir(profile) / "clusters"
@@ -137,16 +169,28 @@ def _forget_dead_cluster(path: Path, st: ClusterState) -> None:
 
 
 def remove_dead_connection_files(directory: Path) -> None:
-    """Remove connection files there whose controller is no longer running."""
-    from zpar.cluster.connection import CLIENT_FILE, ENGINE_FILE, read_connection_file
+    """Remove connection files there whose controller is no longer running. A file that
+    records its pid namespace is judged only in that namespace: a container sharing the
+    profile's volume never removes the files of a controller in another container."""
+    from zpar.cluster.connection import (
+        CLIENT_FILE,
+        ENGINE_FILE,
+        check_controller_alive,
+        read_connection_file,
+    )
 
     for name in (ENGINE_FILE, CLIENT_FILE):
         path = directory / name
         try:
-            pid = read_connection_file(path).controller_pid
+            info = read_connection_file(path)
         except ZparError:
             continue
-        if pid and not psutil.pid_exists(pid):
+        if info.controller_pidns:
+            try:
+                check_controller_alive(path, info)
+            except ZparError:
+                path.unlink(missing_ok=True)
+        elif info.controller_pid and not psutil.pid_exists(info.controller_pid):
             path.unlink(missing_ok=True)
 
 

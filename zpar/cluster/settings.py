@@ -126,7 +126,14 @@ SPECS: dict[str, Spec] = {
     ),
     "insecure": Spec("controller", bool, "no key and no signatures (trusted networks only)"),
     "curve": Spec("controller", bool, "CurveZMQ on every connection (docs/security.md)"),
-    "log_level": Spec("controller", str, "log level of every process", names.log_level),
+    # a name or logging's int (logging.DEBUG): the check makes it the name
+    "log_level": Spec("controller", object, "log level of every process", names.log_level),
+    "dashboard": Spec(
+        "controller",
+        str,
+        "HOST:PORT of the controller's dashboard page (port 0: any free one; 'off': none)",
+        names.dashboard_address,
+    ),
     # engines and the launcher
     "n": Spec("engines", int, "engines `zpar cluster start` starts", lambda x: x >= 0),
     "engines": Spec("engines", str, "how engines are started", choices=LAUNCHERS),
@@ -167,6 +174,7 @@ class Settings:
     insecure: bool = False
     curve: bool = False
     log_level: str = "WARNING"
+    dashboard: str = "127.0.0.1:0"
     n: int = 2
     engines: str = "local"
     timeout: float = 60.0
@@ -238,7 +246,7 @@ def _coerce(spec: Spec, value: Any) -> Any:
         if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
             raise ValueError("expected a list of strings")
         return tuple(value)
-    if kind is dict:
+    if kind is dict or kind is object:
         return value  # the spec's check parses and validates
     if not isinstance(value, str):
         raise ValueError("expected a string")
@@ -279,8 +287,11 @@ def load(
     profile: str = "default",
     flags: dict[str, Any] | None = None,
     environ: dict[str, str] | None = None,
+    origins: dict[str, str] | None = None,
 ) -> Settings:
-    """Settings of ``profile``: flags (None values ignored) > environment > file > default."""
+    """Settings of ``profile``: flags (None values ignored) > environment > file > default.
+    ``origins``: where a flag's value came from, for errors (default "flag --NAME"): e.g.
+    "--set hwm=x" or "zpar.Cluster(hwm=...)"."""
     names.profile_name(profile)
     environ = os.environ if environ is None else environ
     values: dict[str, Any] = {}
@@ -295,7 +306,8 @@ def load(
             sources[name] = f"environment {var}"
     for name, value in (flags or {}).items():
         if value is not None:
-            values[name] = convert(name, value, f"flag --{name.replace('_', '-')}")
+            where = (origins or {}).get(name) or f"flag --{name.replace('_', '-')}"
+            values[name] = convert(name, value, where)
             sources[name] = "flag"
     return Settings(**values, profile=profile, sources=sources)
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import cloudpickle
 
+from zpar import namespace
 from zpar.constants import OOB_THRESHOLD
 from zpar.errors import SerializationError
 from zpar.wire import frame_view
@@ -366,16 +367,28 @@ def unpack_apply(frames: Sequence[Any]) -> tuple[Any, tuple[Any, ...], dict[str,
 # -- ipyparallel's serialize names ---------------------------------------------------------
 
 
+def use_default() -> None:
+    """zpar's default: cloudpickle, and functions shipped by value run over the engine's
+    namespace, filled in with the names they captured (what ``use_pickle`` and
+    ``use_cloudpickle`` change; run it on engines with ``view.apply_sync(use_default)``)."""
+    set_pickler("cloudpickle")
+    namespace.set_globals_rule(namespace.GLOBALS_MERGED)
+
+
 def use_pickle() -> None:
     """Data by the standard pickle; functions defined in ``__main__`` or inside other
     functions still travel by value (as in ipyparallel, whose use_pickle keeps canning
-    functions)."""
+    functions) and, on an engine, run over its namespace alone (ipyparallel's canning)."""
     set_pickler("pickle")
+    namespace.set_globals_rule(namespace.GLOBALS_NAMESPACE)
 
 
 def use_cloudpickle() -> None:
-    """Everything through cloudpickle (the default)."""
+    """Everything through cloudpickle (the default); on an engine, functions shipped by
+    value then use the globals they captured, the client's values (as ipyparallel with
+    cloudpickle)."""
     set_pickler("cloudpickle")
+    namespace.set_globals_rule(namespace.GLOBALS_CAPTURED)
 
 
 def use_dill() -> None:

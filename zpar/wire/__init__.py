@@ -46,6 +46,7 @@ The package's modules, one job each (import from ``zpar.wire``):
 - session: Session, which builds, serializes, verifies (through its Signer) and refuses
   replays (through its ReplayGuard)
 - received: Message and LazyMessage, what a checked message is handed on as
+- segref: SegmentRef, a buffer carried by shared memory, named in the envelope
 - multipart: recv_message / send_frames on a socket
 """
 
@@ -75,6 +76,7 @@ from .frames import (
 )
 from .multipart import recv_message, send_frames
 from .received import LazyMessage, Message
+from .segref import SegmentRef, is_descriptor
 from .session import Session
 
 #: the names tests and older callers import (see envelope.signed_parts)
@@ -86,6 +88,7 @@ __all__ = [
     "SIGNATURE_SIZE",
     "LazyMessage",
     "Message",
+    "SegmentRef",
     "Session",
     "batch",
     "batch_counts",
@@ -98,6 +101,7 @@ __all__ = [
     "frame_view",
     "head_frames",
     "is_batch",
+    "is_descriptor",
     "message_buffers",
     "pack",
     "recv_message",

@@ -12,7 +12,17 @@ from zpar.wire.msgtypes import extension_type
 
 from ..constants import BUFFER_TAG_SIZE, INLINE_SIGNED_MAX, MAX_MSG_ID, PROTOCOL_VERSION
 from ..errors import RemoteProtocolError
+from .bounds import (
+    MAX_NESTING,
+    MAX_SESSION,
+    MAX_USERNAME,
+    check_header_strings,
+    check_nesting,
+    flat,
+    nesting_within,
+)
 from .frames import decode, frame_view, signed_inline
+from .segref import is_descriptor
 
 #: msg_type names a receiver accepts: every MsgType (new ones join by being added there),
 #: and the capabilities' (msgtypes.extension_type), checked only when not one of these.
@@ -27,13 +37,16 @@ def _sound(h: dict, version: bool) -> bool:
     """Whether a header (a dict) is the common, sound one, in one expression; check_header
     says what is wrong with any other."""
     msg_id, msg_type, date = h.get("msg_id"), h.get("msg_type"), h.get("date", 0.0)
-    dest = h.get("dest")
+    dest, session, username = h.get("dest"), h.get("session", ""), h.get("username", "")
     return (
         type(msg_id) is str
         and 0 < len(msg_id) <= MAX_MSG_ID
         and type(msg_type) is str
         and msg_type in KNOWN_TYPES
-        and type(h.get("session", "")) is str
+        and type(session) is str
+        and len(session) <= MAX_SESSION
+        and type(username) is str
+        and len(username) <= MAX_USERNAME
         and (type(date) is float or type(date) is int)
         and (dest is None or type(dest) is str)
         and (not version or h.get("version") == PROTOCOL_VERSION)
@@ -68,6 +81,7 @@ def check_header(h: Any, what: str, *, version: bool = True) -> None:
         raise RemoteProtocolError("malformed", f"{what} dest must be a str")
     if version and h.get("version") != PROTOCOL_VERSION:
         raise version_error(h.get("version"))
+    check_header_strings(h)
 
 
 def version_error(theirs: Any) -> RemoteProtocolError:
@@ -117,6 +131,10 @@ def check_envelope(env: Any, n_buffers: int | None) -> tuple[dict, dict, dict, d
             and tags.count(b"") == len(tags)  # every buffer signed inline (small)
             and _sound(header, True)
             and (not parent or _sound(parent, False))
+            and (flat(map(type, header.values())) or nesting_within(header))
+            and (flat(map(type, parent.values())) or nesting_within(parent))
+            and (flat(map(type, metadata.values())) or nesting_within(metadata))
+            and (flat(map(type, content.values())) or nesting_within(content))
         ):
             return header, parent, metadata, content, tags
     if not isinstance(env, list) or len(env) != 5:
@@ -138,6 +156,18 @@ def check_envelope(env: Any, n_buffers: int | None) -> tuple[dict, dict, dict, d
             f"buffer(s), the message has {n_buffers}",
         )
     for t in tags:
-        if t is not None and not (isinstance(t, bytes) and len(t) in (0, BUFFER_TAG_SIZE)):
-            raise RemoteProtocolError("malformed", "buffer tags must be b'' or 16 bytes")
+        if type(t) is list:
+            if not is_descriptor(t):
+                raise RemoteProtocolError("malformed", "a shared-memory descriptor is malformed")
+        elif t is not None and not (isinstance(t, bytes) and len(t) in (0, BUFFER_TAG_SIZE)):
+            raise RemoteProtocolError(
+                "malformed", "buffer tags must be b'', 16 bytes or a segment descriptor"
+            )
+    check_nesting(header, "header", MAX_NESTING)
+    for part, name in ((parent, "parent_header"), (metadata, "metadata"), (content, "content")):
+        try:
+            check_nesting(part, name, MAX_NESTING)
+        except RemoteProtocolError as e:
+            e.header = header  # sound: the hub answers a query refused so (hub.hub)
+            raise
     return header, parent, metadata, content, tags

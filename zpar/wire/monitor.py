@@ -23,6 +23,8 @@ from typing import Any
 
 import msgpack
 
+from zpar.constants import STORE_RESULT_LIMIT
+from zpar.wire.frames import HEAD_FRAMES, frame_bytes, nbytes
 from zpar.wire.messages import MON_TASK_BATCH, TASK_DEST, TASK_IN, TASK_OUT, TASK_RETRY
 
 _packb = msgpack.Packer(use_bin_type=True).pack
@@ -32,12 +34,14 @@ _packb = msgpack.Packer(use_bin_type=True).pack
 class TaskIn:
     """A load-balanced request reached the scheduler; ``engine``: the engine it was placed
     on before this batch left (its TaskDest folded in: one event, one record update for
-    the hub), "" if it was not."""
+    the hub), "" if it was not; ``request``: its envelope and buffers for the store (so any
+    client can resubmit it), None when larger than the store keeps (request_parts)."""
 
     client: bytes
     header: dict[str, Any]
     metadata: dict[str, Any]
     engine: str = ""
+    request: list[bytes] | None = None
 
     kind = TASK_IN
 
@@ -82,7 +86,13 @@ TaskEvent = TaskIn | TaskDest | TaskOut | TaskRetry
 
 _KINDS: dict[str, type] = {c.kind: c for c in (TaskIn, TaskDest, TaskOut, TaskRetry)}
 _TYPES: dict[type, dict[str, type | tuple[type, ...]]] = {
-    TaskIn: {"client": bytes, "header": dict, "metadata": dict, "engine": str},
+    TaskIn: {
+        "client": bytes,
+        "header": dict,
+        "metadata": dict,
+        "engine": str,
+        "request": (list, type(None)),
+    },
     TaskDest: {"msg_id": str, "engine": str},
     TaskOut: {
         "engine": str,
@@ -140,6 +150,16 @@ def unpack_batch(data: Any) -> Iterator[TaskEvent | str]:
             yield f"malformed {cls.__name__} event"
             continue
         yield cls(*values)
+
+
+def request_parts(frames: list[Any]) -> list[bytes] | None:
+    """A request's envelope and buffers (``frames`` from the delimiter on) as the hub's
+    store keeps them for resubmit; None when they are larger than it keeps results
+    (STORE_RESULT_LIMIT): the store's bound on a record's bytes applies to requests too."""
+    parts = frames[HEAD_FRAMES - 1 :]
+    if sum(map(nbytes, parts)) > STORE_RESULT_LIMIT:
+        return None
+    return [p if type(p) is bytes else frame_bytes(p) for p in parts]
 
 
 def split_monitor(frames: list[Any]) -> tuple[bytes, list[Any]]:

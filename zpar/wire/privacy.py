@@ -74,3 +74,21 @@ def check_exposure(ip: str, *, curve: bool, insecure: bool, force: bool) -> str 
         "results) crosses the network readable by anyone on the path; use --curve "
         "(docs/security.md)"
     )
+
+
+def dashboard_warning(address: str) -> str | None:
+    """The warning for a dashboard other hosts can reach (None on loopback or off): its
+    token keeps strangers out, but the page and its token cross the network in clear."""
+    from zpar.cluster.names import DASHBOARD_OFF, split_address
+
+    if address == DASHBOARD_OFF:
+        return None
+    host = split_address(address)[0]
+    exposed = exposed_addresses(host)
+    if not exposed:
+        return None
+    return (
+        f"the dashboard listens on {', '.join(exposed)}: anyone on the path can read the "
+        "page and its token (plain HTTP); keep it on 127.0.0.1 and reach it through an ssh "
+        "tunnel (docs/dashboard.md)"
+    )

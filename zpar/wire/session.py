@@ -24,6 +24,13 @@ from ..constants import (
 )
 from ..errors import LocalProtocolError, RemoteProtocolError
 from .batching import is_batch, split_messages, unbatch
+from .bounds import (
+    MAX_ENVELOPE,
+    MAX_NESTING,
+    check_envelope_size,
+    flat,
+    nesting_within,
+)
 from .envelope import check_envelope, sniff_version, version_error
 from .frames import (
     HEAD_FRAMES,
@@ -38,6 +45,7 @@ from .frames import (
 from .multipart import send_frames
 from .received import LazyMessage, Message
 from .replay import ReplayGuard
+from .segref import SegmentRef
 from .signing import Signer
 
 log = logging.getLogger(__name__)
@@ -134,9 +142,12 @@ class Session:
         """The keyed BLAKE3 tag of one buffer; None without a key."""
         return None if self._signer is None else self._signer.tag(buffer)
 
-    def _tags(self, buffers: Sequence[Any], private: bool) -> list[bytes | None]:
-        tags: list[bytes | None] = []
+    def _tags(self, buffers: Sequence[Any], private: bool) -> list[Any]:
+        tags: list[Any] = []
         for b in buffers:
+            if type(b) is SegmentRef:
+                tags.append(b.desc)  # its descriptor, signed in the envelope (wire.segref)
+                continue
             n = len(b) if type(b) is bytes else nbytes(b)
             if n < INLINE_SIGNED_MAX:
                 tags.append(b"")  # signed inline
@@ -174,11 +185,28 @@ class Session:
         elif dest is not None:
             header["dest"] = dest
         p = packb or encode
+        if (metadata and not (flat(map(type, metadata.values())) or nesting_within(metadata))) or (
+            content and not (flat(map(type, content.values())) or nesting_within(content))
+        ):
+            name = "content" if nesting_within(metadata or {}) else "metadata"
+            raise LocalProtocolError(
+                f"the {msg_type} message's {name} nests maps or lists deeper than "
+                f"{MAX_NESTING} levels: receivers refuse it (send such data as an "
+                "argument or a result, which are pickled)"
+            )
         tags = self._tags(buffers, private)
         try:
             envelope = p([header, parent or {}, metadata or {}, content or {}, tags])
         except (TypeError, ValueError, OverflowError) as e:
             raise LocalProtocolError(f"cannot encode {msg_type} message with msgpack: {e}") from e
+        if len(tags) != tags.count(b"") and any(type(t) is list for t in tags):
+            buffers = [b"" if type(b) is SegmentRef else b for b in buffers]
+        if len(envelope) > MAX_ENVELOPE:
+            raise LocalProtocolError(
+                f"the {msg_type} message's envelope is {len(envelope)} bytes, at most "
+                f"{MAX_ENVELOPE}: send large data as buffers (arrays, bytes), not in its "
+                "metadata or content"
+            )
         signature = b"" if self._signer is None else self._signer.signature(envelope, buffers)
         return header, [DELIM, signature, envelope, *buffers]
 
@@ -291,6 +319,10 @@ class Session:
         if self._signer is None:
             return
         for i, (t, b) in enumerate(zip(tags, buffers, strict=True)):
+            if type(t) is list:  # a segment's descriptor (signed): its frame is empty
+                if nbytes(b):
+                    raise RemoteProtocolError("bad-buffer", f"buffer {i} is not the one signed")
+                continue
             if type(b) is bytes and len(b) < INLINE_SIGNED_MAX or signed_inline(b):
                 if t != b"":  # the signer tagged a large buffer here
                     raise RemoteProtocolError("bad-buffer", f"buffer {i} is not the one signed")
@@ -341,6 +373,8 @@ class Session:
         else:
             signature, envelope = self._verify(frames, replay)
             seen = int.from_bytes(signature[:8], "little") if replay and self._signer else None
+        if len(envelope) > MAX_ENVELOPE:
+            check_envelope_size(envelope)
         try:
             env = decode(envelope)
         except Exception as e:  # msgpack raises several unrelated types

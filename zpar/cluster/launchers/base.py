@@ -16,7 +16,7 @@ import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, BinaryIO, ClassVar
 
 import psutil
 
@@ -50,6 +50,7 @@ class LaunchContext:
     def engine_args(self, engine_file: str | Path | None = None) -> list[str]:
         """Arguments of ``python -m zpar.engine`` for one engine of this cluster."""
         return [
+            "-P",  # the installed zpar, not a source tree in the cwd (engine/__main__.py)
             "-m",
             "zpar.engine",
             "--file",
@@ -72,12 +73,25 @@ def rotate_log(path: Path, backups: int = LOG_BACKUPS) -> Path:
     return path
 
 
+def open_log(path: Path) -> BinaryIO:
+    """A freshly rotated log file, opened for appending, mode 0600 (docs/security.md: a log
+    holds task output and tracebacks); an empty file left by an older version with another
+    mode is made 0600 too."""
+    out = open(rotate_log(path), "ab", opener=lambda p, f: os.open(p, f, 0o600))  # noqa: SIM115
+    os.fchmod(out.fileno(), 0o600)
+    return out
+
+
 def spawn(
     cmd: list[str], log_path: Path, daemon: bool, env: dict | None = None
 ) -> subprocess.Popen:
-    """Start ``cmd`` with stdout and stderr into a freshly rotated ``log_path``."""
-    # 0600: a log holds task output and tracebacks (docs/security.md)
-    with open(rotate_log(log_path), "ab", opener=lambda p, f: os.open(p, f, 0o600)) as out:
+    """Start ``cmd`` with stdout and stderr into a freshly rotated ``log_path``. Unless
+    ``daemon``, the process watches this one and stops when it dies (zpar.cluster.ownership)."""
+    if not daemon:
+        from zpar.cluster.ownership import OWNER_ENV, owner_token
+
+        env = {**(os.environ if env is None else env), OWNER_ENV: owner_token()}
+    with open_log(log_path) as out:
         return subprocess.Popen(
             cmd,
             stdin=subprocess.DEVNULL,

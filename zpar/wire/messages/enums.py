@@ -28,6 +28,13 @@ class MsgType(StrEnum):
     DB_REPLY = "db_reply"
     HUB_HISTORY_REQUEST = "hub_history_request"
     HUB_HISTORY_REPLY = "hub_history_reply"
+    RESUBMIT_REQUEST = "resubmit_request"
+    RESUBMIT_REPLY = "resubmit_reply"
+    # ipyparallel's become_dask / stop_dask: a dask.distributed scheduler in the controller
+    BECOME_DASK_REQUEST = "become_dask_request"
+    BECOME_DASK_REPLY = "become_dask_reply"
+    STOP_DASK_REQUEST = "stop_dask_request"
+    STOP_DASK_REPLY = "stop_dask_reply"
     SHUTDOWN_HUB_REQUEST = "shutdown_hub_request"
     SHUTDOWN_HUB_REPLY = "shutdown_hub_reply"
     # client -> hub -> each engine's signal thread (the engine's main thread may be busy)
@@ -54,6 +61,16 @@ class MsgType(StrEnum):
     # iopub
     STREAM = "stream"
     STATUS = "status"
+    # iopub, from an engine's IPython shell (execute_request; engine/ipyshell.py): the
+    # Jupyter messages of the same names, so the client shows them as ipyparallel does
+    EXECUTE_INPUT = "execute_input"
+    EXECUTE_RESULT = "execute_result"
+    DISPLAY_DATA = "display_data"
+    UPDATE_DISPLAY_DATA = "update_display_data"
+    CLEAR_OUTPUT = "clear_output"
+    ERROR = "error"
+    # ipyparallel.datapub's publish_data on an engine (zpar.datapub), shown as ar.data
+    DATA_MESSAGE = "data_message"
     # typed batched calls (zpar.typed, seed 000): n calls of one registered function in one
     # message, arguments as one raw frame per type array, no pickle
     TYPED_REQUEST = "typed_request"
@@ -90,6 +107,9 @@ class MsgType(StrEnum):
     # tasks it was given but has not started (engine/revoke.py), to place them elsewhere
     REVOKE_REQUEST = "revoke_request"
     REVOKE_REPLY = "revoke_reply"
+    # dashboard (issue 29): an engine's CPU and memory, from its signal thread to the hub's
+    # registration ROUTER every ENGINE_STATS_INTERVAL; never answered
+    ENGINE_STATS = "engine_stats"
 
 
 class ReplyStatus(StrEnum):

@@ -81,7 +81,7 @@ class ExecuteRequest(Content):
 
 
 @dataclass(frozen=True, slots=True)
-class ExecuteReply(Content):
+class ExecuteReplyContent(Content):
     """execute_result: repr of the last expression, if the code ended with one."""
 
     msg_type = MsgType.EXECUTE_REPLY
@@ -104,9 +104,77 @@ class Stream(Content):
 
 
 @dataclass(frozen=True, slots=True)
+class DataMessage(Content):
+    """IOPub: a task's publish_data (zpar.datapub); ``data`` is the dict, pickled."""
+
+    msg_type = MsgType.DATA_MESSAGE
+    keys: list
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class StatusMessage(Content):
     msg_type = MsgType.STATUS
     execution_state: str  # 'busy' or 'idle'
+
+
+@dataclass(frozen=True, slots=True)
+class ExecuteInput(Content):
+    """IOPub: the code an execute_request runs, before it runs (Jupyter's message)."""
+
+    msg_type = MsgType.EXECUTE_INPUT
+    code: str
+    execution_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class ExecuteResult(Content):
+    """IOPub: the value of an execute_request's last expression, as a mime bundle (``data``
+    maps mime types to str, binary types base64-encoded, as Jupyter's)."""
+
+    msg_type = MsgType.EXECUTE_RESULT
+    execution_count: int
+    data: dict
+    metadata: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class DisplayData(Content):
+    """IOPub: one ``display()`` (a figure, HTML...); the reply's metadata ``outputs`` keeps
+    the same maps. ``transient``: {display_id} of an updatable display."""
+
+    msg_type = MsgType.DISPLAY_DATA
+    data: dict
+    metadata: dict = field(default_factory=dict)
+    transient: dict = optional({})
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateDisplayData(Content):
+    """IOPub: new data for the display ``transient["display_id"]`` shown earlier."""
+
+    msg_type = MsgType.UPDATE_DISPLAY_DATA
+    data: dict
+    metadata: dict = field(default_factory=dict)
+    transient: dict = optional({})
+
+
+@dataclass(frozen=True, slots=True)
+class ClearOutput(Content):
+    """IOPub: ``IPython.display.clear_output(wait)``."""
+
+    msg_type = MsgType.CLEAR_OUTPUT
+    wait: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorMessage(Content):
+    """IOPub: the error an execute_request raised (the reply carries it too)."""
+
+    msg_type = MsgType.ERROR
+    ename: str
+    evalue: str
+    traceback: list = field(default_factory=list)
 
 
 # -- typed batched calls (zpar.typed) -------------------------------------------------------

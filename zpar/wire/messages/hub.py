@@ -96,6 +96,16 @@ class RefusedReport(Content):
 
 
 @dataclass(frozen=True, slots=True)
+class EngineStats(Content):
+    """An engine process's resources, for the dashboard (sent every ENGINE_STATS_INTERVAL
+    by its signal thread; the hub names the sender from its identity, as for refusals)."""
+
+    msg_type = MsgType.ENGINE_STATS
+    cpu: float = 0.0  # percent of one core since the last report
+    rss: int = 0  # resident bytes
+
+
+@dataclass(frozen=True, slots=True)
 class ControllerStatusRequest(Content):
     msg_type = MsgType.CONTROLLER_STATUS_REQUEST
 
@@ -191,6 +201,53 @@ class HubHistoryReply(Content):
     msg_type = MsgType.HUB_HISTORY_REPLY
     status: str
     history: list = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class ResubmitRequest(Content):
+    """Run stored tasks again, under new msg_ids (ipyparallel's Client.resubmit)."""
+
+    msg_type = MsgType.RESUBMIT_REQUEST
+    msg_ids: list = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class ResubmitReply(Content):
+    msg_type = MsgType.RESUBMIT_REPLY
+    status: str
+    #: {old msg_id: new msg_id}
+    resubmitted: dict = field(default_factory=dict)
+    evalue: str = optional("")
+
+
+@dataclass(frozen=True, slots=True)
+class BecomeDaskRequest(Content):
+    """Start (once) a dask.distributed Scheduler in the controller (hub/daskhost.py)."""
+
+    msg_type = MsgType.BECOME_DASK_REQUEST
+    scheduler_args: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class BecomeDaskReply(Content):
+    msg_type = MsgType.BECOME_DASK_REPLY
+    status: str
+    address: str = ""
+    ip: str = ""
+    port: int = 0
+    evalue: str = optional("")
+
+
+@dataclass(frozen=True, slots=True)
+class StopDaskRequest(Content):
+    msg_type = MsgType.STOP_DASK_REQUEST
+
+
+@dataclass(frozen=True, slots=True)
+class StopDaskReply(Content):
+    msg_type = MsgType.STOP_DASK_REPLY
+    status: str
+    evalue: str = optional("")
 
 
 @dataclass(frozen=True, slots=True)

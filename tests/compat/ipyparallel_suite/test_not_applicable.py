@@ -1,0 +1,31 @@
+"""docs/api.md's list of ipyparallel tests that do not apply to zpar: well formed (fast tier)."""
+
+from __future__ import annotations
+
+import re
+
+from . import suite
+
+#: reasons that are no reason: the row must say why the test has no meaning in zpar
+NON_REASONS = re.compile(r"not (yet )?implemented|todo|later|fails", re.IGNORECASE)
+
+
+def test_each_row_names_a_test_of_the_suite_and_a_reason():
+    rows = suite.not_applicable()
+    for test_id, reason in rows.items():
+        assert test_id.split("::", 1)[0] in suite.FILES, f"{test_id}: not a file the suite runs"
+        assert len(reason) >= 30, f"{test_id}: give the reason a user would accept: {reason!r}"
+        assert not NON_REASONS.search(reason), f"{test_id}: {reason!r} is not a reason"
+
+
+def test_the_table_is_found(tmp_path):
+    md = tmp_path / "api.md"
+    md.write_text(
+        "## Other\n| `test_view.py::TestView::test_x` | not this one |\n"
+        f"{suite.NA_HEADING} (not applicable)\n\n| test | why |\n|---|---|\n"
+        "| `test_view.py::TestView::test_y` | zpar has no traitlets configuration |\n"
+        "## After\n"
+    )
+    assert suite.not_applicable(md) == {
+        "test_view.py::TestView::test_y": "zpar has no traitlets configuration"
+    }

@@ -1,0 +1,147 @@
+"""The hub's task records as ipyparallel's clients see them: ``hub_history()``,
+``db_query`` with dates as datetimes (given back in queries), ``keys``, and task labels
+(``set_flags(label=)``, ``temp_flags(label=)``, ``ar.label``, ``db_query({'label': ...})``).
+
+Written from ipyparallel 9.2's tests/test_client.py (test_db_query_dt, test_hub_history,
+test_db_query_keys, test_db_query_in) and tests/test_label.py."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+
+import pytest
+
+import zpar as ipp
+from zpar.util import utc
+
+pytestmark = pytest.mark.cluster
+
+
+def _hub_knows(rc, msg_ids, timeout=10.0):
+    """Wait until the hub has heard of these tasks finishing (it hears from batched copies,
+    a moment after the client has the results)."""
+    ids = list(msg_ids)
+    deadline = time.monotonic() + timeout
+    while len(rc.db_query({"msg_id": {"$in": ids}, "completed": {"$ne": None}})) < len(ids):
+        assert time.monotonic() < deadline, "the hub did not hear of every task"
+        time.sleep(0.05)
+
+
+def test_db_query_dt(rc):
+    """test db query by date"""
+    for _ in range(4):
+        rc[:].apply_sync(lambda: 1)
+    _hub_knows(rc, rc.history)
+    hist = rc.hub_history()
+    middle = rc.db_query({"msg_id": hist[len(hist) // 2]})[0]
+    tic = middle["submitted"]
+    assert isinstance(tic, datetime) and tic.tzinfo is not None
+    before = rc.db_query({"submitted": {"$lt": tic}})
+    after = rc.db_query({"submitted": {"$gte": tic}})
+    assert len(before) + len(after) == len(hist)
+    assert all(b["submitted"] < tic for b in before)
+    assert all(a["submitted"] >= tic for a in after)
+    same = rc.db_query({"submitted": tic})
+    assert [s["msg_id"] for s in same] == [middle["msg_id"]]
+
+
+def test_record_dates_are_datetimes(rc):
+    ar = rc.load_balanced_view().apply_async(lambda: 1)
+    ar.get(10)
+    _hub_knows(rc, ar.msg_ids)
+    [rec] = rc.db_query({"msg_id": ar.msg_ids[0]})
+    for key in ("submitted", "started", "completed", "received"):
+        assert isinstance(rec[key], datetime) and rec[key].tzinfo is not None, key
+    assert rec["submitted"] <= rec["started"] <= rec["completed"] <= rec["received"]
+    assert isinstance(rec["header"]["date"], datetime)
+    assert rec["submitted"] == ar.submitted  # the client's metadata says the same
+    for key in ("submitted", "started", "completed", "received"):
+        assert isinstance(ar.metadata[key], datetime), key
+
+
+def test_hub_history(rc):
+    rc.load_balanced_view().apply_sync(lambda: 1)
+    hist = rc.hub_history()
+    recs = {r["msg_id"]: r for r in rc.db_query({"msg_id": {"$ne": ""}})}
+    latest = datetime(1984, 1, 1).replace(tzinfo=utc)
+    for msg_id in hist:
+        newt = recs[msg_id]["submitted"]
+        assert newt >= latest
+        latest = newt
+    ar = rc[-1].apply_async(lambda: 1)
+    ar.get()
+    _hub_knows(rc, ar.msg_ids)
+    assert rc.hub_history()[-1:] == ar.msg_ids
+
+
+def test_db_query_keys_and_msg_id(rc):
+    rc[:].apply_sync(lambda: 1)
+    found = rc.db_query({"msg_id": {"$ne": ""}}, keys=["submitted", "completed"])
+    assert found and all(set(r) == {"msg_id", "submitted", "completed"} for r in found)
+    assert all(set(r) == {"msg_id"} for r in rc.db_query({"msg_id": {"$ne": ""}}, keys="msg_id"))
+    for rec in rc.db_query({"msg_id": {"$ne": ""}}):
+        assert "buffers" not in rec and "result_buffers" not in rec and "request" not in rec
+        assert {"label", "received", "resubmitted"} <= set(rec)
+    hist = rc.hub_history()
+    even, odd = hist[::2], hist[1::2]
+    assert {r["msg_id"] for r in rc.db_query({"msg_id": {"$in": even}})} == set(even)
+    assert {r["msg_id"] for r in rc.db_query({"msg_id": {"$nin": even}})} == set(odd)
+
+
+def _run_labelled(view):
+    """ipyparallel's test_label.run_tasks: a map under temp_flags, applies under set_flags."""
+    with view.temp_flags(label="mylabel_map"):
+        mapped = view.map_async(lambda t: t, [1.1, 1.2, 1.3, 1.4, 1.5])
+    applied = [
+        view.set_flags(label=f"mylabel_apply_{i:02}").apply_async(lambda t: t, 2 + i / 10)
+        for i in range(5)
+    ]
+    view.wait([mapped, *applied])
+    return mapped, applied
+
+
+def _labels_in_store(rc):
+    data = rc.db_query({"label": {"$nin": [""]}}, keys=["msg_id", "label"])
+    return sorted(d["label"] for d in data)
+
+
+@pytest.mark.parametrize("kind", ["balanced", "direct"])
+def test_labels(rc, kind):
+    rc.purge_everything()
+    view = rc.load_balanced_view() if kind == "balanced" else rc[:]
+    mapped, applied = _run_labelled(view)
+    _hub_knows(rc, [*mapped.msg_ids, *(m for a in applied for m in a.msg_ids)])
+    n_apply = 1 if kind == "balanced" else len(rc.ids)
+    expected = ["mylabel_map"] * len(mapped.msg_ids) + [
+        f"mylabel_apply_{i:02}" for i in range(5) for _ in range(n_apply)
+    ]
+    assert _labels_in_store(rc) == sorted(expected)
+    assert view.label == "mylabel_apply_04"  # set_flags stays, temp_flags did not
+    labels = applied[2].label
+    assert labels == ("mylabel_apply_02" if kind == "balanced" else ["mylabel_apply_02"] * 2)
+    assert set(mapped.label) == {"mylabel_map"}
+    if kind == "balanced":
+        assert applied[2].metadata["label"] == "mylabel_apply_02"
+    else:
+        assert [md["label"] for md in applied[2].metadata] == ["mylabel_apply_02"] * 2
+    found = rc.db_query({"label": "mylabel_apply_02"}, keys=["label", "engine_uuid"])
+    assert len(found) == n_apply
+
+
+def test_label_as_a_keyword_and_from_the_hub(rc, cluster):
+    view = rc.load_balanced_view()
+    ar = view.apply_async(lambda: 1)
+    ar.get(10)
+    assert ar.label is None
+    ar = rc[:].execute("x = 1", label="L1", block=True)
+    assert ar.label == ["L1", "L1"]
+    _hub_knows(rc, ar.msg_ids)
+    assert {r["msg_id"] for r in rc.db_query({"label": "L1"})} == set(ar.msg_ids)
+    other = ipp.Client(str(cluster.url_file))
+    try:
+        fetched = other.get_result(ar.msg_ids)
+        fetched.wait(10)
+        assert fetched.label == ["L1", "L1"]
+    finally:
+        other.close()

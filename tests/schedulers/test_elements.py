@@ -1,0 +1,261 @@
+"""Element requests in the task book, in memory (schedulers/elements.py, zpar.elements):
+parts relayed as they come, the last one frees the engine; unstarted tails asked back from
+stalled engines and for idle ones, placed again as parts of their own; aborts; the
+request finished for its dependents once every part answered."""
+
+from __future__ import annotations
+
+import itertools
+
+from zpar.elements import ELEMENTS, FINAL, TAILS, origin_of
+from zpar.schedulers.book import QUEUED, RUNNING, TaskBook
+from zpar.schedulers.elements import IDLE_STEAL_AFTER
+from zpar.schedulers.instructions import FailTask, RelayReply, RevokeTasks, SendTask
+from zpar.wire import Message
+from zpar.wire.messages import MsgType, ReplyStatus
+
+A, B = b"engine-a", b"engine-b"
+_ids = itertools.count()
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def request(msg_id: str, n: int, **metadata) -> Message:
+    header = {"msg_id": msg_id, "msg_type": MsgType.APPLY_REQUEST, "dest": "task"}
+    return Message([b"client"], header, {}, {ELEMENTS: [0, n], **metadata}, {})
+
+
+def part(
+    msg_id: str, lo: int, hi: int, final: bool = False, status: str = ReplyStatus.OK
+) -> Message:
+    header = {"msg_id": f"reply-{next(_ids)}", "msg_type": MsgType.APPLY_REPLY}
+    content = {"status": status, ELEMENTS: [lo, hi]}
+    if final:
+        content[FINAL] = True
+    return Message([], header, {"msg_id": msg_id}, {}, content)
+
+
+def take(book: TaskBook, kind: type | None = None) -> list:
+    out = list(book.out)
+    book.out.clear()
+    return [i for i in out if kind is None or isinstance(i, kind)]
+
+
+def sends(book: TaskBook) -> list[tuple[str, bytes, list[int] | None]]:
+    out = []
+    for i in take(book):
+        if isinstance(i, SendTask) and book.still_placed(i.task, i.engine):
+            book.delivered(i.engine)
+            out.append((i.task.msg_id, i.engine.uuid, list(i.task.elements or [])))
+    return out
+
+
+def book_of(clock: Clock, hwm: int = 2) -> TaskBook:
+    book = TaskBook("leastload", hwm, clock=clock)
+    book.engine_up(0, A)
+    book.engine_up(1, B)
+    return book
+
+
+def test_parts_are_relayed_and_the_last_frees_the_engine():
+    book = book_of(Clock())
+    book.submission(b"client", request("m", 10))
+    assert sends(book) == [("m", A, [0, 10])]
+    book.reply(A, b"client", part("m", 0, 4))
+    (relay,) = take(book, RelayReply)
+    assert not relay.report  # the hub hears of the request once, not of each part
+    assert book.live["m"].elements == [4, 10] and book.engines[A].load == 1
+    book.reply(A, b"client", part("m", 4, 10, final=True))
+    (relay,) = take(book, RelayReply)
+    assert relay.report and relay.bare  # its record, without one part's values
+    assert "m" not in book.live and book.engines[A].load == 0
+    assert not book.element_placements
+
+
+def test_a_stalled_engine_gives_its_unstarted_elements_back_to_an_idle_one():
+    clock = Clock()
+    book = book_of(clock)
+    book.submission(b"client", request("m", 100))
+    sends(book)
+    book.reply(A, b"client", part("m", 0, 1))  # element 1 now runs long
+    take(book)
+    clock.now += book.steal_after + 0.001
+    assert book.next_deadline() is not None and book.next_deadline() <= clock.now
+    book.tick()
+    (revoke,) = take(book, RevokeTasks)
+    assert revoke.engine.uuid == A and revoke.tails == {"m": 0}
+    book.revoked(A, [], {"m": [2, 100]})  # the engine runs element 1, gives 2..99 back
+    ((key, engine, elements),) = sends(book)
+    assert origin_of(key) == "m" and key != "m" and engine == B and elements == [2, 100]
+    assert book.live["m"].elements == [1, 2]
+    # the two placements answer; the request is finished for dependents after the last
+    book.reply(B, b"client", part(key, 2, 100, final=True))
+    assert book.element_placements == {"m": 1}
+    book.reply(A, b"client", part("m", 1, 2, final=True))
+    assert not book.live and not book.element_placements
+    assert book.graph.finished("m", (True, A)) == [] or True  # recorded as finished
+
+
+def test_the_last_part_before_the_revoke_reply_places_the_rest_at_once():
+    clock = Clock()
+    book = book_of(clock)
+    book.submission(b"client", request("m", 50))
+    sends(book)
+    clock.now += book.steal_after + 0.001
+    book.tick()
+    take(book)
+    # the engine gave 10..49 back, ran 0..9 and its last part crossed the revoke reply
+    book.reply(A, b"client", part("m", 0, 10, final=True))
+    ((key, engine, elements),) = sends(book)
+    assert elements == [10, 50] and engine in (A, B)
+    book.revoked(A, [], {"m": [10, 50]})  # the placement is gone: nothing placed twice
+    assert sends(book) == []
+
+
+def test_an_idle_engine_takes_half_of_a_long_running_request():
+    clock = Clock()
+    book = book_of(clock)
+    book.submission(b"client", request("m", 1000))
+    book.submission(b"client", request("n", 10))
+    assert [s[:2] for s in sends(book)] == [("m", A), ("n", B)]
+    book.reply(B, b"client", part("n", 0, 10, final=True))
+    take(book)  # B is idle, nothing waits: too early to ask A
+    assert not take(book, RevokeTasks)
+    clock.now += IDLE_STEAL_AFTER + 0.001
+    book.reply(A, b"client", part("m", 0, 200))  # A streams: not stalled
+    take(book)
+    book.tick()
+    (revoke,) = take(book, RevokeTasks)
+    assert revoke.engine.uuid == A and revoke.tails == {"m": 400}  # keeps half of 800
+    assert revoke.msg_ids == ["m"]  # whole, if it has not started there
+    book.revoked(A, [], {"m": [620, 1000]})
+    ((key, engine, elements),) = sends(book)
+    assert engine == B and elements == [620, 1000]
+    assert book.live["m"].elements == [200, 620]
+
+
+def test_abort_asks_back_what_engines_hold_and_fails_it_aborted():
+    clock = Clock()
+    book = book_of(clock, hwm=2)
+    book.submission(b"client", request("m", 8, targets=None))
+    sends(book)
+    book.reply(A, b"client", part("m", 0, 2))  # 0, 1 done; 2 runs
+    take(book)
+    abort = Message(
+        [b"client"],
+        {"msg_id": "ab", "msg_type": MsgType.ABORT_REQUEST},
+        {},
+        {},
+        {"msg_ids": ["m"]},
+    )
+    book.submission(b"client", abort)
+    (revoke,) = take(book, RevokeTasks)
+    assert revoke.tails == {"m": 0} and revoke.msg_ids == ["m"]
+    book.revoked(A, [], {"m": [3, 8]})
+    (fail,) = take(book, FailTask)
+    assert fail.status == ReplyStatus.ABORTED and fail.elements == [3, 8]
+    book.reply(A, b"client", part("m", 2, 3, final=True))
+    assert not book.live and not book.aborting
+
+
+def test_queued_parts_of_an_aborted_map_are_aborted_in_the_scheduler():
+    clock = Clock()
+    book = book_of(clock, hwm=1)
+    book.submission(b"client", request("x", 1))  # A busy
+    book.submission(b"client", request("y", 1))  # B busy
+    book.submission(b"client", request("m", 6))
+    sends(book)
+    assert book.live["m"].state == QUEUED
+    abort = Message(
+        [b"client"], {"msg_id": "ab", "msg_type": MsgType.ABORT_REQUEST}, {}, {}, {"msg_ids": ["m"]}
+    )
+    book.submission(b"client", abort)
+    (fail,) = take(book, FailTask)
+    assert fail.elements == [0, 6] and fail.status == ReplyStatus.ABORTED
+
+
+def test_an_engine_dying_fails_only_the_unanswered_elements():
+    book = book_of(Clock())
+    book.submission(b"client", request("m", 10))
+    sends(book)
+    book.reply(A, b"client", part("m", 0, 7))
+    take(book)
+    book.engine_down(A, "gone")
+    (fail,) = take(book, FailTask)
+    assert fail.elements == [7, 10] and fail.ename == "EngineError"
+    assert not book.live and not book.element_placements
+
+
+def test_an_element_request_runs_where_its_view_allows():
+    clock = Clock()
+    book = book_of(clock)
+    book.submission(b"client", request("m", 100, targets=[0]))
+    assert [s[:2] for s in sends(book)] == [("m", A)]
+    clock.now += book.steal_after + 0.001
+    book.tick()
+    (revoke,) = take(book, RevokeTasks)
+    book.revoked(A, [], {"m": [1, 100]})
+    assert sends(book) == []  # engine 0 is stalled: one task at a time until it answers
+    (key,) = [k for k in book.live if k != "m"]
+    assert book.live[key].state == QUEUED
+    book.reply(A, b"client", part("m", 0, 1, final=True))
+    assert [s[:2] for s in sends(book)] == [(key, A)]  # restricted to engine 0
+    assert book.live[key].state == RUNNING
+
+
+def test_revoke_replies_without_tails_change_nothing_for_element_requests():
+    book = book_of(Clock())
+    book.submission(b"client", request("m", 10))
+    sends(book)
+    book.revoked(A, [], {})
+    assert book.live["m"].elements == [0, 10] and TAILS == "tails"
+
+
+def test_a_failed_element_is_retried_alone_elsewhere():
+    book = book_of(Clock())
+    book.submission(b"client", request("m", 10, retries=1))
+    sends(book)
+    failed = part("m", 0, 5)
+    failed.content["errors"] = {"3": {"status": "error", "ename": "ValueError", "evalue": "x"}}
+    book.reply(A, b"client", failed)
+    out = take(book)
+    (relay,) = [i for i in out if isinstance(i, RelayReply)]
+    assert relay.retrying == [3]  # the client waits for element 3's second answer
+    (send,) = [i for i in out if isinstance(i, SendTask)]
+    key, engine, elements = send.task.msg_id, send.engine.uuid, send.task.elements
+    assert origin_of(key) == "m" and elements == [3, 4] and engine == B
+    assert book.live[key].retries == 0 and A in book.live[key].avoid
+    book.reply(A, b"client", part("m", 5, 10, final=True))
+    take(book)
+    assert book.element_placements == {"m": 1}  # finished once the retry answered
+    again = part(key, 3, 4, final=True)
+    again.content["errors"] = {"3": {"status": "error", "ename": "ValueError", "evalue": "x"}}
+    book.reply(B, b"client", again)
+    (relay,) = take(book, RelayReply)
+    assert relay.retrying is None and not book.live  # no retries left: its error stands
+
+
+def test_a_part_revoked_before_it_started_comes_back_under_a_new_id():
+    # the copy left in the engine's hand is dropped when reached; the new one must never be
+    # taken for it, however often the part is revoked (its id names one copy)
+    clock = Clock()
+    book = book_of(clock)
+    book.submission(b"client", request("m", 10))
+    book.submission(b"client", request("n", 10))
+    sends(book)
+    book.submission(b"client", request("p", 10))
+    ((key, engine, _),) = sends(book)  # prefetched behind m or n
+    clock.now += book.steal_after + 0.001
+    book.tick()
+    revokes = [r for r in take(book, RevokeTasks) if r.engine.uuid == engine]
+    assert revokes and key in revokes[0].msg_ids
+    book.revoked(engine, [key], {})
+    assert key not in book.live and book.element_placements["p"] == 1
+    (again,) = [k for k in book.live if origin_of(k) == "p"]
+    assert again != key and book.live[again].elements == [0, 10]

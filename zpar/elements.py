@@ -1,0 +1,60 @@
+"""Element requests: a load-balanced map's elements, several to a request, each a task.
+
+ipyparallel's load-balanced map sends one task per element (chunksize=1), and its users
+see that: results stream in as elements finish, a slow element holds back no other engine,
+progress and abort move per element. zpar keeps what they see and sends fewer messages:
+one apply_request carries the function and a contiguous run of elements, and says so in
+its metadata (``elements: [lo, hi]``, positions in its payload). Its engine runs them one
+at a time and answers in *parts*: one apply_reply per run of finished elements
+(``elements: [a, b]`` in the content, their values pickled as one list, the failed ones'
+errors under ``errors`` by position), sent as elements finish within the engine's bound
+on held replies, the last part marked ``final``. The task scheduler may take the
+unstarted tail of a running request back (revoke_request ``tails``) and place it on an
+idle engine as a request of its own, under a *part id* ``<msg_id>#<lo>.<n>``; the client
+routes any reply whose parent is a part id to the request it came from
+(docs/decisions.md, "A load-balanced map, one task per element").
+
+Every process reads these names from here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: metadata of a request, content of a reply: the positions [lo, hi) it covers
+ELEMENTS = "elements"
+#: content of a part: {position (str): error content} of the elements that raised
+ERRORS = "errors"
+#: content of a part: the last part of the placement it answers
+FINAL = "final"
+#: metadata of a part, added by the task scheduler: positions whose error is not their
+#: answer (the request has retries left: each is placed again on its own)
+RETRYING = "retrying"
+#: revoke_request / revoke_reply content: {part id: elements to keep} / {part id: [a, b]}
+TAILS = "tails"
+#: between a request's msg_id and a part's suffix (never in a Session's msg_ids)
+PART_SEP = "#"
+
+
+def origin_of(msg_id: str) -> str:
+    """The msg_id of the request a (part) id belongs to."""
+    i = msg_id.find(PART_SEP)
+    return msg_id if i < 0 else msg_id[:i]
+
+
+def part_id(origin: str, lo: int, n: int) -> str:
+    """The id of a request's part placed on its own from position ``lo`` (``n`` makes it
+    unique among the parts of that request)."""
+    return f"{origin}{PART_SEP}{lo}.{n}"
+
+
+def element_range(value: Any) -> tuple[int, int] | None:
+    """``[lo, hi]`` as ints with 0 <= lo <= hi, None if ``value`` is not one."""
+    if (
+        isinstance(value, list | tuple)
+        and len(value) == 2
+        and all(type(v) is int for v in value)
+        and 0 <= value[0] <= value[1]
+    ):
+        return value[0], value[1]
+    return None
