@@ -213,8 +213,33 @@ class ThreadEngine(Engine):
             kernel._handlers[msg_type] = _refusing_time_limits(kernel._handlers[msg_type])
         self.signals.raise_signal = self._refuse_signal
 
+    def register(self) -> Any:
+        reply = super().register()
+        _forget_engine(self)  # zpar.engine.this_engine() names a process's one engine
+        return reply
+
     def _refuse_signal(self, signum: int) -> None:
         log.error("engine %d: signal %d not raised: %s", self.id, signum, _WHY)
+
+
+def _forget_engine(engine: Engine | None = None) -> None:
+    """What engine threads leave in the process: this_engine() (every engine's register
+    sets it), and the IPython shell the first execute_request made, which would answer
+    get_ipython() in the host (zpar.engine.ipyshell)."""
+    from zpar.engine import engine as engine_module
+
+    current = engine_module._this_engine
+    if current is not None and (engine is None or current is engine):
+        engine_module._this_engine = None
+    if engine is None and "zpar.engine.ipyshell" in sys.modules:
+        from IPython.core.interactiveshell import InteractiveShell
+
+        from zpar.engine.ipyshell import EmbeddedEngineShell
+
+        if InteractiveShell.initialized() and isinstance(
+            InteractiveShell.instance(), EmbeddedEngineShell
+        ):
+            EmbeddedEngineShell.clear_instance()
 
 
 # -- the cluster ------------------------------------------------------------------------------
@@ -359,6 +384,7 @@ class InProcessCluster:
         self.engines.clear()
         self._threads.clear()
         self._uncount()
+        _forget_engine()
         if self._own_dir:
             shutil.rmtree(self.url_file_dir, ignore_errors=True)
         if left:
