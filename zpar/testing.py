@@ -100,6 +100,12 @@ class _SchedulerThread:
 
     def terminate(self) -> None:
         self._scheduler.stopping = True
+        # its loop polls up to a second between checks: a peer that connects and leaves
+        # wakes it at once (the client link watches its socket's connections); no message
+        poke = self._ctx.socket(zmq.DEALER)
+        poke.connect(self._scheduler.client_addr)
+        time.sleep(0.01)
+        poke.close(linger=0)
 
     kill = terminate
 
