@@ -82,6 +82,10 @@ def this_engine() -> Engine | None:
 class Engine:
     """One engine: ``run()`` registers, serves until told to stop, and cleans up."""
 
+    #: an engine process sets up the root logger once registered (its id in each line);
+    #: engines that are threads of another program (zpar.testing) leave the host's alone
+    configures_logging = True
+
     def __init__(
         self,
         info: ConnectionInfo,
@@ -160,7 +164,8 @@ class Engine:
         self.id = reply.id
         global _this_engine
         _this_engine = self
-        setup_logging(f"engine.{self.id}", self.log_level)
+        if self.configures_logging:
+            setup_logging(f"engine.{self.id}", self.log_level)
         log.info(
             "registered with the controller at %s as engine %d (uuid %s)",
             self.info.registration,

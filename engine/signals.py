@@ -193,6 +193,10 @@ class SignalListener:
             signal_name(signum),
             msg.msg_id,
         )
+        self.raise_signal(signum)
+
+    def raise_signal(self, signum: int) -> None:
+        """Raise ``signum`` in this process (an engine thread of zpar.testing refuses)."""
         os.kill(os.getpid(), signum)
 
     def _unregistered(self, content: dict) -> None:

@@ -35,11 +35,27 @@ PROCESS_FIXTURES = frozenset(
 PROCESS_FOLDERS = ("e2e", "deploy")
 
 
+def _real_fixture(item, name: str) -> str | None:
+    """For a fixture ``name`` that serves the in-process cluster (zpar.testing) unless its
+    test is marked ``cluster``: the name of the process fixture it uses then."""
+    info = getattr(item, "_fixtureinfo", None)
+    defs = info.name2fixturedefs.get(name) if info is not None else None
+    return getattr(defs[-1].func, "real_fixture", None) if defs else None
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         folder = item.path.relative_to(config.rootpath / "tests").parts[0]
-        if folder in PROCESS_FOLDERS or PROCESS_FIXTURES & set(getattr(item, "fixturenames", ())):
+        names = PROCESS_FIXTURES & set(getattr(item, "fixturenames", ()))
+        dual = {n: real for n in names if (real := _real_fixture(item, n))}
+        if folder in PROCESS_FOLDERS or names - dual.keys():
             item.add_marker(pytest.mark.cluster)
+        if dual and item.get_closest_marker("cluster"):
+            # the real cluster is set up before the autouse fixtures, as a test naming it
+            # would have it: its processes are the module's, not ones the test left
+            for real in dual.values():
+                if real not in item.fixturenames:
+                    item.fixturenames.insert(0, real)
 
 
 def _fast_tier(config) -> bool:

@@ -177,9 +177,8 @@ def _bound(f: Callable[..., Any]) -> Callable[..., Any]:
     import sys
 
     namespace = sys.modules.get("zpar.namespace")
-    if namespace is None or namespace._current is None:
-        return f
-    return namespace.bind(f, namespace._current)
+    ns = namespace.current_or_none() if namespace is not None else None
+    return f if ns is None else namespace.bind(f, ns)
 
 
 class depend:  # noqa: N801 - ipyparallel's name

@@ -430,3 +430,8 @@ def error_content(
         content["zpar_error"] = True
     content.update(fields)
     return content
+
+
+class InProcessUnsupported(ZparError, NotImplementedError):
+    """Asked of zpar.testing's in-process cluster something only engine processes do
+    (time limits, signals, restarts): run that test on a real cluster."""

@@ -18,12 +18,16 @@ import importlib
 import linecache
 import re
 import sys
+import threading
 import types
 from collections.abc import Sequence
 from typing import Any
 
 #: The namespace push/pull act on; set by the kernel that owns it.
 _current: dict[str, Any] | None = None
+#: Engines running as threads of one process (zpar.testing) keep one namespace per thread
+#: here instead; None in an engine process, which has one namespace (per_thread()).
+_threads: threading.local | None = None
 
 
 def _fresh() -> dict[str, Any]:
@@ -48,15 +52,36 @@ def reset_namespace(ns: dict[str, Any]) -> None:
     ns.update(_fresh())
 
 
+def per_thread(on: bool = True) -> None:
+    """While on, each thread has its own current namespace: for engines that run as
+    threads of one process (zpar.testing). An engine process never calls it."""
+    global _threads
+    if on and _threads is None:
+        _threads = threading.local()
+    elif not on:
+        _threads = None
+
+
 def set_current(ns: dict[str, Any] | None) -> None:
     global _current
-    _current = ns
+    if _threads is not None:
+        _threads.ns = ns
+    else:
+        _current = ns
+
+
+def current_or_none() -> dict[str, Any] | None:
+    """The current namespace, or None outside an engine."""
+    if _threads is not None:
+        return getattr(_threads, "ns", None)
+    return _current
 
 
 def current() -> dict[str, Any]:
-    if _current is None:
+    ns = current_or_none()
+    if ns is None:
         raise RuntimeError("no engine namespace: push/pull run only inside a zpar engine")
-    return _current
+    return ns
 
 
 def push(ns_updates: dict[str, Any]) -> None:

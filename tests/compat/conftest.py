@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.clusters import module_cluster, ready_client, shipped_by_value
+from zpar.testing import inprocess_cluster  # noqa: F401 - a fixture
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -18,6 +19,15 @@ def cluster(tmp_path_factory):
     yield from module_cluster(tmp_path_factory, "zpar-compat", 2, timeout=60, log_level="INFO")
 
 
-@pytest.fixture
-def rc(cluster):
-    return ready_client(cluster, 2, timeout=30)
+def _rc(request):
+    """The real cluster's client for a test marked ``cluster`` (it checks what engine
+    processes do: deaths, signals, time limits), the in-process cluster's otherwise."""
+    if request.node.get_closest_marker("cluster"):
+        return ready_client(request.getfixturevalue("cluster"), 2, timeout=30)
+    rc = request.getfixturevalue("inprocess_cluster").client
+    rc.clear(block=True)
+    return rc
+
+
+_rc.real_fixture = "cluster"  # tests/conftest.py: marks, and orders, the real one
+rc = pytest.fixture(name="rc")(_rc)

@@ -53,6 +53,7 @@ def test_parallel_map_is_elementwise(rc):
     assert inc.map(x for x in range(3)) == [1, 2, 3]
 
 
+@pytest.mark.cluster  # engines told apart by their pids: one process each
 def test_parallel_round_robin_and_numpy(rc):
     dv = rc[:]
 

@@ -270,14 +270,17 @@ def test_no_error_names_typed_as_strings():
 
 #: zpar/ modules that sit on top of every room: the public façade (lazy re-exports of the
 #: client's names) and the command line, which hands a sub-command to a process's main and
-#: waits for engines through a Client (docs/decisions.md, "Floor plan"), and its smoke jobs
-#: (`zpar smoke`, `zpar smoke --job full`: a client's job, with a communicator)
+#: waits for engines through a Client (docs/decisions.md, "Floor plan"), its smoke jobs
+#: (`zpar smoke`, `zpar smoke --job full`: a client's job, with a communicator), and the
+#: in-process cluster for tests, which assembles every process's parts as threads
+#: (zpar.testing)
 FACADE = {
     "zpar",
     "zpar.cli",
     "zpar.cluster.commands",
     "zpar.cluster.smoke",
     "zpar.cluster.smokejob",
+    "zpar.testing",
 }
 ROOMS = tuple(p for p in PACKAGES if p != "zpar")
 
