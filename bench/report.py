@@ -63,6 +63,26 @@ def _fmt(v: Any) -> str:
     return f"{v:.3g}"
 
 
+def versus_best_peer(z: Any, peers: list[Any], higher: bool) -> str:
+    """zpar's figure against the best peer's: "1.50x better" (empty when either is missing)."""
+    peers = [p for p in peers if isinstance(p, int | float) and p > 0]
+    if not (isinstance(z, int | float) and z > 0 and peers):
+        return ""
+    best = max(peers) if higher else min(peers)
+    factor = z / best if higher else best / z
+    return f"{factor:.2f}x {'better' if factor >= 1 else 'worse'}"
+
+
+def against_target(z: Any, target: float | None, higher: bool, marks: tuple[str, ...]) -> str:
+    """The target and whether zpar meets it; ``marks``: (at least, at most, ok, missed)."""
+    if target is None:
+        return ""
+    out = f"{marks[0] if higher else marks[1]} {_fmt(target)}"
+    if isinstance(z, int | float):
+        out += f" {marks[2]}" if (z >= target if higher else z <= target) else f" {marks[3]}"
+    return out
+
+
 def format_table(rows: list[dict], targets: dict) -> str:
     got: dict[tuple[str, str, str], Any] = {}
     systems: list[str] = []
@@ -77,18 +97,9 @@ def format_table(rows: list[dict], targets: dict) -> str:
         vals = [got.get((w, fig, s)) for s in systems]
         if all(v is None for v in vals):
             continue
-        ratio = "-"
         z = got.get((w, fig, "zpar"))
-        peers = [got.get((w, fig, p)) for p in PEERS]
-        peers = [p for p in peers if isinstance(p, int | float) and p > 0]
-        if isinstance(z, int | float) and z > 0 and peers:
-            best = max(peers) if higher else min(peers)
-            factor = z / best if higher else best / z
-            ratio = f"{factor:.2f}x {'better' if factor >= 1 else 'worse'}"
-        tgt = "-" if target is None else f"{'>=' if higher else '<='} {_fmt(target)}"
-        if isinstance(z, int | float) and target is not None:
-            met = z >= target if higher else z <= target
-            tgt += " ok" if met else " MISS"
+        ratio = versus_best_peer(z, [got.get((w, fig, p)) for p in PEERS], higher) or "-"
+        tgt = against_target(z, target, higher, (">=", "<=", "ok", "MISS")) or "-"
         lines.append([f"{w} {fig}", unit, *[_fmt(v) for v in vals], tgt, ratio])
     widths = [max(len(str(line[i])) for line in lines) for i in range(len(head))]
     out = []
@@ -165,16 +176,8 @@ def markdown_table(results: list[dict]) -> str:
         zr = latest.get(("zpar", w))
         z = zr["figures"].get(fig) if zr else None
         peers = [latest.get((p, w)) for p in PEERS]
-        pv = [p["figures"].get(fig) for p in peers if p]
-        pv = [v for v in pv if isinstance(v, int | float) and v > 0]
-        ratio = ""
-        if isinstance(z, int | float) and z > 0 and pv:
-            best = max(pv) if higher else min(pv)
-            factor = z / best if higher else best / z
-            ratio = f"{factor:.2f}x {'better' if factor >= 1 else 'worse'}"
-        tgt = "" if target is None else f"{'≥' if higher else '≤'} {_fmt(target)}"
-        if isinstance(z, int | float) and target is not None:
-            tgt += " ok" if (z >= target if higher else z <= target) else " **miss**"
+        ratio = versus_best_peer(z, [p["figures"].get(fig) for p in peers if p], higher)
+        tgt = against_target(z, target, higher, ("≥", "≤", "ok", "**miss**"))
         lines.append("| " + " | ".join([f"{w} {fig}", unit, *cells, tgt, ratio]) + " |")
     notes = [
         f"{tag} {date}, commit `{commit}`, `python -m bench --{scale}`"

@@ -217,18 +217,23 @@ def run_suite(run: Path, groups=GROUPS) -> tuple[list[Outcome], str]:
     return outcomes, "\n".join(logs)
 
 
-def not_applicable(api_md: Path = API_MD) -> dict[str, str]:
-    """docs/api.md's table of ipyparallel tests that do not apply: test id -> reason."""
+def _table(heading: str, api_md: Path, unless: str | None = None) -> dict[str, str]:
+    """The rows (test id -> text) of docs/api.md's table under ``heading``."""
     rows: dict[str, str] = {}
     inside = False
     for line in api_md.read_text().splitlines():
         if line.startswith("## "):
-            inside = line.startswith(NA_HEADING) and not line.startswith(OPEN_HEADING)
+            inside = line.startswith(heading) and not (unless and line.startswith(unless))
             continue
         m = _NA_ROW.match(line) if inside else None
         if m:
             rows[m.group(1)] = m.group(2)
     return rows
+
+
+def not_applicable(api_md: Path = API_MD) -> dict[str, str]:
+    """docs/api.md's table of ipyparallel tests that do not apply: test id -> reason."""
+    return _table(NA_HEADING, api_md, unless=OPEN_HEADING)
 
 
 #: docs/api.md's table of ipyparallel tests that still fail on zpar: open defects, not
@@ -239,16 +244,7 @@ OPEN_HEADING = "## ipyparallel's own tests that still fail"
 def still_failing(api_md: Path = API_MD) -> dict[str, str]:
     """docs/api.md's register of ipyparallel tests known to fail on zpar: test id -> cause.
     Such a test may pass (then its row should go); any other failure fails the suite."""
-    rows: dict[str, str] = {}
-    inside = False
-    for line in api_md.read_text().splitlines():
-        if line.startswith("## "):
-            inside = line.startswith(OPEN_HEADING)
-            continue
-        m = _NA_ROW.match(line) if inside else None
-        if m:
-            rows[m.group(1)] = m.group(2)
-    return rows
+    return _table(OPEN_HEADING, api_md)
 
 
 def main(argv: list[str] | None = None) -> int:
