@@ -177,7 +177,9 @@ def _bound(f: Callable[..., Any]) -> Callable[..., Any]:
     import sys
 
     namespace = sys.modules.get("zpar.namespace")
-    ns = namespace.current_or_none() if namespace is not None else None
+    if namespace is None:
+        return f
+    ns = namespace.current_or_none()
     return f if ns is None else namespace.bind(f, ns)
 
 
