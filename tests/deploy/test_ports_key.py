@@ -11,6 +11,7 @@ import socket
 import stat
 import subprocess
 import sys
+from urllib.parse import urlsplit
 
 import psutil
 import pytest
@@ -100,7 +101,10 @@ def test_fixed_ports_and_key_in_connection_files_and_a_client_connects(zpar_dir)
         for f in (client_file, url_dir / "zpar-engine.json"):
             assert stat.S_IMODE(f.stat().st_mode) == 0o600
         assert info.registration == f"tcp://127.0.0.1:{first}"
-        assert listening(proc.pid) == set(range(first, first + len(PORT_ORDER)))
+        # the fixed range, and the dashboard's own port on loopback (no firewall hole needed)
+        dashboard = {urlsplit(info.dashboard).port} if info.dashboard else set()
+        assert info.dashboard.startswith("http://127.0.0.1:")
+        assert listening(proc.pid) == set(range(first, first + len(PORT_ORDER))) | dashboard
         from zpar import Client
 
         with Client(str(client_file), timeout=30) as c:  # signs with the fixed key

@@ -7,7 +7,6 @@ import os
 import pytest
 
 import zpar
-from zpar.client.mapping import auto_chunks
 
 
 def test_lb_apply(rc):
@@ -54,10 +53,10 @@ def test_queue_status_counts_completed(rc):
     assert sum(status[i]["completed"] for i in rc.ids) >= 10
 
 
-def test_lb_map_default_chunking_and_unordered_iteration(rc):
+def test_lb_map_one_task_per_element_and_unordered_iteration(rc):
     lv = rc.load_balanced_view()
     ar = lv.map_async(lambda x: x + 1, range(1000))
-    assert len(ar.msg_ids) == auto_chunks(1000, 2)  # the default chunking (client.mapping)
+    assert len(ar.msg_ids) == 1000  # one task per element as users observe, as ipyparallel
     assert ar.get(timeout=30) == list(range(1, 1001))
     ar = lv.map_async(lambda x: x, range(10), chunksize=1, ordered=False)
     assert sorted(ar) == list(range(10)) and len(ar.msg_ids) == 10
