@@ -127,7 +127,10 @@ def run_client(
         except zpar.TimeoutError:
             unanswered += 1
         except zpar.ZparError as e:
-            outcomes[type(e).__name__] += 1
+            # an engine's death reaches a client two ways: the client's own EngineError, or
+            # the scheduler's reply (a RemoteError flavour of it, ename 'EngineError', as
+            # ipyparallel raises it); both are the same outcome
+            outcomes[e.ename if isinstance(e, zpar.RemoteError) else type(e).__name__] += 1
     elapsed = time.monotonic() - t0
     stop.set()
     progress.write_text(str(n))
