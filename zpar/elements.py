@@ -48,6 +48,23 @@ def part_id(origin: str, lo: int, n: int) -> str:
     return f"{origin}{PART_SEP}{lo}.{n}"
 
 
+def element_id(origin: str, pos: int) -> str:
+    """The msg_id of element ``pos`` of request ``origin``: a task of its own for its user
+    (``ar.msg_ids``, the hub's records, get_result, resubmit), never a message's."""
+    return f"{origin}{PART_SEP}{pos}"
+
+
+def split_element_id(msg_id: str) -> tuple[str, int] | None:
+    """(request msg_id, position) of an element_id, None for any other id."""
+    i = msg_id.rfind(PART_SEP)
+    if i <= 0:
+        return None
+    tail = msg_id[i + 1 :]
+    if not tail.isdigit() or not tail.isascii():
+        return None
+    return msg_id[:i], int(tail)
+
+
 def element_range(value: Any) -> tuple[int, int] | None:
     """``[lo, hi]`` as ints with 0 <= lo <= hi, None if ``value`` is not one."""
     if (

@@ -106,14 +106,7 @@ def _labels_in_store(rc):
     return sorted(d["label"] for d in data)
 
 
-#: open defect (docs/api.md, "ipyparallel's own tests that still fail"): the hub keeps one
-#: record per request of a load-balanced map, so its per-element ids are not in the store
-MAP_RECORDS = pytest.mark.xfail(
-    strict=True, reason="the hub records a load-balanced map per request, not per element"
-)
-
-
-@pytest.mark.parametrize("kind", [pytest.param("balanced", marks=MAP_RECORDS), "direct"])
+@pytest.mark.parametrize("kind", ["balanced", "direct"])
 def test_labels(rc, kind):
     rc.purge_everything()
     view = rc.load_balanced_view() if kind == "balanced" else rc[:]
