@@ -42,6 +42,7 @@ from .clientcompat import (
 )
 from .directcall import DirectCaller
 from .enginecontrol import EngineControlMixin
+from .hubsync import HubCatchUp
 from .ioloop import ClientIO
 from .localresults import LocalResults
 from .sender import RequestSender
@@ -164,6 +165,8 @@ class Client(TaskStoreMixin, EngineControlMixin, ClientCompatMixin):
         self.sender = RequestSender(
             self.session, self._io, self._direct_caller, self.history, str(path)
         )
+        #: queries of the store wait for the hub to hear of what finished here
+        self._hub_catch_up = HubCatchUp(self.sender, self._io, self.history)
         self._io.connect("query", info.registration)
         self._io.start()
         self._closed = False

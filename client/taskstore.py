@@ -75,6 +75,7 @@ class TaskStoreMixin:
     history: Any
     block: bool
     _local: Any
+    _hub_catch_up: Any
 
     if TYPE_CHECKING:  # ClientCompatMixin's, mixed into Client beside this one
 
@@ -213,6 +214,7 @@ class TaskStoreMixin:
         return purged
 
     def _purge_hub(self, jobs: Any, targets: Any) -> int:
+        self._hub_catch_up.wait()
         content: dict[str, Any] = {"msg_ids": [], "engine_ids": []}
         if jobs == "all":
             content["msg_ids"] = "all"
@@ -237,11 +239,13 @@ class TaskStoreMixin:
             "query": _query_times(query),
             "keys": list(keys) if keys is not None else None,
         }
+        self._hub_catch_up.wait()
         records = self.sender.query(MsgType.DB_REQUEST, content).content["records"]
         return [_record_times(r) for r in records]
 
     def hub_history(self) -> list[str]:
         """Every msg_id the hub has a record of, in submission order."""
+        self._hub_catch_up.wait()
         return list(self.sender.query(MsgType.HUB_HISTORY_REQUEST, {}).content["history"])
 
     def store_status(self) -> dict[str, Any]:
