@@ -75,6 +75,7 @@ class HubCatchUp:
             return
         deadline = time.monotonic() + SYNC_GRACE
         delay = POLL_START
+        unknown: set[str] = set()
         while True:
             try:
                 reply = self.sender.query(
@@ -82,6 +83,7 @@ class HubCatchUp:
                 )
                 done = set(reply.content.get("completed") or ())
                 ids = [m for m in ids if m not in done]
+                unknown = set()
             except HubRefused as e:  # unknown ids: not heard of yet
                 unknown = set(e.content.get("unknown") or ())
                 if not unknown:
@@ -99,7 +101,7 @@ class HubCatchUp:
                     ids[0],
                     SYNC_GRACE,
                 )
-                for m in ids:
+                for m in unknown or ids:  # never heard of; the others are asked again
                     self._given_up[m] = None
                 while len(self._given_up) > GIVEN_UP:
                     self._given_up.popitem(last=False)

@@ -16,6 +16,7 @@ from zpar.wire.messages import MsgType, QueueRequest, ResubmitRequest, ResultReq
 
 from .asyncresult import AsyncHubResult, AsyncMapResult, AsyncResult
 from .hubresult import POLL_MAX, POLL_START, UNKNOWN_GRACE, HubResultFetcher
+from .mapparts import ElementFuture
 
 #: Record keys holding times: seconds since the epoch on the wire, datetimes for users.
 RECORD_DATES = ("submitted", "started", "completed", "received")
@@ -170,7 +171,11 @@ class TaskStoreMixin:
         # a broadcast's replies share one msg_id, which no lookup by msg_id can split)
         expanded: list[tuple[Any, Any]] = []
         for i in items:
-            if isinstance(i, AsyncResult):
+            if isinstance(i, AsyncMapResult) and i._parts is not None:
+                # a map of elements: a future per element, as ipyparallel's _children
+                futures = [ElementFuture(p, j) for p in i._parts for j in range(p.n)]
+                expanded.extend(zip(i.msg_ids, futures, strict=True))
+            elif isinstance(i, AsyncResult):
                 expanded.extend(zip(i.msg_ids, i._futures, strict=True))
             else:
                 expanded.append((i, None))

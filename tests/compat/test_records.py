@@ -196,6 +196,8 @@ def test_one_element_of_a_map_is_resubmitted(rc):
     lv = rc.load_balanced_view()
     ar = lv.map_async(lambda x: x + 100, range(5))
     assert ar.get(30) == list(range(100, 105))
+    # get_result of the map: one result per element, as ipyparallel's (a list of one each)
+    assert rc.get_result(ar).get(10) == [[100], [101], [102], [103], [104]]
     again = rc.resubmit(ar.msg_ids[2])
     assert again.get(30) == [[102]]
     [new] = again.msg_ids
