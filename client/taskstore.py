@@ -69,6 +69,21 @@ def msg_ids_of(jobs: Any) -> list[str]:
     return out
 
 
+def _elements_of(jobs: Any) -> Any:
+    """Jobs with each map of elements as its element ids: resubmit runs each element again
+    alone (as ipyparallel's tasks of a chunksize=1 map), not its requests."""
+    items = jobs if isinstance(jobs, list | tuple) else [jobs]
+    if not any(isinstance(j, AsyncMapResult) and j._parts is not None for j in items):
+        return jobs
+    out: list[Any] = []
+    for j in items:
+        if isinstance(j, AsyncMapResult) and j._parts is not None:
+            out.extend(j.msg_ids)
+        else:
+            out.append(j)
+    return out
+
+
 class TaskStoreMixin:
     """Mixed into Client (which provides ``sender``, ``history`` and ``block``)."""
 
@@ -103,7 +118,7 @@ class TaskStoreMixin:
         msg_id raises RemoteError(KeyError), as ipyparallel's hub answers."""
         if indices_or_msg_ids is None:
             indices_or_msg_ids = -1
-        ids = self._history_ids(indices_or_msg_ids)
+        ids = self._history_ids(_elements_of(indices_or_msg_ids))
         mapping = self._resubmit(ids)
         new_ids = [mapping[m] for m in ids]
         futs: list[concurrent.futures.Future[Any]] = [concurrent.futures.Future() for _ in new_ids]

@@ -633,6 +633,8 @@ class Hub:
         # the monitor's frames are zmq.Frames (recv copy=False): a Frame has no decode()
         msg_id = _text(frames[0].bytes if isinstance(frames[0], zmq.Frame) else frames[0])
         rec = self.tasks.records.get(msg_id)
+        if rec is not None and rec.elements is not None:
+            rec = None  # a map's part: its values are its part row's, held for its TaskOut
         if rec is not None and rec.completed is not None and rec.result_size is None:
             # it travels on a socket of its own (schedulers/hubreport.py) and may come
             # after its TaskOut: stored now, the record written again with its size

@@ -206,6 +206,9 @@ def test_one_element_of_a_map_is_resubmitted(rc):
     assert old["resubmitted"] == new
     [rec] = rc.db_query({"msg_id": new})
     assert rec["status"] == "ok" and rec["completed"] is not None
+    # the whole map: each element again, alone (ipyparallel's tasks of a chunksize=1 map)
+    whole = rc.resubmit(ar)
+    assert whole.get(30) == [[100], [101], [102], [103], [104]]
 
 
 def test_a_maps_records_are_purged_together(rc):
