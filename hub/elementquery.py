@@ -3,8 +3,8 @@
 The store holds one row per element request and one per part (hub/elementparts.py); users
 ask for elements (``ar.msg_ids``: ``<msg_id>#<pos>``) as ipyparallel's hub holds them, one
 record per task. The queries of hub/queries.py and hub/resubmit.py go through here: rows
-of other tasks pass unchanged, element requests come out as their elements' records, part
-rows never come out. Work is per element only for the requests a query selects.
+of other tasks pass unchanged, element requests come out as their elements' records (a
+request's own id, named in a query, selects its elements), part rows never come out. Work is per element only for the requests a query selects.
 
 An element's record: its request's ``session``, ``client``, ``msg_type``, ``submitted``,
 ``label``, ``header`` (its own ``msg_id``) and ``metadata`` (and the part's, for a result);
@@ -20,7 +20,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from zpar.elements import ELEMENTS, ERRORS, FINAL, element_id, element_range, split_element_id
+from zpar.elements import (
+    ELEMENTS,
+    ERRORS,
+    FINAL,
+    element_id,
+    element_range,
+    origin_of,
+    split_element_id,
+)
 
 from .elementparts import MAP_QUEUE, PART_QUEUE, PARTS, RESUBMITTED, is_part_row, part_row_id
 from .stores import TaskStore
@@ -51,20 +59,23 @@ def find(store: TaskStore, query: dict[str, Any], keys: list[str]) -> list[dict[
     plain = [r for r in store.find(query, [*keys, *extra]) if r.get("queue") not in _HIDDEN]
     wanted = {k: c for k, c in query.items() if k in SHARED_KEYS}
     wanted["queue"] = {"$eq": MAP_QUEUE}
-    origins = _origins(query.get("msg_id"))
-    if origins is not None:
-        if not origins:
-            return _strip(plain, extra)
-        wanted["msg_id"] = {"$in": origins}
+    named = _named(query.get("msg_id"))
+    if named is not None:  # msg_ids named: their requests only
+        wanted["msg_id"] = {"$in": sorted({origin_of(m) for m in named})}
     requests = store.find(wanted, _REQUEST_KEYS)
     if not requests:
         return _strip(plain, extra)
     need_parts = bool(PART_KEYS.intersection(keys) or PART_KEYS.intersection(query))
+    # a request's own id, named, selects its elements (the dashboard's feed names requests)
+    rest = {k: c for k, c in query.items() if k != "msg_id" or named is None}
     elements = []
     for row in requests:
         parts = _part_rows(store, row, with_buffers=False) if need_parts else None
+        whole = named is not None and row["msg_id"] in named
         for rec in expand(row, parts):
-            if all(matches(rec.get(k), cond) for k, cond in query.items()):
+            if named is not None and not whole and rec["msg_id"] not in named:
+                continue
+            if all(matches(rec.get(k), cond) for k, cond in rest.items()):
                 elements.append({k: rec.get(k) for k in (*keys, *extra)})
     merged = sorted([*plain, *elements], key=lambda r: r.get("submitted") or 0)
     return _strip(merged, extra)
@@ -78,20 +89,15 @@ def _strip(rows: list[dict[str, Any]], extra: list[str]) -> list[dict[str, Any]]
     return rows
 
 
-def _origins(cond: Any) -> list[str] | None:
-    """The requests a msg_id condition of only $eq / $in can select (None: any)."""
+def _named(cond: Any) -> set[str] | None:
+    """The msg_ids a msg_id condition of only $eq / $in names (None: another condition)."""
     if not isinstance(cond, dict) or not cond or set(cond) - {"$eq", "$in"}:
         return None
     ids: list[Any] = []
     if "$eq" in cond:
         ids.append(cond["$eq"])
     ids.extend(cond.get("$in") or ())
-    out = []
-    for m in ids:
-        split = split_element_id(m) if isinstance(m, str) else None
-        if split is not None:
-            out.append(split[0])
-    return list(dict.fromkeys(out))
+    return {m for m in ids if isinstance(m, str)}
 
 
 def history(store: TaskStore) -> list[str]:

@@ -91,7 +91,9 @@ def test_parts_make_one_record_per_element(store):
     some = _find(store, {"msg_id": {"$in": ids[2:4]}, "completed": {"$ne": None}}, ["label"])
     assert some == [{"msg_id": ids[2], "label": "L1"}, {"msg_id": ids[3], "label": "L1"}]
     assert [r["msg_id"] for r in _find(store, {"engine_uuid": "e1"})] == ["plain", *ids[3:]]
-    assert _find(store, {"msg_id": "m"}) == []  # the request is not a record of its own
+    # the request is no record of its own; named, it selects its elements
+    assert [r["msg_id"] for r in _find(store, {"msg_id": "m"})] == ids
+    assert [r["msg_id"] for r in _find(store, {"msg_id": {"$ne": ""}})] == ["plain", *ids]
     assert [r["msg_id"] for r in _find(store, {"status": "error"})] == [ids[1]]
 
 
