@@ -29,6 +29,7 @@ from zpar.elements import (
     origin_of,
     split_element_id,
 )
+from zpar.errors import HubRefused, error_content
 
 from .elementparts import MAP_QUEUE, PART_QUEUE, PARTS, RESUBMITTED, is_part_row, part_row_id
 from .stores import TaskStore
@@ -132,6 +133,16 @@ def get(store: TaskStore, msg_ids: Iterable[str], with_buffers: bool) -> dict[st
         else:
             by_origin.setdefault(split[0], []).append((m, split[1]))
     out = store.get(plain, with_buffers) if plain else {}
+    for m, row in out.items():
+        if row.get("queue") == MAP_QUEUE:  # a map's request: its results are its elements'
+            rng = element_range((row.get("metadata") or {}).get(ELEMENTS)) or (0, 0)
+            row["result_content"] = error_content(
+                HubRefused,
+                f"{m} is a load-balanced map's request: its results are its elements' "
+                f"({element_id(m, rng[0])} to {element_id(m, max(rng[0], rng[1] - 1))}, the "
+                "map's ar.msg_ids)",
+            )
+            row["buffers"] = []
     if not by_origin:
         return out
     requests = store.get(list(by_origin), with_buffers=False)

@@ -188,6 +188,8 @@ def test_a_maps_elements_are_records_of_the_hub(rc, cluster):
                 assert fetched.metadata["engine_uuid"] == recs[j]["engine_uuid"]
         both = other.get_result(ar.msg_ids[4:6])
         assert both.get(10) == [[16], [25]]
+        with pytest.raises(ipp.RemoteError, match="map's request"):  # names its elements
+            other.get_result(ar.request_ids[0]).get(10)
     finally:
         other.close()
 

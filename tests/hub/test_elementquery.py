@@ -112,6 +112,9 @@ def test_an_element_result_names_its_parts_values(store):
     assert got[element_id("m", 3)][ELEMENTS] == [2, 4]
     assert got[element_id("m", 0)][ELEMENTS] == [0, 2]
     assert got[element_id("m", 0)]["completed"] == 102.0
+    # the request's own id: an error that names its elements
+    request = elementquery.get(store, ["m"], True)["m"]
+    assert "map's request" in request["result_content"]["evalue"] and request["buffers"] == []
 
 
 def test_pending_elements_and_retried_ones(store):
