@@ -12,7 +12,10 @@ on held replies, the last part marked ``final``. The task scheduler may take the
 unstarted tail of a running request back (revoke_request ``tails``) and place it on an
 idle engine as a request of its own, under a *part id* ``<msg_id>#<lo>.<n>``; the client
 routes any reply whose parent is a part id to the request it came from
-(docs/decisions.md, "A load-balanced map, one task per element").
+(docs/decisions.md, "A load-balanced map, one task per element"). Each element is a task
+for its user under an *element id* ``<msg_id>#<pos>`` (``ar.msg_ids``): the hub records
+the request and its parts, and answers queries, get_result and resubmit per element
+(hub/elementquery.py).
 
 Every process reads these names from here.
 """
