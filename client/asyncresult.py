@@ -754,10 +754,11 @@ class AsyncMapResult(AsyncResult):
         ids = iter(self.msg_ids)
         for p, f in zip(self._parts, self._futures, strict=True):
             submitted = submitted_of(f) or self._submitted
+            label = getattr(f, "label", None)  # the request's, each element's
             for j in range(p.n):
                 reply = p.reply_of(j)
                 value = p.value(j) if reply is not None else None
-                out.append(element_metadata(next(ids), submitted, reply, value, p.error))
+                out.append(element_metadata(next(ids), submitted, reply, value, p.error, label))
         return out
 
     def split(self) -> tuple[AsyncResult, ...]:

@@ -1,13 +1,16 @@
 """Client: the user's connection to a cluster, and the factory of views.
 
-Its parts live apart by responsibility: sending requests (client.sender, also what views
-use), the hub's task store (client.taskstore), engines' lives (client.enginecontrol),
-ipyparallel's leftovers (client.clientcompat), the sockets (client.ioloop)."""
+It owns its parts, each built with what it needs: sending requests (client.sender, also
+what views use), the hub's task store (client.taskstore's HubRecords), engines' lives
+(client.enginecontrol's EngineControl), the sockets (client.ioloop); ipyparallel's
+leftovers are functions of client.clientcompat. Client keeps every public name of
+ipyparallel's Client, as a thin method over the part that does the work."""
 
 from __future__ import annotations
 
 import collections
 import concurrent.futures
+import contextlib
 import functools
 import logging
 import warnings
@@ -33,19 +36,16 @@ from zpar.wire.curve import keys_of
 from zpar.wire.messages import AbortRequest, ClearRequest, MsgType, QueueRequest
 from zpar.wire.transport import choose, direct_dir
 
-from .asyncresult import AsyncResult
-from .clientcompat import (
-    ClientCompatMixin,
-    History,
-    check_unused_arguments,
-    connection_file_of,
-)
+from . import clientcompat
+from .asyncresult import AsyncHubResult, AsyncResult
+from .clientcompat import History, check_unused_arguments, connection_file_of
 from .directcall import DirectCaller
-from .enginecontrol import EngineControlMixin
+from .enginecontrol import EngineControl
+from .hubsync import HubCatchUp
 from .ioloop import ClientIO
 from .localresults import LocalResults
 from .sender import RequestSender
-from .taskstore import TaskStoreMixin, msg_ids_of
+from .taskstore import HubRecords, msg_ids_of
 from .view import BroadcastView, DirectView, LoadBalancedView
 from .window import Windows
 
@@ -76,7 +76,7 @@ def cluster_url_file(profile: str, cluster_id: str | None, who: str = "client") 
     return profile_dir(profile) / "security" / f"cluster-{cluster_id}" / f"zpar-{who}.json"
 
 
-class Client(TaskStoreMixin, EngineControlMixin, ClientCompatMixin):
+class Client:
     """A connection to one controller. Thread-safe: calls hand work to one I/O thread.
 
     Takes ipyparallel's arguments: ``connection_info`` (a connection file, or the dict it
@@ -164,6 +164,16 @@ class Client(TaskStoreMixin, EngineControlMixin, ClientCompatMixin):
         self.sender = RequestSender(
             self.session, self._io, self._direct_caller, self.history, str(path)
         )
+        #: the hub's task store; its queries wait for the hub to hear of what finished here
+        self._records = HubRecords(
+            self,
+            self.sender,
+            self.history,
+            self._local,
+            HubCatchUp(self.sender, self._io, self.history),
+        )
+        #: engines' lives: registration waits, shutdown, restart, signals
+        self._engine_control = EngineControl(self.sender, self._io, self._control)
         self._io.connect("query", info.registration)
         self._io.start()
         self._closed = False
@@ -398,6 +408,153 @@ class Client(TaskStoreMixin, EngineControlMixin, ClientCompatMixin):
                     f"jobs are AsyncResults, Futures or msg_ids, not {type(j).__name__}"
                 )
         return futures
+
+    # -- engines' lives (client.enginecontrol) ------------------------------------------------
+
+    def wait_for_engines(
+        self,
+        n: int | None = None,
+        timeout: float | None = -1,
+        *,
+        block: bool = True,
+        interactive: bool | None = None,
+        widget: bool | None = None,
+    ) -> Any:
+        """Block until at least n engines are registered (n=None: as many as the Cluster
+        this client came from starts); TimeoutError after ``timeout`` s (-1/None: never).
+        block=False returns a Future; ``interactive`` shows a progress bar."""
+        if n is None:
+            launcher = getattr(self.cluster, "launcher", None)
+            n = getattr(launcher, "n", None) or len(self._io.engines)
+        return self._engine_control.wait_for_engines(
+            n, timeout, block=block, interactive=interactive, widget=widget
+        )
+
+    def shutdown(
+        self,
+        targets: Any = "all",
+        restart: bool = False,
+        hub: bool = False,
+        block: bool | None = None,
+        timeout: float = HUB_TIMEOUT,
+    ) -> None:
+        """Stop engines (and the controller with hub=True); ``restart``: each engine starts
+        afresh, same id (client.enginecontrol)."""
+        self._engine_control.shutdown(targets, restart, hub, block, timeout)
+
+    def send_signal(self, sig: int | str, targets: Any = None, block: bool = True) -> Any:
+        """Raise signal ``sig`` (a number or a name) in engine processes, even while they run
+        a task; the ids the hub relayed it to (a Future of them when block=False)."""
+        return self._engine_control.send_signal(sig, targets, block)
+
+    # -- the hub's task store (client.taskstore) ---------------------------------------------
+
+    def result_status(self, msg_ids: Any, status_only: bool = True) -> dict[str, Any]:
+        """{'pending': [...], 'completed': [...]} for tasks of any client, from the hub."""
+        return self._records.result_status(msg_ids, status_only)
+
+    def resubmit(
+        self, indices_or_msg_ids: Any = None, metadata: Any = None, block: bool | None = None
+    ) -> AsyncHubResult:
+        """Run tasks again from the requests the hub stored (default: this client's last);
+        ``metadata`` is accepted and unused, as in ipyparallel (client.taskstore)."""
+        block = self.block if block is None else block
+        return self._records.resubmit(indices_or_msg_ids, block)
+
+    def get_result(
+        self, indices_or_msg_ids: Any = None, block: bool | None = None, owner: bool = True
+    ) -> Any:
+        """An AsyncResult for tasks of this or any other client, by msg_id, AsyncResult or
+        history index (default: the last one); others' come from the hub's store."""
+        block = self.block if block is None else block
+        return self._records.get_result(indices_or_msg_ids, block, owner)
+
+    def purge_results(self, jobs: Any = (), targets: Any = ()) -> int:
+        """Forget finished tasks in the hub's store and here: jobs (msg_ids / AsyncResults,
+        or 'all') and every task of the engines ``targets``. Pending or unknown ids: error.
+        Returns how many records the hub purged."""
+        purged = self._records.purge_hub(jobs, targets)  # its errors name pending / unknown
+        with contextlib.suppress(RuntimeError):  # ours still running: their handles stay
+            self.purge_local_results(jobs, targets)
+        return purged
+
+    def purge_hub_results(self, jobs: Any = (), targets: Any = ()) -> int:
+        """Forget finished tasks in the hub's store (see purge_results)."""
+        return self._records.purge_hub(jobs, targets)
+
+    def purge_local_results(self, jobs: Any = (), targets: Any = ()) -> None:
+        """Forget results kept here for ``jobs`` (or 'all') and ``targets``: rc.results and
+        rc.metadata (client.clientcompat)."""
+        clientcompat.purge_local_results(
+            self._local,
+            self.sender.handles,
+            self.outstanding,
+            self.sender.resolve_targets,
+            jobs,
+            targets,
+        )
+
+    def purge_everything(self) -> None:
+        """purge_results('all') and forget this client's history."""
+        self.purge_results("all")
+        self.history.clear()
+
+    def db_query(
+        self, query: dict[str, Any], keys: Sequence[str] | str | None = None
+    ) -> list[dict]:
+        """Task records matching a Mongo-style filter, e.g. {'completed': {'$gt': t}}, with
+        ipyparallel's record keys; times as aware UTC datetimes (datetimes taken in the
+        query too), as ipyparallel's."""
+        return self._records.db_query(query, keys)
+
+    def hub_history(self) -> list[str]:
+        """Every msg_id the hub has a record of, in submission order."""
+        return self._records.hub_history()
+
+    def store_status(self) -> dict[str, Any]:
+        """The hub's task store: url, ok, error (when writes fail), saved, unsaved."""
+        return self._records.store_status()
+
+    # -- ipyparallel's leftovers (client.clientcompat) ---------------------------------------
+
+    def activate(self, targets: Any = "all", suffix: str = "") -> Any:
+        """A blocking DirectView on ``targets`` whose %px{suffix} magics are registered."""
+        view = self.direct_view(targets)
+        view.block = True
+        view.activate(suffix)
+        return view
+
+    def spin(self) -> None:
+        """Nothing to do: the client's I/O thread handles replies as they arrive (kept for
+        ipyparallel code, where it is deprecated for the same reason)."""
+
+    def spin_thread(self, interval: float = 1) -> None:
+        """Nothing to do (see spin)."""
+
+    def stop_spin_thread(self) -> None:
+        """Nothing to do (see spin)."""
+
+    def become_dask(
+        self,
+        targets: Any = "all",
+        port: int = 0,
+        nanny: bool = False,
+        scheduler_args: dict[str, Any] | None = None,
+        **worker_args: Any,
+    ) -> Any:
+        """Turn the engines into a dask.distributed cluster, as ipyparallel does; returns
+        a distributed.Client connected to it (client.clientcompat.become_dask)."""
+        dview = self.direct_view(targets)
+        return clientcompat.become_dask(
+            self.sender, dview, port, nanny, scheduler_args, **worker_args
+        )
+
+    def stop_dask(self, targets: Any = "all") -> None:
+        """Stop the dask workers on ``targets`` and the controller's dask scheduler."""
+        clientcompat.stop_dask(self.sender, self.direct_view(targets))
+
+    become_distributed = become_dask
+    stop_distributed = stop_dask
 
     def executor(self, targets: Any = None) -> Any:
         """A concurrent.futures.Executor that load-balances over ``targets``."""

@@ -1,8 +1,8 @@
-"""The part of Client that exists for ipyparallel code: its constructor's arguments that
-mean nothing in zpar, its deprecated no-ops, and its local-cache and dask methods.
+"""What Client does for ipyparallel code: its constructor's arguments that mean nothing
+in zpar, and its local-cache and dask methods, as functions of what they use.
 
-Client mixes this in; everything here is ipyparallel's API (docs/api.md says, per name,
-what zpar does with it).
+Client keeps ipyparallel's names and calls these; everything here is ipyparallel's API
+(docs/api.md says, per name, what zpar does with it).
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import logging
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -98,111 +99,82 @@ def check_unused_arguments(
         )
 
 
-class ClientCompatMixin:
-    """ipyparallel's Client methods that zpar's design makes trivial or inapplicable."""
+def purge_local_results(
+    local: Any,
+    handles: Any,
+    outstanding: set[str],
+    resolve_targets: Callable[[Any], list[int]],
+    jobs: Any = (),
+    targets: Any = (),
+) -> None:
+    """Forget results kept here for ``jobs`` (or 'all') and ``targets``: rc.results and
+    rc.metadata (AsyncResults keep their own results). RuntimeError if one of them is
+    still outstanding, ValueError without arguments (as ipyparallel)."""
+    if not jobs and not targets:
+        raise ValueError("Must specify at least one of `targets` and `jobs`")
+    if jobs == "all":
+        if outstanding:
+            raise RuntimeError(f"Can't purge outstanding tasks: {outstanding}")
+        handles.clear()
+        local.purge("all")
+        return
+    ids = set(msg_ids_of(jobs)) if jobs else set()
+    if targets:
+        wanted = set(resolve_targets(targets))
+        for m, ar in list(handles.items()):
+            if ar.ready() and set(_as_list(ar.engine_id)) & wanted:
+                ids.add(m)
+        for m, md in list(local.metadata.items()):
+            if md.get("engine_id") in wanted:
+                ids.add(m)
+    still = ids & outstanding
+    if still:
+        raise RuntimeError(f"Can't purge outstanding tasks: {still}")
+    for m in ids:
+        handles.pop(m, None)
+    local.purge(ids)
 
-    def activate(self, targets: Any = "all", suffix: str = "") -> Any:
-        """A blocking DirectView on ``targets`` whose %px{suffix} magics are registered."""
-        view = self.direct_view(targets)  # type: ignore[attr-defined]
-        view.block = True
-        view.activate(suffix)
-        return view
 
-    def spin(self) -> None:
-        """Nothing to do: the client's I/O thread handles replies as they arrive (kept for
-        ipyparallel code, where it is deprecated for the same reason)."""
+def become_dask(
+    sender: Any,
+    dview: Any,
+    port: int = 0,
+    nanny: bool = False,
+    scheduler_args: dict[str, Any] | None = None,
+    **worker_args: Any,
+) -> Any:
+    """Turn the engines of ``dview`` into a dask.distributed cluster, as ipyparallel
+    does: a Scheduler in the controller (on ``port``, 0 for any; ``scheduler_args`` to its
+    constructor), a Worker (``nanny``: a Nanny) in each engine with ``worker_args``
+    (``nthreads=1`` by default); returns a distributed.Client connected to it. Needs
+    dask.distributed on the client, the controller and the engines (``pip install
+    'zpar[dask]'``)."""
+    try:
+        import distributed
+    except ImportError as e:
+        raise ImportError(
+            f"become_dask needs dask.distributed ({e}): pip install 'zpar[dask]'"
+        ) from None
+    from zpar.engine.daskworker import become_dask_worker
+    from zpar.wire.messages import BecomeDaskRequest, MsgType
 
-    def spin_thread(self, interval: float = 1) -> None:
-        """Nothing to do (see spin)."""
+    args = dict(scheduler_args or {})
+    if port:
+        args.setdefault("port", port)
+    reply = sender.query(MsgType.BECOME_DASK_REQUEST, BecomeDaskRequest(args).as_dict(), timeout=60)
+    worker_args.setdefault("nthreads", 1)  # one per engine, as ipyparallel
+    dview.apply_sync(become_dask_worker, reply.content["address"], nanny, **worker_args)
+    return distributed.Client(reply.content["address"])
 
-    def stop_spin_thread(self) -> None:
-        """Nothing to do (see spin)."""
 
-    def purge_local_results(self, jobs: Any = (), targets: Any = ()) -> None:
-        """Forget results kept here for ``jobs`` (or 'all') and ``targets``: rc.results and
-        rc.metadata (AsyncResults keep their own results). RuntimeError if one of them is
-        still outstanding, ValueError without arguments (as ipyparallel)."""
-        if not jobs and not targets:
-            raise ValueError("Must specify at least one of `targets` and `jobs`")
-        local = self._local  # type: ignore[attr-defined]
-        handles = self.sender.handles  # type: ignore[attr-defined]
-        outstanding = self.outstanding  # type: ignore[attr-defined]
-        if jobs == "all":
-            if outstanding:
-                raise RuntimeError(f"Can't purge outstanding tasks: {outstanding}")
-            handles.clear()
-            local.purge("all")
-            return
-        ids = set(msg_ids_of(jobs)) if jobs else set()
-        if targets:
-            wanted = set(self.sender.resolve_targets(targets))  # type: ignore[attr-defined]
-            for m, ar in list(handles.items()):
-                if ar.ready() and set(_as_list(ar.engine_id)) & wanted:
-                    ids.add(m)
-            for m, md in list(local.metadata.items()):
-                if md.get("engine_id") in wanted:
-                    ids.add(m)
-        still = ids & outstanding
-        if still:
-            raise RuntimeError(f"Can't purge outstanding tasks: {still}")
-        for m in ids:
-            handles.pop(m, None)
-        local.purge(ids)
+def stop_dask(sender: Any, dview: Any) -> None:
+    """Stop the dask workers on ``dview``'s engines and the controller's dask scheduler."""
+    from zpar.engine.daskworker import stop_dask_worker
+    from zpar.wire.messages import MsgType, StopDaskRequest
 
-    def purge_hub_results(self, jobs: Any = (), targets: Any = ()) -> int:
-        """Forget finished tasks in the hub's store (see purge_results)."""
-        return self._purge_hub(jobs, targets)  # type: ignore[attr-defined]
-
-    def purge_everything(self) -> None:
-        """purge_results('all') and forget this client's history."""
-        self.purge_results("all")  # type: ignore[attr-defined]
-        self.history.clear()  # type: ignore[attr-defined]
-
-    def become_dask(
-        self,
-        targets: Any = "all",
-        port: int = 0,
-        nanny: bool = False,
-        scheduler_args: dict[str, Any] | None = None,
-        **worker_args: Any,
-    ) -> Any:
-        """Turn the engines into a dask.distributed cluster, as ipyparallel does: a
-        Scheduler in the controller (on ``port``, 0 for any; ``scheduler_args`` to its
-        constructor), a Worker (``nanny``: a Nanny) in each target engine with
-        ``worker_args`` (``nthreads=1`` by default); returns a distributed.Client connected
-        to it. Needs dask.distributed on the client, the controller and the engines
-        (``pip install 'zpar[dask]'``)."""
-        try:
-            import distributed
-        except ImportError as e:
-            raise ImportError(
-                f"become_dask needs dask.distributed ({e}): pip install 'zpar[dask]'"
-            ) from None
-        from zpar.engine.daskworker import become_dask_worker
-        from zpar.wire.messages import BecomeDaskRequest, MsgType
-
-        dview = self.direct_view(targets)  # type: ignore[attr-defined]
-        args = dict(scheduler_args or {})
-        if port:
-            args.setdefault("port", port)
-        reply = self.sender.query(  # type: ignore[attr-defined]
-            MsgType.BECOME_DASK_REQUEST, BecomeDaskRequest(args).as_dict(), timeout=60
-        )
-        worker_args.setdefault("nthreads", 1)  # one per engine, as ipyparallel
-        dview.apply_sync(become_dask_worker, reply.content["address"], nanny, **worker_args)
-        return distributed.Client(reply.content["address"])
-
-    def stop_dask(self, targets: Any = "all") -> None:
-        """Stop the dask workers on ``targets`` and the controller's dask scheduler."""
-        from zpar.engine.daskworker import stop_dask_worker
-        from zpar.wire.messages import MsgType, StopDaskRequest
-
-        # the workers first: a scheduler closing under connected workers waits for them
-        self.direct_view(targets).apply_sync(stop_dask_worker)  # type: ignore[attr-defined]
-        self.sender.query(MsgType.STOP_DASK_REQUEST, StopDaskRequest().as_dict())  # type: ignore[attr-defined]
-
-    become_distributed = become_dask
-    stop_distributed = stop_dask
+    # the workers first: a scheduler closing under connected workers waits for them
+    dview.apply_sync(stop_dask_worker)
+    sender.query(MsgType.STOP_DASK_REQUEST, StopDaskRequest().as_dict())
 
 
 def _as_list(v: Any) -> list[Any]:

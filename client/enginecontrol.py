@@ -1,5 +1,6 @@
-"""The Client's hold on engines' lives: waiting for them to register, shutting them down
-or restarting them, signalling them. A part of client.Client."""
+"""EngineControl: the Client's hold on engines' lives (waiting for them to register,
+shutting them down or restarting them, signalling them), owned by the Client, which keeps
+ipyparallel's names for them as thin methods."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from zpar.constants import HUB_TIMEOUT
@@ -32,30 +34,28 @@ def signal_number(sig: int | str) -> int:
     raise TypeError(f"a signal is a number or a name like 'SIGINT', not {sig!r}")
 
 
-class EngineControlMixin:
-    """Mixed into Client (which provides ``sender``, ``cluster``, ``_io`` and
-    ``_control``)."""
+class EngineControl:
+    """Built with the sender (targets, uuids, hub queries), the I/O thread (the engine
+    table and its condition) and ``control``: the Client's send of a control request to
+    engines, returning its AsyncResult."""
 
-    sender: Any
-    cluster: Any
-    _io: Any
-    _control: Any
+    def __init__(self, sender: Any, io: Any, control: Callable[..., Any]) -> None:
+        self.sender = sender
+        self._io = io
+        self._control = control
 
     def wait_for_engines(
         self,
-        n: int | None = None,
+        n: int,
         timeout: float | None = -1,
         *,
         block: bool = True,
         interactive: bool | None = None,
         widget: bool | None = None,
     ) -> Any:
-        """Block until at least n engines are registered (n=None: as many as the Cluster
-        this client came from starts); TimeoutError after ``timeout`` s (-1/None: never).
-        block=False returns a Future; ``interactive`` shows a progress bar."""
-        if n is None:
-            launcher = getattr(self.cluster, "launcher", None)
-            n = getattr(launcher, "n", None) or len(self._io.engines)
+        """Block until at least n engines are registered; TimeoutError after ``timeout`` s
+        (-1/None: never). block=False returns a Future; ``interactive`` shows a progress
+        bar."""
         if timeout is not None and timeout < 0:
             timeout = None
         if not block:

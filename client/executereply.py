@@ -23,6 +23,20 @@ class ExecuteReply:
         self.execution_count = content.get("execution_count", 0)
         self.metadata = metadata
 
+    def __eq__(self, other: object) -> bool:
+        """The same execute's reply, however it was read (its own future, or fetched back
+        from the hub's store by get_result): same msg_id, execution count and result."""
+        if not isinstance(other, ExecuteReply):
+            return NotImplemented
+        return (
+            self.msg_id == other.msg_id
+            and self.execution_count == other.execution_count
+            and self._result == other._result
+        )
+
+    def __hash__(self) -> int:
+        return hash(self.msg_id)
+
     # -- the last expression's mime bundle ------------------------------------------------
 
     @property

@@ -8,9 +8,20 @@ import time
 from concurrent.futures import Future
 from typing import Any
 
-from zpar.errors import EngineError, HubRefused, ResultNotStored, TaskLost, error_content
+from zpar.elements import ELEMENTS, element_range, origin_of, split_element_id
+from zpar.errors import (
+    EngineError,
+    HubRefused,
+    RemoteError,
+    ResultNotStored,
+    TaskLost,
+    error_content,
+)
+from zpar.serialize import deserialize_object
 from zpar.wire import Message
 from zpar.wire.messages import MsgType, ResultRequest
+
+from .mapparts import ElementReply, whole_run_error
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +76,8 @@ class HubResultFetcher(threading.Thread):
         after that)."""
         if not unknown:
             return False
-        own = set(unknown) <= set(self.client.history)
+        # a map's element ids name its request in the history
+        own = {origin_of(m) for m in unknown} <= set(self.client.history)
         return time.monotonic() - started < (UNKNOWN_GRACE if own else FOREIGN_GRACE)
 
     def _fail(self, e: BaseException) -> None:
@@ -98,7 +110,7 @@ def as_reply(record: dict[str, Any], buffers: list[Any]) -> Message:
         content = error_content(
             ResultNotStored, "the hub did not store this result (larger than its store limit)"
         )
-    return Message(
+    msg = Message(
         idents=[],
         header={},
         parent_header=record.get("header") or {},
@@ -106,3 +118,24 @@ def as_reply(record: dict[str, Any], buffers: list[Any]) -> Message:
         content=content,
         buffers=list(buffers[first : first + count]),
     )
+    rng = element_range(record.get(ELEMENTS))
+    if rng is None:
+        return msg
+    return _element_reply(msg, rng)
+
+
+def _element_reply(msg: Message, rng: tuple[int, int]) -> Message:
+    """A map's element fetched from the hub: its part's values come whole (the hub never
+    unpickles), the element's own taken here, as ipyparallel's element task gives it."""
+    split = split_element_id(str(msg.parent_header.get("msg_id", "")))
+    value: Any
+    if msg.content.get("status") != "ok":
+        value = whole_run_error(msg) or RemoteError.from_content(msg.content)
+    elif split is None or not rng[0] <= split[1] < rng[1]:
+        value = ResultNotStored(f"the hub's record of {split} names no value of its part")
+    else:
+        try:
+            value = deserialize_object(msg.buffers)[split[1] - rng[0]]
+        except Exception as e:  # noqa: BLE001 - a part that cannot be read: that element's error
+            value = ResultNotStored(f"the stored part of {split[0]} cannot be read: {e}")
+    return ElementReply(msg, value)  # type: ignore[return-value]

@@ -213,13 +213,18 @@ class MetadataMixin:
 
 
 def element_metadata(
-    msg_id: str, submitted: float, reply: Any, value: Any, error: BaseException | None
+    msg_id: str,
+    submitted: float,
+    reply: Any,
+    value: Any,
+    error: BaseException | None,
+    label: str | None = None,
 ) -> Metadata:
     """ipyparallel's metadata of one element of a map (client.mapparts), as known now:
     ``reply`` is the part that answered it (None: not yet), ``value`` its value or error,
     ``error`` what ended the wait for its whole request."""
     md = Metadata(METADATA_DEFAULTS, outputs=[], data={})
-    md.update(msg_id=msg_id, submitted=submitted)
+    md.update(msg_id=msg_id, submitted=submitted, label=label)
     if reply is not None:
         md.update(reply.metadata)
         failed = isinstance(value, Exception)

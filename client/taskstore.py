@@ -1,14 +1,15 @@
-"""The Client's queries of the hub's task store: status, results of any client's tasks,
-purge, db_query, hub_history. A part of client.Client, kept apart from sending."""
+"""HubRecords: the Client's queries of the hub's task store (status, results of any
+client's tasks, resubmit, purge, db_query, hub_history), owned by the Client, which keeps
+ipyparallel's names for them as thin methods."""
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
-import contextlib
 import datetime
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from zpar.errors import HubRefused, RemoteError
 from zpar.util import as_datetime, ensure_timezone
@@ -16,6 +17,8 @@ from zpar.wire.messages import MsgType, QueueRequest, ResubmitRequest, ResultReq
 
 from .asyncresult import AsyncHubResult, AsyncMapResult, AsyncResult
 from .hubresult import POLL_MAX, POLL_START, UNKNOWN_GRACE, HubResultFetcher
+from .hubsync import HubCatchUp
+from .mapparts import ElementFuture
 
 #: Record keys holding times: seconds since the epoch on the wire, datetimes for users.
 RECORD_DATES = ("submitted", "started", "completed", "received")
@@ -68,17 +71,40 @@ def msg_ids_of(jobs: Any) -> list[str]:
     return out
 
 
-class TaskStoreMixin:
-    """Mixed into Client (which provides ``sender``, ``history`` and ``block``)."""
+def _elements_of(jobs: Any) -> Any:
+    """Jobs with each map of elements as its element ids: resubmit runs each element again
+    alone (as ipyparallel's tasks of a chunksize=1 map), not its requests."""
+    items = jobs if isinstance(jobs, list | tuple) else [jobs]
+    if not any(isinstance(j, AsyncMapResult) and j._parts is not None for j in items):
+        return jobs
+    out: list[Any] = []
+    for j in items:
+        if isinstance(j, AsyncMapResult) and j._parts is not None:
+            out.extend(j.msg_ids)
+        else:
+            out.append(j)
+    return out
 
-    sender: Any
-    history: Any
-    block: bool
-    _local: Any
 
-    if TYPE_CHECKING:  # ClientCompatMixin's, mixed into Client beside this one
+class HubRecords:
+    """What the Client asks the hub's store, built with what it needs: the sender, the
+    client's history and local results, the HubCatchUp its queries wait on; ``client`` is
+    only the owner of the AsyncResults made here."""
 
-        def purge_local_results(self, jobs: Any = (), targets: Any = ()) -> None: ...
+    def __init__(
+        self,
+        client: Any,
+        sender: Any,
+        history: collections.deque[str],
+        local: Any,
+        catch_up: HubCatchUp,
+    ) -> None:
+        self.client = client
+        #: what HubResultFetcher reads: the sender it asks through, the history of own ids
+        self.sender = sender
+        self.history = history
+        self._local = local
+        self._catch_up = catch_up
 
     def result_status(self, msg_ids: Any, status_only: bool = True) -> dict[str, Any]:
         """{'pending': [...], 'completed': [...]} for tasks of any client, from the hub."""
@@ -91,9 +117,7 @@ class TaskStoreMixin:
             out["results"] = reply.content.get("results", {})
         return out
 
-    def resubmit(
-        self, indices_or_msg_ids: Any = None, metadata: Any = None, block: bool | None = None
-    ) -> AsyncHubResult:
+    def resubmit(self, indices_or_msg_ids: Any, block: bool) -> AsyncHubResult:
         """Run tasks again, under new msg_ids, load balanced, from the requests the hub
         stored (tasks of any client, finished, aborted or still running; default: this
         client's last). Returns an AsyncHubResult of the new tasks, waited for when
@@ -101,14 +125,14 @@ class TaskStoreMixin:
         msg_id raises RemoteError(KeyError), as ipyparallel's hub answers."""
         if indices_or_msg_ids is None:
             indices_or_msg_ids = -1
-        ids = self._history_ids(indices_or_msg_ids)
+        ids = self._history_ids(_elements_of(indices_or_msg_ids))
         mapping = self._resubmit(ids)
         new_ids = [mapping[m] for m in ids]
         futs: list[concurrent.futures.Future[Any]] = [concurrent.futures.Future() for _ in new_ids]
         HubResultFetcher(self, list(zip(new_ids, futs, strict=True))).start()
         # a list, as ipyparallel's (AsyncHubResult(client, new_ids)): get() gives a list
-        ar = AsyncHubResult(self, new_ids, futs, fname="resubmit")
-        if self.block if block is None else block:
+        ar = AsyncHubResult(self.client, new_ids, futs, fname="resubmit")
+        if block:
             ar.wait()
         return ar
 
@@ -149,9 +173,7 @@ class TaskStoreMixin:
                 out.append(i)
         return msg_ids_of(out)
 
-    def get_result(
-        self, indices_or_msg_ids: Any = None, block: bool | None = None, owner: bool = True
-    ) -> Any:
+    def get_result(self, indices_or_msg_ids: Any, block: bool, owner: bool) -> Any:
         """An AsyncResult for tasks submitted by this or any other client (by msg_id,
         AsyncResult, or index into this client's history; default: the last one), waited
         for when ``block``. Tasks this client did not submit are fetched from the hub's
@@ -169,7 +191,11 @@ class TaskStoreMixin:
         # a broadcast's replies share one msg_id, which no lookup by msg_id can split)
         expanded: list[tuple[Any, Any]] = []
         for i in items:
-            if isinstance(i, AsyncResult):
+            if isinstance(i, AsyncMapResult) and i._parts is not None:
+                # a map of elements: a future per element, as ipyparallel's _children
+                futures = [ElementFuture(p, j) for p in i._parts for j in range(p.n)]
+                expanded.extend(zip(i.msg_ids, futures, strict=True))
+            elif isinstance(i, AsyncResult):
                 expanded.extend(zip(i.msg_ids, i._futures, strict=True))
             else:
                 expanded.append((i, None))
@@ -195,24 +221,19 @@ class TaskStoreMixin:
         if remote:
             HubResultFetcher(self, remote).start()
             cls = AsyncHubResult
-        ar = cls(self, msg_ids, futs, fname="get_result", single=single)
+        ar = cls(self.client, msg_ids, futs, fname="get_result", single=single)
         ar.owner = owner
         if not owner:  # nobody owns it: rc.results / rc.metadata keep it, as ipyparallel
             self._local.keep_when_done(ar)
-        if self.block if block is None else block:
+        if block:
             ar.wait()
         return ar
 
-    def purge_results(self, jobs: Any = (), targets: Any = ()) -> int:
-        """Forget finished tasks in the hub's store and here: jobs (msg_ids / AsyncResults,
-        or 'all') and every task of the engines ``targets``. Pending or unknown ids: error.
+    def purge_hub(self, jobs: Any, targets: Any) -> int:
+        """Forget finished tasks in the hub's store: jobs (msg_ids / AsyncResults, or
+        'all') and every task of the engines ``targets``. Pending or unknown ids: error.
         Returns how many records the hub purged."""
-        purged = self._purge_hub(jobs, targets)  # its errors name pending / unknown ids
-        with contextlib.suppress(RuntimeError):  # ours still running: their handles stay
-            self.purge_local_results(jobs, targets)
-        return purged
-
-    def _purge_hub(self, jobs: Any, targets: Any) -> int:
+        self._catch_up.wait()
         content: dict[str, Any] = {"msg_ids": [], "engine_ids": []}
         if jobs == "all":
             content["msg_ids"] = "all"
@@ -237,11 +258,13 @@ class TaskStoreMixin:
             "query": _query_times(query),
             "keys": list(keys) if keys is not None else None,
         }
+        self._catch_up.wait()
         records = self.sender.query(MsgType.DB_REQUEST, content).content["records"]
         return [_record_times(r) for r in records]
 
     def hub_history(self) -> list[str]:
         """Every msg_id the hub has a record of, in submission order."""
+        self._catch_up.wait()
         return list(self.sender.query(MsgType.HUB_HISTORY_REQUEST, {}).content["history"])
 
     def store_status(self) -> dict[str, Any]:

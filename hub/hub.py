@@ -61,7 +61,14 @@ from . import launcherqueries, queries, resubmit, status
 from .heartmonitor import HeartMonitor
 from .queryapi import QueryHandler, load_queries
 from .recorder import StoreWriter
-from .records import FEED_REGISTERED, FEED_UNREGISTERED, EngineRecord, TaskTable, pack_request
+from .records import (
+    FEED_REGISTERED,
+    FEED_UNREGISTERED,
+    EngineRecord,
+    TaskRecord,
+    TaskTable,
+    pack_request,
+)
 from .services import HubService, load_services
 from .staleheart import StaleHearts
 from .stores import LOST_IN_RESTART, MemoryStore, TaskStore
@@ -604,10 +611,11 @@ class Hub:
                 md, msg_id = event.metadata, event.msg_id  # decoded for this call: no copy
                 status = str(md.get("status", ""))
                 large = self._forget_large(msg_id) if large_results else None
-                if tasks.finished(msg_id, event.engine or None, md, status, event.content):
+                rec = tasks.finished(msg_id, event.engine or None, md, status, event.content)
+                if rec is not None:
                     buffers = event.buffers if event.buffers is not None else large
-                    if buffers:
-                        self._result_buffers(msg_id, buffers)
+                    if buffers:  # a map's part: under its own row's id
+                        self._result_buffers(rec.msg_id, buffers, rec)
             elif type(event) is TaskDest and event.engine:
                 tasks.assigned(event.msg_id, event.engine)
             elif type(event) is TaskDest:  # taken back from its engine unstarted (prefetch)
@@ -625,6 +633,8 @@ class Hub:
         # the monitor's frames are zmq.Frames (recv copy=False): a Frame has no decode()
         msg_id = _text(frames[0].bytes if isinstance(frames[0], zmq.Frame) else frames[0])
         rec = self.tasks.records.get(msg_id)
+        if rec is not None and rec.elements is not None:
+            rec = None  # a map's part: its values are its part row's, held for its TaskOut
         if rec is not None and rec.completed is not None and rec.result_size is None:
             # it travels on a socket of its own (schedulers/hubreport.py) and may come
             # after its TaskOut: stored now, the record written again with its size
@@ -645,11 +655,14 @@ class Hub:
             self._large_bytes -= sum(len(f.buffer if isinstance(f, zmq.Frame) else f) for f in bufs)
         return bufs
 
-    def _result_buffers(self, msg_id: Any, buffers: list[Any]) -> None:
+    def _result_buffers(
+        self, msg_id: Any, buffers: list[Any], rec: TaskRecord | None = None
+    ) -> None:
         if not buffers or not isinstance(msg_id, str):
             return
         size = sum(len(b.buffer if isinstance(b, zmq.Frame) else b) for b in buffers)
-        rec = self.tasks.records.get(msg_id)
+        if rec is None:
+            rec = self.tasks.records.get(msg_id)
         if size > STORE_RESULT_LIMIT:
             return  # recorded without its result (result_size stays None)
         kept = self.writer.add_buffers(

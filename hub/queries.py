@@ -12,6 +12,7 @@ from zpar.errors import HubRefused, error_content
 from zpar.wire import Message
 from zpar.wire.messages import DbReply, HubHistoryReply, PurgeReply, ReplyStatus, ResultReply
 
+from . import elementquery
 from .queryapi import HubState
 from .stores import check_keys, check_query
 
@@ -29,6 +30,8 @@ RESULT_KEYS = (
     "stderr",
     "retries",
     "result_size",
+    # a map's element: the positions of its part's list of values (hub/elementquery.py)
+    "elements",
 )
 
 
@@ -63,7 +66,7 @@ def result_request(hub: HubState, msg: Message) -> Any:
         err = _sync(hub)
         if err:
             return _error(err)
-    rows = hub.store.get(wanted, with_buffers=not status_only) if wanted else {}
+    rows = elementquery.get(hub.store, wanted, with_buffers=not status_only) if wanted else {}
     pending += [m for m in wanted if m in rows and rows[m].get("completed") is None]
     unknown = [m for m in wanted if m not in rows]
     if unknown:
@@ -76,12 +79,18 @@ def result_request(hub: HubState, msg: Message) -> Any:
         return ResultReply(ReplyStatus.OK, pending=pending, completed=completed).as_dict()
     results: dict[str, Any] = {}
     buffers: list[Any] = []
+    sent: dict[int, list[int]] = {}  # the elements of one part share its buffers
     for m in completed:
         row = rows[m]
         bufs = row.get("buffers") or []
         results[m] = {k: row.get(k) for k in RESULT_KEYS}
-        results[m]["buffers"] = [len(buffers), len(bufs)]  # slice of the reply's buffers
-        buffers.extend(bufs)
+        where = sent.get(id(bufs)) if bufs else None
+        if where is None:
+            where = [len(buffers), len(bufs)]
+            if bufs:  # rows holds it: its id names no other list meanwhile
+                sent[id(bufs)] = where
+            buffers.extend(bufs)
+        results[m]["buffers"] = where  # slice of the reply's buffers
     reply = ResultReply(ReplyStatus.OK, pending=pending, completed=completed, results=results)
     return reply.as_dict(), buffers
 
@@ -103,6 +112,10 @@ def purge_request(hub: HubState, msg: Message) -> dict[str, Any]:
         msg_ids = _msg_ids(raw, "msg_ids")
         if isinstance(msg_ids, str):
             return _error(msg_ids)
+        ids = elementquery.purge_ids(hub.store, msg_ids)
+        if isinstance(ids, str):
+            return _error(ids)
+        msg_ids = ids
         rows = hub.store.get(msg_ids, with_buffers=False)
         unknown = [m for m in msg_ids if m not in rows]
         if unknown:
@@ -132,11 +145,12 @@ def db_request(hub: HubState, msg: Message) -> dict[str, Any]:
     err = _sync(hub)
     if err:
         return _error(err)
-    return DbReply(ReplyStatus.OK, records=hub.store.find(query, keys)).as_dict()
+    records = elementquery.find(hub.store, query, keys)
+    return DbReply(ReplyStatus.OK, records=records).as_dict()
 
 
 def hub_history(hub: HubState, msg: Message) -> dict[str, Any]:
     err = _sync(hub)
     if err:
         return _error(err)
-    return HubHistoryReply(ReplyStatus.OK, history=hub.store.history()).as_dict()
+    return HubHistoryReply(ReplyStatus.OK, history=elementquery.history(hub.store)).as_dict()

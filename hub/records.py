@@ -15,6 +15,10 @@ from typing import Any
 
 import msgpack
 
+from zpar.elements import PART_SEP, origin_of
+
+from .elementparts import MAP_QUEUE, PART_QUEUE, Elements, part_row_id
+
 log = logging.getLogger(__name__)
 
 #: Status of a task the hub saw leave but never saw come back, because its engine died.
@@ -72,6 +76,8 @@ class TaskRecord:
     received: float | None = None  # when the hub heard of its reply
     #: the request as kept for resubmit (pack_request); None once the store has it
     request: bytes | None = None
+    #: a load-balanced map's element request: its parts so far (hub/elementparts.py)
+    elements: Elements | None = None
 
     def row(self) -> dict[str, Any]:
         """The record as the task store keeps it (hub/stores/base.py RECORD_KEYS)."""
@@ -81,7 +87,7 @@ class TaskRecord:
             "client": self.client.hex(),
             "engine_uuid": self.engine_uuid,
             "msg_type": self.msg_type,
-            "queue": self.queue,
+            "queue": self.queue if self.elements is None else MAP_QUEUE,
             "submitted": self.submitted,
             "started": self.started,
             "completed": self.completed,
@@ -90,7 +96,9 @@ class TaskRecord:
             # as decoded from msgpack: each store makes them JSON its own way (JSON_KEYS)
             "header": self.header,
             "metadata": self.metadata,
-            "result_content": self.result_content,
+            "result_content": (
+                self.result_content if self.elements is None else self.elements.summary(self.status)
+            ),
             "stdout": self.stdout,
             "stderr": self.stderr,
             "result_size": self.result_size,
@@ -156,6 +164,8 @@ class TaskTable:
             rec.metadata = metadata
             label = metadata.get("label")
             rec.label = None if label is None else str(label)
+            if queue == "task":
+                rec.elements = Elements.of(metadata)
         rec.request = request
         self.counts["submitted"] += 1
         self.dirty[msg_id] = rec
@@ -216,9 +226,13 @@ class TaskTable:
         scheduler in its stead). Returns the record if this reply finished it; None for a
         late, duplicate or misplaced reply, which changes nothing."""
         rec = self.records.get(msg_id)
+        if rec is None and PART_SEP in msg_id:  # a part of a map placed on its own
+            rec = self.records.get(origin_of(msg_id))
         if rec is None:
             log.debug("reply to a task the hub never saw submitted: %s", msg_id)
             return None
+        if rec.elements is not None:
+            return self._part(rec, engine_uuid, metadata, status, content)
         broadcast = rec.metadata.get("broadcast") is not None
         if engine_uuid and engine_uuid != rec.engine_uuid:
             if not broadcast and rec.engine_uuid is not None:
@@ -245,8 +259,13 @@ class TaskTable:
         rec.stderr = str(metadata.pop("stderr", "") or "")
         rec.metadata = {**rec.metadata, **metadata}
         rec.result_content = content
+        self._done_with(rec)
+        return rec
+
+    def _done_with(self, rec: TaskRecord) -> None:
+        msg_id = rec.msg_id
         self.dirty[msg_id] = rec
-        self.counts[status] += 1
+        self.counts[str(rec.status)] += 1
         if self.feed is not None:
             self.feed.append(finished_event(rec))
         if rec.engine_uuid is not None:
@@ -256,7 +275,48 @@ class TaskTable:
             done.append(msg_id)
             self.completed_count[rec.engine_uuid] += 1
         self._retire(msg_id)
-        return rec
+
+    def _part(
+        self,
+        rec: TaskRecord,
+        engine_uuid: str | None,
+        metadata: dict[str, Any],
+        status: str,
+        content: dict[str, Any] | None,
+    ) -> TaskRecord | None:
+        """A part of an element request (hub/elementparts.py): its own row, written at the
+        next flush and not kept here, and a line of the request's summary; the request is
+        finished once every element is answered. Returns the part's record (for its
+        result buffers); None for a part of a request already finished."""
+        elements = rec.elements
+        assert elements is not None
+        if not rec.pending:
+            log.debug("part of %s after its last element ignored", rec.msg_id)
+            return None
+        received = _stamp(time.time())
+        started = _stamp(_float(metadata.get("started")))
+        completed = _stamp(_float(metadata.get("completed"))) or received
+        k = elements.add(engine_uuid, metadata, content, started, completed, status, received)
+        part = TaskRecord(part_row_id(rec.msg_id, k), rec.msg_type, PART_QUEUE)
+        part.client, part.session, part.label = rec.client, rec.session, rec.label
+        part.engine_uuid = engine_uuid
+        part.submitted = rec.submitted
+        part.started, part.completed, part.received = started, completed, received
+        part.status = status
+        part.stdout = str(metadata.pop("stdout", "") or "")
+        part.stderr = str(metadata.pop("stderr", "") or "")
+        part.metadata = metadata
+        part.result_content = content
+        self.dirty[part.msg_id] = part
+        self.dirty[rec.msg_id] = rec
+        if elements.done:
+            if rec.engine_uuid is None and engine_uuid:
+                self._assign(rec, engine_uuid)
+            self._unindex(rec)
+            first, last, rec.status = elements.outcome()
+            rec.started, rec.completed, rec.received = first, last or received, received
+            self._done_with(rec)
+        return part
 
     def _retire(self, msg_id: str) -> None:
         """Keep at most completed_limit completed records in memory, dropping the oldest."""

@@ -349,7 +349,6 @@ class TaskBook(Gating, ElementParts):
         fail = FailTask(task.client, task.header, task.engine, error, evalue, status)
         if task.elements is not None:  # the positions not answered yet, all failed
             fail.elements = task.elements
-            fail.report = origin_of(task.msg_id) == task.msg_id
         self.out.append(fail)
         task.state = DONE
         if self.live.pop(task.msg_id, None) is task:

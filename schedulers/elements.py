@@ -67,7 +67,8 @@ class ElementParts(Prefetch):
         origin = origin_of(task.msg_id)
         retrying = self._retried(task, content, uuid)
         if rng is not None and not content.get(FINAL):
-            self.out.append(RelayReply(client, uuid, reply, report=False, retrying=retrying))
+            # every part is reported: the hub records a map's elements from its parts
+            self.out.append(RelayReply(client, uuid, reply, retrying=retrying))
             self._retry_elements(task, retrying, uuid)
             return
         engine.load -= 1
@@ -75,10 +76,7 @@ class ElementParts(Prefetch):
         self.ledger.answered(task.client)
         del self.live[task.msg_id]
         task.state = DONE
-        original = task.msg_id == origin
-        self.out.append(
-            RelayReply(client, uuid, reply, report=original, bare=True, retrying=retrying)
-        )
+        self.out.append(RelayReply(client, uuid, reply, retrying=retrying))
         if rng is not None and elements[0] < elements[1]:  # given back, its revoke reply to come
             self._new_part(task, elements[0], elements[1])
         self._retry_elements(task, retrying, uuid)

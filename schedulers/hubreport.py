@@ -17,6 +17,7 @@ from typing import Any
 import zmq
 
 from zpar.constants import RESULT_COPIES_HWM, STORE_INLINE_LIMIT, STORE_RESULT_LIMIT
+from zpar.elements import RETRYING
 from zpar.wire import Message, Session, frame_bytes, send_frames
 from zpar.wire.messages import (
     MON_SCHEDULER,
@@ -76,10 +77,18 @@ class HubReport:
         if len(events) >= TASK_BATCH_MAX:
             self.flush()
 
-    def task_out(self, uuid: bytes, client: bytes, reply: Message, bare: bool = False) -> None:
+    def task_out(
+        self,
+        uuid: bytes,
+        client: bytes,
+        reply: Message,
+        bare: bool = False,
+        retrying: list[int] | None = None,
+    ) -> None:
         """A checked reply passed, with what the hub's store keeps: small result buffers
         inline, larger ones (up to STORE_RESULT_LIMIT) in a message of their own; none if
-        ``bare`` (the last part of an element request: its values are not the request's)."""
+        ``bare``. ``retrying``: positions of a map's part whose errors are not their
+        answer (zpar.elements.RETRYING), told to the hub in the metadata."""
         bufs = [] if bare else reply.buffers
         msg_id = reply.parent_header.get("msg_id", "")
         size = sum(len(b) if type(b) is bytes else len(b.buffer) for b in bufs)
@@ -96,7 +105,7 @@ class HubReport:
                 uuid.decode("ascii", "replace"),
                 client,
                 msg_id,
-                reply.metadata,
+                reply.metadata if not retrying else {**reply.metadata, RETRYING: retrying},
                 reply.content,
                 inline,
             )

@@ -456,7 +456,7 @@ class TaskScheduler:
             frames = self.session.resign(reply, metadata=metadata)
         self._replies_out.add((client, uuid), frames, None)
         if instruction.report:
-            self.hub.task_out(uuid, client, reply, bare=instruction.bare)
+            self.hub.task_out(uuid, client, reply, instruction.bare, instruction.retrying)
         self._release(reply.parent_header.get("msg_id"))
 
     def _do_fail_task(self, instruction: FailTask) -> None:

@@ -12,7 +12,10 @@ on held replies, the last part marked ``final``. The task scheduler may take the
 unstarted tail of a running request back (revoke_request ``tails``) and place it on an
 idle engine as a request of its own, under a *part id* ``<msg_id>#<lo>.<n>``; the client
 routes any reply whose parent is a part id to the request it came from
-(docs/decisions.md, "A load-balanced map, one task per element").
+(docs/decisions.md, "A load-balanced map, one task per element"). Each element is a task
+for its user under an *element id* ``<msg_id>#<pos>`` (``ar.msg_ids``): the hub records
+the request and its parts, and answers queries, get_result and resubmit per element
+(hub/elementquery.py).
 
 Every process reads these names from here.
 """
@@ -46,6 +49,23 @@ def part_id(origin: str, lo: int, n: int) -> str:
     """The id of a request's part placed on its own from position ``lo`` (``n`` makes it
     unique among the parts of that request)."""
     return f"{origin}{PART_SEP}{lo}.{n}"
+
+
+def element_id(origin: str, pos: int) -> str:
+    """The msg_id of element ``pos`` of request ``origin``: a task of its own for its user
+    (``ar.msg_ids``, the hub's records, get_result, resubmit), never a message's."""
+    return f"{origin}{PART_SEP}{pos}"
+
+
+def split_element_id(msg_id: str) -> tuple[str, int] | None:
+    """(request msg_id, position) of an element_id, None for any other id."""
+    i = msg_id.rfind(PART_SEP)
+    if i <= 0:
+        return None
+    tail = msg_id[i + 1 :]
+    if not tail.isdigit() or not tail.isascii():
+        return None
+    return msg_id[:i], int(tail)
 
 
 def element_range(value: Any) -> tuple[int, int] | None:

@@ -99,6 +99,17 @@ OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
 }
 
 
+def matches(value: Any, cond: dict[str, Any]) -> bool:
+    """Whether a value meets a check_query() condition, as the stores' queries judge."""
+    for op, arg in cond.items():
+        try:
+            if not OPERATORS[op](value, arg):
+                return False
+        except TypeError:  # None < 3 and the like: no match, as in a database
+            return False
+    return True
+
+
 def check_row(row: dict[str, Any]) -> None:
     """Refuse (UnwritableRecords naming the column) a row whose JSON columns nest deeper
     than STORE_NESTING: json's encoder recurses on them, and the hub sends them back in

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..records import jsonable
-from .base import JSON_KEYS, KEPT_KEYS, OPERATORS, REQUEST_KEY, TaskStore
+from .base import JSON_KEYS, KEPT_KEYS, REQUEST_KEY, TaskStore, matches
 
 
 class MemoryStore(TaskStore):
@@ -64,7 +64,7 @@ class MemoryStore(TaskStore):
     def find(self, query: dict[str, Any], keys: list[str]) -> list[dict[str, Any]]:
         out = []
         for row in sorted(self.rows.values(), key=lambda r: r.get("submitted") or 0):
-            if all(_match(row.get(k), cond) for k, cond in query.items()):
+            if all(matches(row.get(k), cond) for k, cond in query.items()):
                 out.append({k: row.get(k) for k in keys})
         return out
 
@@ -101,13 +101,3 @@ class MemoryStore(TaskStore):
 
     def count(self) -> int:
         return len(self.rows)
-
-
-def _match(value: Any, cond: dict[str, Any]) -> bool:
-    for op, arg in cond.items():
-        try:
-            if not OPERATORS[op](value, arg):
-                return False
-        except TypeError:  # None < 3 and the like: no match, as in a database
-            return False
-    return True

@@ -106,19 +106,13 @@ def _labels_in_store(rc):
     return sorted(d["label"] for d in data)
 
 
-#: open defect (docs/api.md, "ipyparallel's own tests that still fail"): the hub keeps one
-#: record per request of a load-balanced map, so its per-element ids are not in the store
-MAP_RECORDS = pytest.mark.xfail(
-    strict=True, reason="the hub records a load-balanced map per request, not per element"
-)
-
-
-@pytest.mark.parametrize("kind", [pytest.param("balanced", marks=MAP_RECORDS), "direct"])
+@pytest.mark.parametrize("kind", ["balanced", "direct"])
 def test_labels(rc, kind):
     rc.purge_everything()
     view = rc.load_balanced_view() if kind == "balanced" else rc[:]
     mapped, applied = _run_labelled(view)
-    _hub_knows(rc, [*mapped.msg_ids, *(m for a in applied for m in a.msg_ids)])
+    # no wait for the hub: a query sees what the client saw finish (client/hubsync.py), as
+    # ipyparallel's test_label queries right after view.wait
     n_apply = 1 if kind == "balanced" else len(rc.ids)
     expected = ["mylabel_map"] * len(mapped.msg_ids) + [
         f"mylabel_apply_{i:02}" for i in range(5) for _ in range(n_apply)
@@ -152,3 +146,81 @@ def test_label_as_a_keyword_and_from_the_hub(rc, cluster):
         assert fetched.label == ["L1", "L1"]
     finally:
         other.close()
+
+
+def _square_or_fail(x):
+    if x == 3:
+        raise ValueError(f"no {x}")
+    return x * x
+
+
+def test_a_maps_elements_are_records_of_the_hub(rc, cluster):
+    """ipyparallel's hub keeps one record per task of a chunksize=1 map: each of
+    ``ar.msg_ids`` is in hub_history() and db_query, with its own dates and engine, and
+    any client fetches its value (a list of one, as ipyparallel's element task returns)."""
+    lv = rc.load_balanced_view()
+    ar = lv.map_async(_square_or_fail, range(8), label="sq", return_exceptions=True)
+    values = ar.get(30)
+    assert isinstance(values[3], ipp.RemoteError)
+    _hub_knows(rc, ar.msg_ids)
+    hist = rc.hub_history()
+    assert [m for m in hist if m in set(ar.msg_ids)] == ar.msg_ids
+    recs = rc.db_query({"msg_id": {"$in": ar.msg_ids}})
+    assert [r["msg_id"] for r in recs] == ar.msg_ids
+    assert {r["label"] for r in recs} == {"sq"}
+    for r in recs:
+        for key in ("submitted", "started", "completed", "received"):
+            assert isinstance(r[key], datetime) and r[key].tzinfo is not None, key
+        assert r["submitted"] <= r["started"] <= r["completed"] <= r["received"]
+        assert r["header"]["msg_id"] == r["msg_id"]
+        assert isinstance(r["engine_uuid"], str) and r["engine_uuid"]
+    assert [r["status"] for r in recs] == ["ok"] * 3 + ["error"] + ["ok"] * 4
+    assert recs[3]["result_content"]["ename"] == "ValueError"
+    other = ipp.Client(str(cluster.url_file))
+    try:
+        for j, m in enumerate(ar.msg_ids):
+            fetched = other.get_result(m)
+            if j == 3:
+                with pytest.raises(ipp.RemoteError, match="no 3"):
+                    fetched.get(10)
+            else:
+                assert fetched.get(10) == [j * j]
+                assert fetched.metadata["engine_uuid"] == recs[j]["engine_uuid"]
+        both = other.get_result(ar.msg_ids[4:6])
+        assert both.get(10) == [[16], [25]]
+        with pytest.raises(ipp.RemoteError, match="map's request"):  # names its elements
+            other.get_result(ar.request_ids[0]).get(10)
+    finally:
+        other.close()
+
+
+def test_one_element_of_a_map_is_resubmitted(rc):
+    lv = rc.load_balanced_view()
+    ar = lv.map_async(lambda x: x + 100, range(5))
+    assert ar.get(30) == list(range(100, 105))
+    # get_result of the map: one result per element, as ipyparallel's (a list of one each)
+    assert rc.get_result(ar).get(10) == [[100], [101], [102], [103], [104]]
+    again = rc.resubmit(ar.msg_ids[2])
+    assert again.get(30) == [[102]]
+    [new] = again.msg_ids
+    _hub_knows(rc, [new])
+    [old] = rc.db_query({"msg_id": ar.msg_ids[2]}, keys=["resubmitted"])
+    assert old["resubmitted"] == new
+    [rec] = rc.db_query({"msg_id": new})
+    assert rec["status"] == "ok" and rec["completed"] is not None
+    # the whole map: each element again, alone (ipyparallel's tasks of a chunksize=1 map)
+    whole = rc.resubmit(ar)
+    assert whole.get(30) == [[100], [101], [102], [103], [104]]
+
+
+def test_a_maps_records_are_purged_together(rc):
+    lv = rc.load_balanced_view()
+    ar = lv.map_async(lambda x: x, range(10))
+    ar.get(30)
+    _hub_knows(rc, ar.msg_ids)
+    assert len(ar.request_ids) < len(ar.msg_ids)  # several elements to a request
+    with pytest.raises(Exception, match="purged together"):
+        rc.purge_results(ar.msg_ids[:1])
+    rc.purge_results(ar)
+    assert rc.db_query({"msg_id": {"$in": ar.msg_ids}}) == []
+    assert not set(ar.msg_ids) & set(rc.hub_history())

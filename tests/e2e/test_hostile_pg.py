@@ -43,7 +43,7 @@ def test_postgres_store_refuses_bad_records_alone_and_survives_a_killed_controll
     rc = c.client
     rc.wait_for_engines(2, timeout=60)
     lv = rc.load_balanced_view()
-    good = lv.map_async(abs, range(-20, 0), chunksize=5)  # a task per chunk: records by msg_id
+    good = lv.map_async(abs, range(-20, 0))
     assert good.get(60) == list(range(20, 0, -1))  # positive control
     nul = lv.apply_async(_nul_output)
     assert nul.get(60) == 1
@@ -71,7 +71,7 @@ def test_postgres_store_refuses_bad_records_alone_and_survives_a_killed_controll
         assert reply.content["status"] == "ok"
     finally:
         sock.close()
-    after = lv.map_async(abs, range(-10, 0), chunksize=5)
+    after = lv.map_async(abs, range(-10, 0))
     assert after.get(60) == list(range(10, 0, -1))
     ids = [*good.msg_ids, *nul.msg_ids, *after.msg_ids]
     wait_until(

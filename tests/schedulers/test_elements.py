@@ -69,11 +69,11 @@ def test_parts_are_relayed_and_the_last_frees_the_engine():
     assert sends(book) == [("m", A, [0, 10])]
     book.reply(A, b"client", part("m", 0, 4))
     (relay,) = take(book, RelayReply)
-    assert not relay.report  # the hub hears of the request once, not of each part
+    assert relay.report and not relay.bare  # the hub records the map's elements by part
     assert book.live["m"].elements == [4, 10] and book.engines[A].load == 1
     book.reply(A, b"client", part("m", 4, 10, final=True))
     (relay,) = take(book, RelayReply)
-    assert relay.report and relay.bare  # its record, without one part's values
+    assert relay.report and not relay.bare  # each part with its values
     assert "m" not in book.live and book.engines[A].load == 0
     assert not book.element_placements
 
