@@ -207,7 +207,10 @@ class Communicator:
     # -- point to point, objects ------------------------------------------------------------
 
     def send(self, obj: Any, dest: int, tag: int = 0) -> None:
-        self.isend(obj, dest, tag).Wait()
+        data = pickle.dumps(obj, protocol=5)
+        if self._p2p.send_now(dest, data, tag, CTX_P2P, ENC_PICKLE):
+            return  # a small message to a rank of this host: in its mailbox already
+        Request(self._p2p, self._p2p.post_send(dest, data, tag, CTX_P2P, ENC_PICKLE), "send").Wait()
 
     def isend(self, obj: Any, dest: int, tag: int = 0) -> Request:
         data = pickle.dumps(obj, protocol=5)
@@ -222,7 +225,19 @@ class Communicator:
         tag: int = ANY_TAG,
         status: Status | None = None,
     ) -> Any:
-        return self.irecv(None, source, tag).wait(status)
+        p2p = self._p2p
+        n = p2p.recv_now(source, tag, CTX_P2P, None)
+        if n is None:
+            return self.irecv(None, source, tag).wait(status)
+        lane = p2p.links.lane
+        if status is not None:
+            status._set(source, lane.last_tag, n)
+        if lane.last_enc != ENC_PICKLE:
+            raise CommError(
+                f"recv() got a raw buffer message ({n} bytes from rank {source}, "
+                "sent with Send?): receive it with Recv into an array"
+            )
+        return pickle.loads(lane.last_payload)
 
     def irecv(self, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
         return Request(self._p2p, self._p2p.post_recv(source, tag, CTX_P2P), "irecv")
@@ -267,6 +282,8 @@ class Communicator:
     # -- point to point, buffers ------------------------------------------------------------
 
     def Send(self, buf: Any, dest: int, tag: int = 0) -> None:  # noqa: N802
+        if self._p2p.send_now(dest, buf, tag, CTX_P2P, ENC_RAW):
+            return  # a small message to a rank of this host: in its mailbox already
         self.Isend(buf, dest, tag).Wait()
 
     def Isend(self, buf: Any, dest: int, tag: int = 0) -> Request:  # noqa: N802
@@ -281,7 +298,11 @@ class Communicator:
         tag: int = ANY_TAG,
         status: Status | None = None,
     ) -> None:
-        self.Irecv(buf, source, tag).Wait(status)
+        n = self._p2p.recv_now(source, tag, CTX_P2P, buf)
+        if n is None:
+            self.Irecv(buf, source, tag).Wait(status)
+        elif status is not None:
+            status._set(source, self._p2p.links.lane.last_tag, n)
 
     def Irecv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:  # noqa: N802
         return Request(self._p2p, self._p2p.post_recv(source, tag, CTX_P2P, buf), "Irecv")

@@ -27,7 +27,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import struct
 import tempfile
 import time
 from collections.abc import Iterator
@@ -39,8 +38,9 @@ import zmq
 from zpar.errors import RemoteProtocolError
 
 from . import mailbox
+from .lane import Lane
 from .mailbox import Mailbox
-from .peerwire import ENC_PICKLE, HEADER, Kind, Packet, PeerSigner
+from .peerwire import ENC_PICKLE, INLINE, Kind, Packet, PeerSigner
 
 log = logging.getLogger(__name__)
 
@@ -57,12 +57,15 @@ def _ident(rank: int) -> bytes:
     return b"r%d" % rank
 
 
-#: where a packet's sequence number sits in its header (after kind, ctx, enc, acks, src, tag)
-_SEQ = struct.Struct(">Q")
-_SEQ_AT = 12
 #: the receiver's spin before it blocks on its sockets, microseconds: adaptive between these
 SPIN_MIN_US = 20
 SPIN_MAX_US = 400
+#: the spin of a receiver whose peers are all on this host before it sleeps on its futex
+#: words (the lane), microseconds: adaptive between 0 and this (none when ranks outnumber
+#: CPUs): a spin that found nothing halves it, one that found the packet doubles it
+FUTEX_SPIN_US = 50
+#: below this a halving spin stops spinning at all (sleeps at once)
+FUTEX_SPIN_MIN_NS = 1000
 #: mailbox polls between looks at the sockets and the clock
 SPIN_SYSCALL_EVERY = 32
 #: a poll that found mailbox packets looks at the sockets only every this many times
@@ -101,8 +104,11 @@ class PeerLinks:
             self.router.setsockopt(zmq.CURVE_SECRETKEY, self._curve[1])
         self.dealers: dict[int, zmq.Socket] = {}
         self.endpoints: dict[str, str] = {}
-        self._send_seq = [0] * size
-        self._recv_seq = [0] * size
+        #: the same-host lane (compiled, or its twin): mailboxes, and the links' sequence
+        #: numbers, one sequence per link over the mailbox and the socket
+        self.lane = Lane(size)
+        self._send_seq = self.lane.send_seq
+        self._recv_seq = self.lane.recv_seq
         #: pid of each rank on this host (liveness checks without socket monitors)
         self._local_pids: dict[int, int] = {}
         self.same_host: set[int] = set()
@@ -117,6 +123,12 @@ class PeerLinks:
         self.use_mailboxes = mailbox.SUPPORTED
         self._outbox: dict[int, Mailbox | None] = {}
         self._inbox: dict[int, Mailbox] = {}
+        #: peers whose mailbox this rank writes (after the dance)
+        self.mail_out: set[int] = set()
+        #: every peer on this host with mailboxes both ways: waits sleep on futex words
+        self.futex = False
+        self.futex_spin_ns = 0
+        self._sleeps = 0
         self.spin_us = SPIN_MAX_US  # start long: a fresh communicator is usually busy
         self._mail_ready = False  # from the end of the dance on
         self.spins = False
@@ -208,9 +220,15 @@ class PeerLinks:
                 else:  # a peer done dancing already talks: keep it for the communicator
                     self.early.append((peer, pkt))
         self._mail_ready = True
+        self.mail_out = {p for p, b in self._outbox.items() if b is not None}
         # spin only with a CPU per rank of this host: oversubscribed, a spinning rank steals
         # the CPU its peer needs to answer (Open MPI's yield-when-idle for the same reason)
         self.spins = len(self.same_host) + 1 <= _cpus()
+        others = set(range(self.size)) - {self.rank}
+        self.futex = bool(others) and others == self.mail_out == set(self._inbox)
+        if self.futex:
+            self.lane.set_state(mailbox.ST_BUSY)
+            self.futex_spin_ns = FUTEX_SPIN_US * 1000 if self.spins else 0
         log.debug("comm %s rank %d: %d links open", self.comm_id, self.rank, self.size - 1)
 
     # -- traffic --------------------------------------------------------------------------
@@ -219,27 +237,38 @@ class PeerLinks:
         """Send one packet to ``peer``, numbering it; return a MessageTracker when asked.
         A one-frame packet to a rank on this host goes through its mailbox when there is
         room (and an empty frame wakes the receiver unless it is spinning)."""
-        box = self._outbox.get(peer) if self._mail_ready else None
-        pkt.seq = self._send_seq[peer]
-        self._send_seq[peer] += 1
-        if box is not None:
+        mail = peer in self.mail_out
+        payload = pkt.payload
+        if mail and (payload is None or len(payload) <= INLINE):
             # unsigned into the mailbox (PeerSigner.unpack says why); signed if it must go
-            # through the socket after all (too big, mailbox full)
-            frames = self.signer.pack(pkt, signed=False)
-            if len(frames) == 1 and box.put(frames[0]):
-                # no wake-up when an earlier packet is still unread: that one's wake-up (or the
-                # receiver's spin) is still to come, and the receiver then takes all of them
-                mailbox.fence()
-                if not box.receiver_spinning and box.unread == 1:
-                    try:
-                        self._send_frames(peer, [b""])  # wakes it from its socket poll
-                    except LinkError:
-                        # it may have read the packet and closed since: the packet is
-                        # delivered, and a dead peer is found by the liveness checks
-                        pass
+            # through the socket after all (mailbox full)
+            r = self.lane.send(
+                peer, pkt.kind, pkt.ctx, pkt.enc, pkt.acks, pkt.src, pkt.tag, pkt.msgid,
+                pkt.arg, payload,
+            )  # fmt: skip
+            if r:
+                pkt.seq = int(self._send_seq[peer]) - 1
+                if r == 2:
+                    self.wake(peer)
                 return None
+        pkt.seq = int(self._send_seq[peer])
+        self._send_seq[peer] += 1
         frames = self.signer.pack(pkt)
-        return self._send_frames(peer, frames, track, copy)
+        out = self._send_frames(peer, frames, track, copy)
+        if mail:
+            self.lane.note_socket_send(peer)  # a sleeping receiver looks at its sockets
+        return out
+
+    def wake(self, peer: int) -> None:
+        """An empty frame to a receiver blocked on its sockets (lane.send said so): no
+        wake-up when an earlier packet is still unread, as that one's wake-up (or the
+        receiver's spin) is still to come and the receiver then takes all of them."""
+        try:
+            self._send_frames(peer, [b""])
+        except LinkError:
+            # it may have read the packet and closed since: the packet is delivered, and a
+            # dead peer is found by the liveness checks
+            pass
 
     def _send_frames(
         self, peer: int, frames: list[Any], track: bool = False, copy: bool = True
@@ -267,6 +296,7 @@ class PeerLinks:
         if self.use_mailboxes and peer in self.same_host:
             try:
                 box = Mailbox.create()
+                self.lane.set_out(peer, box.mapping, box.slots, box.slot_size)
             except OSError as e:
                 log.warning(
                     "comm %s rank %d: no mailbox toward rank %d (%s): using the socket",
@@ -286,6 +316,9 @@ class PeerLinks:
             early, self.early = self.early, []
             yield from early
             timeout_ms = 0
+        if self.futex and self._mail_ready:
+            yield from self._poll_futex(timeout_ms)
+            return
         if self._inbox:
             ready = self._from_inboxes()
             if not ready and timeout_ms and self.spins:
@@ -309,23 +342,64 @@ class PeerLinks:
             else:
                 self.spin_us = max(SPIN_MIN_US, self.spin_us // 2)
         for sock, _ in events:
-            if sock is self.router:
-                peer = -1
-            else:
-                peer = next(r for r, d in self.dealers.items() if d is sock)
-            # drain while zmq says more is queued (cheaper than a failing recv's exception)
-            while sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-                frames = sock.recv_multipart(copy=False)
-                if peer < 0:
-                    src = self._peer_of(frames[0].bytes)
-                    frames = frames[1:]
-                else:
-                    src = peer
-                if len(frames) == 1 and len(frames[0]) == 0:
-                    continue  # a wake-up: the packet is in the mailbox
-                yield from self._accept(src, frames)
+            yield from self._drain(sock)
         if self._inbox:
             yield from self._from_inboxes()
+
+    def _poll_futex(self, timeout_ms: int) -> Iterator[tuple[int, Packet]]:
+        """Every peer on this host: the lane waits (GIL released: spin, then sleep on the
+        mailboxes' futex words), then the mailboxes are read; the sockets only when the lane
+        says a packet took one (too big for a slot, or a full mailbox), and now and then."""
+        ready = self._from_inboxes()
+        if not ready and timeout_ms:
+            r = self.lane.wait(self.futex_spin_ns, timeout_ms * 1_000_000)
+            self.adapt_spin()
+            ready = self._from_inboxes() if r == 1 else []
+            if r == 2 and not ready:  # announced on a socket: it is on its way
+                yield from self._poll_sockets(min(timeout_ms, 100))
+                return
+        if ready:
+            yield from ready
+            self._skipped_polls += 1
+            if self._skipped_polls < SOCKET_POLL_EVERY:
+                return
+        self._skipped_polls = 0
+        yield from self._poll_sockets(0)
+
+    def adapt_spin(self) -> None:
+        """After a lane wait: a spin that had to sleep halves the next one (on a loaded host
+        the peer is not running, and a spin only keeps it off the CPU), one whose spin found
+        the packet doubles it, up to FUTEX_SPIN_US; a spin of 0 tries again now and then."""
+        if not self.spins:
+            return
+        ns = self.futex_spin_ns
+        if self.lane.last_slept:
+            ns = ns // 2 if ns >= FUTEX_SPIN_MIN_NS else 0
+            self._sleeps += 1
+            if ns == 0 and self._sleeps % 64 == 0:
+                ns = FUTEX_SPIN_MIN_NS * 4  # has the load gone? try a short spin again
+        else:
+            ns = min(FUTEX_SPIN_US * 1000, max(ns * 2, FUTEX_SPIN_MIN_NS))
+        self.futex_spin_ns = ns
+
+    def _poll_sockets(self, timeout_ms: int) -> Iterator[tuple[int, Packet]]:
+        for sock, _ in self.poller.poll(timeout_ms):
+            yield from self._drain(sock)
+        yield from self._from_inboxes()
+
+    def _drain(self, sock: zmq.Socket) -> Iterator[tuple[int, Packet]]:
+        peer = -1 if sock is self.router else next(r for r, d in self.dealers.items() if d is sock)
+        # drain while zmq says more is queued (cheaper than a failing recv's exception)
+        while sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            frames = sock.recv_multipart(copy=False)
+            if peer < 0:
+                src = self._peer_of(frames[0].bytes)
+                frames = frames[1:]
+            else:
+                src = peer
+            if len(frames) == 1 and len(frames[0]) == 0:
+                continue  # a wake-up: the packet is in the mailbox
+            yield from self._accept(src, frames)
 
     def _spin(self) -> list[tuple[int, Packet]]:
         """Poll the mailboxes (and, cheaply, the sockets) for up to ``spin_us`` with
@@ -373,30 +447,34 @@ class PeerLinks:
 
     def _from_inboxes(self) -> list[tuple[int, Packet]]:
         out: list[tuple[int, Packet]] = []
-        for peer, box in list(self._inbox.items()):
-            while box.ready() and self._take_from_box(peer, box, out):
+        for peer in self._inbox:
+            while self._take_from_box(peer, out):
                 pass
         return out
 
-    def _take_from_box(self, peer: int, box: Mailbox, out: list[tuple[int, Packet]]) -> bool:
+    def _take_from_box(self, peer: int, out: list[tuple[int, Packet]]) -> bool:
         """Accept the mailbox's oldest packet if it is the link's next; False when an earlier
         one is still on its way through the socket."""
-        view = box.peek()
-        if view is None:
+        try:
+            head = self.lane.peek(peer)
+        except ValueError as e:
+            raise RemoteProtocolError("bad-packet", str(e)) from None
+        if head is None:
             return False
-        if len(view) < HEADER.size:
-            raise RemoteProtocolError("bad-packet", f"mailbox packet of {len(view)} bytes")
-        (seq,) = _SEQ.unpack_from(view, _SEQ_AT)
+        seq = head[1]
         if seq != self._recv_seq[peer]:
             if seq < self._recv_seq[peer]:
                 raise RemoteProtocolError(
                     "out-of-sequence", f"rank {peer}: packet {seq}, expected {self._recv_seq[peer]}"
                 )
             return False
-        data = bytes(view)
-        view.release()
-        box.consume()
-        out.extend(self._accept(peer, [data], signed=False))
+        data = self.lane.take(peer)  # consumed and counted (the link's next)
+        pkt = self.signer.unpack([data], signed=False)
+        if pkt.src != peer:
+            raise RemoteProtocolError("bad-source", f"packet says rank {pkt.src}, link is {peer}")
+        if pkt.kind == Kind.FIN:
+            self.finished.add(peer)
+        out.append((peer, pkt))
         return True
 
     def _peer_of(self, ident: bytes) -> int:
@@ -420,9 +498,8 @@ class PeerLinks:
         if pkt.src != peer:
             raise RemoteProtocolError("bad-source", f"packet says rank {pkt.src}, link is {peer}")
         out: list[tuple[int, Packet]] = []
-        box = self._inbox.get(peer)
-        if box is not None:
-            while pkt.seq > self._recv_seq[peer] and self._take_from_box(peer, box, out):
+        if peer in self._inbox:
+            while pkt.seq > self._recv_seq[peer] and self._take_from_box(peer, out):
                 pass
         if pkt.seq != self._recv_seq[peer]:
             raise RemoteProtocolError(
@@ -443,7 +520,9 @@ class PeerLinks:
         if peer in self._inbox or peer not in self.same_host:
             raise RemoteProtocolError("bad-mailbox", f"rank {peer}: unexpected mailbox {path!r}")
         try:
-            self._inbox[peer] = Mailbox.attach(path.decode(errors="replace"))
+            box = Mailbox.attach(path.decode(errors="replace"))
+            self._inbox[peer] = box
+            self.lane.set_in(peer, box.mapping, box.slots, box.slot_size)
         except (OSError, ValueError) as e:
             raise RemoteProtocolError("bad-mailbox", f"rank {peer}: {e}") from e
 
@@ -473,13 +552,12 @@ class PeerLinks:
         """Peers whose mailbox has held a packet numbered ahead for over MAILBOX_GAP_S."""
         now = time.monotonic()
         gaps = []
-        for peer, box in self._inbox.items():
-            view = box.peek()
-            ahead = view is not None and len(view) >= HEADER.size
-            if ahead:
-                ahead = _SEQ.unpack_from(view, _SEQ_AT)[0] > self._recv_seq[peer]
-            if view is not None:
-                view.release()
+        for peer in self._inbox:
+            try:
+                head = self.lane.peek(peer)
+            except ValueError:
+                head = None
+            ahead = head is not None and head[1] > self._recv_seq[peer]
             if not ahead:
                 self._gap_since.pop(peer, None)
             elif now - self._gap_since.setdefault(peer, now) > MAILBOX_GAP_S:
@@ -499,9 +577,11 @@ class PeerLinks:
             except zmq.ZMQError:
                 gone.append(k)
                 continue
-            pkt = Packet(Kind.PING, 0, 0, self.rank, 0, self._send_seq[k], 0, 0)
+            pkt = Packet(Kind.PING, 0, 0, self.rank, 0, int(self._send_seq[k]), 0, 0)
             self._send_seq[k] += 1
             self.router.send_multipart(self.signer.pack(pkt))
+            if k in self.mail_out:
+                self.lane.note_socket_send(k)
         if gone:  # a peer that sent FIN and closed while we probed was freed, not lost
             self._drain_for_fins()
             gone = [k for k in gone if k not in self.finished]
@@ -529,6 +609,9 @@ class PeerLinks:
         self.closed = True
         for d in self.dealers.values():
             d.close(linger=linger_ms)
+        self.lane.close()  # before the mappings it points into
+        self.mail_out = set()
+        self.futex = False
         for box in [*self._outbox.values(), *self._inbox.values()]:
             if box is not None:
                 # after the dance the receiver may still be about to map our mailbox (its

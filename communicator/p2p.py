@@ -34,6 +34,8 @@ from .shm import ShmRing
 
 log = logging.getLogger(__name__)
 
+EAGER = int(Kind.EAGER)
+
 #: slot and length of a SHMDATA packet (the ring's path follows on the first one)
 _SHM_DESC = struct.Struct(">IQ")
 
@@ -109,11 +111,89 @@ class P2P:
         if dest == self.rank:
             self._deliver_local(op)
             return op
+        if dest in self.links.mail_out and not self._queues[dest] and len(op.data) <= INLINE:
+            if self._eager(dest, op.data, tag, ctx, enc, op.msgid):
+                op.offset = len(op.data)
+                op.done = True
+                return op
         self._queues[dest].append(op)
         op.queued = True
         self._busy.add(dest)
         self._pump(dest)
         return op
+
+    # -- the same-host fast path (zpar.comm.lane) ---------------------------------------------
+
+    def _eager(self, dest: int, data: Any, tag: int, ctx: int, enc: int, msgid: int) -> bool:
+        """A whole small message into ``dest``'s mailbox as one EAGER packet, outside the
+        credit window (the mailbox's slots bound it); False when the mailbox is full."""
+        counter = self.counters[dest]
+        acks = counter.take() if counter.unacked else 0
+        r = self.links.lane.send(
+            dest, EAGER, ctx, enc, acks, self.rank, tag, msgid, len(data), data
+        )
+        if not r:
+            counter.unacked += acks  # not sent: the credits ride on a later packet
+            return False
+        if r == 2:
+            self.links.wake(dest)
+        return True
+
+    def send_now(self, dest: int, data: Any, tag: int, ctx: int, enc: int) -> bool:
+        """Send a small message to a rank of this host at once, without a request (what
+        Send / send and the collectives' exchanges call first); False: not eligible (another
+        host, too big, queued sends, a buffer spec): the caller takes the general path,
+        which also reports bad arguments."""
+        if (
+            dest not in self.links.mail_out
+            or self._queues[dest]
+            or self.broken is not None
+            or self.links.closed
+        ):
+            return False
+        self._msgid += 1
+        try:
+            return self._eager(dest, data, tag, ctx, enc, self._msgid)
+        except (TypeError, BufferError, ValueError):
+            return False  # not a plain contiguous buffer: the general path says what
+
+    def recv_now(self, source: int, tag: int, ctx: int, buf: Any) -> int | None:
+        """Receive the next message from ``source`` (a rank of this host) if it is a small
+        one matching (tag, ctx): into ``buf``, or, buf None, as ``links.lane.last_payload``;
+        return its length (``lane.last_tag`` / ``last_enc`` tell the rest). The lane waits
+        with the GIL released (spin, then futex). None: anything unusual (another receive
+        posted, sends waiting, a message already queued, a long message, a quiet 100 ms)
+        for the general path to handle."""
+        links = self.links
+        if (
+            not links.futex
+            or source not in links.mail_out
+            or self._posted
+            or self._busy
+            or self._await_sync
+            or self._filling
+            or self.broken is not None
+        ):
+            return None
+        for msg in self._unexpected:
+            if msg.src == source and msg.ctx == ctx and (tag == ANY_TAG or msg.tag == tag):
+                return None
+        lane = links.lane
+        try:
+            n = lane.take_eager(source, ctx, tag, buf)
+            if n == -1:
+                r = lane.wait(links.futex_spin_ns, 100_000_000, source)
+                links.adapt_spin()
+                if r != 1:
+                    return None
+                n = lane.take_eager(source, ctx, tag, buf)
+        except (TypeError, BufferError, ValueError):
+            return None  # not a writable contiguous buffer: the general path says what
+        if n < 0:
+            return None
+        if lane.last_acks:
+            self.windows[source].acked(lane.last_acks)
+        return n
 
     def post_recv(self, source: int, tag: int, ctx: int = CTX_P2P, buf: Any = None) -> _Recv:
         self._check_alive()
@@ -374,6 +454,8 @@ class P2P:
             ack = self.counters[peer].received()
             if ack:
                 self._control(peer, Kind.ACK, arg=ack)
+        elif kind == Kind.EAGER:
+            self._on_data(peer, pkt)  # outside the credit window: nothing to acknowledge
         elif kind == Kind.ACK:
             self.windows[peer].acked(pkt.arg)
         elif kind == Kind.SYNCACK:

@@ -245,15 +245,19 @@ def test_truncation_and_bad_arguments_are_clear_errors():
 
 
 def test_flow_control_stalls_a_fast_sender_and_resumes():
-    """Rank 1 queues 40 one-packet messages at a rank that is not receiving: no more than
-    hiwater packets go out until rank 0 receives, then all arrive in order."""
+    """Rank 1 queues 40 one-packet messages at a rank that is not receiving, beyond what
+    its mailbox holds (EAGER packets, outside the credit window: the slots bound them): no
+    more than hiwater packets go out until rank 0 receives, then all arrive in order."""
     import threading
 
+    from zpar.comm.mailbox import SLOTS
+
     ready, go = threading.Event(), threading.Event()
+    n = SLOTS + 40
 
     def run(c):
         if c.rank == 1:
-            reqs = [c.isend(k, dest=0, tag=5) for k in range(40)]
+            reqs = [c.isend(k, dest=0, tag=5) for k in range(n)]
             for _ in range(50):
                 c._p2p.progress(10)  # no ACK can come: rank 0 reads nothing yet
             state = c.flow_state(0)
@@ -263,13 +267,13 @@ def test_flow_control_stalls_a_fast_sender_and_resumes():
             return state, c.flow_state(0)
         ready.wait(30)
         go.set()
-        return [c.recv(source=1, tag=5) for _ in range(40)]
+        return [c.recv(source=1, tag=5) for _ in range(n)]
 
     res = run_ranks(2, run, ackmark=2, hiwater=6)
     stalled, after = res[1]
     assert stalled["inflight"] == 6 and stalled["stalls"] > 0 and stalled["queued"] == 34
     assert after["queued"] == 0 and after["inflight"] <= 6
-    assert res[0] == list(range(40))
+    assert res[0] == list(range(n))
 
 
 def test_peer_lost_mid_collective_is_an_error_not_a_hang():
