@@ -128,7 +128,8 @@ class PeerLinks:
         #: every peer on this host with mailboxes both ways: waits sleep on futex words
         self.futex = False
         self.futex_spin_ns = 0
-        self._sleeps = 0
+        #: waits that went to sleep on the futex (their spin found nothing)
+        self.sleeps = 0
         self.spin_us = SPIN_MAX_US  # start long: a fresh communicator is usually busy
         self._mail_ready = False  # from the end of the dance on
         self.spins = False
@@ -370,13 +371,14 @@ class PeerLinks:
         """After a lane wait: a spin that had to sleep halves the next one (on a loaded host
         the peer is not running, and a spin only keeps it off the CPU), one whose spin found
         the packet doubles it, up to FUTEX_SPIN_US; a spin of 0 tries again now and then."""
+        slept = self.lane.last_slept
+        self.sleeps += slept
         if not self.spins:
             return
         ns = self.futex_spin_ns
-        if self.lane.last_slept:
+        if slept:
             ns = ns // 2 if ns >= FUTEX_SPIN_MIN_NS else 0
-            self._sleeps += 1
-            if ns == 0 and self._sleeps % 64 == 0:
+            if ns == 0 and self.sleeps % 64 == 0:
                 ns = FUTEX_SPIN_MIN_NS * 4  # has the load gone? try a short spin again
         else:
             ns = min(FUTEX_SPIN_US * 1000, max(ns * 2, FUTEX_SPIN_MIN_NS))
