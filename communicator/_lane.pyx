@@ -137,6 +137,14 @@ cdef class Lane:
     cdef public bint futex_mode
     #: whether the last wait went to sleep (its spin found nothing)
     cdef public bint last_slept
+    #: the adaptive spin of the fast receive and its bound (ns); waits that slept
+    cdef public long spin_ns
+    cdef public long spin_max_ns
+    cdef public long sleeps
+    #: this rank (the source of what it sends); fast sends and receives allowed at all
+    cdef public int rank
+    cdef public bint enabled
+    cdef uint8_t blocked[MAXPEERS]
     cdef int nin
     cdef int inlist[MAXPEERS]
 
@@ -150,9 +158,11 @@ cdef class Lane:
         self._recv = self.recv_seq
         self._keep = []
         self.nin = 0
+        self.enabled = True
         for i in range(size):
             self.outp[i] = NULL
             self.inp[i] = NULL
+            self.blocked[i] = 0
 
     cdef uint8_t *_addr(self, object mapping) except NULL:
         cdef Py_buffer view
@@ -186,31 +196,37 @@ cdef class Lane:
 
     # -- sender ------------------------------------------------------------------------
 
-    cpdef int send(self, int peer, int kind, int ctx, int enc, int acks, int src, int tag,
-                   uint64_t msgid, uint64_t arg, object payload) except -9:
-        """Pack one packet (numbered: the link's next) into ``peer``'s mailbox (an EAGER
-        packet's ``arg`` is its payload's length in bytes, whatever the payload object's
-        ``len`` says). 0: no room
-        or too big (nothing numbered: the caller sends it through the socket), 1: put, 2:
-        put and the receiver is blocked on its sockets (send it an empty frame)."""
-        cdef uint8_t *box = self.outp[peer]
-        if box == NULL:
+    def block(self, int peer, bint on):
+        """Sends to ``peer`` wait in the general path's queue: no fast send may pass them."""
+        self.blocked[peer] = on
+
+    cpdef int send_eager(self, int dest, object data, int tag, int ctx, int enc):
+        """The fast send: a whole small message to a rank of this host as one EAGER packet,
+        in one call. 0: not taken (another host, queued sends, full, too big, not a plain
+        contiguous buffer: the general path sends it or says what is wrong), 1: put, 2: put
+        and the receiver needs a wake-up frame."""
+        if not self.enabled or dest < 0 or dest >= self.size or self.blocked[dest]:
+            return 0
+        if self.outp[dest] == NULL:
             return 0
         cdef Py_buffer view
-        cdef Py_ssize_t n = 0
-        cdef const uint8_t *data = NULL
-        cdef bint have = payload is not None
-        if have:
-            PyObject_GetBuffer(payload, &view, PyBUF_SIMPLE)
-            n, data = view.len, <const uint8_t *>view.buf
+        try:
+            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+        except Exception:
+            return 0
+        cdef int r = self._put(dest, KIND_EAGER, ctx, enc, 0, self.rank, tag, 0, 0,
+                               <const uint8_t *>view.buf, view.len)
+        PyBuffer_Release(&view)
+        return r
+
+    cdef int _put(self, int peer, int kind, int ctx, int enc, int acks, int src, int tag,
+                  uint64_t msgid, uint64_t arg, const uint8_t *data, Py_ssize_t n) noexcept:
+        cdef uint8_t *box = self.outp[peer]
         cdef uint64_t written = zp_load(<uint64_t *>(box + O_WRITTEN))
         cdef uint64_t read = zp_load(<uint64_t *>(box + O_READ))
         cdef uint8_t *slot
         cdef int64_t seq
-        cdef uint64_t st
         if n + HDR + 4 > self.slot_size[peer] or written - read >= self.slots[peer]:
-            if have:
-                PyBuffer_Release(&view)
             return 0
         slot = box + HEAD + (written % self.slots[peer]) * self.slot_size[peer]
         (<uint32_t *>slot)[0] = <uint32_t>(n + HDR)
@@ -224,11 +240,29 @@ cdef class Lane:
         zp_put64(slot + 32, <uint64_t>n if kind == KIND_EAGER else arg)
         if n:
             memcpy(slot + 4 + HDR, data, n)
-        if have:
-            PyBuffer_Release(&view)
         zp_store(<uint64_t *>(box + O_WRITTEN), written + 1)
         zp_store(<uint64_t *>(box + O_SENT), <uint64_t>(seq + 1))
         return self._ring(box, written + 1 - read)
+
+    cpdef int send(self, int peer, int kind, int ctx, int enc, int acks, int src, int tag,
+                   uint64_t msgid, uint64_t arg, object payload) except -9:
+        """Pack one packet (numbered: the link's next) into ``peer``'s mailbox (an EAGER
+        packet's ``arg`` is its payload's length in bytes, whatever the payload object's
+        ``len`` says). 0: no room
+        or too big (nothing numbered: the caller sends it through the socket), 1: put, 2:
+        put and the receiver is blocked on its sockets (send it an empty frame)."""
+        cdef uint8_t *box = self.outp[peer]
+        if box == NULL:
+            return 0
+        cdef Py_buffer view
+        cdef int r
+        if payload is None:
+            return self._put(peer, kind, ctx, enc, acks, src, tag, msgid, arg, NULL, 0)
+        PyObject_GetBuffer(payload, &view, PyBUF_SIMPLE)
+        r = self._put(peer, kind, ctx, enc, acks, src, tag, msgid, arg,
+                      <const uint8_t *>view.buf, view.len)
+        PyBuffer_Release(&view)
+        return r
 
     cdef inline int _ring(self, uint8_t *box, uint64_t unread) noexcept nogil:
         zp_fence()  # publish, then read the receiver's state (mailbox.py: one side sees)
@@ -334,6 +368,47 @@ cdef class Lane:
         self._consume(peer)
         return n
 
+    cpdef long recv_eager(self, int source, int tag, int ctx, object buf, long timeout_ns):
+        """The fast receive: the next message from ``source`` (a rank of this host) if it
+        is a small one matching (tag, ctx), into ``buf`` (or, None, ``last_payload``),
+        waiting for it up to ``timeout_ns`` with the GIL released (the adaptive spin, then
+        the futex). Its length, with last_tag / last_enc set; -1: nothing came in time,
+        -2: something else came first, or a bad buffer, -3: not a same-host peer: the
+        general path takes over (and says what is wrong)."""
+        cdef long n
+        if not self.enabled or not self.futex_mode or source < 0 or source >= self.size:
+            return -3
+        if self.inp[source] == NULL:
+            return -3
+        try:
+            n = self.take_eager(source, ctx, tag, buf)
+            if n != -1:
+                return n
+            if self._wait(self.spin_ns, timeout_ns, source) != 1:
+                self._adapt()
+                return -1
+            self._adapt()
+            return self.take_eager(source, ctx, tag, buf)
+        except Exception:
+            return -2
+
+    cdef void _adapt(self) noexcept:
+        """A spin that had to sleep halves the next one (on a loaded host the peer is not
+        running, and spinning keeps it off the CPU); one that found the packet doubles it,
+        up to spin_max_ns; from 0 a short spin is tried again every 64 sleeps."""
+        if self.last_slept:
+            self.sleeps += 1
+            if self.spin_ns >= 1000:
+                self.spin_ns //= 2
+            else:
+                self.spin_ns = 4000 if self.sleeps % 64 == 0 and self.spin_max_ns else 0
+        elif self.spin_max_ns:
+            self.spin_ns = min(self.spin_max_ns, max(self.spin_ns * 2, 1000))
+
+    def adapt(self):
+        """Adapt the spin after a ``wait`` (recv_eager does it itself)."""
+        self._adapt()
+
     cdef inline int _check(self, int only) noexcept nogil:
         """1: a mailbox holds a packet; 2: a packet is on its way through a socket; 0."""
         cdef int k, peer, r = 0
@@ -353,6 +428,9 @@ cdef class Lane:
         """Wait for a packet from any peer (or from ``only``) with the GIL released: spin
         ``spin_ns``, then sleep on the mailboxes' futex words (state SLEEPING, so senders
         ring) until ``timeout_ns``. 1: a mailbox packet, 2: one through a socket, 0."""
+        return self._wait(spin_ns, timeout_ns, only)
+
+    cdef int _wait(self, long spin_ns, long timeout_ns, int only):
         cdef int r, k, nw = 0
         cdef uint64_t start, end, deadline
         cdef long spins = 0
@@ -417,6 +495,7 @@ cdef class Lane:
         return r
 
     def close(self):
+        self.enabled = False
         for i in range(self.size):
             self.outp[i] = NULL
             self.inp[i] = NULL

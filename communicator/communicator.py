@@ -141,6 +141,9 @@ class Communicator:
             timeout=timeout,
             shm=bool(shm),
         )
+        #: the same-host lane (zpar.comm.lane): small messages between ranks of this host
+        #: in one compiled call each way
+        self._lane = links.lane
         self.topology = Topology(self.rank, hosts)
         self._coll = Collectives(
             self._p2p,
@@ -225,11 +228,10 @@ class Communicator:
         tag: int = ANY_TAG,
         status: Status | None = None,
     ) -> Any:
-        p2p = self._p2p
-        n = p2p.recv_now(source, tag, CTX_P2P, None)
+        n = self._p2p.recv_now(source, tag, CTX_P2P, None)
         if n is None:
             return self.irecv(None, source, tag).wait(status)
-        lane = p2p.links.lane
+        lane = self._lane
         if status is not None:
             status._set(source, lane.last_tag, n)
         if lane.last_enc != ENC_PICKLE:
@@ -302,7 +304,7 @@ class Communicator:
         if n is None:
             self.Irecv(buf, source, tag).Wait(status)
         elif status is not None:
-            status._set(source, self._p2p.links.lane.last_tag, n)
+            status._set(source, self._lane.last_tag, n)
 
     def Irecv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:  # noqa: N802
         return Request(self._p2p, self._p2p.post_recv(source, tag, CTX_P2P, buf), "Irecv")

@@ -91,6 +91,12 @@ class Lane:
         self.futex_mode = False
         #: whether the last wait went to sleep (its spin found nothing)
         self.last_slept = False
+        #: the adaptive spin of the fast receive and its bound (ns); waits that slept
+        self.spin_ns = self.spin_max_ns = self.sleeps = 0
+        #: this rank (the source of what it sends); fast sends and receives allowed at all
+        self.rank = 0
+        self.enabled = True
+        self._blocked = [False] * size
 
     def set_out(self, peer: int, mapping: Any, slots: int, slot_size: int) -> None:
         self._out[peer] = _Box(mapping, slots, slot_size)
@@ -108,6 +114,19 @@ class Lane:
         mb.fence()
 
     # -- sender ------------------------------------------------------------------------
+
+    def block(self, peer: int, on: bool) -> None:
+        self._blocked[peer] = on
+
+    def send_eager(self, dest: int, data: Any, tag: int, ctx: int, enc: int) -> int:
+        if not self.enabled or not 0 <= dest < self.size or self._blocked[dest]:
+            return 0
+        if self._out[dest] is None:
+            return 0
+        try:
+            return self.send(dest, KIND_EAGER, ctx, enc, 0, self.rank, tag, 0, 0, data)
+        except (TypeError, ValueError, BufferError):
+            return 0
 
     def send(
         self,
@@ -238,6 +257,31 @@ class Lane:
         self._consume(peer)
         return n
 
+    def recv_eager(self, source: int, tag: int, ctx: int, buf: Any, timeout_ns: int) -> int:
+        if not (self.enabled and self.futex_mode and 0 <= source < self.size):
+            return -3
+        if self._in[source] is None:
+            return -3
+        try:
+            n = self.take_eager(source, ctx, tag, buf)
+            if n != -1:
+                return n
+            r = self.wait(self.spin_ns, timeout_ns, source)
+            self.adapt()
+            return self.take_eager(source, ctx, tag, buf) if r == 1 else -1
+        except (TypeError, ValueError, BufferError):
+            return -2
+
+    def adapt(self) -> None:
+        if self.last_slept:
+            self.sleeps += 1
+            if self.spin_ns >= 1000:
+                self.spin_ns //= 2
+            else:
+                self.spin_ns = 4000 if self.sleeps % 64 == 0 and self.spin_max_ns else 0
+        elif self.spin_max_ns:
+            self.spin_ns = min(self.spin_max_ns, max(self.spin_ns * 2, 1000))
+
     def _check(self, only: int) -> int:
         r = 0
         for peer in self._inlist:
@@ -292,6 +336,7 @@ class Lane:
         return r or self._check(only)
 
     def close(self) -> None:
+        self.enabled = False
         for box in [*self._out, *self._in]:
             if box is not None:
                 box.release()

@@ -61,11 +61,11 @@ def _ident(rank: int) -> bytes:
 SPIN_MIN_US = 20
 SPIN_MAX_US = 400
 #: the spin of a receiver whose peers are all on this host before it sleeps on its futex
-#: words (the lane), microseconds: adaptive between 0 and this (none when ranks outnumber
-#: CPUs): a spin that found nothing halves it, one that found the packet doubles it
+#: words (the lane), microseconds: adaptive between 0 and this (a spin that found nothing
+#: halves it, one that found the packet doubles it); the second bound when ranks outnumber
+#: CPUs, starting from 0 (the peer that would answer may need this very CPU)
 FUTEX_SPIN_US = 50
-#: below this a halving spin stops spinning at all (sleeps at once)
-FUTEX_SPIN_MIN_NS = 1000
+FUTEX_SPIN_CROWDED_US = 10
 #: mailbox polls between looks at the sockets and the clock
 SPIN_SYSCALL_EVERY = 32
 #: a poll that found mailbox packets looks at the sockets only every this many times
@@ -127,9 +127,7 @@ class PeerLinks:
         self.mail_out: set[int] = set()
         #: every peer on this host with mailboxes both ways: waits sleep on futex words
         self.futex = False
-        self.futex_spin_ns = 0
-        #: waits that went to sleep on the futex (their spin found nothing)
-        self.sleeps = 0
+        self.lane.rank = rank
         self.spin_us = SPIN_MAX_US  # start long: a fresh communicator is usually busy
         self._mail_ready = False  # from the end of the dance on
         self.spins = False
@@ -229,7 +227,9 @@ class PeerLinks:
         self.futex = bool(others) and others == self.mail_out == set(self._inbox)
         if self.futex:
             self.lane.set_state(mailbox.ST_BUSY)
-            self.futex_spin_ns = FUTEX_SPIN_US * 1000 if self.spins else 0
+            self.lane.futex_mode = True
+            self.lane.spin_max_ns = 1000 * (FUTEX_SPIN_US if self.spins else FUTEX_SPIN_CROWDED_US)
+            self.lane.spin_ns = self.lane.spin_max_ns if self.spins else 0
         log.debug("comm %s rank %d: %d links open", self.comm_id, self.rank, self.size - 1)
 
     # -- traffic --------------------------------------------------------------------------
@@ -259,6 +259,11 @@ class PeerLinks:
         if mail:
             self.lane.note_socket_send(peer)  # a sleeping receiver looks at its sockets
         return out
+
+    @property
+    def sleeps(self) -> int:
+        """Waits that went to sleep on the futex (their spin found nothing)."""
+        return self.lane.sleeps
 
     def wake(self, peer: int) -> None:
         """An empty frame to a receiver blocked on its sockets (lane.send said so): no
@@ -353,8 +358,8 @@ class PeerLinks:
         says a packet took one (too big for a slot, or a full mailbox), and now and then."""
         ready = self._from_inboxes()
         if not ready and timeout_ms:
-            r = self.lane.wait(self.futex_spin_ns, timeout_ms * 1_000_000)
-            self.adapt_spin()
+            r = self.lane.wait(self.lane.spin_ns, timeout_ms * 1_000_000)
+            self.lane.adapt()
             ready = self._from_inboxes() if r == 1 else []
             if r == 2 and not ready:  # announced on a socket: it is on its way
                 yield from self._poll_sockets(min(timeout_ms, 100))
@@ -366,23 +371,6 @@ class PeerLinks:
                 return
         self._skipped_polls = 0
         yield from self._poll_sockets(0)
-
-    def adapt_spin(self) -> None:
-        """After a lane wait: a spin that had to sleep halves the next one (on a loaded host
-        the peer is not running, and a spin only keeps it off the CPU), one whose spin found
-        the packet doubles it, up to FUTEX_SPIN_US; a spin of 0 tries again now and then."""
-        slept = self.lane.last_slept
-        self.sleeps += slept
-        if not self.spins:
-            return
-        ns = self.futex_spin_ns
-        if slept:
-            ns = ns // 2 if ns >= FUTEX_SPIN_MIN_NS else 0
-            if ns == 0 and self.sleeps % 64 == 0:
-                ns = FUTEX_SPIN_MIN_NS * 4  # has the load gone? try a short spin again
-        else:
-            ns = min(FUTEX_SPIN_US * 1000, max(ns * 2, FUTEX_SPIN_MIN_NS))
-        self.futex_spin_ns = ns
 
     def _poll_sockets(self, timeout_ms: int) -> Iterator[tuple[int, Packet]]:
         for sock, _ in self.poller.poll(timeout_ms):

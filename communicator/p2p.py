@@ -112,88 +112,52 @@ class P2P:
             self._deliver_local(op)
             return op
         if dest in self.links.mail_out and not self._queues[dest] and len(op.data) <= INLINE:
-            if self._eager(dest, op.data, tag, ctx, enc, op.msgid):
+            if self._eager(dest, op.data, tag, ctx, enc):
                 op.offset = len(op.data)
                 op.done = True
                 return op
-        self._queues[dest].append(op)
+        self._enqueue(dest, op)
         op.queued = True
-        self._busy.add(dest)
         self._pump(dest)
         return op
 
+    def _enqueue(self, dest: int, op: _Send) -> None:
+        """Queue a send behind the credit window; fast sends to ``dest`` wait behind it."""
+        self._queues[dest].append(op)
+        self._busy.add(dest)
+        self.links.lane.block(dest, True)
+
     # -- the same-host fast path (zpar.comm.lane) ---------------------------------------------
 
-    def _eager(self, dest: int, data: Any, tag: int, ctx: int, enc: int, msgid: int) -> bool:
+    def _eager(self, dest: int, data: Any, tag: int, ctx: int, enc: int) -> bool:
         """A whole small message into ``dest``'s mailbox as one EAGER packet, outside the
         credit window (the mailbox's slots bound it); False when the mailbox is full."""
-        counter = self.counters[dest]
-        acks = counter.take() if counter.unacked else 0
-        r = self.links.lane.send(
-            dest, EAGER, ctx, enc, acks, self.rank, tag, msgid, len(data), data
-        )
-        if not r:
-            counter.unacked += acks  # not sent: the credits ride on a later packet
-            return False
+        r = self.links.lane.send(dest, EAGER, ctx, enc, 0, self.rank, tag, 0, 0, data)
         if r == 2:
             self.links.wake(dest)
-        return True
+        return r != 0
 
     def send_now(self, dest: int, data: Any, tag: int, ctx: int, enc: int) -> bool:
-        """Send a small message to a rank of this host at once, without a request (what
-        Send / send and the collectives' exchanges call first); False: not eligible (another
-        host, too big, queued sends, a buffer spec): the caller takes the general path,
-        which also reports bad arguments."""
-        if (
-            dest not in self.links.mail_out
-            or self._queues[dest]
-            or self.broken is not None
-            or self.links.closed
-        ):
-            return False
-        self._msgid += 1
-        try:
-            return self._eager(dest, data, tag, ctx, enc, self._msgid)
-        except (TypeError, BufferError, ValueError):
-            return False  # not a plain contiguous buffer: the general path says what
+        """Send a small message to a rank of this host at once, in one compiled call
+        (lane.send_eager); False: not taken (another host, too big, sends queued to it, a
+        buffer spec): the caller takes the general path, which also reports bad input."""
+        r = self.links.lane.send_eager(dest, data, tag, ctx, enc)
+        if r == 2:
+            self.links.wake(dest)
+        return r != 0
 
     def recv_now(self, source: int, tag: int, ctx: int, buf: Any) -> int | None:
         """Receive the next message from ``source`` (a rank of this host) if it is a small
-        one matching (tag, ctx): into ``buf``, or, buf None, as ``links.lane.last_payload``;
-        return its length (``lane.last_tag`` / ``last_enc`` tell the rest). The lane waits
-        with the GIL released (spin, then futex). None: anything unusual (another receive
-        posted, sends waiting, a message already queued, a long message, a quiet 100 ms)
-        for the general path to handle."""
-        links = self.links
-        if (
-            not links.futex
-            or source not in links.mail_out
-            or self._posted
-            or self._busy
-            or self._await_sync
-            or self._filling
-            or self.broken is not None
-        ):
+        one matching (tag, ctx), in one compiled call (lane.recv_eager: it waits with the
+        GIL released, spinning, then asleep on a futex): into ``buf``, or, buf None, as
+        ``links.lane.last_payload``; return its length (``lane.last_tag`` / ``last_enc``
+        tell the rest). None: anything unusual (another receive posted, sends queued or
+        waiting, a message already queued, a long message, a quiet 100 ms) for the general
+        path to handle."""
+        if self._posted or self._unexpected or self._busy or self._await_sync or self._filling:
             return None
-        for msg in self._unexpected:
-            if msg.src == source and msg.ctx == ctx and (tag == ANY_TAG or msg.tag == tag):
-                return None
-        lane = links.lane
-        try:
-            n = lane.take_eager(source, ctx, tag, buf)
-            if n == -1:
-                r = lane.wait(links.futex_spin_ns, 100_000_000, source)
-                links.adapt_spin()
-                if r != 1:
-                    return None
-                n = lane.take_eager(source, ctx, tag, buf)
-        except (TypeError, BufferError, ValueError):
-            return None  # not a writable contiguous buffer: the general path says what
-        if n < 0:
-            return None
-        if lane.last_acks:
-            self.windows[source].acked(lane.last_acks)
-        return n
+        n = self.links.lane.recv_eager(source, tag, ctx, buf, 100_000_000)
+        return None if n < 0 else n
 
     def post_recv(self, source: int, tag: int, ctx: int = CTX_P2P, buf: Any = None) -> _Recv:
         self._check_alive()
@@ -326,6 +290,7 @@ class P2P:
                 q.popleft()
                 op.queued = False
         self._busy.discard(peer)
+        self.links.lane.block(peer, False)
 
     def _send_packet(self, op: _Send, window: SendWindow) -> None:
         n = len(op.data)
@@ -465,8 +430,7 @@ class P2P:
             if op.cma:  # it could not read our memory: send the bytes, now and from now on
                 op.cma = 2
                 self._no_cma.add(peer)
-            self._queues[peer].append(op)
-            self._busy.add(peer)
+            self._enqueue(peer, op)
         elif kind == Kind.CMADONE:
             op = self._await_sync.pop(pkt.msgid, None)
             if op is None or not op.cma:
@@ -565,6 +529,7 @@ class P2P:
         if self.broken is not None:
             return
         self.broken = CommError(f"communicator broken on rank {self.rank}: {why}", ranks)
+        self.links.lane.enabled = False  # no fast path past this: calls must raise
         log.error("%s", self.broken)
         for peer in range(self.size):  # tell the others, so nobody waits on us in vain
             if peer != self.rank and peer not in ranks:
