@@ -155,6 +155,7 @@ def record(path: str, quick: bool, z: dict, m: dict, floor: dict) -> None:
         "scale": "quick" if quick else "full",
         "machine": f"{platform.machine()} {os.cpu_count()} cpus, Python {platform.python_version()}",
         "load": list(os.getloadavg()),
+        "command": "python -m bench.comm" + (" --quick" if quick else ""),
     }
     rows = [("zpar", f"comm n={n}", f) for n, f in z.items()]
     rows += [("mpi4py", f"comm n={n}", f) for n, f in m.items()]

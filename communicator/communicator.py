@@ -29,7 +29,17 @@ from . import ops as _ops
 from .collectives import Collectives
 from .links import PeerLinks
 from .ops import SUM, Op, as_op
-from .p2p import ANY_SOURCE, ANY_TAG, P2P, PROC_NULL, CommError, Request, Status, as_bytes_view
+from .p2p import (
+    ANY_SOURCE,
+    ANY_TAG,
+    FAST_WAIT_NS,
+    P2P,
+    PROC_NULL,
+    CommError,
+    Request,
+    Status,
+    as_bytes_view,
+)
 from .peerwire import CTX_P2P, ENC_PICKLE, ENC_RAW
 from .topology import Topology
 
@@ -211,8 +221,11 @@ class Communicator:
 
     def send(self, obj: Any, dest: int, tag: int = 0) -> None:
         data = pickle.dumps(obj, protocol=5)
-        if self._p2p.send_now(dest, data, tag, CTX_P2P, ENC_PICKLE):
-            return  # a small message to a rank of this host: in its mailbox already
+        r = self._lane.send_eager(dest, data, tag, CTX_P2P, ENC_PICKLE)  # P2P.send_now, inline
+        if r:  # a small message to a rank of this host: in its mailbox already
+            if r == 2:
+                self._links.wake(dest)
+            return
         Request(self._p2p, self._p2p.post_send(dest, data, tag, CTX_P2P, ENC_PICKLE), "send").Wait()
 
     def isend(self, obj: Any, dest: int, tag: int = 0) -> Request:
@@ -228,10 +241,14 @@ class Communicator:
         tag: int = ANY_TAG,
         status: Status | None = None,
     ) -> Any:
-        n = self._p2p.recv_now(source, tag, CTX_P2P, None)
-        if n is None:
+        p2p, lane = self._p2p, self._lane
+        # P2P.recv_now, inline (a Python call less per message)
+        if p2p._posted or p2p._unexpected or p2p._busy or p2p._await_sync or p2p._filling:
+            n = -3
+        else:
+            n = lane.recv_eager(source, tag, CTX_P2P, None, FAST_WAIT_NS)
+        if n < 0:
             return self.irecv(None, source, tag).wait(status)
-        lane = self._lane
         if status is not None:
             status._set(source, lane.last_tag, n)
         if lane.last_enc != ENC_PICKLE:
@@ -284,8 +301,11 @@ class Communicator:
     # -- point to point, buffers ------------------------------------------------------------
 
     def Send(self, buf: Any, dest: int, tag: int = 0) -> None:  # noqa: N802
-        if self._p2p.send_now(dest, buf, tag, CTX_P2P, ENC_RAW):
-            return  # a small message to a rank of this host: in its mailbox already
+        r = self._lane.send_eager(dest, buf, tag, CTX_P2P, ENC_RAW)  # P2P.send_now, inline
+        if r:  # a small message to a rank of this host: in its mailbox already
+            if r == 2:
+                self._links.wake(dest)
+            return
         self.Isend(buf, dest, tag).Wait()
 
     def Isend(self, buf: Any, dest: int, tag: int = 0) -> Request:  # noqa: N802
@@ -300,8 +320,13 @@ class Communicator:
         tag: int = ANY_TAG,
         status: Status | None = None,
     ) -> None:
-        n = self._p2p.recv_now(source, tag, CTX_P2P, buf)
-        if n is None:
+        p2p = self._p2p
+        # P2P.recv_now, inline (a Python call less per message)
+        if p2p._posted or p2p._unexpected or p2p._busy or p2p._await_sync or p2p._filling:
+            n = -3
+        else:
+            n = self._lane.recv_eager(source, tag, CTX_P2P, buf, FAST_WAIT_NS)
+        if n < 0:
             self.Irecv(buf, source, tag).Wait(status)
         elif status is not None:
             status._set(source, self._lane.last_tag, n)

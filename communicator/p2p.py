@@ -35,6 +35,8 @@ from .shm import ShmRing
 log = logging.getLogger(__name__)
 
 EAGER = int(Kind.EAGER)
+#: how long a fast receive waits (asleep) before the general path checks who is alive
+FAST_WAIT_NS = 100_000_000
 
 #: slot and length of a SHMDATA packet (the ring's path follows on the first one)
 _SHM_DESC = struct.Struct(">IQ")
@@ -156,7 +158,7 @@ class P2P:
         path to handle."""
         if self._posted or self._unexpected or self._busy or self._await_sync or self._filling:
             return None
-        n = self.links.lane.recv_eager(source, tag, ctx, buf, 100_000_000)
+        n = self.links.lane.recv_eager(source, tag, ctx, buf, FAST_WAIT_NS)
         return None if n < 0 else n
 
     def post_recv(self, source: int, tag: int, ctx: int = CTX_P2P, buf: Any = None) -> _Recv:
