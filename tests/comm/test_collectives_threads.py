@@ -461,3 +461,39 @@ def test_probe_tells_source_tag_and_size_before_the_receive():
         return st.Get_source(), st.Get_tag(), buf.tolist(), none_left
 
     assert run_ranks(2, run)[0] == (1, 42, list(range(7)), False)
+
+
+def test_the_fast_path_reports_what_the_general_path_reports():
+    """Ranks of one host take the lane's fast send and receive: a status, wildcards, and
+    every mistake come out as they do on the general path."""
+    from zpar.comm.requests import ANY_SOURCE, ANY_TAG, Status
+
+    def run(c):
+        assert c._links.futex  # every peer on this host: the lane waits
+        if c.rank == 1:
+            c.Send(np.arange(3.0), dest=0, tag=4)
+            c.Send(np.arange(3.0), dest=0, tag=5)
+            c.send("obj", dest=0, tag=6)
+            c.Send(np.arange(2.0), dest=0, tag=7)
+            c.Send(np.arange(2.0), dest=0, tag=8)
+            with pytest.raises(ValueError, match="C-contiguous"):
+                c.Send(np.zeros((3, 3))[:, 0], dest=0)
+            return c.recv(source=0)
+        st = Status()
+        got = np.empty(3)
+        c.Recv(got, source=1, tag=4, status=st)
+        assert got.tolist() == [0, 1, 2] and (st.source, st.tag, st.count) == (1, 4, 24)
+        c.Recv(got, source=ANY_SOURCE, tag=ANY_TAG, status=st)  # the general path
+        assert st.tag == 5
+        assert c.recv(source=1, tag=ANY_TAG, status=st) == "obj" and st.tag == 6
+        with pytest.raises(CommError, match="raw buffer"):
+            c.recv(source=1, tag=7)
+        ro = np.empty(2)
+        ro.flags.writeable = False
+        with pytest.raises(ValueError, match="read-only"):
+            c.Recv(ro, source=1, tag=8)
+        c.Recv(np.empty(2), source=1, tag=8)  # still there after the refusal
+        c.send("done", dest=1)
+        return True
+
+    assert run_ranks(2, run) == [True, "done"]
