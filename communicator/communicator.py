@@ -243,7 +243,14 @@ class Communicator:
     ) -> Any:
         p2p, lane = self._p2p, self._lane
         # P2P.recv_now, inline (a Python call less per message)
-        if p2p._posted or p2p._unexpected or p2p._busy or p2p._await_sync or p2p._filling:
+        if (
+            p2p._posted
+            or p2p._unexpected
+            or self._links.early
+            or p2p._busy
+            or p2p._await_sync
+            or p2p._filling
+        ):
             n = -3
         else:
             n = lane.recv_eager(source, tag, CTX_P2P, None, FAST_WAIT_NS)
@@ -322,7 +329,14 @@ class Communicator:
     ) -> None:
         p2p = self._p2p
         # P2P.recv_now, inline (a Python call less per message)
-        if p2p._posted or p2p._unexpected or p2p._busy or p2p._await_sync or p2p._filling:
+        if (
+            p2p._posted
+            or p2p._unexpected
+            or self._links.early
+            or p2p._busy
+            or p2p._await_sync
+            or p2p._filling
+        ):
             n = -3
         else:
             n = self._lane.recv_eager(source, tag, CTX_P2P, buf, FAST_WAIT_NS)
@@ -420,7 +434,10 @@ class Communicator:
         send = recv if sendbuf is IN_PLACE else _array(sendbuf)
         if send.nbytes != recv.nbytes:
             raise ValueError(f"Allreduce: send {send.nbytes} bytes, recv {recv.nbytes} bytes")
-        out = self._coll.allreduce_arr(send.copy() if send is recv else send, as_op(op))
+        op = as_op(op)
+        if send.dtype == recv.dtype and self._coll.allreduce_small(send, recv, op):
+            return  # small, one host: through the lane, one call per message
+        out = self._coll.allreduce_arr(send.copy() if send is recv else send, op)
         recv[...] = out.reshape(recv.shape)
 
     @_collective

@@ -156,7 +156,14 @@ class P2P:
         tell the rest). None: anything unusual (another receive posted, sends queued or
         waiting, a message already queued, a long message, a quiet 100 ms) for the general
         path to handle."""
-        if self._posted or self._unexpected or self._busy or self._await_sync or self._filling:
+        if (
+            self._posted
+            or self._unexpected
+            or self.links.early  # taken from a mailbox by the general path, not yet matched
+            or self._busy
+            or self._await_sync
+            or self._filling
+        ):
             return None
         n = self.links.lane.recv_eager(source, tag, ctx, buf, FAST_WAIT_NS)
         return None if n < 0 else n

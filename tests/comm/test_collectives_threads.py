@@ -271,7 +271,9 @@ def test_flow_control_stalls_a_fast_sender_and_resumes():
 
     res = run_ranks(2, run, ackmark=2, hiwater=6)
     stalled, after = res[1]
-    assert stalled["inflight"] == 6 and stalled["stalls"] > 0 and stalled["queued"] == 34
+    # 34 queued, or fewer when rank 0, finishing its dance, took a few mailbox packets
+    # (they wait in its links for the matching): room for as many more eager messages
+    assert stalled["inflight"] == 6 and stalled["stalls"] > 0 and 0 < stalled["queued"] <= 34
     assert after["queued"] == 0 and after["inflight"] <= 6
     assert res[0] == list(range(n))
 
@@ -497,3 +499,64 @@ def test_the_fast_path_reports_what_the_general_path_reports():
         return True
 
     assert run_ranks(2, run) == [True, "done"]
+
+
+def test_a_fast_receive_never_passes_a_message_the_general_path_holds():
+    """Packets the links took from a mailbox but the matching has not seen yet (during the
+    dance, or in a liveness check) come first: the fast receive leaves them to the
+    general path instead of taking a later message from the mailbox."""
+    import threading
+
+    first, second = threading.Event(), threading.Event()
+
+    def run(c):
+        if c.rank == 1:
+            c.send("a", dest=0, tag=1)
+            first.set()
+            second.wait(30)
+            c.send("b", dest=0, tag=1)
+            return None
+        first.wait(30)
+        c._links._drain_for_fins()  # "a" now waits in the links, unmatched
+        assert c._links.early
+        second.set()
+        return [c.recv(source=1, tag=1), c.recv(source=1, tag=1)]
+
+    assert run_ranks(2, run)[0] == ["a", "b"]
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_small_allreduce_on_one_host_matches_numpy_on_either_path(n):
+    """One host, a power of two of ranks: small Allreduces go through the lane's one-call
+    exchanges (Collectives.allreduce_small), others the general recursive doubling; ops,
+    dtypes, IN_PLACE and the algorithm's name are the same either way."""
+    from zpar.comm.communicator import IN_PLACE
+
+    def run(c):
+        r = c.rank
+        out = {}
+        a = np.arange(5, dtype=np.float64) * (r + 1)
+        b = np.empty_like(a)
+        c.Allreduce(a, b)
+        out["sum"] = (b.tolist(), c.last_algorithm, c.last_protocol)
+        m = np.array([r, -r, 7], dtype=np.int64)
+        c.Allreduce(IN_PLACE, m, op=ops.MAX)
+        out["max"] = m.tolist()
+        p = np.full((2, 2), r + 1, dtype=np.int32)
+        q = np.empty_like(p)
+        c.Allreduce(p, q, op=ops.PROD)
+        out["prod"] = q.tolist()
+        big = np.ones(1000) * r  # 8 KB: the general path
+        c.Allreduce(IN_PLACE, big)
+        out["big"] = float(big[0])
+        return out
+
+    total = sum(range(1, n + 1))
+    prod = 1
+    for k in range(1, n + 1):
+        prod *= k
+    for o in run_ranks(n, run, hosts=["h"] * n):
+        assert o["sum"] == ([float(i * total) for i in range(5)], "recursive_doubling", "short")
+        assert o["max"] == [n - 1, 0, 7]
+        assert o["prod"] == [[prod, prod], [prod, prod]]
+        assert o["big"] == sum(range(n))
