@@ -18,7 +18,16 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
+import pickle
+
 import numpy as np
+
+_loads = pickle.loads
+
+#: recv_object's answer when the general path must take over (lanepy.NOT_TAKEN's twin)
+NOT_TAKEN = object()
+#: recv_object's answer for a raw buffer message (sent with Send): the caller says so
+RAW = object()
 
 cdef extern from "<linux/futex.h>":
     int FUTEX_WAIT
@@ -134,6 +143,7 @@ cdef class Lane:
     cdef public int last_acks
     cdef public int last_src
     cdef public object last_payload
+    cdef public long last_n
     cdef public bint futex_mode
     #: whether the last wait went to sleep (its spin found nothing)
     cdef public bint last_slept
@@ -391,6 +401,19 @@ cdef class Lane:
             return self.take_eager(source, ctx, tag, buf)
         except Exception:
             return -2
+
+    def recv_object(self, int source, int tag, int ctx, long timeout_ns):
+        """recv_eager for a pickled message, unpickled here: the object, RAW when the
+        message is a raw buffer (the caller's error to raise), NOT_TAKEN for the general
+        path. ``last_tag`` / ``last_n`` tell the status."""
+        cdef long n = self.recv_eager(source, tag, ctx, None, timeout_ns)
+        if n < 0:
+            return NOT_TAKEN
+        self.last_n = n
+        if self.last_enc != 1:  # zpar.comm.peerwire.ENC_PICKLE
+            return RAW
+        data, self.last_payload = self.last_payload, None
+        return _loads(data)
 
     cdef void _adapt(self) noexcept:
         """A spin that had to sleep halves the next one (on a loaded host the peer is not

@@ -27,6 +27,7 @@ from zpar.constants import (
 
 from . import ops as _ops
 from .collectives import Collectives
+from .lane import NOT_TAKEN, RAW
 from .links import PeerLinks
 from .ops import SUM, Op, as_op
 from .p2p import (
@@ -220,7 +221,7 @@ class Communicator:
     # -- point to point, objects ------------------------------------------------------------
 
     def send(self, obj: Any, dest: int, tag: int = 0) -> None:
-        data = pickle.dumps(obj, protocol=5)
+        data = pickle.dumps(obj, 5)  # protocol 5 (positional: a keyword costs 0.1 us here)
         r = self._lane.send_eager(dest, data, tag, CTX_P2P, ENC_PICKLE)  # P2P.send_now, inline
         if r:  # a small message to a rank of this host: in its mailbox already
             if r == 2:
@@ -242,7 +243,7 @@ class Communicator:
         status: Status | None = None,
     ) -> Any:
         p2p, lane = self._p2p, self._lane
-        # P2P.recv_now, inline (a Python call less per message)
+        # P2P.recv_now, inline (a Python call less per message), unpickled by the lane
         if (
             p2p._posted
             or p2p._unexpected
@@ -251,19 +252,18 @@ class Communicator:
             or p2p._await_sync
             or p2p._filling
         ):
-            n = -3
-        else:
-            n = lane.recv_eager(source, tag, CTX_P2P, None, FAST_WAIT_NS)
-        if n < 0:
+            return self.irecv(None, source, tag).wait(status)
+        obj = lane.recv_object(source, tag, CTX_P2P, FAST_WAIT_NS)
+        if obj is NOT_TAKEN:
             return self.irecv(None, source, tag).wait(status)
         if status is not None:
-            status._set(source, lane.last_tag, n)
-        if lane.last_enc != ENC_PICKLE:
+            status._set(source, lane.last_tag, lane.last_n)
+        if obj is RAW:
             raise CommError(
-                f"recv() got a raw buffer message ({n} bytes from rank {source}, "
+                f"recv() got a raw buffer message ({lane.last_n} bytes from rank {source}, "
                 "sent with Send?): receive it with Recv into an array"
             )
-        return pickle.loads(lane.last_payload)
+        return obj
 
     def irecv(self, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
         return Request(self._p2p, self._p2p.post_recv(source, tag, CTX_P2P), "irecv")

@@ -17,11 +17,16 @@ import os
 from .lanepy import KIND_EAGER
 
 if os.environ.get("ZPAR_COMM_PURE") == "1":
-    from .lanepy import COMPILED, Lane
+    from .lanepy import COMPILED, NOT_TAKEN, RAW, Lane
 else:
     try:
-        from ._lane import COMPILED, Lane  # type: ignore[import-not-found,no-redef]
+        from ._lane import (  # type: ignore[import-not-found,no-redef]
+            COMPILED,
+            NOT_TAKEN,
+            RAW,
+            Lane,
+        )
     except ImportError:  # not built (no C compiler at install): the twin
-        from .lanepy import COMPILED, Lane  # type: ignore[assignment]
+        from .lanepy import COMPILED, NOT_TAKEN, RAW, Lane  # type: ignore[assignment]
 
-__all__ = ["COMPILED", "KIND_EAGER", "Lane"]
+__all__ = ["COMPILED", "KIND_EAGER", "NOT_TAKEN", "RAW", "Lane"]

@@ -214,3 +214,20 @@ def test_bad_buffers_are_refused_before_anything_is_sent(lane_impl):
         assert rx.take_eager(1, 0, -1, np.zeros(1)) == 8  # still there
     finally:
         _close(tx, rx, boxes)
+
+
+def test_recv_object_unpickles_or_says_why_not(lane_impl):
+    import pickle
+
+    tx, rx, boxes = _pair(lane_impl, lane_impl)
+    try:
+        rx.futex_mode = True
+        tx.send(0, EAGER, 0, 1, 0, 1, 3, 0, 0, pickle.dumps({"x": 1}))
+        tx.send(0, EAGER, 0, 0, 0, 1, 3, 0, 0, b"raw bytes")
+        assert rx.recv_object(1, 4, 0, 0) is lane_impl.NOT_TAKEN  # another tag
+        assert rx.recv_object(1, 3, 0, 0) == {"x": 1} and rx.last_n > 0
+        assert rx.recv_object(1, 3, 0, 0) is lane_impl.RAW and rx.last_n == 9
+        assert rx.recv_object(1, 3, 0, 1_000_000) is lane_impl.NOT_TAKEN  # nothing came
+        assert rx.recv_object(0, 3, 0, 0) is lane_impl.NOT_TAKEN  # no mailbox from rank 0
+    finally:
+        _close(tx, rx, boxes)
