@@ -23,7 +23,7 @@ import numpy as np
 
 from .ops import Op
 from .p2p import P2P, unpickle
-from .peerwire import CTX_COLL, ENC_PICKLE, ENC_RAW, INLINE
+from .peerwire import CTX_COLL, ENC_PICKLE, ENC_RAW
 from .schedules import blocks as _blocks
 from .schedules import recursive_doubling as _recursive_doubling
 from .schedules import subtree_span as _subtree_span
@@ -216,44 +216,6 @@ class Collectives:
         acc = self.bcast_obj(acc, 0)
         self._label(*labels)
         return acc
-
-    def allreduce_small(self, send: np.ndarray, recv: np.ndarray, op: Op) -> bool:
-        """Allreduce of a small array over ranks all on this host, a power of two of them,
-        through the lane's one-call send and receive (no requests, no schedule callbacks):
-        recursive doubling exactly as allreduce_arr's (same tag, same partners, lower
-        rank's operand first), so ranks taking either path interoperate. False, having
-        done nothing, when it does not apply."""
-        n, p2p = self.size, self.p2p
-        links = p2p.links
-        if (
-            n < 2
-            or n & (n - 1)
-            or self.topo.nhosts != 1
-            or not op.commute
-            or not links.futex
-            or send.nbytes >= self.xsize
-            or send.nbytes > INLINE
-            or p2p.broken is not None
-        ):
-            return False
-        self._begin("recursive_doubling", "short", True)
-        tag, lane, rank = self._seq, links.lane, self.rank
-        acc = send
-        got = np.empty_like(send)
-        mask = 1
-        while mask < n:
-            peer = rank ^ mask
-            r = lane.send_eager(peer, acc, tag, CTX_COLL, ENC_RAW)
-            if r == 2:
-                links.wake(peer)
-            elif not r:  # mailbox full, sends queued to it: the general way
-                self._wait([self._isend(peer, _flat(acc))], "allreduce")
-            if p2p.recv_now(peer, tag, CTX_COLL, got) is None:
-                self._wait([self._irecv(peer, got)], "allreduce")
-            acc = op.combine(got, acc) if peer < rank else op.combine(acc, got)
-            mask <<= 1
-        recv[...] = acc.reshape(recv.shape)
-        return True
 
     def allreduce_arr(self, arr: np.ndarray, op: Op) -> np.ndarray:
         long = arr.nbytes >= self.xsize

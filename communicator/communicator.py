@@ -27,6 +27,7 @@ from zpar.constants import (
 
 from . import ops as _ops
 from .collectives import Collectives
+from .fastcoll import allreduce_small
 from .lane import NOT_TAKEN, RAW
 from .links import PeerLinks
 from .ops import SUM, Op, as_op
@@ -435,7 +436,7 @@ class Communicator:
         if send.nbytes != recv.nbytes:
             raise ValueError(f"Allreduce: send {send.nbytes} bytes, recv {recv.nbytes} bytes")
         op = as_op(op)
-        if send.dtype == recv.dtype and self._coll.allreduce_small(send, recv, op):
+        if send.dtype == recv.dtype and allreduce_small(self._coll, send, recv, op):
             return  # small, one host: through the lane, one call per message
         out = self._coll.allreduce_arr(send.copy() if send is recv else send, op)
         recv[...] = out.reshape(recv.shape)

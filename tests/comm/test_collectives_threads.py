@@ -528,7 +528,7 @@ def test_a_fast_receive_never_passes_a_message_the_general_path_holds():
 @pytest.mark.parametrize("n", [2, 3, 4])
 def test_small_allreduce_on_one_host_matches_numpy_on_either_path(n):
     """One host, a power of two of ranks: small Allreduces go through the lane's one-call
-    exchanges (Collectives.allreduce_small), others the general recursive doubling; ops,
+    exchanges (comm.fastcoll.allreduce_small), others the general recursive doubling; ops,
     dtypes, IN_PLACE and the algorithm's name are the same either way."""
     from zpar.comm.communicator import IN_PLACE
 
