@@ -1,18 +1,24 @@
 """Engine communicator benchmark (issue 16), side by side with mpi4py on this machine.
 
-    python -m bench.comm [--quick] [--no-mpi]
+    python -m bench.comm [--quick] [--runs R] [--no-mpi] [--json-out FILE]
 
 zpar: a local cluster of 4 engines, communicators over 2 and 4 of them (one host: ipc,
 two-phase collectives). mpi4py: the same kernels (bench/comm_kernels.py, mpi4py's API)
 under `mpiexec -n 2` and `-n 4` from the `mpich` wheel, in bench/.venv-mpi (created on first
-use: `pip install mpi4py mpich numpy`). Figures are rank 0's medians.
+use: `pip install mpi4py mpich numpy`). Each of the R runs measures zpar, then mpi4py, then
+the C floor (bench/shmfloor.py: two C processes bouncing 8 bytes through a shared page,
+spinning and through a futex), so the three share the same minutes of a noisy machine.
+Figures are rank 0's medians per run; the table gives min-max over the runs, and each run
+appends its figures to bench/results.jsonl (workloads "comm n=2", "comm n=4", "comm floor").
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
+import platform
 import subprocess
 import sys
 import tempfile
@@ -31,7 +37,9 @@ ROWS = [
 ]
 
 
-def run_zpar(sizes: list[int], quick: bool, params: dict[str, int]) -> dict[int, dict]:
+def run_zpar(sizes: list[int], quick: bool, params: dict[str, int], runs: int, between) -> list:
+    """zpar's figures for each run: {n: figures}; ``between(i)`` runs after zpar's run i
+    (mpi4py and the floor, in the same minutes)."""
     import cloudpickle
 
     import zpar
@@ -40,28 +48,44 @@ def run_zpar(sizes: list[int], quick: bool, params: dict[str, int]) -> dict[int,
 
     cloudpickle.register_pickle_by_value(comm_kernels)
     os.environ.setdefault("ZPAR_DIR", tempfile.mkdtemp(prefix="zpar-bench-comm-"))
-    out = {}
+    out = []
     # ZPAR_BENCH_CURVE=1: the same rows on a --curve cluster (Curve links; docs/security.md)
     curve = os.environ.get("ZPAR_BENCH_CURVE") == "1"
     with zpar.Cluster(n=max(sizes), log_level="WARNING", curve=curve) as rc:
         rc.wait_for_engines(max(sizes), timeout=120)
+        views = {}
         for n in sizes:
-            dv = rc[:n]
-            dv.communicator(name="bench", **params)
+            views[n] = rc[:n]
+            views[n].communicator(name=f"bench{n}", **params)
 
-            def run(quick=quick):
+        for i in range(runs):
+            figs = {}
+            for n in sizes:
+
+                def run(name=f"bench{n}", quick=quick):
+                    from zpar.namespace import current
+
+                    return comm_kernels.suite(current()[name], quick)
+
+                figs[n] = views[n].apply_sync(run)[0]
+                figs[n]["lane_compiled"] = views[n].apply_sync(_compiled)[0]
+            out.append(figs)
+            between(i)
+        for n in sizes:
+
+            def free(name=f"bench{n}"):
                 from zpar.namespace import current
 
-                return comm_kernels.suite(current()["bench"], quick)
+                current()[name].Free()
 
-            def free():
-                from zpar.namespace import current
-
-                current()["bench"].Free()
-
-            out[n] = dv.apply_sync(run)[0]
-            dv.apply_sync(free)
+            views[n].apply_sync(free)
     return out
+
+
+def _compiled() -> bool:
+    from zpar.comm import lane
+
+    return bool(lane.COMPILED)
 
 
 def ensure_venv() -> Path | None:
@@ -91,23 +115,64 @@ def run_mpi(sizes: list[int], quick: bool) -> dict[int, dict]:
     return out
 
 
-def table(z: dict[int, dict], m: dict[int, dict], sizes: list[int]) -> str:
-    lines = ["| figure | " + " | ".join(f"zpar n={n} | mpi4py n={n}" for n in sizes) + " |"]
+def run_floor() -> dict[str, float]:
+    """The C ping-pong of bench/shmfloor.py, once each way (half round trip, us)."""
+    from . import shmfloor
+
+    figs = shmfloor.pingpong_figures(50_000)
+    return {k.replace("_ns", "_us"): v / 1000 for k, v in figs.items()}
+
+
+def _span(values: list[float]) -> str:
+    if not values:
+        return ""
+    lo, hi = min(values), max(values)
+    return f"{lo:.3g}" if f"{lo:.3g}" == f"{hi:.3g}" else f"{lo:.3g}-{hi:.3g}"
+
+
+def table(z: list[dict], m: list[dict], floor: list[dict], sizes: list[int]) -> str:
+    lines = ["| figure (min-max over runs) | " + " | ".join(
+        f"zpar n={n} | mpi4py n={n}" for n in sizes) + " |"]  # fmt: skip
     lines.append("|---" * (1 + 2 * len(sizes)) + "|")
     for key, label in ROWS:
         cells = []
         for n in sizes:
             for src in (z, m):
-                v = src.get(n, {}).get(key)
-                cells.append("" if v is None else f"{v:.3g}")
+                cells.append(_span([r[n][key] for r in src if key in r.get(n, {})]))
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    for key in floor[0] if floor else []:
+        lines.append(f"| C floor: {key} (us) | {_span([f[key] for f in floor])} |")
     return "\n".join(lines)
+
+
+def record(path: str, quick: bool, z: dict, m: dict, floor: dict) -> None:
+    """One JSON line per (system, workload) of this run, as bench/__main__.py writes."""
+    from .__main__ import git_commit
+
+    base = {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "commit": git_commit(),
+        "scale": "quick" if quick else "full",
+        "machine": f"{platform.machine()} {os.cpu_count()} cpus, Python {platform.python_version()}",
+        "load": list(os.getloadavg()),
+        "command": "python -m bench.comm" + (" --quick" if quick else ""),
+    }
+    rows = [("zpar", f"comm n={n}", f) for n, f in z.items()]
+    rows += [("mpi4py", f"comm n={n}", f) for n, f in m.items()]
+    if floor:
+        rows.append(("C", "comm floor", floor))
+    with open(path, "a") as f:
+        for system, workload, figures in rows:
+            f.write(json.dumps({**base, "system": system, "workload": workload,
+                                "figures": figures}) + "\n")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
+    ap.add_argument("--runs", type=int, default=1, help="runs, zpar and mpi4py alternating")
     ap.add_argument("--no-mpi", action="store_true", help="zpar only")
+    ap.add_argument("--json-out", default=str(HERE / "results.jsonl"), help="'' for none")
     ap.add_argument(
         "--param",
         action="append",
@@ -118,10 +183,22 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     params = {k: int(v) for k, v in (p.split("=", 1) for p in args.param)}
     sizes = [2, 4]
-    z = run_zpar(sizes, args.quick, params)
-    m = {} if args.no_mpi else run_mpi(sizes, args.quick)
-    print(table(z, m, sizes))
-    print(json.dumps({"zpar": z, "mpi4py": m}))
+    m: list[dict] = []
+    floor: list[dict] = []
+
+    def between(i: int) -> None:
+        m.append({} if args.no_mpi else run_mpi(sizes, args.quick))
+        try:
+            floor.append(run_floor())
+        except (OSError, subprocess.CalledProcessError) as e:
+            print(f"no C floor: {e}", file=sys.stderr)
+
+    z = run_zpar(sizes, args.quick, params, args.runs, between)
+    if args.json_out:
+        for i, zi in enumerate(z):
+            record(args.json_out, args.quick, zi, m[i], floor[i] if i < len(floor) else {})
+    print(table(z, m, floor, sizes))
+    print(json.dumps({"zpar": z, "mpi4py": m, "floor": floor}))
 
 
 if __name__ == "__main__":

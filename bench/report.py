@@ -46,9 +46,19 @@ ROWS: list[tuple[str, str, str, bool, float | None]] = [
     ("W10", "uneven_total_s", "s", False, None),
     ("W10", "uneven_ideal_s", "s", False, None),
     ("W10", "uneven_first_s", "s", False, None),
+    # python -m bench.comm: engine communicators against mpi4py + MPICH, ranks on one host
+    # (targets are relative to mpi4py in the same run: docs/benchmarks.md)
+    ("comm n=2", "pingpong_8B_us", "us", False, None),
+    ("comm n=2", "pingpong_obj_us", "us", False, None),
+    ("comm n=2", "allreduce_8B_us", "us", False, None),
+    ("comm n=2", "bandwidth_64MB_GBps", "GB/s", True, None),
+    ("comm n=4", "pingpong_8B_us", "us", False, None),
+    ("comm n=4", "pingpong_obj_us", "us", False, None),
+    ("comm n=4", "allreduce_8B_us", "us", False, None),
+    ("comm n=4", "bandwidth_64MB_GBps", "GB/s", True, None),
 ]
 TARGETS = {(w, f): t for w, f, _, _, t in ROWS}
-PEERS = ["ipyparallel", "dask", "ray"]
+PEERS = ["ipyparallel", "dask", "ray", "mpi4py"]
 
 
 def _fmt(v: Any) -> str:
@@ -135,7 +145,7 @@ DOCS_BEGIN = (
 )
 DOCS_END = "<!-- end of generated figures -->"
 #: the systems of the docs table, in its column order
-DOCS_SYSTEMS = ["zpar", "ipyparallel", "dask", "ray", "zmq"]
+DOCS_SYSTEMS = ["zpar", "ipyparallel", "dask", "ray", "zmq", "mpi4py"]
 
 
 def newest(results: list[dict]) -> dict[tuple[str, str], dict]:
@@ -160,7 +170,7 @@ def markdown_table(results: list[dict]) -> str:
     runs: dict[tuple[str, str, str], str] = {}
 
     def run_of(r: dict) -> str:
-        key = (r["date"][:10], r["commit"], r["scale"])
+        key = (r["date"][:10], r["commit"], r.get("command") or f"python -m bench --{r['scale']}")
         return runs.setdefault(key, f"[{len(runs) + 1}]")
 
     head = ["row", "unit", *systems, "target", "zpar vs best peer"]
@@ -180,8 +190,8 @@ def markdown_table(results: list[dict]) -> str:
         tgt = against_target(z, target, higher, ("≥", "≤", "ok", "**miss**"))
         lines.append("| " + " | ".join([f"{w} {fig}", unit, *cells, tgt, ratio]) + " |")
     notes = [
-        f"{tag} {date}, commit `{commit}`, `python -m bench --{scale}`"
-        for (date, commit, scale), tag in runs.items()
+        f"{tag} {date}, commit `{commit}`, `{command}`"
+        for (date, commit, command), tag in runs.items()
     ]
     return "\n".join(lines) + "\n\n" + "; ".join(notes) + "."
 

@@ -131,22 +131,38 @@ def copies(mb: int, runs: int) -> dict[str, str]:
     }
 
 
-def pingpong(runs: int, n: int = 200_000) -> dict[str, str]:
+def _pingpong_runs(runs: int, n: int) -> dict[str, list[float]] | None:
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
-        return {"pingpong": "no C compiler"}
+        return None
     with tempfile.TemporaryDirectory() as d:
         src, exe = os.path.join(d, "pp.c"), os.path.join(d, "pp")
         with open(src, "w") as f:
             f.write(PINGPONG_C)
         subprocess.run([cc, "-O2", "-o", exe, src], check=True)
-        out = {}
-        for futex, name in ((0, "spin"), (1, "futex")):
-            figs = [float(subprocess.check_output([exe, str(n), str(futex)])) for _ in range(runs)]
-            out[f"C shared-memory ping-pong, {name}, 8 B half round trip (ns)"] = _range(
-                figs, "{:.0f}"
-            )
-        return out
+        return {
+            name: [float(subprocess.check_output([exe, str(n), str(futex)])) for _ in range(runs)]
+            for futex, name in ((0, "spin"), (1, "futex"))
+        }
+
+
+def pingpong(runs: int, n: int = 200_000) -> dict[str, str]:
+    figs = _pingpong_runs(runs, n)
+    if figs is None:
+        return {"pingpong": "no C compiler"}
+    return {
+        f"C shared-memory ping-pong, {name}, 8 B half round trip (ns)": _range(v, "{:.0f}")
+        for name, v in figs.items()
+    }
+
+
+def pingpong_figures(n: int = 200_000) -> dict[str, float]:
+    """One run of each C ping-pong (spin, futex), half round trip in ns, for bench.comm;
+    OSError when there is no C compiler."""
+    figs = _pingpong_runs(1, n)
+    if figs is None:
+        raise OSError("no C compiler (cc)")
+    return {f"pingpong_8B_{name}_ns": v[0] for name, v in figs.items()}
 
 
 def _pong(ping_path: str, pong_path: str, n: int) -> None:

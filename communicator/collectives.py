@@ -83,6 +83,11 @@ class Collectives:
         self.p2p.wait(ops, what)
 
     def _sendrecv_arr(self, dest: int, send: Any, src: int, recv: Any) -> None:
+        p2p = self.p2p
+        if p2p.send_now(dest, send, self._seq, CTX_COLL, ENC_RAW):  # same host, small
+            if p2p.recv_now(src, self._seq, CTX_COLL, recv) is None:
+                self._wait([self._irecv(src, recv)], "collective exchange")
+            return
         r = self._irecv(src, recv)
         s = self._isend(dest, send)
         self._wait([r, s], "collective exchange")
@@ -297,7 +302,8 @@ class Collectives:
     def _recv_like(self, like: np.ndarray) -> Callable[[int], np.ndarray]:
         def recv(src: int) -> np.ndarray:
             out = np.empty_like(like)
-            self._wait([self._irecv(src, out)], "allreduce")
+            if self.p2p.recv_now(src, self._seq, CTX_COLL, out) is None:
+                self._wait([self._irecv(src, out)], "allreduce")
             return out
 
         return recv

@@ -27,10 +27,8 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import struct
 import tempfile
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import psutil
@@ -39,8 +37,10 @@ import zmq
 from zpar.errors import RemoteProtocolError
 
 from . import mailbox
+from .lane import Lane
+from .linkpoll import FUTEX_SPIN_CROWDED_US, FUTEX_SPIN_US, SPIN_MAX_US, LinkPolling
 from .mailbox import Mailbox
-from .peerwire import ENC_PICKLE, HEADER, Kind, Packet, PeerSigner
+from .peerwire import ENC_PICKLE, INLINE, Kind, Packet, PeerSigner
 
 log = logging.getLogger(__name__)
 
@@ -57,22 +57,12 @@ def _ident(rank: int) -> bytes:
     return b"r%d" % rank
 
 
-#: where a packet's sequence number sits in its header (after kind, ctx, enc, acks, src, tag)
-_SEQ = struct.Struct(">Q")
-_SEQ_AT = 12
-#: the receiver's spin before it blocks on its sockets, microseconds: adaptive between these
-SPIN_MIN_US = 20
-SPIN_MAX_US = 400
-#: mailbox polls between looks at the sockets and the clock
-SPIN_SYSCALL_EVERY = 32
-#: a poll that found mailbox packets looks at the sockets only every this many times
-SOCKET_POLL_EVERY = 4
 #: seconds a mailbox packet may wait for an earlier one from the socket before the link is
 #: refused as out of sequence (on one host the socket brings it within milliseconds)
 MAILBOX_GAP_S = 5.0
 
 
-class PeerLinks:
+class PeerLinks(LinkPolling):
     """The sockets of rank ``rank`` in a communicator of ``size`` named ``comm_id``."""
 
     def __init__(
@@ -101,8 +91,11 @@ class PeerLinks:
             self.router.setsockopt(zmq.CURVE_SECRETKEY, self._curve[1])
         self.dealers: dict[int, zmq.Socket] = {}
         self.endpoints: dict[str, str] = {}
-        self._send_seq = [0] * size
-        self._recv_seq = [0] * size
+        #: the same-host lane (compiled, or its twin): mailboxes, and the links' sequence
+        #: numbers, one sequence per link over the mailbox and the socket
+        self.lane = Lane(size)
+        self._send_seq = self.lane.send_seq
+        self._recv_seq = self.lane.recv_seq
         #: pid of each rank on this host (liveness checks without socket monitors)
         self._local_pids: dict[int, int] = {}
         self.same_host: set[int] = set()
@@ -117,6 +110,11 @@ class PeerLinks:
         self.use_mailboxes = mailbox.SUPPORTED
         self._outbox: dict[int, Mailbox | None] = {}
         self._inbox: dict[int, Mailbox] = {}
+        #: peers whose mailbox this rank writes (after the dance)
+        self.mail_out: set[int] = set()
+        #: every peer on this host with mailboxes both ways: waits sleep on futex words
+        self.futex = False
+        self.lane.rank = rank
         self.spin_us = SPIN_MAX_US  # start long: a fresh communicator is usually busy
         self._mail_ready = False  # from the end of the dance on
         self.spins = False
@@ -208,9 +206,17 @@ class PeerLinks:
                 else:  # a peer done dancing already talks: keep it for the communicator
                     self.early.append((peer, pkt))
         self._mail_ready = True
+        self.mail_out = {p for p, b in self._outbox.items() if b is not None}
         # spin only with a CPU per rank of this host: oversubscribed, a spinning rank steals
         # the CPU its peer needs to answer (Open MPI's yield-when-idle for the same reason)
         self.spins = len(self.same_host) + 1 <= _cpus()
+        others = set(range(self.size)) - {self.rank}
+        self.futex = bool(others) and others == self.mail_out == set(self._inbox)
+        if self.futex:
+            self.lane.set_state(mailbox.ST_BUSY)
+            self.lane.futex_mode = True
+            self.lane.spin_max_ns = 1000 * (FUTEX_SPIN_US if self.spins else FUTEX_SPIN_CROWDED_US)
+            self.lane.spin_ns = self.lane.spin_max_ns if self.spins else 0
         log.debug("comm %s rank %d: %d links open", self.comm_id, self.rank, self.size - 1)
 
     # -- traffic --------------------------------------------------------------------------
@@ -219,27 +225,43 @@ class PeerLinks:
         """Send one packet to ``peer``, numbering it; return a MessageTracker when asked.
         A one-frame packet to a rank on this host goes through its mailbox when there is
         room (and an empty frame wakes the receiver unless it is spinning)."""
-        box = self._outbox.get(peer) if self._mail_ready else None
-        pkt.seq = self._send_seq[peer]
-        self._send_seq[peer] += 1
-        if box is not None:
+        mail = peer in self.mail_out
+        payload = pkt.payload
+        if mail and (payload is None or len(payload) <= INLINE):
             # unsigned into the mailbox (PeerSigner.unpack says why); signed if it must go
-            # through the socket after all (too big, mailbox full)
-            frames = self.signer.pack(pkt, signed=False)
-            if len(frames) == 1 and box.put(frames[0]):
-                # no wake-up when an earlier packet is still unread: that one's wake-up (or the
-                # receiver's spin) is still to come, and the receiver then takes all of them
-                mailbox.fence()
-                if not box.receiver_spinning and box.unread == 1:
-                    try:
-                        self._send_frames(peer, [b""])  # wakes it from its socket poll
-                    except LinkError:
-                        # it may have read the packet and closed since: the packet is
-                        # delivered, and a dead peer is found by the liveness checks
-                        pass
+            # through the socket after all (mailbox full)
+            r = self.lane.send(
+                peer, pkt.kind, pkt.ctx, pkt.enc, pkt.acks, pkt.src, pkt.tag, pkt.msgid,
+                pkt.arg, payload,
+            )  # fmt: skip
+            if r:
+                pkt.seq = int(self._send_seq[peer]) - 1
+                if r == 2:
+                    self.wake(peer)
                 return None
+        pkt.seq = int(self._send_seq[peer])
+        self._send_seq[peer] += 1
         frames = self.signer.pack(pkt)
-        return self._send_frames(peer, frames, track, copy)
+        out = self._send_frames(peer, frames, track, copy)
+        if mail:
+            self.lane.note_socket_send(peer)  # a sleeping receiver looks at its sockets
+        return out
+
+    @property
+    def sleeps(self) -> int:
+        """Waits that went to sleep on the futex (their spin found nothing)."""
+        return self.lane.sleeps
+
+    def wake(self, peer: int) -> None:
+        """An empty frame to a receiver blocked on its sockets (lane.send said so): no
+        wake-up when an earlier packet is still unread, as that one's wake-up (or the
+        receiver's spin) is still to come and the receiver then takes all of them."""
+        try:
+            self._send_frames(peer, [b""])
+        except LinkError:
+            # it may have read the packet and closed since: the packet is delivered, and a
+            # dead peer is found by the liveness checks
+            pass
 
     def _send_frames(
         self, peer: int, frames: list[Any], track: bool = False, copy: bool = True
@@ -267,6 +289,7 @@ class PeerLinks:
         if self.use_mailboxes and peer in self.same_host:
             try:
                 box = Mailbox.create()
+                self.lane.set_out(peer, box.mapping, box.slots, box.slot_size)
             except OSError as e:
                 log.warning(
                     "comm %s rank %d: no mailbox toward rank %d (%s): using the socket",
@@ -277,127 +300,6 @@ class PeerLinks:
                 )
         self._outbox[peer] = box
         return b"" if box is None else box.path.encode()
-
-    def poll(self, timeout_ms: int) -> Iterator[tuple[int, Packet]]:
-        """Yield the packets that arrive within timeout_ms (all that are ready, at least one
-        wait); raise LinkError when a link drops. With mailboxes, spin on them for up to
-        ``spin_us`` before blocking on the sockets."""
-        if self.early:
-            early, self.early = self.early, []
-            yield from early
-            timeout_ms = 0
-        if self._inbox:
-            ready = self._from_inboxes()
-            if not ready and timeout_ms and self.spins:
-                ready = self._spin()
-            if ready:
-                yield from ready
-                timeout_ms = 0
-                # the sockets' poll is a system call: skip it while the mailboxes deliver,
-                # but not for long (a large packet or another peer may wait there)
-                self._skipped_polls += 1
-                if self._skipped_polls < SOCKET_POLL_EVERY:
-                    return
-        self._skipped_polls = 0
-        events = self.poller.poll(timeout_ms)
-        if self._missed_at is not None:
-            # the spin missed: had it been a little longer, would it have hit?
-            waited_us = (time.perf_counter() - self._missed_at) * 1e6
-            self._missed_at = None
-            if events and waited_us < SPIN_MAX_US:
-                self.spin_us = min(SPIN_MAX_US, max(self.spin_us * 2, int(waited_us * 1.5)))
-            else:
-                self.spin_us = max(SPIN_MIN_US, self.spin_us // 2)
-        for sock, _ in events:
-            if sock is self.router:
-                peer = -1
-            else:
-                peer = next(r for r, d in self.dealers.items() if d is sock)
-            # drain while zmq says more is queued (cheaper than a failing recv's exception)
-            while sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-                frames = sock.recv_multipart(copy=False)
-                if peer < 0:
-                    src = self._peer_of(frames[0].bytes)
-                    frames = frames[1:]
-                else:
-                    src = peer
-                if len(frames) == 1 and len(frames[0]) == 0:
-                    continue  # a wake-up: the packet is in the mailbox
-                yield from self._accept(src, frames)
-        if self._inbox:
-            yield from self._from_inboxes()
-
-    def _spin(self) -> list[tuple[int, Packet]]:
-        """Poll the mailboxes (and, cheaply, the sockets) for up to ``spin_us`` with
-        ``spinning`` set, so senders need not wake us. The spin adapts: it doubles after a
-        hit; after a miss, ``poll`` sees how long the packet took to come: within
-        SPIN_MAX_US the spin grows to cover it (else a ping-pong whose round trip is a bit
-        longer than the spin would miss every time and shrink for ever), beyond it the spin
-        halves, so a rank waiting on a slow peer soon spins only SPIN_MIN_US per wait."""
-        boxes = list(self._inbox.values())
-        for b in boxes:
-            b.set_spinning(True)
-        end = time.perf_counter() + self.spin_us * 1e-6
-        got: list[tuple[int, Packet]] = []
-        hit = False
-        spins = 0
-        try:
-            while True:
-                got = self._from_inboxes()
-                if got:
-                    hit = True
-                    break
-                spins += 1
-                if spins % SPIN_SYSCALL_EVERY == 0:
-                    # the sockets and the clock cost a system call: look now and then
-                    if self.poller.poll(0):
-                        hit = True
-                        break
-                    if time.perf_counter() >= end:
-                        break
-                    # no sched_yield: on a loaded machine it hands the CPU to any of the
-                    # other runnable tasks for a whole time slice (1-2 ms measured here);
-                    # the spin is bounded, and an oversubscribed host does not spin at all
-        finally:
-            for b in boxes:
-                b.set_spinning(False)
-            mailbox.fence()
-        if not got:  # the last look, after clearing the flag: a sender now wakes us
-            got = self._from_inboxes()
-            hit = hit or bool(got)
-        if hit:
-            self.spin_us = min(SPIN_MAX_US, self.spin_us * 2)
-        else:
-            self._missed_at = end - self.spin_us * 1e-6  # when the spin began
-        return got
-
-    def _from_inboxes(self) -> list[tuple[int, Packet]]:
-        out: list[tuple[int, Packet]] = []
-        for peer, box in list(self._inbox.items()):
-            while box.ready() and self._take_from_box(peer, box, out):
-                pass
-        return out
-
-    def _take_from_box(self, peer: int, box: Mailbox, out: list[tuple[int, Packet]]) -> bool:
-        """Accept the mailbox's oldest packet if it is the link's next; False when an earlier
-        one is still on its way through the socket."""
-        view = box.peek()
-        if view is None:
-            return False
-        if len(view) < HEADER.size:
-            raise RemoteProtocolError("bad-packet", f"mailbox packet of {len(view)} bytes")
-        (seq,) = _SEQ.unpack_from(view, _SEQ_AT)
-        if seq != self._recv_seq[peer]:
-            if seq < self._recv_seq[peer]:
-                raise RemoteProtocolError(
-                    "out-of-sequence", f"rank {peer}: packet {seq}, expected {self._recv_seq[peer]}"
-                )
-            return False
-        data = bytes(view)
-        view.release()
-        box.consume()
-        out.extend(self._accept(peer, [data], signed=False))
-        return True
 
     def _peer_of(self, ident: bytes) -> int:
         try:
@@ -420,9 +322,8 @@ class PeerLinks:
         if pkt.src != peer:
             raise RemoteProtocolError("bad-source", f"packet says rank {pkt.src}, link is {peer}")
         out: list[tuple[int, Packet]] = []
-        box = self._inbox.get(peer)
-        if box is not None:
-            while pkt.seq > self._recv_seq[peer] and self._take_from_box(peer, box, out):
+        if peer in self._inbox:
+            while pkt.seq > self._recv_seq[peer] and self._take_from_box(peer, out):
                 pass
         if pkt.seq != self._recv_seq[peer]:
             raise RemoteProtocolError(
@@ -443,7 +344,9 @@ class PeerLinks:
         if peer in self._inbox or peer not in self.same_host:
             raise RemoteProtocolError("bad-mailbox", f"rank {peer}: unexpected mailbox {path!r}")
         try:
-            self._inbox[peer] = Mailbox.attach(path.decode(errors="replace"))
+            box = Mailbox.attach(path.decode(errors="replace"))
+            self._inbox[peer] = box
+            self.lane.set_in(peer, box.mapping, box.slots, box.slot_size)
         except (OSError, ValueError) as e:
             raise RemoteProtocolError("bad-mailbox", f"rank {peer}: {e}") from e
 
@@ -473,13 +376,12 @@ class PeerLinks:
         """Peers whose mailbox has held a packet numbered ahead for over MAILBOX_GAP_S."""
         now = time.monotonic()
         gaps = []
-        for peer, box in self._inbox.items():
-            view = box.peek()
-            ahead = view is not None and len(view) >= HEADER.size
-            if ahead:
-                ahead = _SEQ.unpack_from(view, _SEQ_AT)[0] > self._recv_seq[peer]
-            if view is not None:
-                view.release()
+        for peer in self._inbox:
+            try:
+                head = self.lane.peek(peer)
+            except ValueError:
+                head = None
+            ahead = head is not None and head[1] > self._recv_seq[peer]
             if not ahead:
                 self._gap_since.pop(peer, None)
             elif now - self._gap_since.setdefault(peer, now) > MAILBOX_GAP_S:
@@ -499,9 +401,11 @@ class PeerLinks:
             except zmq.ZMQError:
                 gone.append(k)
                 continue
-            pkt = Packet(Kind.PING, 0, 0, self.rank, 0, self._send_seq[k], 0, 0)
+            pkt = Packet(Kind.PING, 0, 0, self.rank, 0, int(self._send_seq[k]), 0, 0)
             self._send_seq[k] += 1
             self.router.send_multipart(self.signer.pack(pkt))
+            if k in self.mail_out:
+                self.lane.note_socket_send(k)
         if gone:  # a peer that sent FIN and closed while we probed was freed, not lost
             self._drain_for_fins()
             gone = [k for k in gone if k not in self.finished]
@@ -529,6 +433,9 @@ class PeerLinks:
         self.closed = True
         for d in self.dealers.values():
             d.close(linger=linger_ms)
+        self.lane.close()  # before the mappings it points into
+        self.mail_out = set()
+        self.futex = False
         for box in [*self._outbox.values(), *self._inbox.values()]:
             if box is not None:
                 # after the dance the receiver may still be about to map our mailbox (its

@@ -7,8 +7,10 @@ pair on one host gets a single-producer single-consumer ring of small slots in /
 
     offset 0    written   u64  packets the sender has put (only the sender writes it)
     offset 64   read      u64  packets the receiver has taken (only the receiver writes it)
-    offset 128  spinning  u64  1 while the receiver polls the mailbox, 0 when it may block
-    offset 192  slots     ``slots`` x ``slot_size``: u32 length, then the packet's bytes
+    offset 128  state     u64  the receiver's: ST_SOCKET, ST_SPINNING, ST_SLEEPING, ST_BUSY
+    offset 192  sent      u64  the sender's: packets of the link sent by either path
+    offset 200  bell      u32  the sender's: bumped to wake a receiver asleep on its futex
+    offset 256  slots     ``slots`` x ``slot_size``: u32 length, then the packet's bytes
 
 The sender copies a packed packet into slot ``written % slots`` and then bumps ``written``;
 the receiver reads ``written``, copies the slot out, then bumps ``read``. Each counter has one
@@ -16,12 +18,15 @@ writer and the slot is written before the counter that publishes it, which x86-6
 order (TSO) keeps visible in that order to the other process: the mailbox is used only on
 x86-64 (``SUPPORTED``), elsewhere every packet goes through the socket.
 
-Waking: a receiver spins (polls its mailboxes) briefly before it blocks on its sockets; a
-sender that finds ``spinning`` at 0 after publishing a packet also sends an empty ZMQ frame,
-which wakes the blocked receiver. The receiver clears ``spinning`` *before* its last look at
-the mailbox, with a memory barrier (``fence``) between each side's store and its load, so of
-the two orders (publish, then read the flag; clear the flag, then look) one side always sees
-the other (see PeerLinks.poll).
+Waking (zpar.comm.lane does it, compiled): when every peer of a communicator is on this
+host, a waiting receiver spins, then sets ``state`` to ST_SLEEPING and sleeps on the
+``bell`` words of its mailboxes (futex_waitv); a sender that finds ST_SLEEPING after
+publishing bumps the bell and wakes it (FUTEX_WAKE); a packet that had to take the socket
+is announced by ``sent``, so the receiver knows to look there. With peers on other hosts a
+receiver blocks on its sockets instead (ST_SOCKET) and a sender sends an empty ZMQ frame to
+wake it. Each side puts a full memory barrier (``fence``) between its store and its load, so
+of the two orders (publish, then read the state; set the state, then look) one side always
+sees the other.
 """
 
 from __future__ import annotations
@@ -38,8 +43,12 @@ SUPPORTED = platform.machine().lower() in ("x86_64", "amd64")
 
 __all__ = ["SHM_DIR", "Mailbox"]
 
-#: bytes before the slots: three counters, each on a cache line of its own
-HEAD = 192
+#: where the words are (see above), and the bytes before the slots
+O_WRITTEN, O_READ, O_STATE, O_SENT, O_BELL = 0, 64, 128, 192, 200
+HEAD = 256
+#: the receiver's state: blocked on its sockets (wake it with a frame), spinning, asleep on
+#: the bell (ring it), busy in Python (it looks before it sleeps: nothing to do)
+ST_SOCKET, ST_SPINNING, ST_SLEEPING, ST_BUSY = 0, 1, 2, 3
 #: slots per pair: the credit window (hiwater 8) bounds data packets; ACKs and the rest fit
 SLOTS = 32
 #: a slot holds a one-frame packet: 36-byte header, 32-byte signature, INLINE (2 KiB) payload
@@ -67,7 +76,7 @@ class Mailbox:
         self.path, self.slots, self.slot_size = path, slots, slot_size
         self._mm = mm
         self._mv = memoryview(mm)
-        self._ctl = self._mv[:HEAD].cast("Q")  # [0] written, [8] read, [16] spinning
+        self._ctl = self._mv[:HEAD].cast("Q")  # [0] written, [8] read, [16] state
 
     @staticmethod
     def size_for(slots: int, slot_size: int) -> int:
@@ -108,7 +117,8 @@ class Mailbox:
 
     @property
     def receiver_spinning(self) -> bool:
-        return self._ctl[16] != 0
+        """The receiver needs no wake-up frame (spinning, busy, or asleep on its bell)."""
+        return self._ctl[16] != ST_SOCKET
 
     # -- receiver -------------------------------------------------------------------------
 
@@ -131,7 +141,12 @@ class Mailbox:
         self._ctl[8] = self._ctl[8] + 1
 
     def set_spinning(self, on: bool) -> None:
-        self._ctl[16] = 1 if on else 0
+        self._ctl[16] = ST_SPINNING if on else ST_SOCKET
+
+    @property
+    def mapping(self) -> mmap.mmap:
+        """The shared mapping itself (zpar.comm.lane works on it directly)."""
+        return self._mm
 
     def close(self, unlink: bool = True) -> None:
         self._ctl.release()

@@ -34,6 +34,10 @@ from .shm import ShmRing
 
 log = logging.getLogger(__name__)
 
+EAGER = int(Kind.EAGER)
+#: how long a fast receive waits (asleep) before the general path checks who is alive
+FAST_WAIT_NS = 100_000_000
+
 #: slot and length of a SHMDATA packet (the ring's path follows on the first one)
 _SHM_DESC = struct.Struct(">IQ")
 
@@ -109,11 +113,60 @@ class P2P:
         if dest == self.rank:
             self._deliver_local(op)
             return op
-        self._queues[dest].append(op)
+        if dest in self.links.mail_out and not self._queues[dest] and len(op.data) <= INLINE:
+            if self._eager(dest, op.data, tag, ctx, enc):
+                op.offset = len(op.data)
+                op.done = True
+                return op
+        self._enqueue(dest, op)
         op.queued = True
-        self._busy.add(dest)
         self._pump(dest)
         return op
+
+    def _enqueue(self, dest: int, op: _Send) -> None:
+        """Queue a send behind the credit window; fast sends to ``dest`` wait behind it."""
+        self._queues[dest].append(op)
+        self._busy.add(dest)
+        self.links.lane.block(dest, True)
+
+    # -- the same-host fast path (zpar.comm.lane) ---------------------------------------------
+
+    def _eager(self, dest: int, data: Any, tag: int, ctx: int, enc: int) -> bool:
+        """A whole small message into ``dest``'s mailbox as one EAGER packet, outside the
+        credit window (the mailbox's slots bound it); False when the mailbox is full."""
+        r = self.links.lane.send(dest, EAGER, ctx, enc, 0, self.rank, tag, 0, 0, data)
+        if r == 2:
+            self.links.wake(dest)
+        return r != 0
+
+    def send_now(self, dest: int, data: Any, tag: int, ctx: int, enc: int) -> bool:
+        """Send a small message to a rank of this host at once, in one compiled call
+        (lane.send_eager); False: not taken (another host, too big, sends queued to it, a
+        buffer spec): the caller takes the general path, which also reports bad input."""
+        r = self.links.lane.send_eager(dest, data, tag, ctx, enc)
+        if r == 2:
+            self.links.wake(dest)
+        return r != 0
+
+    def recv_now(self, source: int, tag: int, ctx: int, buf: Any) -> int | None:
+        """Receive the next message from ``source`` (a rank of this host) if it is a small
+        one matching (tag, ctx), in one compiled call (lane.recv_eager: it waits with the
+        GIL released, spinning, then asleep on a futex): into ``buf``, or, buf None, as
+        ``links.lane.last_payload``; return its length (``lane.last_tag`` / ``last_enc``
+        tell the rest). None: anything unusual (another receive posted, sends queued or
+        waiting, a message already queued, a long message, a quiet 100 ms) for the general
+        path to handle."""
+        if (
+            self._posted
+            or self._unexpected
+            or self.links.early  # taken from a mailbox by the general path, not yet matched
+            or self._busy
+            or self._await_sync
+            or self._filling
+        ):
+            return None
+        n = self.links.lane.recv_eager(source, tag, ctx, buf, FAST_WAIT_NS)
+        return None if n < 0 else n
 
     def post_recv(self, source: int, tag: int, ctx: int = CTX_P2P, buf: Any = None) -> _Recv:
         self._check_alive()
@@ -246,6 +299,7 @@ class P2P:
                 q.popleft()
                 op.queued = False
         self._busy.discard(peer)
+        self.links.lane.block(peer, False)
 
     def _send_packet(self, op: _Send, window: SendWindow) -> None:
         n = len(op.data)
@@ -374,6 +428,8 @@ class P2P:
             ack = self.counters[peer].received()
             if ack:
                 self._control(peer, Kind.ACK, arg=ack)
+        elif kind == Kind.EAGER:
+            self._on_data(peer, pkt)  # outside the credit window: nothing to acknowledge
         elif kind == Kind.ACK:
             self.windows[peer].acked(pkt.arg)
         elif kind == Kind.SYNCACK:
@@ -383,8 +439,7 @@ class P2P:
             if op.cma:  # it could not read our memory: send the bytes, now and from now on
                 op.cma = 2
                 self._no_cma.add(peer)
-            self._queues[peer].append(op)
-            self._busy.add(peer)
+            self._enqueue(peer, op)
         elif kind == Kind.CMADONE:
             op = self._await_sync.pop(pkt.msgid, None)
             if op is None or not op.cma:
@@ -483,6 +538,7 @@ class P2P:
         if self.broken is not None:
             return
         self.broken = CommError(f"communicator broken on rank {self.rank}: {why}", ranks)
+        self.links.lane.enabled = False  # no fast path past this: calls must raise
         log.error("%s", self.broken)
         for peer in range(self.size):  # tell the others, so nobody waits on us in vain
             if peer != self.rank and peer not in ranks:

@@ -55,6 +55,9 @@ class Kind(enum.IntEnum):
     SHMDATA = 10  #: a later packet of a long message, its bytes in a shared-memory slot
     CMASYNC = 11  #: first packet of a long message on one host: where to read it (comm.cma)
     CMADONE = 12  #: the receiver read a CMASYNC message: the send is complete
+    #: a whole small message through a same-host mailbox, outside the credit window (the
+    #: mailbox's slots bound it); the receiver takes it like DATA and counts no credit
+    EAGER = 13
 
 
 @dataclass(slots=True)

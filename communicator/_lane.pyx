@@ -1,0 +1,532 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""The compiled same-host lane (zpar.comm.lane says what it is; lanepy.py is its twin).
+
+Everything a small message costs between two ranks of one host, in C: packing the header
+into a mailbox slot, publishing it, waking a sleeping receiver with a futex, and on the
+other side matching the next packet of a link against a receive and copying it into the
+user's buffer; the blocking wait spins and sleeps with the GIL released, so the engine's
+other threads run meanwhile and the user's thread needs no hand-off to receive.
+"""
+
+from cpython.buffer cimport (
+    PyBUF_SIMPLE,
+    PyBUF_WRITABLE,
+    PyBuffer_Release,
+    PyObject_GetBuffer,
+)
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
+from libc.string cimport memcpy
+
+import pickle
+
+import numpy as np
+
+_loads = pickle.loads
+
+#: recv_object's answer when the general path must take over (lanepy.NOT_TAKEN's twin)
+NOT_TAKEN = object()
+#: recv_object's answer for a raw buffer message (sent with Send): the caller says so
+RAW = object()
+
+cdef extern from "<linux/futex.h>":
+    int FUTEX_WAIT
+    int FUTEX_WAKE
+
+cdef extern from "<sys/syscall.h>":
+    long SYS_futex
+
+cdef extern from "<unistd.h>" nogil:
+    long syscall(long number, ...)
+
+cdef extern from "<time.h>" nogil:
+    ctypedef int clockid_t
+    cdef struct timespec:
+        long tv_sec
+        long tv_nsec
+    int clock_gettime(clockid_t clk, timespec *ts)
+    int CLOCK_MONOTONIC
+
+cdef extern from "<errno.h>" nogil:
+    int errno
+    int ENOSYS
+
+cdef extern from *:
+    """
+    #include <stdint.h>
+    #if defined(__x86_64__) || defined(__i386__)
+    #include <immintrin.h>
+    static inline void zp_pause(void) { _mm_pause(); }
+    #else
+    static inline void zp_pause(void) { }
+    #endif
+    static inline uint64_t zp_load(volatile uint64_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+    static inline void zp_store(volatile uint64_t *p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+    static inline uint32_t zp_load32(volatile uint32_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+    static inline void zp_add32(volatile uint32_t *p) { __atomic_add_fetch(p, 1, __ATOMIC_SEQ_CST); }
+    static inline void zp_fence(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+    struct zp_waitv { uint64_t val; uint64_t uaddr; uint32_t flags; uint32_t reserved; };
+    #ifndef SYS_futex_waitv
+    #define SYS_futex_waitv 449
+    #endif
+    static inline long zp_waitv_call(struct zp_waitv *w, unsigned n, struct timespec *abs) {
+        return syscall(SYS_futex_waitv, w, n, 0, abs, CLOCK_MONOTONIC);
+    }
+    static inline uint16_t zp_be16(const uint8_t *p) { return (uint16_t)((p[0] << 8) | p[1]); }
+    static inline uint32_t zp_be32(const uint8_t *p) { return __builtin_bswap32(*(const uint32_t *)p); }
+    static inline uint64_t zp_be64(const uint8_t *p) { return __builtin_bswap64(*(const uint64_t *)p); }
+    static inline void zp_put32(uint8_t *p, uint32_t v) { *(uint32_t *)p = __builtin_bswap32(v); }
+    static inline void zp_put64(uint8_t *p, uint64_t v) { *(uint64_t *)p = __builtin_bswap64(v); }
+    """
+    void zp_pause() nogil
+    uint64_t zp_load(volatile uint64_t *p) nogil
+    void zp_store(volatile uint64_t *p, uint64_t v) nogil
+    uint32_t zp_load32(volatile uint32_t *p) nogil
+    void zp_add32(volatile uint32_t *p) nogil
+    void zp_fence() nogil
+    struct zp_waitv:
+        uint64_t val
+        uint64_t uaddr
+        uint32_t flags
+        uint32_t reserved
+    long zp_waitv_call(zp_waitv *w, unsigned n, timespec *abs) nogil
+    uint32_t zp_be32(const uint8_t *p) nogil
+    uint64_t zp_be64(const uint8_t *p) nogil
+    void zp_put32(uint8_t *p, uint32_t v) nogil
+    void zp_put64(uint8_t *p, uint64_t v) nogil
+
+# the mailbox layout (zpar.comm.mailbox): counters each on a cache line, then the slots
+DEF O_WRITTEN = 0
+DEF O_READ = 64
+DEF O_STATE = 128
+DEF O_SENT = 192
+DEF O_BELL = 200
+DEF HEAD = 256
+DEF HDR = 36       # zpar.comm.peerwire.HEADER.size
+DEF SEQ_AT = 12
+DEF MAXPEERS = 4096
+
+# receiver states (zpar.comm.mailbox)
+DEF ST_SOCKET = 0
+DEF ST_SPINNING = 1
+DEF ST_SLEEPING = 2
+DEF ST_BUSY = 3
+
+DEF KIND_EAGER = 13  # zpar.comm.peerwire.Kind.EAGER
+
+cdef inline uint64_t _now_ns() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return <uint64_t>ts.tv_sec * 1000000000ULL + <uint64_t>ts.tv_nsec
+
+
+cdef class Lane:
+    """The mailboxes of one rank, both directions, and its links' sequence numbers.
+
+    ``send_seq`` / ``recv_seq`` are int64 numpy arrays the Python side (PeerLinks) shares:
+    a link's packets are one sequence over the mailbox and the socket."""
+
+    cdef uint8_t *outp[MAXPEERS]
+    cdef uint8_t *inp[MAXPEERS]
+    cdef uint32_t slots[MAXPEERS]
+    cdef uint32_t slot_size[MAXPEERS]
+    cdef uint32_t islots[MAXPEERS]
+    cdef uint32_t islot_size[MAXPEERS]
+    cdef int64_t[::1] _send
+    cdef int64_t[::1] _recv
+    cdef int size
+    cdef list _keep
+    cdef public object send_seq
+    cdef public object recv_seq
+    cdef public int last_tag
+    cdef public int last_enc
+    cdef public int last_acks
+    cdef public int last_src
+    cdef public object last_payload
+    cdef public long last_n
+    cdef public bint futex_mode
+    #: whether the last wait went to sleep (its spin found nothing)
+    cdef public bint last_slept
+    #: the adaptive spin of the fast receive and its bound (ns); waits that slept
+    cdef public long spin_ns
+    cdef public long spin_max_ns
+    cdef public long sleeps
+    #: this rank (the source of what it sends); fast sends and receives allowed at all
+    cdef public int rank
+    cdef public bint enabled
+    cdef uint8_t blocked[MAXPEERS]
+    cdef int nin
+    cdef int inlist[MAXPEERS]
+
+    def __cinit__(self, int size):
+        if not 0 < size <= MAXPEERS:
+            raise ValueError(f"a lane holds 1..{MAXPEERS} ranks, got {size}")
+        self.size = size
+        self.send_seq = np.zeros(size, dtype=np.int64)
+        self.recv_seq = np.zeros(size, dtype=np.int64)
+        self._send = self.send_seq
+        self._recv = self.recv_seq
+        self._keep = []
+        self.nin = 0
+        self.enabled = True
+        for i in range(size):
+            self.outp[i] = NULL
+            self.inp[i] = NULL
+            self.blocked[i] = 0
+
+    cdef uint8_t *_addr(self, object mapping) except NULL:
+        cdef Py_buffer view
+        PyObject_GetBuffer(mapping, &view, PyBUF_SIMPLE | PyBUF_WRITABLE)
+        cdef uint8_t *p = <uint8_t *>view.buf
+        PyBuffer_Release(&view)  # the mapping object is kept alive in _keep
+        self._keep.append(mapping)
+        return p
+
+    def set_out(self, int peer, object mapping, int slots, int slot_size):
+        """The mailbox toward ``peer`` (its mmap, this rank writes)."""
+        self.outp[peer] = self._addr(mapping)
+        self.slots[peer], self.slot_size[peer] = slots, slot_size
+
+    def set_in(self, int peer, object mapping, int slots, int slot_size):
+        """The mailbox from ``peer`` (its mmap, this rank reads)."""
+        self.inp[peer] = self._addr(mapping)
+        self.islots[peer], self.islot_size[peer] = slots, slot_size
+        self.inlist[self.nin] = peer
+        self.nin += 1
+
+    def has_out(self, int peer):
+        return self.outp[peer] != NULL
+
+    def set_state(self, int state):
+        """This rank's state as a receiver, in every mailbox it reads."""
+        cdef int k
+        for k in range(self.nin):
+            zp_store(<uint64_t *>(self.inp[self.inlist[k]] + O_STATE), state)
+        zp_fence()
+
+    # -- sender ------------------------------------------------------------------------
+
+    def block(self, int peer, bint on):
+        """Sends to ``peer`` wait in the general path's queue: no fast send may pass them."""
+        self.blocked[peer] = on
+
+    cpdef int send_eager(self, int dest, object data, int tag, int ctx, int enc):
+        """The fast send: a whole small message to a rank of this host as one EAGER packet,
+        in one call. 0: not taken (another host, queued sends, full, too big, not a plain
+        contiguous buffer: the general path sends it or says what is wrong), 1: put, 2: put
+        and the receiver needs a wake-up frame."""
+        if not self.enabled or dest < 0 or dest >= self.size or self.blocked[dest]:
+            return 0
+        if self.outp[dest] == NULL:
+            return 0
+        cdef Py_buffer view
+        try:
+            PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+        except Exception:
+            return 0
+        cdef int r = self._put(dest, KIND_EAGER, ctx, enc, 0, self.rank, tag, 0, 0,
+                               <const uint8_t *>view.buf, view.len)
+        PyBuffer_Release(&view)
+        return r
+
+    cdef int _put(self, int peer, int kind, int ctx, int enc, int acks, int src, int tag,
+                  uint64_t msgid, uint64_t arg, const uint8_t *data, Py_ssize_t n) noexcept:
+        cdef uint8_t *box = self.outp[peer]
+        cdef uint64_t written = zp_load(<uint64_t *>(box + O_WRITTEN))
+        cdef uint64_t read = zp_load(<uint64_t *>(box + O_READ))
+        cdef uint8_t *slot
+        cdef int64_t seq
+        if n + HDR + 4 > self.slot_size[peer] or written - read >= self.slots[peer]:
+            return 0
+        slot = box + HEAD + (written % self.slots[peer]) * self.slot_size[peer]
+        (<uint32_t *>slot)[0] = <uint32_t>(n + HDR)
+        seq = self._send[peer]
+        self._send[peer] = seq + 1
+        slot[4], slot[5], slot[6], slot[7] = kind, ctx, enc, acks
+        zp_put32(slot + 8, <uint32_t>src)
+        zp_put32(slot + 12, <uint32_t>tag)
+        zp_put64(slot + 16, <uint64_t>seq)
+        zp_put64(slot + 24, msgid)
+        zp_put64(slot + 32, <uint64_t>n if kind == KIND_EAGER else arg)
+        if n:
+            memcpy(slot + 4 + HDR, data, n)
+        zp_store(<uint64_t *>(box + O_WRITTEN), written + 1)
+        zp_store(<uint64_t *>(box + O_SENT), <uint64_t>(seq + 1))
+        return self._ring(box, written + 1 - read)
+
+    cpdef int send(self, int peer, int kind, int ctx, int enc, int acks, int src, int tag,
+                   uint64_t msgid, uint64_t arg, object payload) except -9:
+        """Pack one packet (numbered: the link's next) into ``peer``'s mailbox (an EAGER
+        packet's ``arg`` is its payload's length in bytes, whatever the payload object's
+        ``len`` says). 0: no room
+        or too big (nothing numbered: the caller sends it through the socket), 1: put, 2:
+        put and the receiver is blocked on its sockets (send it an empty frame)."""
+        cdef uint8_t *box = self.outp[peer]
+        if box == NULL:
+            return 0
+        cdef Py_buffer view
+        cdef int r
+        if payload is None:
+            return self._put(peer, kind, ctx, enc, acks, src, tag, msgid, arg, NULL, 0)
+        PyObject_GetBuffer(payload, &view, PyBUF_SIMPLE)
+        r = self._put(peer, kind, ctx, enc, acks, src, tag, msgid, arg,
+                      <const uint8_t *>view.buf, view.len)
+        PyBuffer_Release(&view)
+        return r
+
+    cdef inline int _ring(self, uint8_t *box, uint64_t unread) noexcept nogil:
+        zp_fence()  # publish, then read the receiver's state (mailbox.py: one side sees)
+        cdef uint64_t st = zp_load(<uint64_t *>(box + O_STATE))
+        if st == ST_SLEEPING:
+            zp_add32(<uint32_t *>(box + O_BELL))
+            syscall(SYS_futex, <uint32_t *>(box + O_BELL), FUTEX_WAKE, 1, NULL, NULL, 0)
+        elif st == ST_SOCKET and unread == 1:
+            return 2
+        return 1
+
+    def note_socket_send(self, int peer):
+        """A packet of this link went through the socket (numbered by the caller): tell a
+        sleeping receiver to look at its sockets."""
+        cdef uint8_t *box = self.outp[peer]
+        if box == NULL:
+            return
+        zp_store(<uint64_t *>(box + O_SENT), <uint64_t>self._send[peer])
+        cdef uint64_t w = zp_load(<uint64_t *>(box + O_WRITTEN))
+        self._ring(box, 0)
+
+    def unread_out(self, int peer):
+        cdef uint8_t *box = self.outp[peer]
+        if box == NULL:
+            return 0
+        return zp_load(<uint64_t *>(box + O_WRITTEN)) - zp_load(<uint64_t *>(box + O_READ))
+
+    # -- receiver ----------------------------------------------------------------------
+
+    cdef inline uint8_t *_head(self, int peer) noexcept nogil:
+        """The next slot of ``peer``'s mailbox if it holds the link's next packet."""
+        cdef uint8_t *box = self.inp[peer]
+        if box == NULL:
+            return NULL
+        cdef uint64_t read = zp_load(<uint64_t *>(box + O_READ))
+        if zp_load(<uint64_t *>(box + O_WRITTEN)) == read:
+            return NULL
+        cdef uint8_t *slot = box + HEAD + (read % self.islots[peer]) * self.islot_size[peer]
+        return slot
+
+    cdef inline void _consume(self, int peer) noexcept nogil:
+        cdef uint8_t *box = self.inp[peer]
+        zp_store(<uint64_t *>(box + O_READ), zp_load(<uint64_t *>(box + O_READ)) + 1)
+        self._recv[peer] += 1
+
+    def peek(self, int peer):
+        """(length, seq) of the mailbox's oldest packet, or None."""
+        cdef uint8_t *slot = self._head(peer)
+        if slot == NULL:
+            return None
+        cdef uint32_t n = (<uint32_t *>slot)[0]
+        if n + 4 > self.islot_size[peer] or n < HDR:
+            raise ValueError(f"mailbox of rank {peer}: slot length {n} out of range")
+        return n, <int64_t>zp_be64(slot + 4 + SEQ_AT)
+
+    def take(self, int peer):
+        """The oldest packet's bytes (header + payload) if it is the link's next; consumed
+        and counted. None when empty or when an earlier packet is still on the socket."""
+        cdef uint8_t *slot = self._head(peer)
+        if slot == NULL:
+            return None
+        cdef uint32_t n = (<uint32_t *>slot)[0]
+        if n + 4 > self.islot_size[peer] or n < HDR:
+            raise ValueError(f"mailbox of rank {peer}: slot length {n} out of range")
+        if <int64_t>zp_be64(slot + 4 + SEQ_AT) != self._recv[peer]:
+            return None
+        out = PyBytes_FromStringAndSize(<char *>slot + 4, n)
+        self._consume(peer)
+        return out
+
+    cpdef int take_eager(self, int peer, int ctx, int tag, object buf) except -9:
+        """Receive the link's next packet if it is an EAGER message matching (ctx, tag):
+        into ``buf`` (a writable buffer) or, buf None, as ``last_payload`` bytes; returns
+        its length, with last_tag / last_enc / last_acks set. -1: nothing there yet, -2:
+        the next packet is something else (the general path takes it), -4: it does not fit
+        ``buf`` (the general path reports the truncation)."""
+        cdef uint8_t *slot = self._head(peer)
+        if slot == NULL:
+            return -1
+        cdef uint32_t n = (<uint32_t *>slot)[0]
+        cdef uint8_t *p = slot + 4
+        cdef int ptag
+        cdef Py_buffer view
+        if n + 4 > self.islot_size[peer] or n < HDR:
+            return -2
+        if <int64_t>zp_be64(p + SEQ_AT) != self._recv[peer] or <int>zp_be32(p + 4) != peer:
+            return -2
+        ptag = <int>zp_be32(p + 8)
+        if p[0] != KIND_EAGER or p[1] != ctx or (tag != -1 and ptag != tag):
+            return -2
+        n -= HDR
+        if buf is None:
+            self.last_payload = PyBytes_FromStringAndSize(<char *>p + HDR, n)
+        else:
+            PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE | PyBUF_WRITABLE)
+            if <Py_ssize_t>n > view.len:
+                PyBuffer_Release(&view)
+                return -4
+            memcpy(view.buf, p + HDR, n)
+            PyBuffer_Release(&view)
+        self.last_tag, self.last_enc, self.last_acks = ptag, p[2], p[3]
+        self.last_src = peer
+        self._consume(peer)
+        return n
+
+    cpdef long recv_eager(self, int source, int tag, int ctx, object buf, long timeout_ns):
+        """The fast receive: the next message from ``source`` (a rank of this host) if it
+        is a small one matching (tag, ctx), into ``buf`` (or, None, ``last_payload``),
+        waiting for it up to ``timeout_ns`` with the GIL released (the adaptive spin, then
+        the futex). Its length, with last_tag / last_enc set; -1: nothing came in time,
+        -2: something else came first, or a bad buffer, -3: not a same-host peer: the
+        general path takes over (and says what is wrong)."""
+        cdef long n
+        if not self.enabled or not self.futex_mode or source < 0 or source >= self.size:
+            return -3
+        if self.inp[source] == NULL:
+            return -3
+        try:
+            n = self.take_eager(source, ctx, tag, buf)
+            if n != -1:
+                return n
+            if self._wait(self.spin_ns, timeout_ns, source) != 1:
+                self._adapt()
+                return -1
+            self._adapt()
+            return self.take_eager(source, ctx, tag, buf)
+        except Exception:
+            return -2
+
+    def recv_object(self, int source, int tag, int ctx, long timeout_ns):
+        """recv_eager for a pickled message, unpickled here: the object, RAW when the
+        message is a raw buffer (the caller's error to raise), NOT_TAKEN for the general
+        path. ``last_tag`` / ``last_n`` tell the status."""
+        cdef long n = self.recv_eager(source, tag, ctx, None, timeout_ns)
+        if n < 0:
+            return NOT_TAKEN
+        self.last_n = n
+        if self.last_enc != 1:  # zpar.comm.peerwire.ENC_PICKLE
+            return RAW
+        data, self.last_payload = self.last_payload, None
+        return _loads(data)
+
+    cdef void _adapt(self) noexcept:
+        """A spin that had to sleep halves the next one (on a loaded host the peer is not
+        running, and spinning keeps it off the CPU); one that found the packet doubles it,
+        up to spin_max_ns; from 0 a short spin is tried again every 64 sleeps."""
+        if self.last_slept:
+            self.sleeps += 1
+            if self.spin_ns >= 1000:
+                self.spin_ns //= 2
+            else:
+                self.spin_ns = 4000 if self.sleeps % 64 == 0 and self.spin_max_ns else 0
+        elif self.spin_max_ns:
+            self.spin_ns = min(self.spin_max_ns, max(self.spin_ns * 2, 1000))
+
+    def adapt(self):
+        """Adapt the spin after a ``wait`` (recv_eager does it itself)."""
+        self._adapt()
+
+    cdef inline int _check(self, int only) noexcept nogil:
+        """1: a mailbox holds a packet; 2: a packet is on its way through a socket; 0."""
+        cdef int k, peer, r = 0
+        cdef uint8_t *box
+        for k in range(self.nin):
+            peer = self.inlist[k]
+            if only >= 0 and peer != only:
+                continue
+            box = self.inp[peer]
+            if zp_load(<uint64_t *>(box + O_WRITTEN)) != zp_load(<uint64_t *>(box + O_READ)):
+                return 1
+            if <int64_t>zp_load(<uint64_t *>(box + O_SENT)) > self._recv[peer]:
+                r = 2
+        return r
+
+    def wait(self, long spin_ns, long timeout_ns, int only=-1):
+        """Wait for a packet from any peer (or from ``only``) with the GIL released: spin
+        ``spin_ns``, then sleep on the mailboxes' futex words (state SLEEPING, so senders
+        ring) until ``timeout_ns``. 1: a mailbox packet, 2: one through a socket, 0."""
+        return self._wait(spin_ns, timeout_ns, only)
+
+    cdef int _wait(self, long spin_ns, long timeout_ns, int only):
+        cdef int r, k, nw = 0
+        cdef uint64_t start, end, deadline
+        cdef long spins = 0
+        cdef zp_waitv w[64]
+        cdef timespec ts
+        cdef uint8_t *box
+        cdef long rc
+        if self.nin == 0:
+            return 0
+        self.last_slept = False
+        with nogil:
+            r = self._check(only)
+            if r == 0 and spin_ns > 0:
+                start = _now_ns()
+                end = start + spin_ns
+                while True:
+                    r = self._check(only)
+                    if r:
+                        break
+                    spins += 1
+                    if spins % 64 == 0 and _now_ns() >= end:
+                        break
+                    zp_pause()
+            if r == 0 and timeout_ns > 0:
+                self.last_slept = True
+                deadline = _now_ns() + timeout_ns
+                while r == 0:
+                    nw = 0
+                    for k in range(self.nin):
+                        if only >= 0 and self.inlist[k] != only:
+                            continue
+                        if nw == 64:
+                            break
+                        box = self.inp[self.inlist[k]]
+                        w[nw].val = zp_load32(<uint32_t *>(box + O_BELL))
+                        w[nw].uaddr = <uint64_t>(box + O_BELL)
+                        w[nw].flags = 2  # FUTEX2_SIZE_U32, shared between processes
+                        w[nw].reserved = 0
+                        nw += 1
+                        zp_store(<uint64_t *>(box + O_STATE), ST_SLEEPING)
+                    zp_fence()
+                    r = self._check(only)
+                    if r == 0:
+                        if _now_ns() >= deadline:
+                            break
+                        ts.tv_sec = deadline // 1000000000ULL
+                        ts.tv_nsec = deadline % 1000000000ULL
+                        rc = zp_waitv_call(w, nw, &ts)
+                        if rc < 0 and errno == ENOSYS:  # before Linux 5.16: one futex
+                            ts.tv_sec = 0
+                            ts.tv_nsec = 1000000
+                            syscall(SYS_futex, <uint32_t *>w[0].uaddr, FUTEX_WAIT,
+                                    <uint32_t>w[0].val, &ts, NULL, 0)
+                        r = self._check(only)
+                    if _now_ns() >= deadline:
+                        break
+                for k in range(self.nin):
+                    zp_store(<uint64_t *>(self.inp[self.inlist[k]] + O_STATE), ST_BUSY)
+                zp_fence()
+                if r == 0:
+                    r = self._check(only)
+        return r
+
+    def close(self):
+        self.enabled = False
+        for i in range(self.size):
+            self.outp[i] = NULL
+            self.inp[i] = NULL
+        self.nin = 0
+        self._keep = []
+
+
+COMPILED = True
+#: the layout compiled in, checked against zpar.comm.mailbox and peerwire by the tests
+LAYOUT = {"head": HEAD, "header": HDR, "eager": KIND_EAGER, "state": O_STATE,
+          "sent": O_SENT, "bell": O_BELL}

@@ -1,0 +1,233 @@
+"""The same-host lane, compiled and twin alike (the `lane_impl` fixture runs each test on
+both): packing into a mailbox slot, matching and copying into a buffer, the futex sleep
+and its wake-ups, the announcement of socket packets, and the two writing the same bytes."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from zpar.comm import lanepy, mailbox
+from zpar.comm.mailbox import Mailbox
+from zpar.comm.peerwire import HEADER, Kind, PeerSigner
+
+try:
+    from zpar.comm import _lane as compiled
+except ImportError:  # no C compiler at install: the twin alone
+    compiled = None
+
+IMPLS = {"compiled": compiled, "twin": lanepy}
+EAGER = int(Kind.EAGER)
+pytestmark = pytest.mark.skipif(not mailbox.SUPPORTED, reason="mailboxes are x86-64 only")
+
+
+@pytest.fixture(params=["compiled", "twin"])
+def lane_impl(request):
+    mod = IMPLS[request.param]
+    if mod is None:
+        pytest.skip("the compiled lane was not built (no C compiler at install)")
+    return mod
+
+
+def _pair(sender_mod, receiver_mod, slots=4, slot_size=mailbox.SLOT_SIZE):
+    """Rank 1 (sender_mod's lane) writes to rank 0 (receiver_mod's lane) through one box."""
+    out = Mailbox.create(slots, slot_size)
+    inn = Mailbox.attach(out.path, slots, slot_size)
+    tx, rx = sender_mod.Lane(2), receiver_mod.Lane(2)
+    tx.set_out(0, out.mapping, slots, slot_size)
+    rx.set_in(1, inn.mapping, slots, slot_size)
+    return tx, rx, (out, inn)
+
+
+def _close(tx, rx, boxes):
+    tx.close()
+    rx.close()
+    for b in boxes:
+        b.close()
+
+
+def test_the_compiled_layout_is_the_mailbox_modules():
+    if compiled is None:
+        pytest.skip("the compiled lane was not built (no C compiler at install)")
+    assert compiled.LAYOUT == {
+        "head": mailbox.HEAD,
+        "header": HEADER.size,
+        "eager": EAGER,
+        "state": mailbox.O_STATE,
+        "sent": mailbox.O_SENT,
+        "bell": mailbox.O_BELL,
+    }
+
+
+def test_an_eager_message_lands_in_the_posted_buffer_numbered_and_matched(lane_impl):
+    tx, rx, boxes = _pair(lane_impl, lane_impl)
+    try:
+        a = np.arange(3, dtype=np.float64)
+        assert tx.send(0, EAGER, 0, 0, 0, 1, 7, 1, 999, a) == 2  # receiver on its sockets
+        assert list(tx.send_seq) == [1, 0]
+        got = np.zeros(3)
+        assert rx.take_eager(1, 1, 7, got) == -2  # another context: the general path's
+        assert rx.take_eager(1, 0, 8, got) == -2  # another tag
+        assert rx.take_eager(1, 0, -1, np.zeros(2)) == -4  # does not fit: truncation
+        assert rx.take_eager(1, 0, -1, got) == 24
+        assert (got == a).all() and rx.last_tag == 7 and rx.last_enc == 0
+        assert list(rx.recv_seq) == [0, 1]
+        assert rx.take_eager(1, 0, -1, got) == -1  # empty
+        tx.send(0, EAGER, 0, 1, 3, 1, 9, 2, 0, b"pickled")
+        assert rx.take_eager(1, 0, 9, None) == 7
+        assert rx.last_payload == b"pickled" and rx.last_enc == 1 and rx.last_acks == 3
+    finally:
+        _close(tx, rx, boxes)
+
+
+def test_a_general_packet_is_taken_whole_and_decodes_as_the_socket_would(lane_impl):
+    tx, rx, boxes = _pair(lane_impl, lane_impl)
+    try:
+        tx.send(0, int(Kind.ACK), 0, 0, 0, 1, 0, 0, 4, None)
+        tx.send(0, int(Kind.DATA), 1, 1, 2, 1, 5, 77, 3, b"abc")
+        assert rx.peek(1) == (HEADER.size, 0)
+        assert rx.take_eager(1, 0, -1, None) == -2  # not EAGER: left for the general path
+        s = PeerSigner(b"")
+        ack = s.unpack([rx.take(1)], signed=False)
+        data = s.unpack([rx.take(1)], signed=False)
+        assert (ack.kind, ack.arg, ack.seq) == (Kind.ACK, 4, 0)
+        assert (data.kind, data.ctx, data.enc, data.acks, data.tag, data.msgid) == (
+            Kind.DATA, 1, 1, 2, 5, 77,
+        )  # fmt: skip
+        assert bytes(data.payload) == b"abc" and data.seq == 1
+        assert rx.take(1) is None
+    finally:
+        _close(tx, rx, boxes)
+
+
+def test_a_packet_numbered_ahead_waits_for_the_socket(lane_impl):
+    tx, rx, boxes = _pair(lane_impl, lane_impl)
+    try:
+        tx.send_seq[0] = 1  # packet 0 went through the socket
+        tx.send(0, EAGER, 0, 0, 0, 1, 0, 0, 0, b"x")
+        assert rx.take(1) is None and rx.take_eager(1, 0, -1, None) == -2
+        rx.recv_seq[1] = 1  # the socket's packet 0 was taken
+        assert rx.take_eager(1, 0, -1, None) == 1
+    finally:
+        _close(tx, rx, boxes)
+
+
+def test_a_full_mailbox_or_an_oversized_packet_is_refused_unnumbered(lane_impl):
+    tx, rx, boxes = _pair(lane_impl, lane_impl, slots=2, slot_size=64)
+    try:
+        assert tx.send(0, EAGER, 0, 0, 0, 1, 0, 0, 0, b"x" * 40) == 0  # 4 + 36 + 40 > 64
+        assert tx.send(0, EAGER, 0, 0, 0, 1, 0, 0, 0, b"a")
+        assert tx.send(0, EAGER, 0, 0, 0, 1, 0, 0, 0, b"b")
+        assert tx.send(0, EAGER, 0, 0, 0, 1, 0, 0, 0, b"c") == 0
+        assert list(tx.send_seq) == [2, 0] and tx.unread_out(0) == 2
+    finally:
+        _close(tx, rx, boxes)
+
+
+@pytest.mark.parametrize("direction", ["compiled->twin", "twin->compiled"])
+def test_compiled_and_twin_write_the_same_bytes(direction):
+    if compiled is None:
+        pytest.skip("the compiled lane was not built (no C compiler at install)")
+    a, b = (compiled, lanepy) if direction == "compiled->twin" else (lanepy, compiled)
+    tx, rx, boxes = _pair(a, b)
+    try:
+        tx.send(0, EAGER, 1, 0, 0, 1, 3, 5, 0, np.array([1.5]))
+        tx.send(0, int(Kind.FIN), 0, 0, 0, 1, 0, 0, 0, None)
+        got = np.zeros(1)
+        assert rx.take_eager(1, 1, 3, got) == 8 and got[0] == 1.5
+        assert PeerSigner(b"").unpack([rx.take(1)], signed=False).kind == Kind.FIN
+    finally:
+        _close(tx, rx, boxes)
+
+
+def test_a_wait_times_out_asleep_and_a_send_wakes_it(lane_impl):
+    tx, rx, boxes = _pair(lane_impl, lane_impl)
+    try:
+        rx.set_state(mailbox.ST_BUSY)
+        assert rx.wait(0, 50_000_000) == 0 and rx.last_slept
+        woke = []
+
+        def sender():
+            time.sleep(0.1)
+            woke.append(tx.send(0, EAGER, 0, 0, 0, 1, 0, 0, 0, b"ping"))
+
+        th = threading.Thread(target=sender)
+        th.start()
+        assert rx.wait(1000, 20_000_000_000) == 1  # asleep until the send rang its bell
+        th.join()
+        assert woke == [1] and rx.last_slept  # BUSY / SLEEPING: no wake-up frame needed
+        assert rx.take_eager(1, 0, -1, None) == 4
+    finally:
+        _close(tx, rx, boxes)
+
+
+def test_a_packet_sent_through_the_socket_is_announced(lane_impl):
+    tx, rx, boxes = _pair(lane_impl, lane_impl)
+    try:
+        rx.set_state(mailbox.ST_BUSY)
+        assert rx.wait(0, 0) == 0
+        tx.send_seq[0] += 1  # what PeerLinks.send does for a packet too big for a slot
+        tx.note_socket_send(0)
+        assert rx.wait(0, 1_000_000_000) == 2 and not rx.last_slept
+        rx.recv_seq[1] = 1  # taken from the socket
+        assert rx.wait(0, 0) == 0
+    finally:
+        _close(tx, rx, boxes)
+
+
+def test_a_wait_for_one_peer_ignores_the_others(lane_impl):
+    out2 = Mailbox.create()
+    in2 = Mailbox.attach(out2.path)
+    tx, rx, boxes = _pair(lane_impl, lane_impl)
+    other = lane_impl.Lane(3)
+    rx3 = lane_impl.Lane(3)
+    try:
+        rx3.set_in(1, boxes[1].mapping, mailbox.SLOTS, mailbox.SLOT_SIZE)
+        rx3.set_in(2, in2.mapping, mailbox.SLOTS, mailbox.SLOT_SIZE)
+        other.set_out(0, out2.mapping, mailbox.SLOTS, mailbox.SLOT_SIZE)
+        other.send(0, EAGER, 0, 0, 0, 2, 0, 0, 0, b"from 2")
+        assert rx3.wait(0, 0) == 1
+        assert rx3.wait(0, 20_000_000, 1) == 0  # only rank 1's mailbox counts
+        assert rx3.take_eager(2, 0, -1, None) == 6 and rx3.last_src == 2
+    finally:
+        other.close()
+        rx3.close()
+        _close(tx, rx, boxes)
+        out2.close()
+        in2.close()
+
+
+def test_bad_buffers_are_refused_before_anything_is_sent(lane_impl):
+    tx, rx, boxes = _pair(lane_impl, lane_impl)
+    try:
+        with pytest.raises((TypeError, ValueError, BufferError)):
+            tx.send(0, EAGER, 0, 0, 0, 1, 0, 0, 0, np.zeros((4, 4))[:, 1])  # not contiguous
+        assert list(tx.send_seq) == [0, 0] and tx.unread_out(0) == 0
+        tx.send(0, EAGER, 0, 0, 0, 1, 0, 0, 0, b"12345678")
+        ro = np.zeros(1)
+        ro.flags.writeable = False
+        with pytest.raises((TypeError, ValueError, BufferError)):
+            rx.take_eager(1, 0, -1, ro)
+        assert rx.take_eager(1, 0, -1, np.zeros(1)) == 8  # still there
+    finally:
+        _close(tx, rx, boxes)
+
+
+def test_recv_object_unpickles_or_says_why_not(lane_impl):
+    import pickle
+
+    tx, rx, boxes = _pair(lane_impl, lane_impl)
+    try:
+        rx.futex_mode = True
+        tx.send(0, EAGER, 0, 1, 0, 1, 3, 0, 0, pickle.dumps({"x": 1}))
+        tx.send(0, EAGER, 0, 0, 0, 1, 3, 0, 0, b"raw bytes")
+        assert rx.recv_object(1, 4, 0, 0) is lane_impl.NOT_TAKEN  # another tag
+        assert rx.recv_object(1, 3, 0, 0) == {"x": 1} and rx.last_n > 0
+        assert rx.recv_object(1, 3, 0, 0) is lane_impl.RAW and rx.last_n == 9
+        assert rx.recv_object(1, 3, 0, 1_000_000) is lane_impl.NOT_TAKEN  # nothing came
+        assert rx.recv_object(0, 3, 0, 0) is lane_impl.NOT_TAKEN  # no mailbox from rank 0
+    finally:
+        _close(tx, rx, boxes)

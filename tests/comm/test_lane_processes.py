@@ -1,0 +1,64 @@
+"""Ranks as processes on one host, more of them than CPUs (8 on 2): every wait sleeps on
+the lane's futex words instead of spinning, and point-to-point and collectives still run
+to the end with the right results, with the compiled lane and with its twin."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from procranks import run_processes
+
+from zpar.comm import lane, mailbox
+
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.skipif(not mailbox.SUPPORTED, reason="mailboxes are x86-64 only"),
+]
+
+
+def crowd(c):
+    """Rings of objects and buffers, pairwise ping-pong, every kind of collective."""
+    r, n = c.rank, c.size
+    right, left = (r + 1) % n, (r - 1) % n
+    total = 0
+    for i in range(100):
+        assert c.sendrecv((r, i), dest=right, source=left) == (left, i)
+        got = np.empty(2)
+        c.Sendrecv(np.array([r, i], dtype=float), dest=right, recvbuf=got, source=left)
+        assert got.tolist() == [left, i]
+        peer = r ^ 1  # pairs (0, 1), (2, 3), ...
+        buf = np.full(1, float(r))
+        if r < peer:
+            c.Send(buf, dest=peer, tag=i)
+            c.Recv(buf, source=peer, tag=i)
+            assert buf[0] == peer
+            c.send({"i": i}, dest=peer, tag=1)
+            assert c.recv(source=peer, tag=2) == {"i": i, "back": peer}
+        else:
+            c.Recv(buf, source=peer, tag=i)
+            c.Send(np.full(1, float(r)), dest=peer, tag=i)
+            c.send({**c.recv(source=peer, tag=1), "back": r}, dest=peer, tag=2)
+        out = np.empty(1)
+        c.Allreduce(np.full(1, float(r)), out)
+        total += int(out[0]) + c.allreduce(1)
+        assert c.bcast(i if r == 3 else None, root=3) == i
+        c.Barrier()
+    big = np.arange(100_000, dtype=float) * r  # long messages take the socket or CMA
+    rbig = np.empty_like(big)
+    c.Sendrecv(big, dest=right, recvbuf=rbig, source=left)
+    assert (rbig == np.arange(100_000) * left).all()
+    links = c._links
+    return total, links.futex, links.spins, links.sleeps, type(links.lane).__module__
+
+
+@pytest.mark.parametrize("pure", [False, True], ids=["compiled", "twin"])
+def test_eight_ranks_on_two_cores_sleep_on_futexes_and_finish(pure):
+    if not pure and not lane.COMPILED:
+        pytest.skip("the compiled lane was not built (no C compiler at install)")
+    n = 8
+    results = run_processes(n, crowd, cpus=2, pure=pure, timeout=120)
+    for total, futex, spins, sleeps, module in results:
+        assert total == 100 * (sum(range(n)) + n)
+        assert futex and not spins  # all on one host, oversubscribed: sleep, never spin
+        assert sleeps > 0
+        assert module.endswith("lanepy" if pure else "_lane")
