@@ -11,7 +11,7 @@ ARG BASE=python:3.11-slim
 
 FROM ${BASE} AS build
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY zpar zpar
 COPY hub hub
 COPY engine engine
