@@ -4,9 +4,10 @@ client's tasks not yet on an engine are cancelled once (schedulers/clientledger.
 
 from __future__ import annotations
 
+from tests.schedulers.bookrig import BookRig
 from tests.schedulers.test_book import A, B, reply, request, sends, take, two_engines
 from zpar.dependency import Dependency
-from zpar.schedulers.book import HELD, QUEUED, RUNNING, WAITING, TaskBook
+from zpar.schedulers.book import HELD, QUEUED, RUNNING, WAITING
 from zpar.schedulers.clientledger import ClientLedger, Send
 from zpar.schedulers.instructions import FailTask, RelayReply
 from zpar.wire.messages import ReplyStatus
@@ -122,7 +123,7 @@ def test_a_gone_clients_task_back_from_an_engine_is_cancelled_not_held_for_ever(
     from tests.schedulers.test_book import Clock
 
     clock, ledger = Clock(), ClientLedger()
-    book = TaskBook("leastload", 2, clock=clock, ledger=ledger)
+    book = BookRig("leastload", 2, clock=clock, ledger=ledger)
     book.engine_up(0, A)
     book.engine_up(1, B)
     for m in ("long", "other", "third"):
@@ -137,4 +138,4 @@ def test_a_gone_clients_task_back_from_an_engine_is_cancelled_not_held_for_ever(
     book.revoked(A, ["third"])  # after the close: back from the engine
     (fail,) = take(book, FailTask)
     assert fail.header["msg_id"] == "third" and fail.status == ReplyStatus.CANCELLED
-    assert "third" not in book.live and SLOW not in book.held
+    assert "third" not in book.live and SLOW not in book.placement.held
