@@ -154,14 +154,17 @@ class TaskBook:
         """Feed ``events`` in order; the instructions they call for, in order."""
         handlers = self._handlers
         for event in events:
-            handler = handlers.get(type(event))
-            if handler is None:
-                raise TypeError(f"the task book has no handler for {event!r}")
+            try:
+                handler = handlers[type(event)]
+            except KeyError:
+                raise TypeError(f"the task book has no handler for {event!r}") from None
             handler(event)
             if self._failing:
                 self._settle()
         out = self._out
-        instructions = out[:]
+        if not out:
+            return []
+        instructions = out.copy()
         out.clear()
         return instructions
 
@@ -181,8 +184,9 @@ class TaskBook:
         return due
 
     def still_placed(self, task: Task, engine: EngineSlot) -> bool:
-        """Is a SendTask of ``task`` to ``engine`` still to be carried out?"""
-        return self.placement.still_placed(task, engine)
+        """Is a SendTask of ``task`` to ``engine`` still to be carried out? (Not when an
+        earlier instruction's outcome moved or answered the task meanwhile.)"""
+        return task.state == RUNNING and task.engine is engine and engine.uuid in self.engines
 
     def holds(self, msg_id: str) -> bool:
         """Does the book still hold ``msg_id`` in any form (a broadcast's engines included)?"""
@@ -502,7 +506,7 @@ class TaskBook:
         its connection may still come up, else give it up; place the task anew."""
         task, engine = event.task, event.engine
         placement = self.placement
-        if not placement.still_placed(task, engine):
+        if not self.still_placed(task, engine):
             return
         if task.broadcast:
             engine.load -= 1

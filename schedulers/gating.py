@@ -42,6 +42,9 @@ class Gates:
         self.ids = ids
         self.clock = clock
         self.graph = DependencyGraph()
+        #: ``finished(msg_id, outcome)``: record an outcome; the waiting tasks it settles,
+        #: each with "" (met) or why it can never be met (the graph's own, on every reply)
+        self.finished: Callable[[str, Outcome], list[tuple[Task, str]]] = self.graph.finished
         self.deadlines: list[tuple[float, int, Task]] = []  # heap of task timeouts
         self._seq = itertools.count()
 
@@ -121,11 +124,6 @@ class Gates:
         if not uuids:
             return f"none of the target engines {targets} is registered (ids: {sorted(self.ids)})"
         return uuids
-
-    def finished(self, msg_id: str, outcome: Outcome) -> list[tuple[Task, str]]:
-        """Record an outcome: the waiting tasks it settles, each with "" (met) or why it
-        can never be met."""
-        return self.graph.finished(msg_id, outcome)
 
     def known(self, msg_id: str) -> bool:
         return msg_id in self.graph.done

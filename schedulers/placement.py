@@ -149,11 +149,6 @@ class Placement:
         if not task.broadcast:
             self.ledger.answered(task.client)
 
-    def still_placed(self, task: Task, engine: EngineSlot) -> bool:
-        """Is a SendTask of ``task`` to ``engine`` still to be carried out? (Not when an
-        earlier instruction's outcome moved or answered the task meanwhile.)"""
-        return task.state == RUNNING and task.engine is engine and engine.uuid in self.engines
-
     def not_connected_yet(self, engine: EngineSlot) -> bool:
         """An engine the hub told us of whose task connection is not up yet (a restarted
         scheduler learns every engine at once, before their DEALERs have reconnected): no
