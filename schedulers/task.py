@@ -340,7 +340,7 @@ class TaskScheduler:
         if client is not None and self.link.is_gone(client):  # sent just before it closed
             events.append(ClientGone(client))
         if events:
-            self._feed(*events)
+            self._todo.extend(self.book.handle(*events))  # _feed, inlined: once per message
 
     def _over_quota(self, client: bytes, msg: Message) -> str | None:
         """Charge a new task to its client's quota; why it is refused (counted as
@@ -393,7 +393,7 @@ class TaskScheduler:
             self._trimmer.count()
             events.append(Replied(uuid, client, reply))
         if events:
-            self._feed(*events)
+            self._todo.extend(self.book.handle(*events))  # _feed, inlined: once per message
 
     def _on_revoke_reply(self, frames: list[Any]) -> None:
         for msg in self.session.feed_all(frames, "task scheduler (engine revoke)"):
