@@ -392,7 +392,7 @@ class TaskBook:
         rng = element_range(content.get(ELEMENTS))
         elements = task.elements
         assert elements is not None
-        self.prefetch.answered_by(engine)
+        self.prefetch.answered_by(engine, deepen=False)
         if rng is not None:
             elements[0] = max(elements[0], rng[1])
         uuid = engine.uuid

@@ -7,11 +7,17 @@ parts as elements finish. The book keeps, per placement, the positions not answe
 (``Task.elements``): each part moves ``lo`` up, and the last (``final``) frees the engine's
 slot. Elements not started can come back:
 
-- from an engine *stalled* on a long element (no answer for ``steal_after``): every
-  unstarted element (the revoke_request's ``tails``, keep 0);
-- to an engine left *idle* with nothing queued, from the element request that has most
-  unanswered elements on another engine, placed at least IDLE_STEAL_AFTER ago: the second
-  half of what is unanswered.
+- from an engine *stalled* on a long element (no answer for ``steal_after``) while work
+  waits in the queue: every unstarted element (the revoke_request's ``tails``, keep 0),
+  placed first;
+- to an engine left *idle* with nothing queued, from another engine, once the request was
+  placed there at least IDLE_STEAL_AFTER ago: from a stalled engine every unstarted
+  element, else the second half of the request with most unanswered elements.
+
+Nothing is asked back while every engine has work and nothing waits: each engine works
+through its own run, and a slow element delays only the elements behind it until another
+engine runs dry (pushed back at once, they went to an engine busy with its own run and
+bounced between the engines at each slow element: bench/skewsim.py).
 
 What comes back is a request of its own, with the same frames, under a part id
 (``<msg_id>#<lo>.<n>``) and its positions in the metadata, placed first in the queue. The
@@ -25,6 +31,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from zpar.constants import STEAL_AFTER
 from zpar.elements import ELEMENTS, ERRORS, element_range, origin_of, part_id
 from zpar.errors import TaskAborted
 from zpar.wire.messages import ReplyStatus
@@ -57,6 +64,7 @@ class ElementParts:
         out: list[Instruction],
         failing: deque[Failing],
         steals: bool,
+        stalled_after: float = STEAL_AFTER,
     ) -> None:
         self.engines = engines
         self.live = live
@@ -65,6 +73,9 @@ class ElementParts:
         self.out = out
         self.failing = failing
         self.steals = steals
+        #: an engine that has not answered for this long is stalled on a long element:
+        #: an idle engine takes all its unstarted elements, not half
+        self.stalled_after = stalled_after
         #: element requests (zpar.elements) by msg_id: how many placements of each are live
         self.placements: dict[str, int] = {}
         self._parts_made = 0
@@ -178,17 +189,20 @@ class ElementParts:
         return due
 
     def steal_for_idle(self, now: float) -> None:
-        """An engine is idle and nothing waits: ask the element request with most
-        unanswered elements elsewhere (placed IDLE_STEAL_AFTER ago) for its second half."""
+        """An engine is idle and nothing waits: ask an element request running elsewhere
+        (placed IDLE_STEAL_AFTER ago) for its unstarted elements: all of them from an
+        engine stalled on a long element, else the second half from the request with most
+        unanswered elements."""
         if not self.placements or self.placement.queue or not self.steals:
             return
         idle = [e.uuid for e in self.engines.values() if e.load == 0 and not e.paused]
         if not idle:
             return
-        best: tuple[int, Task, EngineSlot] | None = None
+        best: tuple[bool, int, Task, EngineSlot] | None = None
         for e in self.engines.values():
             if e.load == 0 or e.revoking:
                 continue
+            stalled = now - e.since >= self.stalled_after
             for m in e.tasks:
                 t = self.live.get(m)
                 if t is None or t.elements is None or t.state != RUNNING:
@@ -197,15 +211,17 @@ class ElementParts:
                     continue  # no idle engine may run it
                 left = t.elements[1] - t.elements[0]
                 if left > 1 and now - t.placed_at >= IDLE_STEAL_AFTER:
-                    if best is None or left > best[0]:
-                        best = (left, t, e)
+                    if best is None or (stalled, left) > best[:2]:
+                        best = (stalled, left, t, e)
         if best is None:
             return
-        left, task, engine = best
+        stalled, left, task, engine = best
         task.placed_at = now
         engine.revoking = True
+        # of the unanswered, one runs there: it keeps half of the others (none if stalled)
+        keep = 0 if stalled else (left - 1) // 2
         # not started there yet (prefetched behind a long element): it comes back whole
-        self.out.append(RevokeTasks(engine, [task.msg_id], {task.msg_id: left // 2}))
+        self.out.append(RevokeTasks(engine, [task.msg_id], {task.msg_id: keep}))
 
     def given_back(self, engine: EngineSlot, tails: dict[str, Any]) -> None:
         """The tails of running element requests ``engine`` gave back, placed as parts of

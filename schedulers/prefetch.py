@@ -62,7 +62,8 @@ class Prefetch:
         """When the next engine holding prefetched tasks counts as stalled, None if none."""
         due = None
         if self.steals:
-            elements = self.elements if self.elements.placements else None
+            # element tails come back from a stalled engine only while work waits (steal)
+            elements = self.elements if self.elements.placements and self.placement.queue else None
             for e in self.engines.values():
                 if e.revoking:
                     continue
@@ -75,13 +76,17 @@ class Prefetch:
     def steal(self, now: float) -> None:
         """An engine holding more than one task that has not answered for ``steal_after``
         is stalled on a long task: it gets one task at a time until it answers, and the
-        tasks waiting behind the long one are asked back, to run elsewhere."""
+        tasks waiting behind the long one are asked back, to run elsewhere. The unstarted
+        elements of a map's request running there come back too while work waits in the
+        queue (placed before it, they go first); else they stay until an engine runs dry
+        (ElementParts.steal_for_idle): pushed to an engine busy with its own run, they
+        bounced between the engines at each slow element."""
         live = self.live
+        elements = self.elements if self.elements.placements and self.placement.queue else None
         for engine in self.engines.values():
             if engine.revoking or now - engine.since < self.steal_after:
                 continue
-            # a map's element request there: its unstarted elements come back too
-            tails = self.elements.tails(engine) if self.elements.placements else None
+            tails = elements.tails(engine) if elements else None
             if engine.load < 2 and not tails:
                 continue
             held = []
@@ -112,13 +117,16 @@ class Prefetch:
         for task in reversed(back):
             self.placement.enqueue(task, front=True)
 
-    def answered_by(self, engine: EngineSlot) -> None:
+    def answered_by(self, engine: EngineSlot, deepen: bool = True) -> None:
         """An engine answered: it is not stalled, and its prefetch depth is back: deeper
         (``loaded_depth``) while tasks wait for room if it answered within ``fast_answer``
         of its previous answer (or of its first task), so the work it holds stays within
-        about steal_after and no task waits long behind others there; ``hwm`` otherwise."""
+        about steal_after and no task waits long behind others there; ``hwm`` otherwise.
+        ``deepen`` False: a part of an element request, quick as each element may be,
+        says nothing of how long the requests it would take hold it (a run of elements
+        each)."""
         now = self.clock()
-        fast = now - engine.since < self.fast_answer
+        fast = deepen and now - engine.since < self.fast_answer
         engine.since = now
         engine.depth = self.loaded_depth if fast and self.placement.queue else self.depth
         engine.revoking = False  # a revoke still on its way is answered all the same

@@ -9,7 +9,7 @@ import itertools
 
 from tests.schedulers.bookrig import BookRig
 from zpar.elements import ELEMENTS, FINAL, TAILS, origin_of
-from zpar.schedulers.book import QUEUED, RUNNING
+from zpar.schedulers.book import QUEUED
 from zpar.schedulers.elements import IDLE_STEAL_AFTER
 from zpar.schedulers.instructions import FailTask, RelayReply, RevokeTasks, SendTask
 from zpar.wire import Message
@@ -133,7 +133,9 @@ def test_an_idle_engine_takes_half_of_a_long_running_request():
     take(book)
     book.tick()
     (revoke,) = take(book, RevokeTasks)
-    assert revoke.engine.uuid == A and revoke.tails == {"m": 400}  # keeps half of 800
+    assert revoke.engine.uuid == A and revoke.tails == {
+        "m": 399
+    }  # 800 left, 1 running: keeps half of 799
     assert revoke.msg_ids == ["m"]  # whole, if it has not started there
     book.revoked(A, [], {"m": [620, 1000]})
     ((key, engine, elements),) = sends(book)
@@ -200,14 +202,34 @@ def test_an_element_request_runs_where_its_view_allows():
     assert [s[:2] for s in sends(book)] == [("m", A)]
     clock.now += book.prefetch.steal_after + 0.001
     book.tick()
+    assert take(book, RevokeTasks) == []  # B is idle, but may not run it: nothing asked
+    book.reply(A, b"client", part("m", 0, 100, final=True))
+    assert not book.live and not book.elements.placements
+
+
+def test_a_slow_element_leaves_its_run_in_place_while_the_other_engine_works():
+    """Unstarted elements behind a slow one move only when an engine runs dry: pushed to
+    an engine busy with its own run, they bounced between the engines at each slow one."""
+    clock = Clock()
+    book = book_of(clock)
+    book.submission(b"client", request("m", 100))
+    book.submission(b"client", request("n", 100))
+    assert [s[:2] for s in sends(book)] == [("m", A), ("n", B)]
+    book.reply(A, b"client", part("m", 0, 10))  # element 10 runs long on A
+    book.reply(B, b"client", part("n", 0, 10))
+    take(book)
+    for lo in range(10, 100, 10):  # B streams its run; A stays in its slow element
+        clock.now += book.prefetch.steal_after / 2
+        book.tick()
+        assert take(book, RevokeTasks) == []
+        final = lo == 90
+        book.reply(B, b"client", part("n", lo, lo + 10, final=final))
+    # B ran dry: it takes every unstarted element of the stalled A, not half
     (revoke,) = take(book, RevokeTasks)
-    book.revoked(A, [], {"m": [1, 100]})
-    assert sends(book) == []  # engine 0 is stalled: one task at a time until it answers
-    (key,) = [k for k in book.live if k != "m"]
-    assert book.live[key].state == QUEUED
-    book.reply(A, b"client", part("m", 0, 1, final=True))
-    assert [s[:2] for s in sends(book)] == [(key, A)]  # restricted to engine 0
-    assert book.live[key].state == RUNNING
+    assert revoke.engine.uuid == A and revoke.tails == {"m": 0}
+    book.revoked(A, [], {"m": [11, 100]})
+    ((key, engine, elements),) = sends(book)
+    assert engine == B and elements == [11, 100] and book.live["m"].elements == [10, 11]
 
 
 def test_revoke_replies_without_tails_change_nothing_for_element_requests():
