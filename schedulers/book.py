@@ -363,7 +363,8 @@ class TaskBook:
         self.prefetch.answered_by(engine)
         engine.load -= 1
         engine.tasks.discard(msg_id)  # type: ignore[arg-type]
-        self.ledger.answered(task.client)
+        if self.placement.counting:
+            self.ledger.answered(task.client)
         content = reply.content
         status = content.get("status")
         if status == ReplyStatus.ERROR and not content.get("zpar_error"):
@@ -407,7 +408,8 @@ class TaskBook:
             return
         engine.load -= 1
         engine.tasks.discard(task.msg_id)
-        self.ledger.answered(task.client)
+        if self.placement.counting:
+            self.ledger.answered(task.client)
         del self.live[task.msg_id]
         task.state = DONE
         origin = origin_of(task.msg_id)
@@ -544,7 +546,7 @@ class TaskBook:
             len(lost),
         )
         for task in lost:
-            if not task.broadcast:
+            if self.placement.counting and not task.broadcast:
                 self.ledger.answered(task.client)
             if task.state == RUNNING and task.retries > 0 and task.msg_id in self.live:
                 task.retries -= 1

@@ -140,6 +140,10 @@ class ClientLedger:
 
     # -- the task book's Ledger -------------------------------------------------------------
 
+    #: the limit is the client's pipe, not its tasks in flight: ``placed`` / ``answered``
+    #: count nothing (and the book does not call them)
+    counts_tasks = False
+
     def admit(self, client: bytes) -> bool:
         """May a task of ``client`` go to an engine now? Not while it is not reading (its
         result would wait here), never once it is gone (nobody would read it)."""

@@ -52,6 +52,8 @@ class Placement:
         self.engines = engines
         self.choose = choose
         self.ledger = ledger
+        #: whether the ledger counts placements (else its placed / answered are not called)
+        self.counting: bool = getattr(ledger, "counts_tasks", True)
         self.clock = clock
         self.out = out
         self.failing = failing
@@ -137,7 +139,8 @@ class Placement:
         task.state = RUNNING
         if task.elements is not None:  # its tail may go to an idle engine from some time on
             task.placed_at = self.clock()
-        self.ledger.placed(task.client)
+        if self.counting:
+            self.ledger.placed(task.client)
         self.out.append(SendTask(task, engine))
         return True
 
@@ -146,7 +149,7 @@ class Placement:
         engine.load -= 1
         engine.tasks.discard(task.msg_id)
         task.engine = None
-        if not task.broadcast:
+        if self.counting and not task.broadcast:
             self.ledger.answered(task.client)
 
     def not_connected_yet(self, engine: EngineSlot) -> bool:
