@@ -37,6 +37,7 @@ from zpar.hub.hub import Addresses, Hub
 from zpar.hub.stores import open_store
 from zpar.hub.stores.sqlite import _INSERT_BUFFER, _UPSERT, DDL, _params
 from zpar.schedulers import task as task_module
+from zpar.schedulers.events import Delivered, EngineJoined
 from zpar.schedulers.hubreport import HubReport
 from zpar.schedulers.task import TaskScheduler
 from zpar.serialize import pack_apply, serialize_object
@@ -182,9 +183,8 @@ def scheduler(tasks: int, repeat: int) -> dict[str, float]:
     sched.hub.socket = _NoSocket()  # type: ignore[assignment]
     client_s, engine_s = Session(KEY), Session(KEY)
     engines = [str(uuid.uuid4()).encode() for _ in range(2)]
-    for i, u in enumerate(engines):
-        sched.book.engine_up(i, u)
-        sched.book.engines[u].reached = True
+    sched._feed(*(EngineJoined(i, u) for i, u in enumerate(engines)))
+    sched._feed(*(Delivered(sched.book.engines[u]) for u in engines))
     buffers = pack_apply(len, ((),), {})
     result = serialize_object(None)
 

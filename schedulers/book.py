@@ -1,32 +1,39 @@
 """TaskBook: the task scheduler's decisions, sans-IO.
 
-Events in (a checked submission, an engine's checked reply, an engine up or down, a
-client's outcomes or abort, a tick of the clock, a send that found no engine); instructions
-out, appended to ``out`` (schedulers/instructions.py) for the driver to carry out in order.
-No socket, no key, no clock but the one given: every rule here is tested in memory
-(tests/schedulers/test_book.py).
+One entry point, ``handle(*events) -> list[Instruction]``: events in (schedulers/events.py:
+a checked client message, an engine's checked reply or revoke reply, a tick of the clock,
+an engine up or down, a quota refusal, a send that found no engine...), instructions out
+(schedulers/instructions.py) for the driver to carry out in order. No socket, no key, no
+clock but the one given, and nobody else writes its state: every rule here is tested in
+memory (tests/schedulers/test_book.py). The shape is dask.distributed's
+``WorkerState.handle_stimulus``: a handler per event class, and what a part finds it
+cannot place (``failing``: the book's recommendations) answered by the book before
+``handle`` returns.
 
-The book is assembled from parts of one responsibility each, over the state they share
-(schedulers/bookstate.py): placement on engines with room and the queues of tasks waiting
-for room (schedulers/placement.py), prefetch steal-back from stalled engines
-(schedulers/prefetch.py), scheduling flags and dependencies (schedulers/gating.py). This
-module holds what ties them: submissions, replies, aborts and timeouts, clients, engines.
-When an engine dies its tasks are retried or answered with EngineError, and queued tasks
-that only a dead engine could run fail with ImpossibleDependency.
+The book owns its parts, each built here with explicit arguments: Placement (engines with
+room, the queues; schedulers/placement.py), Gates (flags, timeouts, dependencies;
+schedulers/gating.py), ElementParts (a map's element requests; schedulers/elements.py) and
+Prefetch (depths and steal-back; schedulers/prefetch.py). It ties them: submissions,
+replies, aborts and timeouts, clients, engines. When an engine dies its tasks are retried
+or answered with EngineError, and queued tasks that only a dead engine could run fail with
+ImpossibleDependency.
 """
 
 from __future__ import annotations
 
-import heapq
 import logging
+import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
-from zpar.elements import ELEMENTS, origin_of
+from zpar.constants import TASK_HWM, TASK_SCHEME
+from zpar.elements import ELEMENTS, FINAL, element_range, origin_of
 from zpar.errors import (
     EngineError,
     ImpossibleDependency,
     ProtocolError,
+    SubmissionRefused,
     TaskAborted,
     TaskCancelled,
     TaskTimeout,
@@ -38,10 +45,36 @@ from zpar.wire.messages import TASK_REQUESTS, MsgType, ReplyStatus, abort_ids
 from zpar.wire.monitor import TaskIn, TaskRetry, request_parts
 
 from .elements import ElementParts
-from .gating import Gating
-from .instructions import AnswerAbort, FailTask, HubEvent, Refuse, RelayReply, SendTask
-from .placement import CONNECT_GRACE
-from .schemes import EngineSlot
+from .events import (
+    ClientGone,
+    ClientReady,
+    Delivered,
+    EngineJoined,
+    EngineLeft,
+    Event,
+    QuotaRefused,
+    Replied,
+    RetryConnections,
+    Revoked,
+    Submitted,
+    Tick,
+    Undeliverable,
+)
+from .gating import Gates
+from .graph import Outcome
+from .instructions import (
+    AnswerAbort,
+    FailTask,
+    HubEvent,
+    Instruction,
+    Refuse,
+    RelayReply,
+    SendTask,
+)
+from .ledger import Ledger, OpenLedger
+from .placement import CONNECT_GRACE, Failing, Placement
+from .prefetch import Prefetch
+from .schemes import EngineSlot, get_scheme
 from .state import DONE, HELD, QUEUED, RUNNING, WAITING, Task
 
 log = logging.getLogger(__name__)
@@ -63,44 +96,130 @@ __all__ = [
 TASK_DEST_NAME = "task"
 
 
-class TaskBook(Gating, ElementParts):
-    """Every task not answered yet, the engines and what each holds; decisions only.
+class TaskBook:
+    """Every task not answered yet, the engines and what each holds; decisions only."""
 
-    Made with ``TaskBook(scheme, hwm, ledger=..., clock=...)`` (schedulers/bookstate.py)."""
+    def __init__(
+        self,
+        scheme: str = TASK_SCHEME,
+        hwm: int = TASK_HWM,
+        *,
+        ledger: Ledger | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if hwm < 0:
+            raise ValueError(f"hwm must be >= 0 (0: unlimited), got {hwm}")
+        self.hwm = hwm
+        self.ledger: Ledger = ledger or OpenLedger()
+        self.clock = clock
+        self.engines: dict[bytes, EngineSlot] = {}  # registration order
+        self.ids: dict[int, bytes] = {}
+        self.live: dict[str, Task] = {}  # every task not answered yet, whatever its state
+        self.broadcasts: dict[tuple[str, bytes], Task] = {}  # (msg_id, engine): not answered
+        self._out: list[Instruction] = []
+        #: tasks a part could not place and the book must answer (see ``_settle``)
+        self._failing: deque[Failing] = deque()
+        self._settling = False
+        self._released: deque[tuple[Task, str]] = deque()  # dependents to settle
+        self._releasing = False
+        out, failing = self._out, self._failing
+        self.placement = Placement(
+            self.engines, get_scheme(scheme), self.ledger, clock, out, failing
+        )
+        self.gates = Gates(self.engines, self.ids, clock)
+        self.elements = ElementParts(
+            self.engines, self.live, self.placement, clock, out, failing, steals=hwm > 1
+        )
+        self.prefetch = Prefetch(
+            hwm, self.engines, self.live, self.placement, self.elements, clock, out
+        )
+        self._handlers: dict[type, Callable[[Any], None]] = {
+            Submitted: self._on_submitted,
+            Replied: self._on_replied,
+            Revoked: self._on_revoked,
+            Tick: self._on_tick,
+            EngineJoined: self._on_engine_joined,
+            EngineLeft: self._on_engine_left,
+            Delivered: self._on_delivered,
+            Undeliverable: self._on_undeliverable,
+            RetryConnections: self._on_retry_connections,
+            ClientReady: self._on_client_ready,
+            ClientGone: self._on_client_gone,
+            QuotaRefused: self._on_quota_refused,
+        }
+
+    # -- the entry point ----------------------------------------------------------------------
+
+    def handle(self, *events: Event) -> list[Instruction]:
+        """Feed ``events`` in order; the instructions they call for, in order."""
+        handlers = self._handlers
+        for event in events:
+            try:
+                handler = handlers[type(event)]
+            except KeyError:
+                raise TypeError(f"the task book has no handler for {event!r}") from None
+            handler(event)
+            if self._failing:
+                self._settle()
+        out = self._out
+        if not out:
+            return []
+        instructions = out.copy()
+        out.clear()
+        return instructions
+
+    # -- what the driver may ask (reads only) ---------------------------------------------
 
     def next_deadline(self) -> float | None:
-        """When ``tick`` next has something to do (clock time), None if never: a task's
+        """When a Tick next has something to do (clock time), None if never: a task's
         timeout, or the moment an engine holding prefetched tasks counts as stalled."""
-        due = self.deadlines[0][0] if self.deadlines else None
-        stall = self.stall_deadline()
+        due = self.gates.next_deadline()
+        stall = self.prefetch.stall_deadline()
         if stall is not None and (due is None or stall < due):
             due = stall
-        if self.element_placements:
-            tail = self.tail_deadline()
+        if self.elements.placements:
+            tail = self.elements.tail_deadline()
             if tail is not None and (due is None or tail < due):
                 due = tail
         return due
 
+    def still_placed(self, task: Task, engine: EngineSlot) -> bool:
+        """Is a SendTask of ``task`` to ``engine`` still to be carried out? (Not when an
+        earlier instruction's outcome moved or answered the task meanwhile.)"""
+        return task.state == RUNNING and task.engine is engine and engine.uuid in self.engines
+
+    def holds(self, msg_id: str) -> bool:
+        """Does the book still hold ``msg_id`` in any form (a broadcast's engines included)?"""
+        if msg_id in self.live:
+            return True
+        broadcasts = self.broadcasts
+        return bool(broadcasts) and any((msg_id, u) in broadcasts for u in self.engines)
+
+    @property
+    def paused(self) -> set[bytes]:
+        """Engines held for their connection (the driver sends RetryConnections)."""
+        return self.placement.paused
+
     # -- submissions ------------------------------------------------------------------------
 
-    def submission(self, client: bytes, msg: Message) -> None:
-        """A checked message from a client: a task request, its outcomes, or an abort."""
+    def _on_submitted(self, event: Submitted) -> None:
+        client, msg = event.client, event.msg
         header = msg.header
         msg_type = header.get("msg_type")
         if msg_type == MsgType.TASK_OUTCOMES:
-            self.outcomes(msg.content)
+            self._outcomes(msg.content)
             return
         if msg_type == MsgType.ABORT_REQUEST:
-            self.abort(client, header, msg.content)
+            self._abort(client, header, msg.content)
             return
         msg_id = header["msg_id"]
         if msg.dest != TASK_DEST_NAME:  # captured on its way to an engine, replayed here
-            self.out.append(Refuse("misrouted", f"{msg_id} is bound to {msg.dest!r}"))
+            self._out.append(Refuse("misrouted", f"{msg_id} is bound to {msg.dest!r}"))
             return
         if msg_id in self.live:  # a second request under a live task's id: never placed
-            self.out.append(Refuse("duplicate", f"{msg_id} is already a live task"))
+            self._out.append(Refuse("duplicate", f"{msg_id} is already a live task"))
             return
-        self.out.append(
+        self._out.append(
             HubEvent(TaskIn(client, header, msg.metadata, "", request_parts(msg.frames)))
         )
         task = Task(msg_id, client, msg, None)
@@ -114,15 +233,29 @@ class TaskBook(Gating, ElementParts):
             return
         self.live[msg_id] = task
         if ELEMENTS in md:  # a run of a map's elements (zpar.elements)
-            self._element_task(task, md)
-        if md and not self._read_flags(task, md):
-            return
-        self._submit(task)
+            self.elements.start(task, md)
+        if md:
+            verdict = self.gates.read(task, md)
+            if verdict is not True:
+                if verdict is not False:
+                    self._fail(task, *verdict)
+                return
+        self.placement.submit(task)
+
+    def _on_quota_refused(self, event: QuotaRefused) -> None:
+        """Refused by the driver's quota: the hub records it, the client gets the refusal."""
+        msg = event.msg
+        self._out.append(HubEvent(TaskIn(event.client, msg.header, msg.metadata)))
+        self._out.append(
+            FailTask(
+                event.client, msg.header, None, SubmissionRefused, event.why, ReplyStatus.ERROR
+            )
+        )
 
     def _broadcast(self, task: Task, targets: Any) -> None:
         """One request, the same frames to each target engine, one reply from each: the
         client sent its payload once, whatever the number of engines."""
-        uuids = self._target_uuids(targets)
+        uuids = self.gates.target_uuids(targets)
         if isinstance(uuids, str):
             self._fail(task, ImpossibleDependency, uuids)
             return
@@ -132,32 +265,34 @@ class TaskBook(Gating, ElementParts):
             engine.load += 1
             engine.tasks.add(task.msg_id)
             self.broadcasts[(task.msg_id, uuid)] = copy
-            self.out.append(SendTask(copy, engine))
+            self._out.append(SendTask(copy, engine))
+
+    def _outcomes(self, content: dict[str, Any]) -> None:
+        """A client's word on tasks it saw finish elsewhere (direct tasks it depends on)."""
+        outcomes = self.gates.outcomes(content)
+        for msg_id, (ok, uuid) in (outcomes or {}).items():
+            if not self.gates.known(msg_id):
+                self._finished(msg_id, (ok, uuid))
 
     # -- aborts, timeouts -------------------------------------------------------------------
 
-    def abort(self, client: bytes, header: dict[str, Any], content: dict[str, Any]) -> None:
+    def _abort(self, client: bytes, header: dict[str, Any], content: dict[str, Any]) -> None:
         """Abort tasks still in our hands (waiting, queued or held); running ones are the
         engines' to abort. msg_ids None: every such task of this client."""
         try:
             msg_ids = abort_ids(content)
         except ValueError as e:  # signed, yet malformed: refused, not fatal
-            self.out.append(Refuse("malformed", str(e)))
+            self._out.append(Refuse("malformed", str(e)))
             return
         if msg_ids is None:
             tasks = [t for t in self.live.values() if t.client == client]
         else:
             tasks = [self.live[m] for m in msg_ids if m in self.live]
-            if self.element_placements:  # the parts of element requests placed on their own
-                ids = set(msg_ids)
-                tasks += [
-                    t
-                    for t in self.live.values()
-                    if t.elements is not None and t.msg_id not in ids and origin_of(t.msg_id) in ids
-                ]
+            if self.elements.placements:  # the parts of element requests placed on their own
+                tasks += self.elements.parts_of(set(msg_ids))
         aborted = []
-        if self.element_placements:  # a map's elements running or prefetched on engines
-            self._abort_elements(tasks)
+        if self.elements.placements:  # a map's elements running or prefetched on engines
+            self.elements.abort(tasks)
         for task in tasks:
             if task.state in (WAITING, QUEUED, HELD):
                 self._withdraw(task)
@@ -169,21 +304,24 @@ class TaskBook(Gating, ElementParts):
                 )
                 aborted.append(task.msg_id)
         log.info("aborted %d queued task(s) for a client", len(aborted))
-        self.out.append(AnswerAbort(client, header, aborted))
-        self._drain_queue()
+        self._out.append(AnswerAbort(client, header, aborted))
+        self.placement.drain()
 
-    def tick(self) -> None:
+    def _withdraw(self, task: Task) -> None:
+        """Take a task that has not reached an engine out of the book's hands."""
+        if task.state == WAITING:
+            self.gates.remove(task)
+        else:
+            self.placement.withdraw(task)
+
+    def _on_tick(self, event: Tick) -> None:
         """Fail tasks whose timeout passed before they reached an engine; take back the
         unstarted tasks of engines stalled on a long one."""
-        heap = self.deadlines
         now = self.clock()
-        if self.steals:
-            self._steal(now)
-            self._steal_for_idle(now)
-        while heap and heap[0][0] <= now:
-            due, _, task = heapq.heappop(heap)
-            if due != task.deadline:
-                continue  # re-armed since (a retry): the newer deadline counts
+        if self.prefetch.steals:
+            self.prefetch.steal(now)
+            self.elements.steal_for_idle(now)
+        for task in self.gates.expired(now):
             if task.state in (WAITING, QUEUED, HELD):
                 self._withdraw(task)
                 why = "its dependencies" if task.state == WAITING else "a free engine"
@@ -191,8 +329,8 @@ class TaskBook(Gating, ElementParts):
 
     # -- replies ----------------------------------------------------------------------------
 
-    def reply(self, uuid: bytes, client: bytes, reply: Message) -> None:
-        """An engine's checked reply (its idents: engine uuid, client)."""
+    def _on_replied(self, event: Replied) -> None:
+        uuid, client, reply = event.engine, event.client, event.reply
         msg_id = reply.parent_header.get("msg_id")
         task = self.live.get(msg_id) if isinstance(msg_id, str) else None
         if task is None:
@@ -200,11 +338,13 @@ class TaskBook(Gating, ElementParts):
             if copy is None:  # not ours to relay: its task was answered, or never existed
                 log.warning("reply from %s to unknown task %r dropped", uuid, msg_id)
                 return
-            self._answered_by(copy.engine)  # type: ignore[arg-type]
-            copy.engine.load -= 1  # type: ignore[union-attr]
-            copy.engine.tasks.discard(msg_id)  # type: ignore[union-attr]
-            self.out.append(RelayReply(client, uuid, reply))
-            self._drain_queue()
+            engine = copy.engine
+            assert engine is not None
+            self.prefetch.answered_by(engine)
+            engine.load -= 1
+            engine.tasks.discard(msg_id)  # type: ignore[arg-type]
+            self._out.append(RelayReply(client, uuid, reply))
+            self.placement.drain()
             return
         engine = task.engine
         if engine is None or engine.uuid != uuid:
@@ -220,10 +360,11 @@ class TaskBook(Gating, ElementParts):
         if task.elements is not None:  # a part of a run of a map's elements
             self._element_reply(task, engine, client, reply)
             return
-        self._answered_by(engine)
+        self.prefetch.answered_by(engine)
         engine.load -= 1
-        engine.tasks.discard(msg_id)
-        self.ledger.answered(task.client)
+        engine.tasks.discard(msg_id)  # type: ignore[arg-type]
+        if self.placement.counting:
+            self.ledger.answered(task.client)
         content = reply.content
         status = content.get("status")
         if status == ReplyStatus.ERROR and not content.get("zpar_error"):
@@ -241,36 +382,88 @@ class TaskBook(Gating, ElementParts):
         del self.live[msg_id]  # type: ignore[arg-type]
         task.state = DONE
         task.msg = None
-        self.out.append(RelayReply(client, uuid, reply))
-        self._finished(msg_id, status == ReplyStatus.OK, uuid)  # type: ignore[arg-type]
+        self._out.append(RelayReply(client, uuid, reply))
+        self._finished(msg_id, (status == ReplyStatus.OK, uuid))  # type: ignore[arg-type]
         self._after_answer(task.client)
 
+    def _element_reply(self, task: Task, engine: EngineSlot, client: bytes, reply: Message) -> None:
+        """An engine's part of an element request: relayed; the last one ends the
+        placement (elements it did not answer, given back meanwhile, are placed anew)."""
+        content = reply.content
+        rng = element_range(content.get(ELEMENTS))
+        elements = task.elements
+        assert elements is not None
+        self.prefetch.answered_by(engine, deepen=False)
+        if rng is not None:
+            elements[0] = max(elements[0], rng[1])
+        uuid = engine.uuid
+        parts = self.elements
+        retrying = parts.retried(task, content)
+        if rng is not None and not content.get(FINAL):
+            # every part is reported: the hub records a map's elements from its parts
+            self._out.append(RelayReply(client, uuid, reply, retrying=retrying))
+            if retrying:
+                parts.retry(task, retrying, uuid)
+                self.placement.drain()
+            return
+        engine.load -= 1
+        engine.tasks.discard(task.msg_id)
+        if self.placement.counting:
+            self.ledger.answered(task.client)
+        del self.live[task.msg_id]
+        task.state = DONE
+        origin = origin_of(task.msg_id)
+        self._out.append(RelayReply(client, uuid, reply, retrying=retrying))
+        if rng is not None and elements[0] < elements[1]:  # given back, its revoke reply to come
+            parts.new_part(task, elements[0], elements[1])
+        parts.retry(task, retrying, uuid)
+        task.msg = None
+        if parts.placement_done(origin):
+            self._finished(origin, (True, uuid))
+        self._after_answer(task.client)
+        parts.steal_for_idle(self.clock())
+
+    def _on_revoked(self, event: Revoked) -> None:
+        """An engine's revoke_reply: whole tasks never started (placed again), and the
+        tails of running element requests given back (placed as parts of their own);
+        those of an aborted map are answered aborted instead."""
+        engine = self.engines.get(event.engine)
+        if engine is None:
+            return  # gone meanwhile: its tasks were retried or failed with it
+        if event.tails:
+            self.elements.given_back(engine, event.tails)
+        rest = self.elements.revoked(engine, event.msg_ids)
+        self.prefetch.revoked(engine, rest)
+        self.placement.drain()
+
     def _after_answer(self, client: bytes) -> None:
-        if self.held:
-            self._release(client)
-        self._drain_queue()
+        placement = self.placement
+        if placement.held:
+            placement.release(client)
+        placement.drain()
 
     def _retry(self, task: Task, why: str) -> None:
         log.info("task %s sent to another engine: %s", task.msg_id, why)
         left = task.engine.uuid.decode() if task.engine else ""
-        self.out.append(HubEvent(TaskRetry(task.msg_id, left, why)))
+        self._out.append(HubEvent(TaskRetry(task.msg_id, left, why)))
         task.engine = None
         task.attempt += 1  # signed into the next placement (see TaskScheduler._send_task)
         if task.timeout:
-            self._arm(task)
-        self._submit(task)  # no queue drain here: callers drain when it is safe
+            self.gates.arm(task)
+        self.placement.submit(task)  # no queue drain here: callers drain when it is safe
 
     # -- clients (the ledger's: schedulers/clientledger.py) ----------------------------------
 
-    def client_ready(self, client: bytes) -> None:
-        """The ledger admits ``client`` again (it reads its replies): its held tasks run."""
-        if client in self.held:
-            self._release(client)
-        self._drain_queue()
+    def _on_client_ready(self, event: ClientReady) -> None:
+        """The ledger admits the client again (it reads its replies): its held tasks run."""
+        if event.client in self.placement.held:
+            self.placement.release(event.client)
+        self.placement.drain()
 
-    def client_gone(self, client: bytes) -> None:
-        """``client``'s connection closed: its tasks not on an engine yet (waiting, queued,
+    def _on_client_gone(self, event: ClientGone) -> None:
+        """The client's connection closed: its tasks not on an engine yet (waiting, queued,
         held) are cancelled, not run for nobody; running ones finish (and are stored)."""
+        client = event.client
         doomed = {
             t.msg_id: t
             for t in self.live.values()
@@ -278,12 +471,10 @@ class TaskBook(Gating, ElementParts):
         }
         if not doomed:
             return
-        self.queue = deque(t for t in self.queue if t.msg_id not in doomed)  # O(queue) once
-        self.restricted = [t for t in self.restricted if t.msg_id not in doomed]
-        self.held.pop(client, None)
+        self.placement.forget_client(client, doomed)
         for task in doomed.values():
             if task.state == WAITING:
-                self.graph.remove(task)
+                self.gates.remove(task)
             self._fail(
                 task,
                 TaskCancelled,
@@ -291,27 +482,60 @@ class TaskBook(Gating, ElementParts):
                 ReplyStatus.CANCELLED,
             )
         log.info("%d queued task(s) of a gone client cancelled", len(doomed))
-        self._drain_queue()
+        self.placement.drain()
 
     # -- engines ----------------------------------------------------------------------------
 
-    def engine_up(self, engine_id: int, uuid: bytes) -> None:
+    def _on_engine_joined(self, event: EngineJoined) -> None:
+        uuid = event.uuid
         if uuid in self.engines:  # told again after a restart of ours: nothing new
             return
-        self.engines[uuid] = EngineSlot(engine_id, uuid, joined=self.clock(), depth=self._depth)
-        self.ids[engine_id] = uuid
-        log.info("engine %s joined (%d engines)", engine_id, len(self.engines))
-        self._drain_queue()
+        self.engines[uuid] = EngineSlot(
+            event.id, uuid, joined=self.clock(), depth=self.prefetch.depth
+        )
+        self.ids[event.id] = uuid
+        log.info("engine %s joined (%d engines)", event.id, len(self.engines))
+        self.placement.drain()
 
-    def engine_down(self, uuid: bytes, reason: str) -> None:
-        self._remove(uuid, reason)
+    def _on_engine_left(self, event: EngineLeft) -> None:
+        self._remove(event.uuid, event.reason)
+
+    def _on_delivered(self, event: Delivered) -> None:
+        event.engine.reached = True
+
+    def _on_undeliverable(self, event: Undeliverable) -> None:
+        """The driver found no connection to the engine: hold the engine for a moment if
+        its connection may still come up, else give it up; place the task anew."""
+        task, engine = event.task, event.engine
+        placement = self.placement
+        if not self.still_placed(task, engine):
+            return
+        if task.broadcast:
+            engine.load -= 1
+            engine.tasks.discard(task.msg_id)
+            self.broadcasts.pop((task.msg_id, engine.uuid), None)
+            self._fail(task, EngineError, f"engine {engine.id} is not connected")
+            return
+        placement.unplace(task, engine)
+        placement.enqueue(task, front=True)
+        if engine.uuid in self.engines and not placement.not_connected_yet(engine):
+            log.warning(
+                "engine %d (%s) is not connected; no more tasks for it",
+                engine.id,
+                engine.uuid.decode(),
+            )
+            self._remove(engine.uuid, "not connected to the task scheduler", drain=False)
+        placement.drain()
+
+    def _on_retry_connections(self, event: RetryConnections) -> None:
+        self.placement.unpause()
 
     def _remove(self, uuid: bytes, reason: str, drain: bool = True) -> None:
         engine = self.engines.pop(uuid, None)
         if engine is None:
             return
         self.ids.pop(engine.id, None)
-        self.paused.discard(uuid)
+        self.placement.paused.discard(uuid)
         running = sorted(engine.tasks)
         lost = [self.live[m] for m in running if m in self.live]
         lost += [self.broadcasts.pop((m, uuid)) for m in running if (m, uuid) in self.broadcasts]
@@ -322,7 +546,7 @@ class TaskBook(Gating, ElementParts):
             len(lost),
         )
         for task in lost:
-            if not task.broadcast:
+            if self.placement.counting and not task.broadcast:
                 self.ledger.answered(task.client)
             if task.state == RUNNING and task.retries > 0 and task.msg_id in self.live:
                 task.retries -= 1
@@ -336,10 +560,25 @@ class TaskBook(Gating, ElementParts):
                 f"{reason}",
             )
         if drain:
-            if self.held:
-                for client in list(self.held):
-                    self._release(client)
-            self._drain_queue()  # also fails queued tasks only a gone engine could run
+            if self.placement.held:
+                self.placement.release_all()
+            self.placement.drain()  # also fails queued tasks only a gone engine could run
+
+    # -- answers in the engines' stead --------------------------------------------------------
+
+    def _settle(self) -> None:
+        """Answer what the parts found can never be placed (and what that releases)."""
+        if self._settling:
+            return  # the outer call goes on with what is added meanwhile
+        self._settling = True
+        failing = self._failing
+        try:
+            while failing:
+                task, error, evalue, status = failing.popleft()
+                if task.state != DONE:
+                    self._fail(task, error, evalue, status)
+        finally:
+            self._settling = False
 
     def _fail(
         self, task: Task, error: type[ZparError], evalue: str, status: str = ReplyStatus.ERROR
@@ -349,12 +588,35 @@ class TaskBook(Gating, ElementParts):
         fail = FailTask(task.client, task.header, task.engine, error, evalue, status)
         if task.elements is not None:  # the positions not answered yet, all failed
             fail.elements = task.elements
-        self.out.append(fail)
+        self._out.append(fail)
         task.state = DONE
         if self.live.pop(task.msg_id, None) is task:
             task.msg = None
-            if task.elements is not None:
-                self._element_failed(task)
-                return
             uuid = task.engine.uuid if task.engine is not None else b""
-            self._finished(task.msg_id, False, uuid)
+            if task.elements is not None:
+                origin = origin_of(task.msg_id)
+                if self.elements.placement_done(origin):
+                    self._finished(origin, (True, uuid))
+                return
+            self._finished(task.msg_id, (False, uuid))
+
+    def _finished(self, msg_id: str, outcome: Outcome) -> None:
+        """Record an outcome and release (or fail) what waited on it, iteratively: a failed
+        chain of thousands of tasks unwinds without recursion."""
+        self._released.extend(self.gates.finished(msg_id, outcome))
+        if self._releasing or not self._released:
+            return
+        self._releasing = True
+        try:
+            released = self._released
+            while released:
+                task, verdict = released.popleft()
+                why = f"task {task.msg_id}: {verdict}" if verdict else self.gates.follow(task)
+                if why:
+                    self._fail(task, ImpossibleDependency, why)
+                else:
+                    self.placement.submit(task)
+                    if self._failing:
+                        self._settle()
+        finally:
+            self._releasing = False

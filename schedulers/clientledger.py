@@ -3,16 +3,16 @@
 Why: a client that stops reading (SIGSTOP, a laptop asleep, a notebook stuck in a cell) must
 not make the scheduler buffer every result of its queued tasks (20,000 results of 100 KB
 took it to 2 GB), and a client that is gone must not keep engines busy with tasks whose
-results nobody will read. The ledger decides; the scheduler's loop does the I/O through a
-``send(client, reply) -> Send`` function it passes in. It is the task book's Ledger
+results nobody will read. The ledger decides and records; the client link
+(schedulers/clientlink.py) does the I/O and tells it what each send found. It is the task book's Ledger
 (schedulers/ledger.py): the book asks ``admit(client)`` before placing a client's task and
 holds the task, for that client alone, while the answer is no.
 
 - A reply the client's pipe refuses (libzmq's EAGAIN at the socket's SNDHWM, under
   ROUTER_MANDATORY) is *parked* and the client is *stalled*: its later replies park behind
   it (order kept) and ``admit`` says no, so its tasks not yet on an engine are held instead
-  of run into more results, and the engines serve other clients. ``flush`` retries the
-  parked replies and names the clients that caught up (the book then places their held
+  of run into more results, and the engines serve other clients. The link's ``flush``
+  retries the parked replies, oldest first, and names the clients that caught up (the book then places their held
   tasks, in order). Nothing is lost and nothing fails for a client that is merely slow.
   What a stalled client costs the scheduler: the SNDHWM messages in libzmq's pipe plus the
   replies of its tasks that were already running.
@@ -26,7 +26,6 @@ holds the task, for that client alone, while the answer is no.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Callable
 from enum import Enum
 from typing import Any
 
@@ -35,27 +34,18 @@ from typing import Any
 GONE_REMEMBERED = 4096
 
 
-class Send(Enum):
-    """What one non-blocking send of a reply to a client did."""
-
-    SENT = "sent"
-    FULL = "full"  # the client's pipe is at its high-water mark: try again later
-    GONE = "gone"  # no connection has that identity any more
-
-
 class Delivery(Enum):
-    """What became of a reply handed to the ledger."""
+    """What the ledger says of a reply handed to it."""
 
-    SENT = "sent"
+    SEND = "send"  # send it now
     PARKED = "parked"  # kept until the client reads again
     DROPPED = "dropped"  # its client is gone
 
 
-SendFn = Callable[[bytes, Any], Send]
-
-
 class ClientLedger:
-    """Per-client state of delivery: parked replies, connections, gone clients."""
+    """Per-client state of delivery: parked replies, connections, gone clients. It decides
+    and records; the caller (schedulers/clientlink.py) sends and reports what the send
+    found (``full``, ``forget``, ``sent_oldest``)."""
 
     def __init__(self, gone_remembered: int = GONE_REMEMBERED) -> None:
         self._parked: dict[bytes, deque[Any]] = {}  # stalled clients' replies, oldest first
@@ -112,44 +102,47 @@ class ClientLedger:
     def stalled(self, client: bytes) -> bool:
         return client in self._parked
 
-    def deliver(self, client: bytes, reply: Any, send: SendFn) -> Delivery:
-        """Send ``reply`` to ``client`` now, or park it behind those already waiting. A
-        ``Send.GONE`` answer is reported as DROPPED: the caller then ``forget``s the client."""
+    def deliver(self, client: bytes, reply: Any) -> Delivery:
+        """What to do with ``reply`` for ``client``: SEND it now (then report a full pipe
+        with ``full``, a gone client with ``forget``), or it is PARKED behind those already
+        waiting, or DROPPED (its client is gone)."""
         if client in self._gone:
             return Delivery.DROPPED
         park = self._parked.get(client)
         if park is not None:
             park.append(reply)
             return Delivery.PARKED
-        outcome = send(client, reply)
-        if outcome is Send.SENT:
-            return Delivery.SENT
-        if outcome is Send.FULL:
-            self._parked[client] = deque((reply,))
-            return Delivery.PARKED
-        return Delivery.DROPPED
+        return Delivery.SEND
 
-    def flush(self, send: SendFn) -> tuple[list[bytes], list[bytes]]:
-        """Retry every parked reply, oldest first per client, until a client's pipe is full
-        again. Returns (clients that caught up: admitted again; clients found gone, for the
-        caller to ``forget``)."""
-        caught_up: list[bytes] = []
-        gone: list[bytes] = []
-        for client, park in list(self._parked.items()):
-            while park:
-                outcome = send(client, park[0])
-                if outcome is Send.FULL:
-                    break
-                if outcome is Send.GONE:
-                    gone.append(client)
-                    break
-                park.popleft()
-            else:
-                del self._parked[client]
-                caught_up.append(client)
-        return caught_up, gone
+    def full(self, client: bytes, reply: Any) -> None:
+        """The client's pipe refused ``reply`` (at its high-water mark): parked, and the
+        client is stalled until ``flush`` gets its replies out."""
+        self._parked.setdefault(client, deque()).appendleft(reply)
+
+    def stalled_clients(self) -> list[bytes]:
+        """The clients with parked replies, for the caller's flush."""
+        return list(self._parked)
+
+    def oldest(self, client: bytes) -> Any:
+        """``client``'s oldest parked reply, the next to try (None if none)."""
+        park = self._parked.get(client)
+        return park[0] if park else None
+
+    def sent_oldest(self, client: bytes) -> bool:
+        """The oldest parked reply of ``client`` went out; True if it has caught up (its
+        tasks are admitted again)."""
+        park = self._parked[client]
+        park.popleft()
+        if park:
+            return False
+        del self._parked[client]
+        return True
 
     # -- the task book's Ledger -------------------------------------------------------------
+
+    #: the limit is the client's pipe, not its tasks in flight: ``placed`` / ``answered``
+    #: count nothing (and the book does not call them)
+    counts_tasks = False
 
     def admit(self, client: bytes) -> bool:
         """May a task of ``client`` go to an engine now? Not while it is not reading (its
@@ -166,7 +159,7 @@ class ClientLedger:
 
     @property
     def busy(self) -> bool:
-        """True while any reply is parked (the caller retries ``flush`` on a timer)."""
+        """True while any reply is parked (the link retries its ``flush`` on a timer)."""
         return bool(self._parked)
 
     def counts(self) -> dict[str, int]:

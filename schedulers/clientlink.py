@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from enum import Enum
 from typing import Any
 
 import zmq
@@ -31,13 +32,21 @@ from zpar.constants import CLIENT_KEEPALIVE, CLIENT_RCVHWM, CLIENT_SNDHWM
 from zpar.wire import recv_message, send_frames
 from zpar.wire.sockets import recv_monitor_event
 
-from .clientledger import ClientLedger, Delivery, Send
+from .clientledger import ClientLedger, Delivery
 
 log = logging.getLogger(__name__)
 
 #: zmq_msg_get's ZMQ_SRCFD (deprecated in libzmq's docs, still served by 4.3): pyzmq names
 #: no constant for it.
 SRCFD = 2
+
+
+class Send(Enum):
+    """What one non-blocking send of a reply to a client did."""
+
+    SENT = "sent"
+    FULL = "full"  # the client's pipe is at its high-water mark: try again later
+    GONE = "gone"  # no connection has that identity any more
 
 
 def _short(client: bytes) -> str:
@@ -130,15 +139,19 @@ class ClientLink:
     def send(self, client: bytes, frames: list[Any]) -> None:
         """Send ``[client, *frames]`` now, or park it until the client reads again; a gone
         client's reply is dropped."""
-        outcome = self.ledger.deliver(client, frames, self._try_send)
-        if outcome is Delivery.PARKED and self.ledger.parked_of(client) == 1:
+        ledger = self.ledger
+        if ledger.deliver(client, frames) is not Delivery.SEND:
+            return  # parked behind earlier replies, or dropped: its client is gone
+        outcome = self._try_send(client, frames)
+        if outcome is Send.FULL:
+            ledger.full(client, frames)
             log.info(
                 "client %s is not reading (%d replies in its pipe): its replies wait here "
                 "and its queued tasks are held",
                 _short(client),
                 self.hwm,
             )
-        elif outcome is Delivery.DROPPED and not self.ledger.is_gone(client):
+        elif outcome is Send.GONE:
             self._gone(client, "no connection has its identity")
 
     @property
@@ -147,12 +160,22 @@ class ClientLink:
         return self.ledger.busy
 
     def flush(self) -> list[bytes]:
-        """Retry parked replies; the clients that caught up (their held tasks may run)."""
-        caught_up, gone = self.ledger.flush(self._try_send)
-        for client in gone:
-            self._gone(client, "no connection has its identity")
-        for client in caught_up:
-            log.info("client %s reads again: its held tasks may run", _short(client))
+        """Retry parked replies, oldest first, until a client's pipe is full again; the
+        clients that caught up (their held tasks may run)."""
+        ledger = self.ledger
+        caught_up = []
+        for client in ledger.stalled_clients():
+            while True:
+                outcome = self._try_send(client, ledger.oldest(client))
+                if outcome is Send.FULL:
+                    break
+                if outcome is Send.GONE:
+                    self._gone(client, "no connection has its identity")
+                    break
+                if ledger.sent_oldest(client):
+                    log.info("client %s reads again: its held tasks may run", _short(client))
+                    caught_up.append(client)
+                    break
         return caught_up
 
     def _gone(self, client: bytes, why: str) -> None:

@@ -1,5 +1,5 @@
-"""Element requests in the task book: parts answered, tails taken back, parts placed anew (a
-part of the TaskBook; zpar.elements, docs/decisions.md "A load-balanced map, one task per
+"""Element requests in the task book: parts counted, tails taken back, parts placed anew (a
+part the TaskBook owns; zpar.elements, docs/decisions.md "A load-balanced map, one task per
 element").
 
 An element request carries a run of a map's elements, ``[lo, hi]``; its engine answers in
@@ -7,11 +7,17 @@ parts as elements finish. The book keeps, per placement, the positions not answe
 (``Task.elements``): each part moves ``lo`` up, and the last (``final``) frees the engine's
 slot. Elements not started can come back:
 
-- from an engine *stalled* on a long element (no answer for ``steal_after``): every
-  unstarted element (the revoke_request's ``tails``, keep 0);
-- to an engine left *idle* with nothing queued, from the element request that has most
-  unanswered elements on another engine, placed at least IDLE_STEAL_AFTER ago: the second
-  half of what is unanswered.
+- from an engine *stalled* on a long element (no answer for ``steal_after``) while work
+  waits in the queue: every unstarted element (the revoke_request's ``tails``, keep 0),
+  placed first;
+- to an engine left *idle* with nothing queued, from another engine, once the request was
+  placed there at least IDLE_STEAL_AFTER ago: from a stalled engine every unstarted
+  element, else the second half of the request with most unanswered elements.
+
+Nothing is asked back while every engine has work and nothing waits: each engine works
+through its own run, and a slow element delays only the elements behind it until another
+engine runs dry (pushed back at once, they went to an engine busy with its own run and
+bounced between the engines at each slow element: bench/skewsim.py).
 
 What comes back is a request of its own, with the same frames, under a part id
 (``<msg_id>#<lo>.<n>``) and its positions in the metadata, placed first in the queue. The
@@ -21,17 +27,19 @@ request counts as finished for tasks that depend on it once its last placement a
 from __future__ import annotations
 
 import logging
+from collections import deque
+from collections.abc import Callable
 from typing import Any
 
-from zpar.elements import ELEMENTS, ERRORS, FINAL, element_range, origin_of, part_id
+from zpar.constants import STEAL_AFTER
+from zpar.elements import ELEMENTS, ERRORS, element_range, origin_of, part_id
 from zpar.errors import TaskAborted
-from zpar.wire import Message
 from zpar.wire.messages import ReplyStatus
 
-from .instructions import RelayReply, RevokeTasks
-from .prefetch import Prefetch
+from .instructions import Instruction, RevokeTasks
+from .placement import Failing, Placement
 from .schemes import EngineSlot
-from .state import DONE, RUNNING, Task
+from .state import DONE, RUNNING, Task, placed_on
 
 log = logging.getLogger(__name__)
 
@@ -41,51 +49,50 @@ log = logging.getLogger(__name__)
 IDLE_STEAL_AFTER = 0.005
 
 
-class ElementParts(Prefetch):
-    """Replies in parts, tails taken back, parts placed anew."""
+class ElementParts:
+    """Placements of element requests: counted, split, given back, aborted.
 
-    def _element_task(self, task: Task, md: dict[str, Any]) -> None:
+    ``engines`` and ``live``: the book's tables (a part placed anew joins ``live``);
+    ``steals``: whether unstarted elements may be asked back at all (prefetch depth > 1)."""
+
+    def __init__(
+        self,
+        engines: dict[bytes, EngineSlot],
+        live: dict[str, Task],
+        placement: Placement,
+        clock: Callable[[], float],
+        out: list[Instruction],
+        failing: deque[Failing],
+        steals: bool,
+        stalled_after: float = STEAL_AFTER,
+    ) -> None:
+        self.engines = engines
+        self.live = live
+        self.placement = placement
+        self.clock = clock
+        self.out = out
+        self.failing = failing
+        self.steals = steals
+        #: an engine that has not answered for this long is stalled on a long element:
+        #: an idle engine takes all its unstarted elements, not half
+        self.stalled_after = stalled_after
+        #: element requests (zpar.elements) by msg_id: how many placements of each are live
+        self.placements: dict[str, int] = {}
+        self._parts_made = 0
+        #: element requests aborted by their client: what their engines give back fails
+        self.aborting: set[str] = set()
+
+    def start(self, task: Task, md: dict[str, Any]) -> None:
         """A submission's ``elements`` metadata: its positions, counted as one placement
         of its request."""
         rng = element_range(md.get(ELEMENTS))
         if rng is None:
             return
         task.elements = list(rng)
-        self.element_placements[task.msg_id] = 1
+        self.placements[task.msg_id] = 1
 
-    def _element_reply(self, task: Task, engine: EngineSlot, client: bytes, reply: Message) -> None:
-        """An engine's part of an element request: relayed; the last one ends the
-        placement (elements it did not answer, given back meanwhile, are placed anew)."""
-        content = reply.content
-        rng = element_range(content.get(ELEMENTS))
-        elements = task.elements
-        assert elements is not None
-        self._answered_by(engine)
-        if rng is not None:
-            elements[0] = max(elements[0], rng[1])
-        uuid = engine.uuid
-        origin = origin_of(task.msg_id)
-        retrying = self._retried(task, content, uuid)
-        if rng is not None and not content.get(FINAL):
-            # every part is reported: the hub records a map's elements from its parts
-            self.out.append(RelayReply(client, uuid, reply, retrying=retrying))
-            self._retry_elements(task, retrying, uuid)
-            return
-        engine.load -= 1
-        engine.tasks.discard(task.msg_id)
-        self.ledger.answered(task.client)
-        del self.live[task.msg_id]
-        task.state = DONE
-        self.out.append(RelayReply(client, uuid, reply, retrying=retrying))
-        if rng is not None and elements[0] < elements[1]:  # given back, its revoke reply to come
-            self._new_part(task, elements[0], elements[1])
-        self._retry_elements(task, retrying, uuid)
-        task.msg = None
-        self._placement_done(origin, uuid)
-        self._after_answer(task.client)
-        self._steal_for_idle(self.clock())
-
-    def _retried(self, task: Task, content: dict[str, Any], uuid: bytes) -> list[int] | None:
+    @staticmethod
+    def retried(task: Task, content: dict[str, Any]) -> list[int] | None:
         """The positions among a part's errors to run again (the request's retries, per
         element: each failed element is placed again on its own, as ipyparallel retries
         each element task of a chunksize=1 map)."""
@@ -95,16 +102,14 @@ class ElementParts(Prefetch):
         out = sorted(int(k) for k in errors if isinstance(k, str) and k.isdigit())
         return out or None
 
-    def _retry_elements(self, task: Task, positions: list[int] | None, uuid: bytes) -> None:
+    def retry(self, task: Task, positions: list[int] | None, uuid: bytes) -> None:
         for pos in positions or ():
             log.info("element %d of %s failed on %s: placed again", pos, task.msg_id, uuid)
-            self._new_part(
+            self.new_part(
                 task, pos, pos + 1, retries=task.retries - 1, avoid=(task.avoid or set()) | {uuid}
             )
-        if positions:
-            self._drain_queue()
 
-    def _new_part(
+    def new_part(
         self,
         task: Task,
         lo: int,
@@ -112,7 +117,8 @@ class ElementParts(Prefetch):
         retries: int | None = None,
         avoid: set[bytes] | None = None,
     ) -> None:
-        """Place positions [lo, hi) of ``task``'s request anew, first in the queue."""
+        """Place positions [lo, hi) of ``task``'s request anew, first in the queue (or
+        answer them aborted, their map being aborted)."""
         origin = origin_of(task.msg_id)
         self._parts_made += 1
         part = Task(
@@ -127,31 +133,36 @@ class ElementParts(Prefetch):
             elements=[lo, hi],
         )
         self.live[part.msg_id] = part
-        self.element_placements[origin] = self.element_placements.get(origin, 0) + 1
+        self.placements[origin] = self.placements.get(origin, 0) + 1
         if origin in self.aborting:  # given back after its map was aborted
-            self._abort_element_task(part)
+            why = f"elements {lo}..{hi - 1} of task {origin} were aborted before they ran"
+            self.failing.append((part, TaskAborted, why, ReplyStatus.ABORTED))
             return
         log.info("elements %d..%d of %s placed anew as %s", lo, hi - 1, origin, part.msg_id)
-        self._enqueue(part, front=True)
+        self.placement.enqueue(part, front=True)
 
-    def _placement_done(self, origin: str, uuid: bytes) -> None:
-        """A placement of ``origin`` answered its last: the request is finished for its
-        dependents once none is left (its outcome: answered, whatever the elements')."""
-        left = self.element_placements.get(origin, 1) - 1
+    def placement_done(self, origin: str) -> bool:
+        """A placement of ``origin`` answered its last: True once none is left (the
+        request is then finished for its dependents, whatever its elements' outcomes)."""
+        left = self.placements.get(origin, 1) - 1
         if left > 0:
-            self.element_placements[origin] = left
-            return
-        self.element_placements.pop(origin, None)
+            self.placements[origin] = left
+            return False
+        self.placements.pop(origin, None)
         self.aborting.discard(origin)
-        self._finished(origin, True, uuid)
+        return True
 
-    def _element_failed(self, task: Task) -> None:
-        """A placement answered in the engine's stead (aborted, its engine died...)."""
-        self._placement_done(origin_of(task.msg_id), task.engine.uuid if task.engine else b"")
+    def parts_of(self, msg_ids: set[str]) -> list[Task]:
+        """The placements of element requests among ``msg_ids`` placed under part ids."""
+        return [
+            t
+            for t in self.live.values()
+            if t.elements is not None and t.msg_id not in msg_ids and origin_of(t.msg_id) in msg_ids
+        ]
 
     # -- tails taken back -----------------------------------------------------------------
 
-    def _tails(self, engine: EngineSlot) -> dict[str, int]:
+    def tails(self, engine: EngineSlot) -> dict[str, int]:
         """The element requests on ``engine`` with unstarted elements to ask back: all."""
         out = {}
         for m in engine.tasks:
@@ -162,7 +173,7 @@ class ElementParts(Prefetch):
 
     def tail_deadline(self) -> float | None:
         """When an idle engine may next take half of a running element request."""
-        if not self.element_placements or self.queue:
+        if not self.placements or self.placement.queue:
             return None
         if not any(e.load == 0 and not e.paused for e in self.engines.values()):
             return None
@@ -177,18 +188,21 @@ class ElementParts(Prefetch):
                     due = at if due is None or at < due else due
         return due
 
-    def _steal_for_idle(self, now: float) -> None:
-        """An engine is idle and nothing waits: ask the element request with most
-        unanswered elements elsewhere (placed IDLE_STEAL_AFTER ago) for its second half."""
-        if not self.element_placements or self.queue or not self.steals:
+    def steal_for_idle(self, now: float) -> None:
+        """An engine is idle and nothing waits: ask an element request running elsewhere
+        (placed IDLE_STEAL_AFTER ago) for its unstarted elements: all of them from an
+        engine stalled on a long element, else the second half from the request with most
+        unanswered elements."""
+        if not self.placements or self.placement.queue or not self.steals:
             return
         idle = [e.uuid for e in self.engines.values() if e.load == 0 and not e.paused]
         if not idle:
             return
-        best: tuple[int, Task, EngineSlot] | None = None
+        best: tuple[bool, int, Task, EngineSlot] | None = None
         for e in self.engines.values():
             if e.load == 0 or e.revoking:
                 continue
+            stalled = now - e.since >= self.stalled_after
             for m in e.tasks:
                 t = self.live.get(m)
                 if t is None or t.elements is None or t.state != RUNNING:
@@ -197,53 +211,54 @@ class ElementParts(Prefetch):
                     continue  # no idle engine may run it
                 left = t.elements[1] - t.elements[0]
                 if left > 1 and now - t.placed_at >= IDLE_STEAL_AFTER:
-                    if best is None or left > best[0]:
-                        best = (left, t, e)
+                    if best is None or (stalled, left) > best[:2]:
+                        best = (stalled, left, t, e)
         if best is None:
             return
-        left, task, engine = best
+        stalled, left, task, engine = best
         task.placed_at = now
         engine.revoking = True
+        # of the unanswered, one runs there: it keeps half of the others (none if stalled)
+        keep = 0 if stalled else (left - 1) // 2
         # not started there yet (prefetched behind a long element): it comes back whole
-        self.out.append(RevokeTasks(engine, [task.msg_id], {task.msg_id: left // 2}))
+        self.out.append(RevokeTasks(engine, [task.msg_id], {task.msg_id: keep}))
 
-    def revoked(self, uuid: bytes, msg_ids: list[str], tails: dict[str, Any] | None = None) -> None:
-        """An engine's revoke_reply: whole tasks never started (placed again), and the
-        tails of running element requests given back (placed as parts of their own);
-        those of an aborted map are answered aborted instead."""
-        engine = self.engines.get(uuid)
-        if engine is not None and tails:
-            for key, given in tails.items():
-                task = self.live.get(key)
-                rng = element_range(given)
-                if task is None or rng is None or task.engine is not engine or not task.elements:
-                    continue  # answered meanwhile: its last part placed what it gave back
-                lo, hi = max(rng[0], task.elements[0]), min(rng[1], task.elements[1])
-                if lo < hi:
-                    task.elements[1] = lo
-                    self._new_part(task, lo, hi)
-        rest = msg_ids
-        if engine is not None and self.element_placements:
-            rest = []
-            for m in msg_ids:
-                task = self.live.get(m) if isinstance(m, str) else None
-                if task is None or task.elements is None or not self._placed_on(m, engine):
-                    rest.append(m)
-                    continue
-                # an element request never started there: placed again under a new part id,
-                # so the copy still in the engine's hand (dropped when reached) and the new
-                # one are never taken for each other, however often it comes back
-                self._unplace(task, engine)
-                del self.live[m]
-                task.state = DONE
-                self.element_placements[origin_of(m)] -= 1
-                self._new_part(task, task.elements[0], task.elements[1])
-                task.msg = None
-        super().revoked(uuid, rest)
+    def given_back(self, engine: EngineSlot, tails: dict[str, Any]) -> None:
+        """The tails of running element requests ``engine`` gave back, placed as parts of
+        their own."""
+        for key, given in tails.items():
+            task = self.live.get(key)
+            rng = element_range(given)
+            if task is None or rng is None or task.engine is not engine or not task.elements:
+                continue  # answered meanwhile: its last part placed what it gave back
+            lo, hi = max(rng[0], task.elements[0]), min(rng[1], task.elements[1])
+            if lo < hi:
+                task.elements[1] = lo
+                self.new_part(task, lo, hi)
+
+    def revoked(self, engine: EngineSlot, msg_ids: list[Any]) -> list[Any]:
+        """Element requests ``engine`` never started, placed again under new part ids (so
+        the copy still in the engine's hand, dropped when reached, and the new one are
+        never taken for each other, however often it comes back); the other ids."""
+        if not self.placements:
+            return msg_ids
+        rest = []
+        for m in msg_ids:
+            task = self.live.get(m) if isinstance(m, str) else None
+            if task is None or task.elements is None or not placed_on(task, engine):
+                rest.append(m)
+                continue
+            self.placement.unplace(task, engine)
+            del self.live[m]
+            task.state = DONE
+            self.placements[origin_of(m)] -= 1
+            self.new_part(task, task.elements[0], task.elements[1])
+            task.msg = None
+        return rest
 
     # -- aborts ---------------------------------------------------------------------------
 
-    def _abort_elements(self, tasks: list[Task]) -> None:
+    def abort(self, tasks: list[Task]) -> None:
         """A client's abort reached element requests running or prefetched on engines:
         their unstarted elements are asked back (the engine may be deep in a long element
         and read its control socket only after it), then answered aborted."""
@@ -259,11 +274,3 @@ class ElementParts(Prefetch):
         for engine, held, tails in by_engine.values():
             engine.revoking = True
             self.out.append(RevokeTasks(engine, held, tails))
-
-    def _abort_element_task(self, task: Task) -> None:
-        """Answer a placement of an aborted map aborted, in the engine's stead."""
-        assert task.elements is not None
-        lo, hi = task.elements
-        origin = origin_of(task.msg_id)
-        why = f"elements {lo}..{hi - 1} of task {origin} were aborted before they ran"
-        self._fail(task, TaskAborted, why, ReplyStatus.ABORTED)

@@ -1,46 +1,71 @@
 """What a request's scheduling flags ask before it may run: targets, retries, timeouts,
-and dependencies on other tasks (after / follow), released or failed as tasks finish (a
-part of the TaskBook; the graph itself is schedulers/graph.py).
+and dependencies on other tasks (after / follow), released as tasks finish (a part the
+TaskBook owns; the graph itself is schedulers/graph.py).
+
+Gates decides and records; the book answers the tasks it says can never run.
 """
 
 from __future__ import annotations
 
 import heapq
+import itertools
 import logging
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from zpar.errors import ImpossibleDependency, ProtocolError
+from zpar.errors import ImpossibleDependency, ProtocolError, ZparError
 
 from .flags import parse_gates, parse_outcomes, parse_retries, parse_timeout
-from .placement import Placement
+from .graph import DependencyGraph, Outcome
+from .schemes import EngineSlot
 from .state import WAITING, Task
 
 log = logging.getLogger(__name__)
 
+#: What ``Gates.read`` says of a request: True, it may be placed now; False, it waits for
+#: its dependencies; (error, why), it can never run.
+Verdict = bool | tuple[type[ZparError], str]
 
-class Gating(Placement):
-    """Flags read, dependencies waited on, and tasks released when they are met."""
 
-    def _read_flags(self, task: Task, md: dict[str, Any]) -> bool:
-        """Apply the request's scheduling flags; False if the task is settled or waits."""
+class Gates:
+    """Flags read, dependencies waited on, timeouts armed.
+
+    ``engines`` and ``ids``: the book's engine table and its id -> uuid map (read)."""
+
+    def __init__(
+        self,
+        engines: dict[bytes, EngineSlot],
+        ids: dict[int, bytes],
+        clock: Callable[[], float],
+    ) -> None:
+        self.engines = engines
+        self.ids = ids
+        self.clock = clock
+        self.graph = DependencyGraph()
+        #: ``finished(msg_id, outcome)``: record an outcome; the waiting tasks it settles,
+        #: each with "" (met) or why it can never be met (the graph's own, on every reply)
+        self.finished: Callable[[str, Outcome], list[tuple[Task, str]]] = self.graph.finished
+        self.deadlines: list[tuple[float, int, Task]] = []  # heap of task timeouts
+        self._seq = itertools.count()
+
+    def read(self, task: Task, md: dict[str, Any]) -> Verdict:
+        """Apply the request's scheduling flags to ``task``."""
         try:
             gates = parse_gates(md)
             known = parse_outcomes(md)
             task.retries = parse_retries(md)
             timeout = parse_timeout(md)
         except ValueError as e:
-            self._fail(task, ProtocolError, f"task {task.msg_id}: {e}")
-            return False
+            return ProtocolError, f"task {task.msg_id}: {e}"
         targets = md.get("targets")
         if targets is not None:
-            uuids = self._target_uuids(targets)
+            uuids = self.target_uuids(targets)
             if isinstance(uuids, str):
-                self._fail(task, ImpossibleDependency, uuids)
-                return False
+                return ImpossibleDependency, uuids
             task.targets = uuids
         if timeout:  # 0: none, as ipyparallel
             task.timeout = timeout
-            self._arm(task)
+            self.arm(task)
         if not gates:
             return True
         task.gates = gates
@@ -49,36 +74,45 @@ class Gating(Placement):
             task.state = WAITING
             return False
         if verdict:
-            self._fail(task, ImpossibleDependency, f"task {task.msg_id}: {verdict}")
-            return False
-        return self._follow(task)
+            return ImpossibleDependency, f"task {task.msg_id}: {verdict}"
+        why = self.follow(task)
+        return True if why is None else (ImpossibleDependency, why)
 
-    def _arm(self, task: Task) -> None:
+    def arm(self, task: Task) -> None:
         """Start the task's timeout: at submission, and again each time it waits for an
         engine anew after a retry (ipyparallel arms it whenever the task is queued); an
-        older deadline still in the heap is then stale (tick skips it)."""
+        older deadline still in the heap is then stale (``expired`` skips it)."""
         assert task.timeout is not None
         task.deadline = self.clock() + task.timeout
         heapq.heappush(self.deadlines, (task.deadline, next(self._seq), task))
 
-    def _follow(self, task: Task) -> bool:
-        """Dependencies met: narrow the targets to where followed tasks ran."""
+    def next_deadline(self) -> float | None:
+        return self.deadlines[0][0] if self.deadlines else None
+
+    def expired(self, now: float) -> Iterator[Task]:
+        """Tasks whose newest deadline passed (whatever their state now)."""
+        heap = self.deadlines
+        while heap and heap[0][0] <= now:
+            due, _, task = heapq.heappop(heap)
+            if due == task.deadline:  # else re-armed since (a retry): the newer one counts
+                yield task
+
+    def follow(self, task: Task) -> str | None:
+        """Dependencies met: narrow the targets to where followed tasks ran; why it can
+        never run, or None."""
         for gate in task.gates:
             if gate.follow:
                 where = frozenset(gate.engines)
                 task.targets = where if task.targets is None else task.targets & where
                 if not task.targets & self.engines.keys():
-                    self._fail(
-                        task,
-                        ImpossibleDependency,
+                    return (
                         f"task {task.msg_id} follows tasks whose engines are gone "
-                        "(or not among its targets)",
+                        "(or not among its targets)"
                     )
-                    return False
         task.gates = ()
-        return True
+        return None
 
-    def _target_uuids(self, targets: Any) -> frozenset[bytes] | str:
+    def target_uuids(self, targets: Any) -> frozenset[bytes] | str:
         """The uuids of ``targets``, or a message saying why they cannot be met."""
         if isinstance(targets, int):
             targets = [targets]
@@ -91,30 +125,17 @@ class Gating(Placement):
             return f"none of the target engines {targets} is registered (ids: {sorted(self.ids)})"
         return uuids
 
-    def _finished(self, msg_id: str, ok: bool, uuid: bytes) -> None:
-        """Record an outcome and release (or fail) what waited on it, iteratively: a failed
-        chain of thousands of tasks unwinds without recursion."""
-        self._settle.extend(self.graph.finished(msg_id, (ok, uuid)))
-        if self._settling or not self._settle:
-            return
-        self._settling = True
-        try:
-            while self._settle:
-                task, verdict = self._settle.popleft()
-                if verdict:
-                    self._fail(task, ImpossibleDependency, f"task {task.msg_id}: {verdict}")
-                elif self._follow(task):
-                    self._submit(task)
-        finally:
-            self._settling = False
+    def known(self, msg_id: str) -> bool:
+        return msg_id in self.graph.done
 
-    def outcomes(self, content: dict[str, Any]) -> None:
-        """A client's word on tasks it saw finish elsewhere (direct tasks it depends on)."""
+    def remove(self, task: Task) -> None:
+        self.graph.remove(task)
+
+    @staticmethod
+    def outcomes(content: dict[str, Any]) -> dict[str, Outcome] | None:
+        """A client's task_outcomes: {msg_id: outcome}, None if malformed (logged)."""
         try:
-            outcomes = parse_outcomes({"outcomes": content.get("outcomes")})
+            return parse_outcomes({"outcomes": content.get("outcomes")})
         except ValueError as e:
             log.warning("malformed task_outcomes dropped: %s", e)
-            return
-        for msg_id, (ok, uuid) in outcomes.items():
-            if msg_id not in self.graph.done:
-                self._finished(msg_id, ok, uuid)
+            return None

@@ -1,9 +1,12 @@
 """Where tasks go: engines with room, the queues of tasks waiting for room, and engines
-held for a moment while their connection comes up (a part of the TaskBook).
+held for a moment while their connection comes up (a part the TaskBook owns).
 
-Each engine holds at most its ``depth`` unanswered tasks (the book's hwm; 0: no limit); a
-task no engine has room for waits in a FIFO, or, when it may run only on some engines, in
-the ``restricted`` list. The ledger (schedulers/ledger.py) may hold a client's tasks back.
+Each engine holds at most its ``depth`` unanswered tasks (the prefetch depth,
+schedulers/prefetch.py); a task no engine has room for waits in a FIFO, or, when it may run
+only on some engines, in the ``restricted`` list. The ledger (schedulers/ledger.py) may hold
+a client's tasks back. Placement decides and records; it answers no task itself: a task
+that can never run, or whose client is gone, goes to ``failing`` for the book to answer
+(the book's recommendations, as dask's state machine calls them).
 """
 
 from __future__ import annotations
@@ -11,14 +14,15 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections import deque
+from collections.abc import Callable, Sequence
 
-from zpar.errors import EngineError, ImpossibleDependency, TaskCancelled
+from zpar.errors import ImpossibleDependency, TaskCancelled, ZparError
 from zpar.wire.messages import ReplyStatus
 
-from .bookstate import BookState
-from .instructions import SendTask
+from .instructions import Instruction, SendTask
+from .ledger import Ledger
 from .schemes import EngineSlot
-from .state import HELD, QUEUED, RUNNING, WAITING, Task
+from .state import HELD, QUEUED, RUNNING, Task
 
 log = logging.getLogger(__name__)
 
@@ -26,15 +30,45 @@ log = logging.getLogger(__name__)
 #: scheduler's engines reconnect within libzmq's 100 ms reconnect interval).
 CONNECT_GRACE = 10.0
 
+#: A task to answer in the engine's stead: (task, error, evalue, reply status).
+Failing = tuple[Task, type[ZparError], str, str]
 
-class Placement(BookState):
-    """Placing tasks on engines with room, and queueing those that find none."""
 
-    def _submit(self, task: Task) -> None:
-        if not self._place(task):
-            self._enqueue(task)
+class Placement:
+    """Placing tasks on engines with room, and queueing those that find none.
 
-    def _enqueue(self, task: Task, front: bool = False) -> None:
+    ``engines``: the book's engine table (read); ``out``: where SendTasks go; ``failing``:
+    where tasks that can never be placed go, for the book to answer."""
+
+    def __init__(
+        self,
+        engines: dict[bytes, EngineSlot],
+        choose: Callable[[Sequence[EngineSlot]], EngineSlot],
+        ledger: Ledger,
+        clock: Callable[[], float],
+        out: list[Instruction],
+        failing: deque[Failing],
+    ) -> None:
+        self.engines = engines
+        self.choose = choose
+        self.ledger = ledger
+        #: whether the ledger counts placements (else its placed / answered are not called)
+        self.counting: bool = getattr(ledger, "counts_tasks", True)
+        self.clock = clock
+        self.out = out
+        self.failing = failing
+        self.queue: deque[Task] = deque()  # waiting for room, any engine will do
+        self.restricted: list[Task] = []  # waiting for room on one of the engines it may use
+        self.held: dict[bytes, deque[Task]] = {}  # by client, refused by the ledger for now
+        #: engines whose task connection was not up when we first sent them a task
+        self.paused: set[bytes] = set()
+        self.dispatched = 0
+
+    def submit(self, task: Task) -> None:
+        if not self.place(task):
+            self.enqueue(task)
+
+    def enqueue(self, task: Task, front: bool = False) -> None:
         task.state = QUEUED
         if task.restricted:
             if front:
@@ -56,19 +90,15 @@ class Placement(BookState):
         ]
         if not pool:
             if unmet:
-                self._fail(
-                    task,
-                    ImpossibleDependency,
+                why = (
                     f"task {task.msg_id}: its depend/require holds on none of the "
-                    f"{len(self.engines)} engine(s) (tried {len(unmet)})",
+                    f"{len(self.engines)} engine(s) (tried {len(unmet)})"
                 )
+                self.failing.append((task, ImpossibleDependency, why, ReplyStatus.ERROR))
                 return None
             if targets is not None:
-                self._fail(
-                    task,
-                    ImpossibleDependency,
-                    f"none of the target engines of task {task.msg_id} is registered any more",
-                )
+                why = f"none of the target engines of task {task.msg_id} is registered any more"
+                self.failing.append((task, ImpossibleDependency, why, ReplyStatus.ERROR))
                 return None
             return pool  # no engine at all yet: wait for one
         if avoid:
@@ -80,9 +110,9 @@ class Placement(BookState):
             return []
         return pool
 
-    def _place(self, task: Task) -> bool:
+    def place(self, task: Task) -> bool:
         """Give ``task`` to an engine with room; False if none has room now (True also when
-        it can never run and was failed, or when the ledger holds it)."""
+        it can never run and went to ``failing``, or when the ledger holds it)."""
         if task.restricted:
             pool = self._pool(task)
             if pool is None:
@@ -109,50 +139,20 @@ class Placement(BookState):
         task.state = RUNNING
         if task.elements is not None:  # its tail may go to an idle engine from some time on
             task.placed_at = self.clock()
-        self.ledger.placed(task.client)
+        if self.counting:
+            self.ledger.placed(task.client)
         self.out.append(SendTask(task, engine))
         return True
 
-    def _unplace(self, task: Task, engine: EngineSlot) -> None:
+    def unplace(self, task: Task, engine: EngineSlot) -> None:
         """Undo a placement whose task never left (or came back unstarted)."""
         engine.load -= 1
         engine.tasks.discard(task.msg_id)
         task.engine = None
-        if not task.broadcast:
+        if self.counting and not task.broadcast:
             self.ledger.answered(task.client)
 
-    def delivered(self, engine: EngineSlot) -> None:
-        """A task reached ``engine``'s connection: from now on a failed send means it left."""
-        engine.reached = True
-
-    def still_placed(self, task: Task, engine: EngineSlot) -> bool:
-        """Is a SendTask of ``task`` to ``engine`` still to be carried out? (Not when an
-        earlier instruction's outcome moved or answered the task meanwhile.)"""
-        return task.state == RUNNING and task.engine is engine and engine.uuid in self.engines
-
-    def undeliverable(self, task: Task, engine: EngineSlot) -> None:
-        """The driver found no connection to ``engine`` for ``task``: hold the engine for a
-        moment if its connection may still come up, else give it up; place the task anew."""
-        if not self.still_placed(task, engine):
-            return
-        if task.broadcast:
-            engine.load -= 1
-            engine.tasks.discard(task.msg_id)
-            self.broadcasts.pop((task.msg_id, engine.uuid), None)
-            self._fail(task, EngineError, f"engine {engine.id} is not connected")
-            return
-        self._unplace(task, engine)
-        self._enqueue(task, front=True)
-        if engine.uuid in self.engines and not self._not_connected_yet(engine):
-            log.warning(
-                "engine %d (%s) is not connected; no more tasks for it",
-                engine.id,
-                engine.uuid.decode(),
-            )
-            self._remove(engine.uuid, "not connected to the task scheduler", drain=False)
-        self._drain_queue()
-
-    def _not_connected_yet(self, engine: EngineSlot) -> bool:
+    def not_connected_yet(self, engine: EngineSlot) -> bool:
         """An engine the hub told us of whose task connection is not up yet (a restarted
         scheduler learns every engine at once, before their DEALERs have reconnected): no
         tasks for it for a moment, not given up, for CONNECT_GRACE seconds."""
@@ -165,38 +165,41 @@ class Placement(BookState):
         return True
 
     def unpause(self) -> None:
-        """Try the engines held for their connection again (the driver calls this every
-        CONNECT_RETRY while any is held)."""
+        """Try the engines held for their connection again."""
         for uuid in self.paused:
             slot = self.engines.get(uuid)
             if slot is not None:
                 slot.paused = False
         self.paused.clear()
-        self._drain_queue()
+        self.drain()
 
-    def _drain_queue(self) -> None:
+    def drain(self) -> None:
         """Place waiting tasks while engines have room: restricted ones first (each may fit
         a different engine), then the FIFO of unrestricted ones until nobody has room.
         O(placed + restricted waiting) per call: never a copy of the whole queue."""
         if self.restricted:
             restricted, self.restricted = self.restricted, []
             for t in restricted:
-                if not self._place(t):
+                if not self.place(t):
                     self.restricted.append(t)
         queue = self.queue
-        while queue and self._place(queue[0]):
+        while queue and self.place(queue[0]):
             queue.popleft()
 
-    def _withdraw(self, task: Task) -> None:
-        """Take a task that has not reached an engine out of the book's hands."""
-        if task.state == WAITING:
-            self.graph.remove(task)
-        elif task.state == QUEUED:
+    def withdraw(self, task: Task) -> None:
+        """Take a queued or held task out of the queues (it never reached an engine)."""
+        if task.state == QUEUED:
             with contextlib.suppress(ValueError):
                 (self.restricted if task in self.restricted else self.queue).remove(task)
         elif task.state == HELD:
             with contextlib.suppress(KeyError, ValueError):
                 self.held[task.client].remove(task)
+
+    def forget_client(self, client: bytes, doomed: dict[str, Task]) -> None:
+        """Drop ``doomed`` (tasks of a gone ``client``) from the queues, O(queue) once."""
+        self.queue = deque(t for t in self.queue if t.msg_id not in doomed)
+        self.restricted = [t for t in self.restricted if t.msg_id not in doomed]
+        self.held.pop(client, None)
 
     def _client_gone(self, task: Task) -> bool:
         """Cancel ``task`` if its client is gone (a task of a gone client back from an
@@ -204,21 +207,21 @@ class Placement(BookState):
         is_gone = getattr(self.ledger, "is_gone", None)  # ClientLedger's; others never
         if is_gone is None or not is_gone(task.client):
             return False
-        self._fail(
-            task,
-            TaskCancelled,
-            f"task {task.msg_id} was cancelled before it ran: its client's connection closed",
-            ReplyStatus.CANCELLED,
-        )
+        why = f"task {task.msg_id} was cancelled before it ran: its client's connection closed"
+        self.failing.append((task, TaskCancelled, why, ReplyStatus.CANCELLED))
         return True
 
-    def _release(self, client: bytes) -> None:
+    def release(self, client: bytes) -> None:
         """The ledger may admit ``client`` again: its held tasks are placed in order."""
         held = self.held.get(client)
         while held and self.ledger.admit(client):
             task = held.popleft()
-            if not self._place(task):
-                self._enqueue(task, front=True)
+            if not self.place(task):
+                self.enqueue(task, front=True)
                 break
         if held is not None and not held:
             self.held.pop(client, None)
+
+    def release_all(self) -> None:
+        for client in list(self.held):
+            self.release(client)

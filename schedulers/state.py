@@ -51,3 +51,8 @@ class Task:
     @property
     def restricted(self) -> bool:
         return self.targets is not None or bool(self.avoid) or bool(self.unmet)
+
+
+def placed_on(task: Task | None, engine: EngineSlot) -> bool:
+    """Is ``task`` on ``engine`` now (sent there, not answered, not moved)?"""
+    return task is not None and task.engine is engine and task.state == RUNNING

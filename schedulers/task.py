@@ -10,9 +10,11 @@
     hub PUSH ──[engine_event]──► PULL events          monitor PUSH ──► hub (task events)
 
 A thin poll loop around the TaskBook (schedulers/book.py), which makes every decision: the
-loop checks what arrives (signatures, fields), feeds it to the book as an event, and
-carries out the instructions the book returns (schedulers/instructions.py): sign and send a
-task to an engine, relay or answer a reply, report to the hub.
+loop checks what arrives (signatures, fields, its quota), feeds it to the book as events
+(schedulers/events.py) through ``TaskBook.handle``, and carries out the instructions the
+book returns (schedulers/instructions.py): sign and send a task to an engine, relay or
+answer a reply, report to the hub. What a send finds (no engine there, an engine reached)
+goes back to the book as an event too: the loop never writes the book's state.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections import deque
 from typing import Any
 
 import zmq
@@ -32,16 +35,31 @@ from zpar.constants import (
     TASK_SCHEME,
 )
 from zpar.elements import ELEMENTS, RETRYING, TAILS, origin_of
-from zpar.errors import RemoteProtocolError, SubmissionRefused
+from zpar.errors import RemoteProtocolError
 from zpar.memory import Trimmer
 from zpar.wire import Message, Session, buffers_size, recv_message, send_frames, split_messages
 from zpar.wire.curve import secure
 from zpar.wire.messages import TASK_REQUESTS, MsgType, ReplyStatus
-from zpar.wire.monitor import TaskDest, TaskIn, TaskOut
+from zpar.wire.monitor import TaskDest, TaskOut
 from zpar.wire.sockets import bind_port, configure
 
 from .book import TASK_DEST_NAME, Task, TaskBook
 from .clientlink import ClientLink
+from .events import (
+    ClientGone,
+    ClientReady,
+    Delivered,
+    EngineJoined,
+    EngineLeft,
+    Event,
+    QuotaRefused,
+    Replied,
+    RetryConnections,
+    Revoked,
+    Submitted,
+    Tick,
+    Undeliverable,
+)
 from .hubreport import HubReport
 from .instructions import (
     AnswerAbort,
@@ -146,6 +164,8 @@ class TaskScheduler:
         #: sends gathered during a pass, by route (schedulers/outbox.py)
         self._tasks_out: Outbox[tuple[Task, EngineSlot]] = Outbox()
         self._replies_out: Outbox[None] = Outbox(max_bytes=REPLY_BATCH_BYTES)
+        #: what the book asked and the loop has still to carry out, in order
+        self._todo: deque[Instruction] = deque()
         self._handlers: dict[type, Any] = {
             SendTask: self._do_send_task,
             RelayReply: self._do_relay_reply,
@@ -163,6 +183,10 @@ class TaskScheduler:
     @property
     def paused(self) -> set[bytes]:
         return self.book.paused
+
+    def _feed(self, *events: Event) -> None:
+        """Hand ``events`` to the book; what it asks is carried out by ``_carry_out``."""
+        self._todo.extend(self.book.handle(*events))
 
     # -- start ------------------------------------------------------------------------------
 
@@ -218,7 +242,7 @@ class TaskScheduler:
                 self._unpause(time.monotonic())
             deadline = book.next_deadline()
             if deadline is not None and deadline <= time.monotonic():
-                book.tick()
+                self._feed(Tick())
                 self._carry_out()
                 self.hub.flush()
             if not ready:
@@ -282,7 +306,7 @@ class TaskScheduler:
         if now < self._unpause_at:
             return
         self._unpause_at = now + CONNECT_RETRY
-        self.book.unpause()
+        self._feed(RetryConnections())
         self._carry_out()
 
     def close(self) -> None:
@@ -296,28 +320,32 @@ class TaskScheduler:
     def _flush_parked(self) -> None:
         """Send what waits for clients that were not reading; those that caught up have
         their held tasks placed."""
-        for client in self.link.flush():
-            self.book.client_ready(client)
+        ready = self.link.flush()
+        if ready:
+            self._feed(*(ClientReady(client) for client in ready))
         self._carry_out()
 
     def _client_gone(self, client: bytes) -> None:
-        self.book.client_gone(client)
+        self._feed(ClientGone(client))
 
     def _on_submission(self, frames: list[Any]) -> None:
-        # one message, or a batch of them (zpar.wire.batch), each checked on its own
+        # one message, or a batch of them (zpar.wire.batch), each checked on its own and
+        # fed to the book together
         client = None
+        events: list[Event] = []
         for msg in self.session.feed_all(frames, "task scheduler (client)"):
             client = msg.idents[0] if msg.idents else b""
-            if self._over_quota(client, msg):
-                continue
-            self.book.submission(client, msg)
+            why = self._over_quota(client, msg)
+            events.append(Submitted(client, msg) if why is None else QuotaRefused(client, msg, why))
         if client is not None and self.link.is_gone(client):  # sent just before it closed
-            self.book.client_gone(client)
+            events.append(ClientGone(client))
+        if events:
+            self._todo.extend(self.book.handle(*events))  # _feed, inlined: once per message
 
-    def _over_quota(self, client: bytes, msg: Message) -> bool:
-        """Charge a new task to its client's quota; True if refused (answered here with
-        SubmissionRefused, counted as ``over_window``). Duplicates and misrouted requests
-        are the book's to refuse, uncharged."""
+    def _over_quota(self, client: bytes, msg: Message) -> str | None:
+        """Charge a new task to its client's quota; why it is refused (counted as
+        ``over_window``; the book answers it with SubmissionRefused), or None. Duplicates
+        and misrouted requests are the book's to refuse, uncharged."""
         header = msg.header
         if (
             header.get("msg_type") not in TASK_REQUESTS
@@ -325,26 +353,16 @@ class TaskScheduler:
             or header["msg_id"] in self.book.live
             or self.quota.holds(header["msg_id"])
         ):
-            return False
+            return None
         why = self.quota.charge(client, header["msg_id"], sum(map(len, msg.frames)))
-        if why is None:
-            return False
-        self.session._refuse(RemoteProtocolError(OVER_WINDOW, why), "task scheduler (client)")
-        out = self.book.out
-        out.append(HubEvent(TaskIn(client, header, msg.metadata)))
-        out.append(FailTask(client, header, None, SubmissionRefused, why, ReplyStatus.ERROR))
-        return True
+        if why is not None:
+            self.session._refuse(RemoteProtocolError(OVER_WINDOW, why), "task scheduler (client)")
+        return why
 
     def _release(self, msg_id: Any) -> None:
         """The book no longer holds ``msg_id`` in any form: its quota is free again."""
-        if not isinstance(msg_id, str) or not self.quota.holds(msg_id):
-            return
-        book = self.book
-        if msg_id in book.live:
-            return
-        if book.broadcasts and any((msg_id, u) in book.broadcasts for u in book.engines):
-            return  # a broadcast's other engines have still to answer
-        self.quota.release(msg_id)
+        if isinstance(msg_id, str) and self.quota.holds(msg_id) and not self.book.holds(msg_id):
+            self.quota.release(msg_id)
 
     def _on_reply(self, frames: list[Any]) -> None:
         # [engine_uuid, client_ident, <ZPAR|MSG>, signature, envelope, buffers…], or a batch
@@ -363,6 +381,7 @@ class TaskScheduler:
             self.session._refuse(RemoteProtocolError("misframed", why), where)
             return
         uuid, client = idents
+        events = []
         for m in messages:
             # result buffers the hub may store are checked here; larger ones by the client
             small = buffers_size(m) <= STORE_RESULT_LIMIT
@@ -372,7 +391,9 @@ class TaskScheduler:
                 self.session._refuse(e, where)
                 continue
             self._trimmer.count()
-            self.book.reply(uuid, client, reply)
+            events.append(Replied(uuid, client, reply))
+        if events:
+            self._todo.extend(self.book.handle(*events))  # _feed, inlined: once per message
 
     def _on_revoke_reply(self, frames: list[Any]) -> None:
         for msg in self.session.feed_all(frames, "task scheduler (engine revoke)"):
@@ -389,8 +410,8 @@ class TaskScheduler:
             log.warning("malformed %r from %r dropped", msg.msg_type, ident)
             return
         tails = msg.content.get(TAILS)
-        self.book.revoked(
-            ident[: -len(REVOKE_SUFFIX)], revoked, tails if isinstance(tails, dict) else {}
+        self._feed(
+            Revoked(ident[: -len(REVOKE_SUFFIX)], revoked, tails if isinstance(tails, dict) else {})
         )
 
     def _on_event(self, frames: list[Any]) -> None:
@@ -400,9 +421,9 @@ class TaskScheduler:
         c = msg.content
         uuid = str(c["uuid"]).encode()
         if c["event"] == "registered":
-            self.book.engine_up(int(c["id"]), uuid)
+            self._feed(EngineJoined(int(c["id"]), uuid))
         elif c["event"] == "unregistered":
-            self.book.engine_down(uuid, "it stopped heartbeating")
+            self._feed(EngineLeft(uuid, "it stopped heartbeating"))
         else:
             log.warning("unknown engine event %r ignored", c["event"])
 
@@ -412,7 +433,7 @@ class TaskScheduler:
         """Carry out what the book asked, in order (a send that finds no engine feeds the
         book again, and what it asks then is carried out in the same pass); ``flush``:
         send what was gathered now (else the caller flushes)."""
-        out = self.book.out
+        out = self._todo
         while out:
             instruction = out.popleft()
             try:
@@ -429,7 +450,7 @@ class TaskScheduler:
                 self._flush_tasks()
             if self._replies_out:
                 self._flush_replies()
-            out = self.book.out
+            out = self._todo
             while out:  # an engine found unreachable: the book placed its tasks anew
                 instruction = out.popleft()
                 try:
@@ -517,18 +538,16 @@ class TaskScheduler:
     def _send_to_engine(self, frames: list[Any], sent: list[tuple[Task, EngineSlot]]) -> None:
         """Send one multipart of tasks (one, or a batch) to their engine; a missing engine
         connection (ROUTER_MANDATORY's EHOSTUNREACH) is the book's to handle, per task."""
-        book = self.book
         try:
             send_frames(self.engine, frames)
         except zmq.ZMQError as e:
             if e.errno != zmq.EHOSTUNREACH:
                 raise
-            for task, engine in sent:
-                book.undeliverable(task, engine)
+            self._feed(*(Undeliverable(task, engine) for task, engine in sent))
             return
         engine = sent[0][1]
         if not engine.reached:
-            book.delivered(engine)
+            self._feed(Delivered(engine))
         where = engine.uuid.decode()
         event = self.hub.event
         for task, _ in sent:
@@ -561,7 +580,7 @@ class TaskScheduler:
             if e.errno != zmq.EHOSTUNREACH:
                 raise
             log.info("engine %d has no revoke socket: its tasks stay there", engine.id)
-            self.book.revoked(engine.uuid, [], {})
+            self._feed(Revoked(engine.uuid, [], {}))
 
     def _send_error(self, fail: FailTask) -> None:
         engine = fail.engine

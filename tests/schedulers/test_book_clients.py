@@ -4,10 +4,13 @@ client's tasks not yet on an engine are cancelled once (schedulers/clientledger.
 
 from __future__ import annotations
 
+from tests.schedulers.bookrig import BookRig
 from tests.schedulers.test_book import A, B, reply, request, sends, take, two_engines
+from tests.schedulers.test_clientledger import deliver, flush
 from zpar.dependency import Dependency
-from zpar.schedulers.book import HELD, QUEUED, RUNNING, WAITING, TaskBook
-from zpar.schedulers.clientledger import ClientLedger, Send
+from zpar.schedulers.book import HELD, QUEUED, RUNNING, WAITING
+from zpar.schedulers.clientledger import ClientLedger
+from zpar.schedulers.clientlink import Send
 from zpar.schedulers.instructions import FailTask, RelayReply
 from zpar.wire.messages import ReplyStatus
 
@@ -34,7 +37,7 @@ def relay(book, ledger, pipes) -> None:
     others = []
     for i in take(book):
         if isinstance(i, RelayReply):
-            ledger.deliver(i.client, i.reply, pipes)
+            deliver(ledger, i.client, i.reply, pipes)
         else:
             others.append(i)
     book.out.extend(others)
@@ -69,13 +72,13 @@ def test_a_client_that_catches_up_gets_its_held_tasks_placed_in_order():
     ledger, pipes = ClientLedger(), Pipes()
     book = two_engines(ledger=ledger)
     pipes.full.add(SLOW)
-    ledger.deliver(SLOW, "earlier reply", pipes)  # stalled before it submits
+    deliver(ledger, SLOW, "earlier reply", pipes)  # stalled before it submits
     for m in ("s1", "s2", "s3"):
         book.submission(SLOW, request(m, SLOW))
     assert sends(book) == []
     assert [book.live[m].state for m in ("s1", "s2", "s3")] == [HELD] * 3
     pipes.full.clear()
-    caught_up, gone = ledger.flush(pipes)
+    caught_up, gone = flush(ledger, pipes)
     assert caught_up == [SLOW] and gone == [] and pipes.out == [(SLOW, "earlier reply")]
     for client in caught_up:
         book.client_ready(client)
@@ -122,7 +125,7 @@ def test_a_gone_clients_task_back_from_an_engine_is_cancelled_not_held_for_ever(
     from tests.schedulers.test_book import Clock
 
     clock, ledger = Clock(), ClientLedger()
-    book = TaskBook("leastload", 2, clock=clock, ledger=ledger)
+    book = BookRig("leastload", 2, clock=clock, ledger=ledger)
     book.engine_up(0, A)
     book.engine_up(1, B)
     for m in ("long", "other", "third"):
@@ -137,4 +140,4 @@ def test_a_gone_clients_task_back_from_an_engine_is_cancelled_not_held_for_ever(
     book.revoked(A, ["third"])  # after the close: back from the engine
     (fail,) = take(book, FailTask)
     assert fail.header["msg_id"] == "third" and fail.status == ReplyStatus.CANCELLED
-    assert "third" not in book.live and SLOW not in book.held
+    assert "third" not in book.live and SLOW not in book.placement.held

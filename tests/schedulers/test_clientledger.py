@@ -5,9 +5,45 @@ from __future__ import annotations
 
 import pytest
 
-from zpar.schedulers.clientledger import ClientLedger, Delivery, Send
+from zpar.schedulers.clientledger import ClientLedger, Delivery
+from zpar.schedulers.clientlink import Send
 
 A, B = b"\x00client-a", b"\x00client-b"
+
+#: What a reply became, as ClientLink.send carries out the ledger's word
+SENT, PARKED, DROPPED = "sent", Delivery.PARKED, Delivery.DROPPED
+
+
+def deliver(ledger: ClientLedger, client: bytes, reply: object, send) -> object:
+    """ClientLink.send without a socket: the ledger's word, the send, its outcome told."""
+    verdict = ledger.deliver(client, reply)
+    if verdict is not Delivery.SEND:
+        return verdict
+    outcome = send(client, reply)
+    if outcome is Send.FULL:
+        ledger.full(client, reply)
+        return PARKED
+    if outcome is Send.GONE:
+        ledger.forget(client)
+        return DROPPED
+    return SENT
+
+
+def flush(ledger: ClientLedger, send) -> tuple[list[bytes], list[bytes]]:
+    """ClientLink.flush without a socket: (clients caught up, clients found gone)."""
+    caught_up, gone = [], []
+    for client in ledger.stalled_clients():
+        while True:
+            outcome = send(client, ledger.oldest(client))
+            if outcome is Send.FULL:
+                break
+            if outcome is Send.GONE:
+                gone.append(client)
+                break
+            if ledger.sent_oldest(client):
+                caught_up.append(client)
+                break
+    return caught_up, gone
 
 
 class FakePipes:
@@ -40,7 +76,7 @@ class FakePipes:
 def test_replies_go_straight_out_while_the_pipe_has_room():
     ledger = ClientLedger()
     send = FakePipes(a=5)
-    assert [ledger.deliver(A, i, send) for i in range(3)] == [Delivery.SENT] * 3
+    assert [deliver(ledger, A, i, send) for i in range(3)] == [SENT] * 3
     assert send.out[A] == [0, 1, 2]
     assert not ledger.stalled(A) and not ledger.busy
     assert ledger.admit(A)  # its tasks may run
@@ -49,8 +85,8 @@ def test_replies_go_straight_out_while_the_pipe_has_room():
 def test_a_full_pipe_parks_the_reply_and_every_later_one_in_order():
     ledger = ClientLedger()
     send = FakePipes(a=2)
-    outcomes = [ledger.deliver(A, i, send) for i in range(6)]
-    assert outcomes == [Delivery.SENT] * 2 + [Delivery.PARKED] * 4
+    outcomes = [deliver(ledger, A, i, send) for i in range(6)]
+    assert outcomes == [SENT] * 2 + [PARKED] * 4
     assert ledger.stalled(A) and ledger.busy
     assert ledger.parked_of(A) == 4
     # parked replies behind the first are not even tried: order is kept
@@ -61,54 +97,54 @@ def test_a_full_pipe_parks_the_reply_and_every_later_one_in_order():
 def test_a_stalled_clients_tasks_are_not_admitted_until_its_replies_are_out():
     ledger = ClientLedger()
     send = FakePipes(a=0)
-    assert ledger.deliver(A, "r0", send) is Delivery.PARKED
+    assert deliver(ledger, A, "r0", send) is PARKED
     assert not ledger.admit(A)
     ledger.placed(A)  # the book's other calls change nothing: the limit is the pipe
     ledger.answered(A)
     assert not ledger.admit(A)
     # still full: nobody caught up, nothing lost
-    assert ledger.flush(send) == ([], [])
+    assert flush(ledger, send) == ([], [])
     assert ledger.parked_of(A) == 1
     send.drain(A, 1)
-    assert ledger.deliver(A, "r1", send) is Delivery.PARKED  # behind r0 even with room
-    caught_up, gone = ledger.flush(send)
+    assert deliver(ledger, A, "r1", send) is PARKED  # behind r0 even with room
+    caught_up, gone = flush(ledger, send)
     # room for one: r0 goes, r1 waits, its tasks still wait
     assert (caught_up, gone) == ([], [])
     assert send.out[A] == ["r0"] and not ledger.admit(A)
     send.drain(A, 10)
-    caught_up, gone = ledger.flush(send)
+    caught_up, gone = flush(ledger, send)
     assert caught_up == [A] and gone == []
     assert send.out[A] == ["r0", "r1"]
     assert not ledger.stalled(A) and not ledger.busy and ledger.admit(A)
     assert ledger.counts() == {"stalled": 0, "parked": 0, "connections": 0}
     # caught up: its next reply goes straight out again
-    assert ledger.deliver(A, "r2", send) is Delivery.SENT
+    assert deliver(ledger, A, "r2", send) is SENT
 
 
 def test_other_clients_are_served_while_one_is_stalled():
     ledger = ClientLedger()
     send = FakePipes(a=0, b=100)
-    assert ledger.deliver(A, "a0", send) is Delivery.PARKED
+    assert deliver(ledger, A, "a0", send) is PARKED
     assert not ledger.admit(A)
     assert ledger.admit(B)
-    assert ledger.deliver(B, "b0", send) is Delivery.SENT
-    assert ledger.flush(send) == ([], [])
+    assert deliver(ledger, B, "b0", send) is SENT
+    assert flush(ledger, send) == ([], [])
     assert send.out == {B: ["b0"]}
 
 
 def test_a_client_found_gone_while_flushing_is_reported_and_forgotten():
     ledger = ClientLedger()
     send = FakePipes(a=0)
-    ledger.deliver(A, "r0", send)
-    ledger.deliver(A, "r1", send)
+    deliver(ledger, A, "r0", send)
+    deliver(ledger, A, "r1", send)
     send.closed.add(A)
-    caught_up, gone = ledger.flush(send)
+    caught_up, gone = flush(ledger, send)
     assert caught_up == [] and gone == [A]
     ledger.forget(A)  # the caller cancels its tasks
     assert not ledger.busy and ledger.counts()["parked"] == 0
     assert ledger.is_gone(A)
     calls = send.calls
-    assert ledger.deliver(A, "late", send) is Delivery.DROPPED
+    assert deliver(ledger, A, "late", send) is DROPPED
     assert send.calls == calls  # a gone client is not even tried
     assert not ledger.admit(A)  # never again
 
@@ -117,7 +153,7 @@ def test_send_answering_gone_drops_the_reply():
     ledger = ClientLedger()
     send = FakePipes()
     send.closed.add(B)
-    assert ledger.deliver(B, "r", send) is Delivery.DROPPED
+    assert deliver(ledger, B, "r", send) is DROPPED
     assert not ledger.stalled(B)
 
 
@@ -177,15 +213,15 @@ def test_every_reply_arrives_exactly_once_whatever_the_pipe_room(room):
     stalls = catch_ups = 0
     for i in range(50):
         was_admitted = ledger.admit(A)
-        ledger.deliver(A, i, send)
+        deliver(ledger, A, i, send)
         stalls += was_admitted and not ledger.admit(A)
         send.drain(A, room)
-        caught_up, gone = ledger.flush(send)
+        caught_up, gone = flush(ledger, send)
         assert gone == []
         catch_ups += len(caught_up)
         assert ledger.admit(A) == (not ledger.stalled(A))
     while ledger.busy:
         send.drain(A, 1)
-        catch_ups += len(ledger.flush(send)[0])
+        catch_ups += len(flush(ledger, send)[0])
     assert send.out[A] == list(range(50))
     assert ledger.admit(A) and catch_ups == stalls
