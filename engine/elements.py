@@ -32,7 +32,7 @@ from zpar.errors import SerializationError, TaskAborted, error_content
 from zpar.mapchunk import _as_numpy_scalars, _bound, _numpy_scalar_types
 from zpar.serialize import serialize_object, unpack_apply
 from zpar.wire import Message
-from zpar.wire.messages import MsgType, ReplyStatus
+from zpar.wire.messages import MsgType, ReplyStatus, StatusMessage
 
 from .kernel import USER_ERRORS, Kernel, KernelReply, format_traceback
 from .replies import ReplySender
@@ -47,8 +47,8 @@ BURST = 0.5
 #: values made into parts kept in the pending list before it is cut (between bursts)
 COMPACT_AT = 4096
 
-_BUSY = {"execution_state": "busy"}
-_IDLE = {"execution_state": "idle"}
+_BUSY = StatusMessage("busy").as_dict()
+_IDLE = StatusMessage("idle").as_dict()
 
 
 class ElementRun:

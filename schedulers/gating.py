@@ -111,7 +111,7 @@ class Gating(Placement):
     def outcomes(self, content: dict[str, Any]) -> None:
         """A client's word on tasks it saw finish elsewhere (direct tasks it depends on)."""
         try:
-            outcomes = parse_outcomes({"outcomes": content.get("outcomes")})
+            outcomes = parse_outcomes(content)
         except ValueError as e:
             log.warning("malformed task_outcomes dropped: %s", e)
             return

@@ -93,7 +93,6 @@ from zpar.wire.messages.hub import (
     ShutdownHubRequest,
     StopDaskReply,
     StopDaskRequest,
-    TaskDestination,
     UnregistrationNotification,
 )
 from zpar.wire.messages.rendezvous import (
@@ -256,7 +255,6 @@ __all__ = [
     "TASK_OUT",
     "TASK_REQUESTS",
     "TASK_RETRY",
-    "TaskDestination",
     "TaskOutcomes",
     "TypedReply",
     "TypedRequest",

@@ -206,8 +206,8 @@ class TypedReply(Content):
     function_id: int = 0
     call_count: int = 0
     counts: list = field(default_factory=list)
-    ename: str = ""
+    ename: str = optional("")
     evalue: str = optional("")
-    traceback: list = field(default_factory=list)
-    engine_info: dict = field(default_factory=dict)
-    call_index: int = -1
+    traceback: list = optional([])
+    engine_info: dict = optional({})
+    call_index: int = optional(-1)
