@@ -411,25 +411,24 @@ def error_content(
     ``traceback`` and ``engine_info`` are added when given (execution replies carry them,
     the hub's query replies do not); ``zpar_error`` marks an error zpar itself decided
     (the client rebuilds it as its class, the task scheduler does not retry it);
-    ``fields``: the reply's own extra keys (``unknown``, ``execution_count``…).
+    ``fields``: the other fields of zpar.wire.messages.ErrorContent (``unknown``,
+    ``execution_count``, ``elements``…); a name it does not define is a TypeError.
     ``status`` defaults to ReplyStatus.ERROR (imported here: the wire imports this module).
     """
-    if status is None:
-        from zpar.wire.messages import ReplyStatus
+    from zpar.wire.messages import ErrorContent, ReplyStatus
 
-        status = ReplyStatus.ERROR
     cls = error if isinstance(error, type) else type(error)
     if evalue is None:
         evalue = "" if isinstance(error, type) else str(error)
-    content: dict[str, Any] = {"status": status, "ename": cls.__name__, "evalue": evalue}
-    if traceback is not None:
-        content["traceback"] = traceback
-    if engine_info is not None:
-        content["engine_info"] = engine_info
-    if zpar_error:
-        content["zpar_error"] = True
-    content.update(fields)
-    return content
+    return ErrorContent(
+        ReplyStatus.ERROR if status is None else status,
+        cls.__name__,
+        evalue,
+        traceback,
+        engine_info,
+        zpar_error,
+        **fields,
+    ).as_dict()
 
 
 class InProcessUnsupported(ZparError, NotImplementedError):

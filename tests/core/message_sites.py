@@ -193,48 +193,62 @@ def scan_source(source: str, path: str = "<string>") -> tuple[list[Site], list[S
     source. A dict is counted as shaped only when its keys fit one class alone (``{"status":
     s}`` fits every reply, and is how a client-side stand-in says ok too)."""
     tree = ast.parse(source, path)
-    sites: list[Site] = []
-    module = _Scope(tree.body)
-    scopes: list[tuple[ast.AST, tuple[_Scope, ...]]] = [(tree, (module,))]
-    for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            scopes.append((node, (_Scope(node.body), module)))
-    for owner, scope in scopes:
-        for node in _walk_shallow(owner.body):  # type: ignore[attr-defined]
-            if not isinstance(node, ast.Call):
-                continue
-            for i, arg in enumerate(node.args):
-                types = _type_of(arg)
-                if not types:
-                    continue
-                content = _content_arg(node, i)
-                if content is None:
-                    continue
-                how, detail = _classify(content, *scope)
-                for t in types:
-                    named = {CLASSES[c] for c in detail.split(", ") if c in CLASSES}
-                    if how == "definition" and named and t not in named:
-                        how, detail = "hand", f"{detail} sent as {t}"
-                    sites.append(Site(path, node.lineno, t, how, detail))
+    nodes = list(ast.walk(tree))
     shaped = [
         Site(path, node.lineno, types[0], "shaped", ast.unparse(node)[:80])
-        for node in ast.walk(tree)
+        for node in nodes
         if isinstance(node, ast.Dict) and len(types := _shaped_as(node)) == 1
     ]
     built = [
         Site(path, node.lineno, CLASSES[node.func.id], "built", node.func.id)
-        for node in ast.walk(tree)
+        for node in nodes
         if isinstance(node, ast.Call)
         and isinstance(node.func, ast.Name)
         and node.func.id in CLASSES
     ] + [  # a table of classes, called through it (``_OK_REPLIES[t](...)``)
         Site(path, elt.lineno, CLASSES[elt.id], "built", elt.id)
-        for node in ast.walk(tree)
+        for node in nodes
         if isinstance(node, ast.Tuple | ast.List | ast.Set)
         for elt in node.elts
         if isinstance(elt, ast.Name) and elt.id in CLASSES
     ]
-    return sites, shaped, built
+    typed = {
+        id(node)
+        for node in nodes
+        if isinstance(node, ast.Call) and any(_type_of(arg) for arg in node.args)
+    }
+    return _send_sites(tree, nodes, typed, path) if typed else [], shaped, built
+
+
+def _send_sites(tree: ast.Module, nodes: list[ast.AST], typed: set[int], path: str) -> list[Site]:
+    """The send sites among the calls ``typed`` (those given a type literally), each
+    content looked up in the function that holds the call, then the module."""
+    sites: list[Site] = []
+    module = _Scope(tree.body)
+    owners: list[ast.AST] = [tree]
+    owners += [n for n in nodes if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+    for owner in owners:
+        calls = [
+            n
+            for n in _walk_shallow(owner.body)  # type: ignore[attr-defined]
+            if isinstance(n, ast.Call) and id(n) in typed
+        ]
+        if not calls:
+            continue
+        scopes = (module,) if owner is tree else (_Scope(owner.body), module)  # type: ignore[attr-defined]
+        for node in calls:
+            for i, arg in enumerate(node.args):
+                types = _type_of(arg)
+                content = _content_arg(node, i) if types else None
+                if content is None:
+                    continue
+                how, detail = _classify(content, *scopes)
+                for t in types:
+                    named = {CLASSES[c] for c in detail.split(", ") if c in CLASSES}
+                    if how == "definition" and named and t not in named:
+                        how, detail = "hand", f"{detail} sent as {t}"
+                    sites.append(Site(path, node.lineno, t, how, detail))
+    return sites
 
 
 def _fields(cls: type) -> tuple[set[str], set[str]]:

@@ -8,9 +8,18 @@ below show it catches a hand-built message and leaves a built one alone.
 
 from __future__ import annotations
 
+import functools
 import textwrap
 
+import pytest
+
 from tests.core.message_sites import CONTENT, hand_built, scan, scan_source, table
+
+
+@functools.cache
+def _scan():
+    """The product's scan, once for this module's tests."""
+    return scan()
 
 
 def _hand(source: str) -> list[tuple[int, str, str]]:
@@ -19,7 +28,7 @@ def _hand(source: str) -> list[tuple[int, str, str]]:
 
 
 def test_no_process_builds_a_defined_message_by_hand():
-    sites, shaped, built = scan()
+    sites, shaped, built = _scan()
     hand = hand_built(sites, shaped)
     assert not hand, "built by hand, not from zpar.wire.messages:\n" + table(sites, shaped, built)
 
@@ -27,13 +36,47 @@ def test_no_process_builds_a_defined_message_by_hand():
 def test_every_definition_is_built_by_some_process():
     """A definition no process builds describes nothing that travels: it goes (with its
     docs/protocol.md entry), or a process builds the message from it."""
-    _, _, built = scan()
+    _, _, built = _scan()
     unused = sorted(CONTENT[t].__name__ for t in CONTENT if not any(s.msg_type == t for s in built))
     assert not unused, f"never built by product code: {unused}"
 
 
+def test_the_element_names_are_fields_of_their_definitions():
+    """zpar.elements names the keys every process reads; the definitions that carry them
+    must spell them the same."""
+    import dataclasses
+
+    from zpar.elements import ELEMENTS, ERRORS, FINAL, TAILS
+    from zpar.wire.messages import ApplyReply, ErrorContent, RevokeReply, RevokeRequest
+
+    def names(cls):
+        return {f.name for f in dataclasses.fields(cls)}
+
+    assert {ELEMENTS, ERRORS, FINAL} <= names(ApplyReply)
+    assert {ELEMENTS, FINAL} <= names(ErrorContent)
+    assert TAILS in names(RevokeRequest) & names(RevokeReply)
+
+
+def test_error_content_is_its_definition():
+    from zpar.errors import EngineError, error_content
+    from zpar.wire.messages import ErrorContent
+
+    assert error_content(EngineError, "gone", engine_info={"engine_id": 1}) == (
+        ErrorContent("error", "EngineError", "gone", engine_info={"engine_id": 1}).as_dict()
+    )
+    assert error_content(KeyError, "x", unknown=[], zpar_error=True) == {
+        "status": "error",
+        "ename": "KeyError",
+        "evalue": "x",
+        "zpar_error": True,
+        "unknown": [],
+    }
+    with pytest.raises(TypeError, match="spam"):
+        error_content(KeyError, "x", spam=1)
+
+
 def test_the_scan_reads_the_whole_product():
-    sites, _, built = scan()
+    sites, _, built = _scan()
     paths = {s.path.split("/")[0] for s in sites + built}
     assert {"client", "hub", "engine", "schedulers", "communicator", "typed", "zpar"} <= paths
     assert len(built) > 60

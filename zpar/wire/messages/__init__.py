@@ -5,7 +5,8 @@ The dataclasses are what the hub, the engines and the views build and read
 They live by family, and everything is imported from here (``from zpar.wire.messages import X``):
 
 - enums: MsgType (every message type's name) and ReplyStatus
-- base: Content (field checks, ``as_dict``) and ``optional`` fields
+- base: Content (field checks, ``as_dict``), ``optional`` fields, and ErrorContent (the
+  content of any reply with status error or aborted)
 - hub: registration, connection, notifications, controller status, client queries,
   scheduler <-> hub, launchers
 - execution: apply / execute, SchedulingFlags, IOPub, typed batched calls
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 from zpar.wire.messages.base import (
     Content,
+    ErrorContent,
     optional,
 )
 from zpar.wire.messages.control import (
@@ -176,6 +178,7 @@ __all__ = [
     "ConnectionReply",
     "ConnectionRequest",
     "Content",
+    "ErrorContent",
     "ControllerStatusReply",
     "ControllerStatusRequest",
     "DbReply",

@@ -46,6 +46,43 @@ class Content:
         return cls(**{k: v for k, v in d.items() if k in names})
 
 
+@dataclass(frozen=True, slots=True)
+class ErrorContent:
+    """The content of any reply whose status is ``error`` or ``aborted``, whatever its type
+    (docs/protocol.md, "Error content"): zpar.errors.error_content builds it. Fields at
+    their default are left out of the map."""
+
+    status: str
+    ename: str
+    evalue: str
+    traceback: list | None = None
+    engine_info: dict | None = None
+    zpar_error: bool = False  # an error zpar decided: the client raises it as its class
+    unknown: list | None = None  # the msg_ids a hub query did not know
+    execution_count: int | None = None  # of an execute_reply
+    elements: list | None = None  # of an element request's part (as ApplyReply's)
+    final: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"status": self.status, "ename": self.ename, "evalue": self.evalue}
+        for name in _ERROR_OPTIONAL:
+            value = getattr(self, name)
+            if value is not None and value is not False:
+                out[name] = value
+        return out
+
+
+_ERROR_OPTIONAL = (
+    "traceback",
+    "engine_info",
+    "zpar_error",
+    "unknown",
+    "execution_count",
+    "elements",
+    "final",
+)
+
+
 def optional(default: Any = "") -> Any:
     """A field left out of the content map while it holds ``default`` (a factory is used
     for a list or dict default, as dataclasses require)."""

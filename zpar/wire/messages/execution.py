@@ -71,6 +71,11 @@ class ApplyReply(Content):
     evalue: str = optional("")
     traceback: list = optional([])
     engine_info: dict = optional({})
+    # a part of an element request's answer (zpar.elements): the positions [a, b) whose
+    # values it carries, the errors of those that raised by position, the placement's last
+    elements: list | None = optional(None)
+    errors: dict = optional({})
+    final: bool = optional(False)
 
 
 @dataclass(frozen=True, slots=True)
