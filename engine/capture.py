@@ -131,7 +131,7 @@ class Capture:
         if publish is not None:
 
             def pub(name: str, text: str) -> None:
-                publish(MsgType.STREAM, Stream(name, text).as_dict(), self._parent)
+                publish(MsgType.STREAM, Stream.content(name, text), self._parent)
 
         self.stdout = CapturedStream("stdout", pub, limit=limit)
         self.stderr = CapturedStream("stderr", pub, limit=limit)

@@ -97,9 +97,9 @@ class ElementRun:
                 if first <= pos < last:
                     errors[str(pos)] = self._error(self.errors.pop(pos))
         buffers = self._pickle(values, first, errors) if values else []
-        content = ApplyReply(
+        content = ApplyReply.content(
             ReplyStatus.OK, elements=[first, last], errors=errors, final=final
-        ).as_dict()
+        )
         now = time.time()
         self._hold(content, buffers, self.started or now, now, stdout, stderr)
         self.started = None

@@ -302,7 +302,7 @@ class TypedCalls:
         for eid, a, b in plan:
             call_id = next_call_id()
             counts, frames = type_frames(request_arrays(sig, cols, a, b))
-            content = TypedRequest(call_id, sig.function_id, b - a, counts).as_dict()
+            content = TypedRequest.content(call_id, sig.function_id, b - a, counts)
             here = None
             if block and eid is not None and len(plan) == 1 and not view.track:
                 here = client.sender.call_here(eid, frames, md, MsgType.TYPED_REQUEST, content)

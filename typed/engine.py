@@ -67,7 +67,7 @@ def serve(
         )
         return _error(head, type(e.cause).__name__, str(e.cause), engine_info, e.cause, e.index), []
     counts, frames = type_frames(out)
-    return TypedReply(ReplyStatus.OK, **head, counts=counts).as_dict(), frames
+    return TypedReply.content(ReplyStatus.OK, **head, counts=counts), frames
 
 
 def _error(

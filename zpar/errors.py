@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import builtins
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 
@@ -394,6 +394,19 @@ def remote_error(
     return flavour(cls.__name__, evalue, "", dict(engine_info or {}))
 
 
+#: ErrorContent.content and ReplyStatus.ERROR, imported on first use (the wire imports
+#: this module)
+_error_content_of: tuple[Callable[..., dict[str, Any]], str] | None = None
+
+
+def _error_content_builder() -> tuple[Callable[..., dict[str, Any]], str]:
+    global _error_content_of
+    from zpar.wire.messages import ErrorContent, ReplyStatus
+
+    _error_content_of = ErrorContent.content, ReplyStatus.ERROR
+    return _error_content_of
+
+
 def error_content(
     error: BaseException | type[BaseException],
     evalue: str | None = None,
@@ -415,20 +428,19 @@ def error_content(
     ``execution_count``, ``elements``…); a name it does not define is a TypeError.
     ``status`` defaults to ReplyStatus.ERROR (imported here: the wire imports this module).
     """
-    from zpar.wire.messages import ErrorContent, ReplyStatus
-
+    build, error_status = _error_content_of or _error_content_builder()
     cls = error if isinstance(error, type) else type(error)
     if evalue is None:
         evalue = "" if isinstance(error, type) else str(error)
-    return ErrorContent(
-        ReplyStatus.ERROR if status is None else status,
+    return build(
+        error_status if status is None else status,
         cls.__name__,
         evalue,
         traceback,
         engine_info,
         zpar_error,
         **fields,
-    ).as_dict()
+    )
 
 
 class InProcessUnsupported(ZparError, NotImplementedError):

@@ -5,8 +5,9 @@ darray, dashboard, zpar/ outside zpar/wire/messages/). A *send site* is a call t
 a message type literally (``MsgType.X``, or a string naming one) and, right after it, the
 message's content; the content is
 
-- ``definition``: ``Cls(...).as_dict()`` (``Cls`` a content class, or ``CONTENT[t]`` /
-  any table of them), or a name bound only to such in the enclosing function;
+- ``definition``: ``Cls(...).as_dict()`` or ``Cls.content(...)`` (``Cls`` a content class,
+  or ``CONTENT[t]`` / any table of them), or a name bound only to such in the enclosing
+  function or the module;
 - ``hand``: a dict literal (``{}`` too), ``dict(...)``, or a name bound to one;
 - ``extended``: a name bound to a definition's map that the function then writes keys into
   (fields the definition does not have);
@@ -199,19 +200,31 @@ def scan_source(source: str, path: str = "<string>") -> tuple[list[Site], list[S
         for node in nodes
         if isinstance(node, ast.Dict) and len(types := _shaped_as(node)) == 1
     ]
-    built = [
-        Site(path, node.lineno, CLASSES[node.func.id], "built", node.func.id)
-        for node in nodes
-        if isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Name)
-        and node.func.id in CLASSES
-    ] + [  # a table of classes, called through it (``_OK_REPLIES[t](...)``)
-        Site(path, elt.lineno, CLASSES[elt.id], "built", elt.id)
-        for node in nodes
-        if isinstance(node, ast.Tuple | ast.List | ast.Set)
-        for elt in node.elts
-        if isinstance(elt, ast.Name) and elt.id in CLASSES
-    ]
+    built = (
+        [
+            Site(path, node.lineno, CLASSES[node.func.id], "built", node.func.id)
+            for node in nodes
+            if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in CLASSES
+        ]
+        + [  # the map built without an instance (``Cls.content(...)``)
+            Site(path, node.lineno, CLASSES[node.func.value.id], "built", node.func.value.id)
+            for node in nodes
+            if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "content"
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id in CLASSES
+        ]
+        + [  # a table of classes, called through it (``_OK_REPLIES[t](...)``)
+            Site(path, elt.lineno, CLASSES[elt.id], "built", elt.id)
+            for node in nodes
+            if isinstance(node, ast.Tuple | ast.List | ast.Set)
+            for elt in node.elts
+            if isinstance(elt, ast.Name) and elt.id in CLASSES
+        ]
+    )
     typed = {
         id(node)
         for node in nodes
