@@ -1,7 +1,10 @@
 """Every message type of the zpar protocol and its content fields, defined once.
 
 The dataclasses are what the hub, the engines and the views build and read
-(``Content.as_dict()`` is the map that travels); docs/protocol.md describes the same list.
+(``Content.as_dict()`` is the map that travels; ``Cls.content(...)`` builds the same map
+without an instance, for the hot paths); docs/protocol.md describes the same list. Every
+process builds what it sends from them (tests/core/test_messages_built_from_definitions.py
+fails on a content built by hand; ``python -m tests.core.message_sites`` lists the sites).
 They live by family, and everything is imported from here (``from zpar.wire.messages import X``):
 
 - enums: MsgType (every message type's name) and ReplyStatus
