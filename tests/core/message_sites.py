@@ -16,7 +16,8 @@ message's content; the content is
 
 A *content-shaped dict* is a dict literal anywhere in that code whose keys are all fields of
 one content class and include every field of it without a default: a content built by hand
-whichever way it then travels. ``python -m tests.core.message_sites`` prints both, per type.
+whichever way it then travels. ``python -m tests.core.message_sites [checkout]`` prints
+both, per type.
 """
 
 from __future__ import annotations
@@ -328,4 +329,5 @@ def table(sites: list[Site], shaped: list[Site], built: list[Site]) -> str:
 
 
 if __name__ == "__main__":
-    sys.stdout.write(table(*scan()) + "\n")
+    # another checkout's product code may be scanned against these definitions: argv[1]
+    sys.stdout.write(table(*scan(Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT)) + "\n")
