@@ -33,7 +33,14 @@ from zpar.errors import (
 )
 from zpar.wire import Session, framememory
 from zpar.wire.curve import keys_of
-from zpar.wire.messages import AbortRequest, ClearRequest, MsgType, QueueRequest
+from zpar.wire.messages import (
+    AbortRequest,
+    ClearRequest,
+    ConnectionRequest,
+    ControllerStatusRequest,
+    MsgType,
+    QueueRequest,
+)
 from zpar.wire.transport import choose, direct_dir
 
 from . import clientcompat
@@ -178,7 +185,9 @@ class Client:
         self._io.start()
         self._closed = False
         try:
-            reply = self.sender.query(MsgType.CONNECTION_REQUEST, {}, timeout)
+            reply = self.sender.query(
+                MsgType.CONNECTION_REQUEST, ConnectionRequest().as_dict(), timeout
+            )
             c = choose(reply.content, reply.content.get("local"))
             self._io.iopub_addr = c.get("iopub")
             self._io.direct_dir = direct_dir(c["mux"])
@@ -193,7 +202,9 @@ class Client:
             if not self._io.subscribed.wait(timeout):
                 raise TimeoutError(f"no notification subscription from {c['notification']}")
             # Engines registered before our subscription was live: ask again, now race-free.
-            reply = self.sender.query(MsgType.CONNECTION_REQUEST, {}, timeout)
+            reply = self.sender.query(
+                MsgType.CONNECTION_REQUEST, ConnectionRequest().as_dict(), timeout
+            )
             self._io.apply_snapshot({int(k): v for k, v in reply.content["engines"].items()})
             self.task_scheme = reply.content.get("task_scheme", "")
         except BaseException:
@@ -343,7 +354,9 @@ class Client:
         refused, by process and reason: {"pid", "engines", "refused": {process: {reason:
         n}}, "total_refused", "dashboard": its link}} (docs/security.md names the processes
         and reasons)."""
-        content = self.sender.query(MsgType.CONTROLLER_STATUS_REQUEST, {}).content
+        content = self.sender.query(
+            MsgType.CONTROLLER_STATUS_REQUEST, ControllerStatusRequest().as_dict()
+        ).content
         keys = ("pid", "engines", "refused", "total_refused", "dashboard")
         return {k: content.get(k) for k in keys}
 

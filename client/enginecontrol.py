@@ -14,7 +14,7 @@ from typing import Any
 
 from zpar.constants import HUB_TIMEOUT
 from zpar.errors import TimeoutError
-from zpar.wire.messages import MsgType, ShutdownRequest, SignalRequest
+from zpar.wire.messages import MsgType, ShutdownHubRequest, ShutdownRequest, SignalRequest
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +127,9 @@ class EngineControl:
                 else:
                     self._wait_for_unregistration(old, timeout)
         if hub:
-            fut = self.sender.send("query", MsgType.SHUTDOWN_HUB_REQUEST, {}).future
+            fut = self.sender.send(
+                "query", MsgType.SHUTDOWN_HUB_REQUEST, ShutdownHubRequest().as_dict()
+            ).future
             if block:
                 fut.result(timeout)
 

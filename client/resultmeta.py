@@ -12,6 +12,7 @@ from typing import Any
 
 from zpar.errors import TimeoutError
 from zpar.util import as_datetime
+from zpar.wire.messages import ExecuteResult
 
 from .datapub import reply_data
 from .request import submitted_of
@@ -59,11 +60,8 @@ def fill_from_reply(md: dict[str, Any], reply: Any) -> None:
     md["status"] = md["status"] or reply.content.get("status")
     text = reply.content.get("execute_result")
     if text is not None and not md.get("execute_result"):
-        md["execute_result"] = {
-            "data": {"text/plain": text},
-            "metadata": {},
-            "execution_count": reply.content.get("execution_count"),
-        }
+        count = reply.content.get("execution_count")
+        md["execute_result"] = ExecuteResult(count, {"text/plain": text}).as_dict()
 
 
 def reply_metadata(reply: Any) -> Metadata:

@@ -29,7 +29,7 @@ from zpar.errors import (
 )
 from zpar.serialize import pack_apply
 from zpar.wire import Message, Session
-from zpar.wire.messages import MsgType, ReplyStatus, ResultRequest
+from zpar.wire.messages import ApplyRequest, MsgType, ReplyStatus, ResultRequest
 
 from .datapub import LiveData
 from .directcall import DirectCaller
@@ -40,6 +40,9 @@ from .window import WINDOWED_CHANNELS
 
 #: Requests remembered in Client.history: the work sent, which get_result(-1) refers to.
 HISTORY_TYPES = frozenset({MsgType.APPLY_REQUEST, MsgType.EXECUTE_REQUEST})
+#: the content of every apply_request (the call travels in its buffers), built once: it is
+#: only ever packed, never changed
+_APPLY = ApplyRequest().as_dict()
 
 
 def _same_host(
@@ -201,7 +204,7 @@ class RequestSender:
         return self.send(
             channel,
             MsgType.APPLY_REQUEST,
-            {},
+            _APPLY,
             buffers=buffers,
             metadata=metadata,
             engine_id=engine_id,
@@ -233,7 +236,7 @@ class RequestSender:
             metadata, buffers = _same_host(self.session.session, uuid, metadata, buffers)
         header, frames = self.session.serialize(
             msg_type,
-            content or {},
+            content or _APPLY,
             metadata=metadata,
             buffers=buffers,
             dest=uuid,

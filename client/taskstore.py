@@ -13,7 +13,15 @@ from typing import Any
 
 from zpar.errors import HubRefused, RemoteError
 from zpar.util import as_datetime, ensure_timezone
-from zpar.wire.messages import MsgType, QueueRequest, ResubmitRequest, ResultRequest
+from zpar.wire.messages import (
+    DbRequest,
+    HubHistoryRequest,
+    MsgType,
+    PurgeRequest,
+    QueueRequest,
+    ResubmitRequest,
+    ResultRequest,
+)
 
 from .asyncresult import AsyncHubResult, AsyncMapResult, AsyncResult
 from .hubresult import POLL_MAX, POLL_START, UNKNOWN_GRACE, HubResultFetcher
@@ -234,15 +242,11 @@ class HubRecords:
         'all') and every task of the engines ``targets``. Pending or unknown ids: error.
         Returns how many records the hub purged."""
         self._catch_up.wait()
-        content: dict[str, Any] = {"msg_ids": [], "engine_ids": []}
-        if jobs == "all":
-            content["msg_ids"] = "all"
-        elif jobs:
-            content["msg_ids"] = msg_ids_of(jobs)
-        if targets:
-            content["engine_ids"] = self.sender.resolve_targets(targets)
-        if not content["msg_ids"] and not content["engine_ids"]:
+        msg_ids: list | str = "all" if jobs == "all" else msg_ids_of(jobs) if jobs else []
+        engine_ids = self.sender.resolve_targets(targets) if targets else []
+        if not msg_ids and not engine_ids:
             raise ValueError("purge_results needs jobs (or 'all') or targets")
+        content = PurgeRequest(msg_ids, engine_ids).as_dict()
         return int(self.sender.query(MsgType.PURGE_REQUEST, content).content.get("purged", 0))
 
     def db_query(
@@ -254,10 +258,7 @@ class HubRecords:
         be given as datetimes (or seconds since the epoch) in the query, as ipyparallel's."""
         if isinstance(keys, str):
             keys = [keys]
-        content = {
-            "query": _query_times(query),
-            "keys": list(keys) if keys is not None else None,
-        }
+        content = DbRequest(_query_times(query), list(keys) if keys is not None else None).as_dict()
         self._catch_up.wait()
         records = self.sender.query(MsgType.DB_REQUEST, content).content["records"]
         return [_record_times(r) for r in records]
@@ -265,7 +266,8 @@ class HubRecords:
     def hub_history(self) -> list[str]:
         """Every msg_id the hub has a record of, in submission order."""
         self._catch_up.wait()
-        return list(self.sender.query(MsgType.HUB_HISTORY_REQUEST, {}).content["history"])
+        content = HubHistoryRequest().as_dict()
+        return list(self.sender.query(MsgType.HUB_HISTORY_REQUEST, content).content["history"])
 
     def store_status(self) -> dict[str, Any]:
         """The hub's task store: url, ok, error (when writes fail), saved, unsaved."""

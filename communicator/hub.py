@@ -33,7 +33,14 @@ from zpar.comm.rendezvous import (
 )
 from zpar.constants import RENDEZVOUS_TIMEOUT
 from zpar.wire import Message
-from zpar.wire.messages import MsgType
+from zpar.wire.messages import (
+    MsgType,
+    RendezvousAuthReply,
+    RendezvousCollReply,
+    RendezvousDoneReply,
+    RendezvousError,
+    RendezvousImpiReply,
+)
 
 log = logging.getLogger(__name__)
 
@@ -138,37 +145,26 @@ class RendezvousService:
                 send(
                     list(ins.peer),
                     MsgType.RENDEZVOUS_AUTH_REPLY,
-                    {
-                        "comm_id": comm_id,
-                        "which": ins.which,
-                        "challenge": ins.challenge,
-                        "status": "ok",
-                    },
+                    RendezvousAuthReply(comm_id, ins.which, ins.challenge).as_dict(),
                     parent,
                 )
             elif isinstance(ins, SizeReply):
                 send(
                     list(ins.peer),
                     MsgType.RENDEZVOUS_IMPI_REPLY,
-                    {"comm_id": comm_id, "size": ins.size, "status": "ok"},
+                    RendezvousImpiReply(comm_id, ins.size).as_dict(),
                 )
             elif isinstance(ins, CollReply):
                 send(
                     list(ins.peer),
                     MsgType.RENDEZVOUS_COLL_REPLY,
-                    {
-                        "comm_id": comm_id,
-                        "label": ins.label,
-                        "client_mask": ins.mask,
-                        "payloads": list(ins.payloads),
-                        "status": "ok",
-                    },
+                    RendezvousCollReply(comm_id, ins.label, ins.mask, list(ins.payloads)).as_dict(),
                 )
             elif isinstance(ins, DoneReply):
                 send(
                     list(ins.peer),
                     MsgType.RENDEZVOUS_DONE_REPLY,
-                    {"comm_id": comm_id, "status": "ok"},
+                    RendezvousDoneReply(comm_id).as_dict(),
                 )
             elif isinstance(ins, RefuseMember):
                 self._error(ins.peer, comm_id, ins.reason, [])
@@ -180,12 +176,7 @@ class RendezvousService:
                 if not ins.ok and failure is not None:
                     self.hub.notify(
                         MsgType.RENDEZVOUS_ERROR,
-                        {
-                            "comm_id": comm_id,
-                            "evalue": failure.reason,
-                            "missing": list(failure.missing),
-                            "status": "error",
-                        },
+                        RendezvousError(comm_id, failure.reason, list(failure.missing)).as_dict(),
                     )
 
     def _error(self, peer: Peer, comm_id: str, evalue: str, missing: list[int]) -> None:
@@ -193,7 +184,7 @@ class RendezvousService:
         self.hub.send_to(
             list(peer),
             MsgType.RENDEZVOUS_ERROR,
-            {"comm_id": comm_id, "evalue": evalue, "missing": missing, "status": "error"},
+            RendezvousError(comm_id, evalue, missing).as_dict(),
         )
 
     def _forget(self, comm_id: str) -> None:

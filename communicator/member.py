@@ -26,7 +26,16 @@ from zpar.constants import RENDEZVOUS_SUFFIX, RENDEZVOUS_TIMEOUT, SIGNAL_REPLAY_
 from zpar.errors import ZparError
 from zpar.wire import Session
 from zpar.wire.curve import secure
-from zpar.wire.messages import MsgType
+from zpar.wire.messages import (
+    Content,
+    MsgType,
+    RendezvousAuthRequest,
+    RendezvousCollRequest,
+    RendezvousDoneRequest,
+    RendezvousFini,
+    RendezvousImpiRequest,
+    RendezvousKey,
+)
 from zpar.wire.sockets import configure
 
 from .rendezvous import AUTH_HMAC, AUTH_METHODS, AUTH_NONE, hmac_proof
@@ -103,10 +112,7 @@ class RendezvousMember:
         self._lost: list[int] = []
         try:
             self._authenticate(AUTH_BY_NAME[auth])
-            self._send(
-                MsgType.RENDEZVOUS_IMPI_REQUEST,
-                {"rank": rank, "size": size, "engine_uuid": engine_uuid, "who": self.who},
-            )
+            self._send(RendezvousImpiRequest(comm_id, rank, size, engine_uuid, self.who))
             reply = self._wait(MsgType.RENDEZVOUS_IMPI_REPLY)
         except BaseException:
             self.socket.close(linger=0)
@@ -153,7 +159,7 @@ class RendezvousMember:
         if self._label is not None and label <= self._label:
             raise ValueError(f"labels must ascend: {label:#x} after {self._label:#x}")
         self._label = label
-        self._send(MsgType.RENDEZVOUS_COLL_REQUEST, {"label": label, "payload": bytes(payload)})
+        self._send(RendezvousCollRequest(self.comm_id, label, bytes(payload)))
         while True:
             reply = self._wait(MsgType.RENDEZVOUS_COLL_REPLY)
             if reply.get("label") == label:
@@ -162,7 +168,7 @@ class RendezvousMember:
 
     def done(self) -> None:
         """No more labels; returns once every member said DONE."""
-        self._send(MsgType.RENDEZVOUS_DONE_REQUEST, {})
+        self._send(RendezvousDoneRequest(self.comm_id))
         self._wait(MsgType.RENDEZVOUS_DONE_REPLY)
         log.info("rendezvous %s: rank %d done", self.comm_id, self.rank)
 
@@ -173,7 +179,7 @@ class RendezvousMember:
         self._finished = True
         if self._error is None:
             try:
-                self._send(MsgType.RENDEZVOUS_FINI, {})
+                self._send(RendezvousFini(self.comm_id))
             except zmq.ZMQError as e:
                 log.warning("rendezvous %s: FINI not sent: %s", self.comm_id, e)
         self.socket.close(linger=1000)
@@ -200,9 +206,7 @@ class RendezvousMember:
     # -- helpers ----------------------------------------------------------------------------------
 
     def _authenticate(self, method: Any) -> None:
-        self._send(
-            MsgType.RENDEZVOUS_AUTH_REQUEST, {"auth_mask": method.bit, "timeout": self.timeout}
-        )
+        self._send(RendezvousAuthRequest(self.comm_id, method.bit, self.timeout))
         reply = self._wait(MsgType.RENDEZVOUS_AUTH_REPLY)
         chosen = AUTH_METHODS.get(reply.get("which"))  # type: ignore[arg-type]
         if chosen is None or chosen is not method:
@@ -213,12 +217,12 @@ class RendezvousMember:
             challenge = reply.get("challenge")
             if not isinstance(challenge, bytes) or len(challenge) != chosen.challenge_size:
                 raise RendezvousFailed("the hub's challenge is malformed")
-            self._send(MsgType.RENDEZVOUS_KEY, {"proof": hmac_proof(self._key, challenge)})
+            self._send(RendezvousKey(self.comm_id, hmac_proof(self._key, challenge)))
 
-    def _send(self, msg_type: str, content: dict[str, Any]) -> None:
+    def _send(self, content: Content) -> None:
         if self._error is not None:
             raise self._error
-        self.session.send(self.socket, msg_type, {"comm_id": self.comm_id, **content})
+        self.session.send(self.socket, content.msg_type, content.as_dict())
 
     def _wait(self, msg_type: str) -> dict[str, Any]:
         while True:

@@ -328,11 +328,11 @@ class Dashboard:
         return row if row is not None else await self._store_task(msg_id)
 
     async def _store_task(self, msg_id: str) -> dict[str, Any] | None:
-        from zpar.wire.messages import MsgType
+        from zpar.wire.messages import DbRequest, MsgType
 
         if len(msg_id) > 200:
             return None
-        content = {"query": {"msg_id": msg_id}, "keys": None}
+        content = DbRequest({"msg_id": msg_id}, None).as_dict()
         try:
             reply = await self._ask(MsgType.DB_REQUEST, content)
         except ZparError as e:
@@ -354,11 +354,11 @@ class Dashboard:
     # -- actions (the cluster key checked by the route) -------------------------------------
 
     async def act(self, action: str, body: dict[str, Any]) -> dict[str, Any]:
-        from zpar.wire.messages import MsgType
+        from zpar.wire.messages import MsgType, ShutdownHubRequest
 
         if action == "shutdown":
             log.warning("dashboard: shutdown asked with the cluster key")
-            await self._ask(MsgType.SHUTDOWN_HUB_REQUEST, {})
+            await self._ask(MsgType.SHUTDOWN_HUB_REQUEST, ShutdownHubRequest().as_dict())
             return {"status": "ok", "done": "shutdown"}
         ids = body.get("msg_ids")
         if not isinstance(ids, list) or not ids or not all(isinstance(m, str) for m in ids):

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from zpar.constants import MAX_CAPTURED_OUTPUT
-from zpar.wire.messages import MsgType
+from zpar.wire.messages import MsgType, Stream
 
 #: (msg_type, content, parent header) -> None: the engine sends it on IOPub.
 Publish = Callable[[MsgType, dict[str, Any], dict[str, Any]], None]
@@ -131,7 +131,7 @@ class Capture:
         if publish is not None:
 
             def pub(name: str, text: str) -> None:
-                publish(MsgType.STREAM, {"name": name, "text": text}, self._parent)
+                publish(MsgType.STREAM, Stream.content(name, text), self._parent)
 
         self.stdout = CapturedStream("stdout", pub, limit=limit)
         self.stderr = CapturedStream("stderr", pub, limit=limit)

@@ -14,7 +14,7 @@ from typing import Any
 import cloudpickle
 
 from zpar.datapub import publish_data, set_publisher
-from zpar.wire.messages import MsgType
+from zpar.wire.messages import DataMessage, MsgType
 
 from .capture import Publish
 
@@ -46,5 +46,5 @@ class DataPublisher:
             self._data = {}
         self._data.update(data)
         if self._publish is not None:
-            content = {"keys": list(data), "data": cloudpickle.dumps(data, protocol=5)}
+            content = DataMessage(list(data), cloudpickle.dumps(data, protocol=5)).as_dict()
             self._publish(MsgType.DATA_MESSAGE, content, self._parent)

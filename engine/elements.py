@@ -27,12 +27,12 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from zpar.elements import ELEMENTS, ERRORS, FINAL, element_range, origin_of
+from zpar.elements import ELEMENTS, element_range, origin_of
 from zpar.errors import SerializationError, TaskAborted, error_content
 from zpar.mapchunk import _as_numpy_scalars, _bound, _numpy_scalar_types
 from zpar.serialize import serialize_object, unpack_apply
 from zpar.wire import Message
-from zpar.wire.messages import MsgType, ReplyStatus
+from zpar.wire.messages import ApplyReply, MsgType, ReplyStatus, StatusMessage
 
 from .kernel import USER_ERRORS, Kernel, KernelReply, format_traceback
 from .replies import ReplySender
@@ -47,8 +47,8 @@ BURST = 0.5
 #: values made into parts kept in the pending list before it is cut (between bursts)
 COMPACT_AT = 4096
 
-_BUSY = {"execution_state": "busy"}
-_IDLE = {"execution_state": "idle"}
+_BUSY = StatusMessage("busy").as_dict()
+_IDLE = StatusMessage("idle").as_dict()
 
 
 class ElementRun:
@@ -91,17 +91,15 @@ class ElementRun:
         first = self.base + t
         last = self.base + n
         self.taken = n
-        content: dict[str, Any] = {"status": ReplyStatus.OK, ELEMENTS: [first, last]}
         errors = {}
         if self.errors:
             for pos in list(self.errors):
                 if first <= pos < last:
                     errors[str(pos)] = self._error(self.errors.pop(pos))
         buffers = self._pickle(values, first, errors) if values else []
-        if errors:
-            content[ERRORS] = errors
-        if final:
-            content[FINAL] = True
+        content = ApplyReply.content(
+            ReplyStatus.OK, elements=[first, last], errors=errors, final=final
+        )
         now = time.time()
         self._hold(content, buffers, self.started or now, now, stdout, stderr)
         self.started = None
@@ -121,9 +119,9 @@ class ElementRun:
             traceback=[],
             engine_info=self._info(),
             zpar_error=True,
+            elements=[stop, end],
+            final=True,
         )
-        content[ELEMENTS] = [stop, end]
-        content[FINAL] = True
         self._hold(content, [], now, now, stdout, stderr)
 
     def _hold(
@@ -168,8 +166,10 @@ class ElementRun:
                 out.append(v)
             return serialize_object(out)
 
-    def _error(self, e: BaseException) -> dict[str, Any]:
-        return error_content(e, traceback=format_traceback(e), engine_info=self._info())
+    def _error(self, e: BaseException, **fields: Any) -> dict[str, Any]:
+        """The error content of element ``e`` came from (``fields``: ``elements``,
+        ``final`` when it answers elements itself)."""
+        return error_content(e, traceback=format_traceback(e), engine_info=self._info(), **fields)
 
     def _info(self) -> dict[str, Any]:
         k = self.kernel
@@ -197,9 +197,7 @@ class ElementRun:
             items = zip(*(s[lo:hi] for s in args[1:]), strict=False)
         except USER_ERRORS as e:  # the request as a whole cannot run: one error part
             now = time.time()
-            content = self._error(e)
-            content[ELEMENTS] = [lo, hi]
-            content[FINAL] = True
+            content = self._error(e, elements=[lo, hi], final=True)
             stdout, stderr = capture.stop()
             self._hold(content, [], now, now, stdout, stderr)
             self._end(publish)
@@ -225,8 +223,8 @@ class ElementRun:
     def _short(self, stop: int, end: int) -> None:
         self.take()
         now = time.time()
-        content = self._error(IndexError(f"the map's sequences end before element {stop}"))
-        content[ELEMENTS] = [stop, end]
+        error = IndexError(f"the map's sequences end before element {stop}")
+        content = self._error(error, elements=[stop, end])
         self._hold(content, [], now, now)
 
     def _loop(

@@ -15,6 +15,7 @@ about half a second); apply_request never loads it (engine/kernel.py).
 from __future__ import annotations
 
 import base64
+import dataclasses
 import logging
 import sys
 from collections.abc import Callable
@@ -27,7 +28,15 @@ from traitlets import Type
 from traitlets.config import Config
 
 from zpar.constants import MAX_DISPLAY_OUTPUT
-from zpar.wire.messages import MsgType
+from zpar.wire.messages import (
+    ClearOutput,
+    DisplayData,
+    ErrorMessage,
+    ExecuteInput,
+    ExecuteResult,
+    MsgType,
+    UpdateDisplayData,
+)
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +120,7 @@ class Outputs:
             if not self._truncated:
                 self._truncated = True
                 note = TRUNCATED_NOTE.format(limit=self.limit)
-                self.outputs.append({"data": {"text/plain": note}, "metadata": {}})
+                self.outputs.append(DisplayData({"text/plain": note}).as_dict())
             return False
         self._size += size
         return True
@@ -123,12 +132,11 @@ class Outputs:
         transient: dict[str, Any] | None = None,
         update: bool = False,
     ) -> None:
-        content: dict[str, Any] = {
-            "data": mime_bundle(data),
-            "metadata": clean(metadata or {}),
-        }
-        if transient:
-            content["transient"] = clean(transient)
+        shown = (mime_bundle(data), clean(metadata or {}), clean(transient) if transient else {})
+        if update:
+            content = UpdateDisplayData(*shown).as_dict()
+        else:
+            content = DisplayData(*shown).as_dict()
         if not update and self._keep(content["data"]):
             self.outputs.append(content)
         self.send(MsgType.UPDATE_DISPLAY_DATA if update else MsgType.DISPLAY_DATA, content)
@@ -138,30 +146,31 @@ class Outputs:
         self.send(MsgType.EXECUTE_RESULT, content)
 
     def clear(self, wait: bool) -> None:
-        self.send(MsgType.CLEAR_OUTPUT, {"wait": bool(wait)})
+        self.send(MsgType.CLEAR_OUTPUT, ClearOutput(bool(wait)).as_dict())
 
 
 class EngineDisplayHook(DisplayHook):
     """The value of a cell's last expression becomes an ``execute_result``, not a print."""
 
-    _content: dict[str, Any] | None = None
+    _content: ExecuteResult | None = None
 
     def start_displayhook(self) -> None:
-        self._content = {"execution_count": self.prompt_count, "data": {}, "metadata": {}}
+        self._content = ExecuteResult(self.prompt_count, {})
 
     def write_output_prompt(self) -> None:
         if self._content is not None:
-            self._content["execution_count"] = self.prompt_count
+            self._content = dataclasses.replace(self._content, execution_count=self.prompt_count)
 
     def write_format_data(self, format_dict: dict, md_dict: dict | None = None) -> None:
         if self._content is not None:
-            self._content["data"] = mime_bundle(format_dict)
-            self._content["metadata"] = clean(md_dict or {})
+            self._content = dataclasses.replace(
+                self._content, data=mime_bundle(format_dict), metadata=clean(md_dict or {})
+            )
 
     def finish_displayhook(self) -> None:
         content, self._content = self._content, None
-        if content and content["data"]:
-            self.shell.outputs.result(content)
+        if content and content.data:
+            self.shell.outputs.result(content.as_dict())
 
 
 class EngineDisplayPublisher(DisplayPublisher):
@@ -229,16 +238,14 @@ class EngineShell(InteractiveShell):
         lines = [s if s.endswith("\n") else s + "\n" for s in lines]
         name = getattr(etype, "__name__", str(etype))
         self.last_error = (name, str(evalue), lines)
-        self.outputs.send(MsgType.ERROR, {"ename": name, "evalue": str(evalue), "traceback": lines})
+        self.outputs.send(MsgType.ERROR, ErrorMessage(name, str(evalue), lines).as_dict())
 
     def run(self, code: str, silent: bool, outputs: Outputs) -> tuple[int, BaseException | None]:
         """Run a cell as ipykernel's do_execute does; returns (execution_count, error)."""
         self.outputs = outputs
         self.last_error = None
         if not silent:
-            outputs.send(
-                MsgType.EXECUTE_INPUT, {"code": code, "execution_count": self.execution_count}
-            )
+            outputs.send(MsgType.EXECUTE_INPUT, ExecuteInput(code, self.execution_count).as_dict())
         result = self.run_cell(code, store_history=not silent, silent=silent)
         error = result.error_before_exec or result.error_in_exec
         return self.execution_count - 1, error

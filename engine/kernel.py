@@ -29,6 +29,7 @@ from zpar.wire.messages import (
     MsgType,
     ReplyStatus,
     ShutdownReply,
+    StatusMessage,
     abort_ids,
 )
 from zpar.wire.msgtypes import reply_type_of
@@ -49,8 +50,8 @@ USER_ERRORS = (Exception, SystemExit, KeyboardInterrupt)
 #: Leading traceback frames from these files are the kernel's, not the user's: dropped.
 _OWN_FILES = frozenset({__file__, namespace.__file__, zpar.serialize.__file__})
 
-_BUSY = {"execution_state": "busy"}
-_IDLE = {"execution_state": "idle"}
+_BUSY = StatusMessage("busy").as_dict()
+_IDLE = StatusMessage("idle").as_dict()
 _APPLY_OK = ApplyReply(ReplyStatus.OK).as_dict()
 
 #: the ok reply of each control request the kernel answers itself

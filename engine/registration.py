@@ -17,7 +17,13 @@ from zpar.constants import BAD_KEY, HUB_TIMEOUT
 from zpar.errors import RegistrationRefused, TimeoutError, WrongKey
 from zpar.wire import Session
 from zpar.wire.curve import secure
-from zpar.wire.messages import MsgType, RegistrationReply, RegistrationRequest, ReplyStatus
+from zpar.wire.messages import (
+    ConnectionRequest,
+    MsgType,
+    RegistrationReply,
+    RegistrationRequest,
+    ReplyStatus,
+)
 from zpar.wire.sockets import configure, recv_monitor_event
 
 log = logging.getLogger(__name__)
@@ -87,7 +93,7 @@ def still_registered(
     sock = secure(configure(context.socket(zmq.DEALER)), curve)
     try:
         sock.connect(address)
-        header = session.send(sock, MsgType.CONNECTION_REQUEST, {})
+        header = session.send(sock, MsgType.CONNECTION_REQUEST, ConnectionRequest().as_dict())
         deadline = time.monotonic() + timeout
         while True:
             remaining = deadline - time.monotonic()

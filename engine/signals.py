@@ -26,7 +26,6 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 import msgpack
 import zmq
@@ -39,7 +38,7 @@ from zpar.constants import (
 )
 from zpar.elements import TAILS
 from zpar.wire import Session, send_frames
-from zpar.wire.messages import MsgType, ReplyStatus
+from zpar.wire.messages import MsgType, ReplyStatus, RevokeReply
 from zpar.wire.refusals import RefusalReporter
 from zpar.wire.sockets import configure
 
@@ -150,14 +149,14 @@ class SignalListener:
             )
             return
         revoked = self.gate.revoke(msg_ids)
-        content: dict[str, Any] = {"status": ReplyStatus.OK, "revoked": revoked}
         tails = msg.content.get(TAILS)
+        given_back: dict[str, list[int]] = {}
         if isinstance(tails, dict) and tails:  # a running map request's unstarted elements
-            content[TAILS] = self.gate.give_back(tails)
+            given_back = self.gate.give_back(tails)
         log.debug("engine %d: revoked %d of %d task(s)", self.engine_id, len(revoked), len(msg_ids))
         _, out = self.session.serialize(
             MsgType.REVOKE_REPLY,
-            content,
+            RevokeReply(ReplyStatus.OK, revoked, tails=given_back).as_dict(),
             parent=msg.header,
             packb=self._packb,
         )

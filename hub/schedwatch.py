@@ -22,7 +22,7 @@ from typing import Any
 
 import zmq
 
-from zpar.wire.messages import MsgType
+from zpar.wire.messages import MsgType, SchedulerRestarted
 
 from .schedproc import ControllerConfig, SchedulerLaunch, launch_scheduler
 
@@ -160,4 +160,6 @@ class SchedulerWatch:
             self.launch.process.pid,
             len(hub.engines),
         )
-        hub.session.send(hub.notification, MsgType.SCHEDULER_RESTARTED, {"reason": self.reason})
+        hub.session.send(
+            hub.notification, MsgType.SCHEDULER_RESTARTED, SchedulerRestarted(self.reason).as_dict()
+        )

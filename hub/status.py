@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from zpar.constants import REFUSAL_PROCESSES_KEPT, SIGNAL_SUFFIX
 from zpar.wire import Message
-from zpar.wire.messages import ReplyStatus
+from zpar.wire.messages import ControllerStatusReply, ReplyStatus
 from zpar.wire.refusals import checked_counts
 
 log = logging.getLogger(__name__)
@@ -100,15 +100,15 @@ def engine_stats(hub: StatusState, msg: Message) -> None:
 
 def controller_status(hub: StatusState, msg: Message) -> dict[str, Any]:
     refused = hub.refusals.snapshot()
-    return {
-        "status": ReplyStatus.OK,
-        "pid": os.getpid(),
-        "engines": sorted(hub.engines),
-        "refused": refused,
-        "total_refused": sum(sum(c.values()) for c in refused.values()),
+    return ControllerStatusReply(
+        ReplyStatus.OK,
+        pid=os.getpid(),
+        engines=sorted(hub.engines),
+        refused=refused,
+        total_refused=sum(sum(c.values()) for c in refused.values()),
         # the dashboard's link, token included (the asker holds the cluster key already)
-        "dashboard": getattr(hub, "dashboard_link", ""),
-    }
+        dashboard=getattr(hub, "dashboard_link", ""),
+    ).as_dict()
 
 
 def add_refusal_parts(book: RefusalBook, relays: Mapping[str, Any], zap: Any) -> None:

@@ -135,7 +135,7 @@ class Gates:
     def outcomes(content: dict[str, Any]) -> dict[str, Outcome] | None:
         """A client's task_outcomes: {msg_id: outcome}, None if malformed (logged)."""
         try:
-            return parse_outcomes({"outcomes": content.get("outcomes")})
+            return parse_outcomes(content)
         except ValueError as e:
             log.warning("malformed task_outcomes dropped: %s", e)
             return None

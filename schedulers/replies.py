@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from zpar.elements import ELEMENTS, FINAL
 from zpar.errors import ZparError, error_content
 from zpar.wire import Message, Session
 from zpar.wire.messages import REPLY_TYPE, MsgType, ReplyStatus
@@ -35,10 +34,10 @@ def error_reply(
         traceback=[],
         engine_info={"engine_id": engine_id, "engine_uuid": uuid, "method": msg_type},
         zpar_error=True,
+        # the positions of an element request it answers, all of them
+        elements=list(elements) if elements is not None else None,
+        final=elements is not None,
     )
-    if elements is not None:  # the positions of an element request it answers, all of them
-        content[ELEMENTS] = list(elements)
-        content[FINAL] = True
     metadata = {
         "engine_id": engine_id,
         "engine_uuid": uuid,

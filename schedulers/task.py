@@ -39,7 +39,14 @@ from zpar.errors import RemoteProtocolError
 from zpar.memory import Trimmer
 from zpar.wire import Message, Session, buffers_size, recv_message, send_frames, split_messages
 from zpar.wire.curve import secure
-from zpar.wire.messages import TASK_REQUESTS, MsgType, ReplyStatus
+from zpar.wire.messages import (
+    TASK_REQUESTS,
+    AbortReply,
+    MsgType,
+    ReplyStatus,
+    RevokeRequest,
+    SchedulerReady,
+)
 from zpar.wire.monitor import TaskDest, TaskOut
 from zpar.wire.sockets import bind_port, configure
 
@@ -194,14 +201,14 @@ class TaskScheduler:
         """Tell the hub where we listen (signed: the hub trusts nothing unsigned it acts on)."""
         _, frames = self.session.serialize(
             MsgType.SCHEDULER_READY,
-            {
-                "client": self.client_addr,
-                "engine": self.engine_addr,
-                "events": self.events_addr,
-                "scheme": self.scheme_name,
-                "local_client": self.local_client,
-                "local_engine": self.local_engine,
-            },
+            SchedulerReady(
+                client=self.client_addr,
+                engine=self.engine_addr,
+                events=self.events_addr,
+                scheme=self.scheme_name,
+                local_client=self.local_client,
+                local_engine=self.local_engine,
+            ).as_dict(),
         )
         self.hub.scheduler_ready(frames)
 
@@ -492,7 +499,7 @@ class TaskScheduler:
         self._flush_replies(client)  # its replies in the order the book gave them
         _, frames = self.session.serialize(
             MsgType.ABORT_REPLY,
-            {"status": ReplyStatus.OK, "aborted": instruction.aborted},
+            AbortReply(ReplyStatus.OK, aborted=instruction.aborted).as_dict(),
             parent=instruction.parent,
         )
         self.link.send(client, frames)
@@ -566,14 +573,11 @@ class TaskScheduler:
     def _send_revoke(
         self, engine: EngineSlot, msg_ids: list[str], tails: dict[str, int] | None = None
     ) -> None:
-        content: dict[str, Any] = {"msg_ids": msg_ids}
-        if tails:
-            content[TAILS] = tails
         try:
             self.session.send(
                 self.engine,
                 MsgType.REVOKE_REQUEST,
-                content,
+                RevokeRequest(msg_ids, tails=tails or {}).as_dict(),
                 idents=[engine.uuid + REVOKE_SUFFIX],
             )
         except zmq.ZMQError as e:

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from zpar.client.partition import partition
-from zpar.wire.messages import MsgType
+from zpar.wire.messages import MsgType, TypedRequest
 
 from .codec import pack_columns, type_frames
 from .invoke import MAX_CALLS_WITHOUT_INPUTS
@@ -302,12 +302,7 @@ class TypedCalls:
         for eid, a, b in plan:
             call_id = next_call_id()
             counts, frames = type_frames(request_arrays(sig, cols, a, b))
-            content = {
-                "call_id": call_id,
-                "function_id": sig.function_id,
-                "call_count": b - a,
-                "counts": counts,
-            }
+            content = TypedRequest.content(call_id, sig.function_id, b - a, counts)
             here = None
             if block and eid is not None and len(plan) == 1 and not view.track:
                 here = client.sender.call_here(eid, frames, md, MsgType.TYPED_REQUEST, content)

@@ -14,7 +14,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from zpar.wire.messages import ReplyStatus
+from zpar.wire.messages import ReplyStatus, TypedReply
 
 from .codec import CodecError, type_arrays, type_frames
 from .invoke import BadRequest, CallFailed, run_calls
@@ -67,7 +67,7 @@ def serve(
         )
         return _error(head, type(e.cause).__name__, str(e.cause), engine_info, e.cause, e.index), []
     counts, frames = type_frames(out)
-    return {"status": ReplyStatus.OK, **head, "counts": counts}, frames
+    return TypedReply.content(ReplyStatus.OK, **head, counts=counts), frames
 
 
 def _error(
@@ -79,16 +79,16 @@ def _error(
     index: int = -1,
 ) -> dict[str, Any]:
     tb = traceback.format_exception(type(cause), cause, cause.__traceback__) if cause else []
-    return {
-        "status": ReplyStatus.ERROR,
+    return TypedReply(
+        ReplyStatus.ERROR,
         **{k: v if isinstance(v, int) else 0 for k, v in head.items()},
-        "counts": [],
-        "ename": ename,
-        "evalue": evalue,
-        "traceback": tb,
-        "engine_info": engine_info or {},
-        "call_index": index,
-    }
+        counts=[],
+        ename=ename,
+        evalue=evalue,
+        traceback=tb,
+        engine_info=engine_info or {},
+        call_index=index,
+    ).as_dict()
 
 
 def make_handler(kernel: Any) -> Callable[[Any], tuple[dict[str, Any], list[Any]]]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import builtins
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 
@@ -394,6 +394,19 @@ def remote_error(
     return flavour(cls.__name__, evalue, "", dict(engine_info or {}))
 
 
+#: ErrorContent.content and ReplyStatus.ERROR, imported on first use (the wire imports
+#: this module)
+_error_content_of: tuple[Callable[..., dict[str, Any]], str] | None = None
+
+
+def _error_content_builder() -> tuple[Callable[..., dict[str, Any]], str]:
+    global _error_content_of
+    from zpar.wire.messages import ErrorContent, ReplyStatus
+
+    _error_content_of = ErrorContent.content, ReplyStatus.ERROR
+    return _error_content_of
+
+
 def error_content(
     error: BaseException | type[BaseException],
     evalue: str | None = None,
@@ -411,25 +424,23 @@ def error_content(
     ``traceback`` and ``engine_info`` are added when given (execution replies carry them,
     the hub's query replies do not); ``zpar_error`` marks an error zpar itself decided
     (the client rebuilds it as its class, the task scheduler does not retry it);
-    ``fields``: the reply's own extra keys (``unknown``, ``execution_count``…).
+    ``fields``: the other fields of zpar.wire.messages.ErrorContent (``unknown``,
+    ``execution_count``, ``elements``…); a name it does not define is a TypeError.
     ``status`` defaults to ReplyStatus.ERROR (imported here: the wire imports this module).
     """
-    if status is None:
-        from zpar.wire.messages import ReplyStatus
-
-        status = ReplyStatus.ERROR
+    build, error_status = _error_content_of or _error_content_builder()
     cls = error if isinstance(error, type) else type(error)
     if evalue is None:
         evalue = "" if isinstance(error, type) else str(error)
-    content: dict[str, Any] = {"status": status, "ename": cls.__name__, "evalue": evalue}
-    if traceback is not None:
-        content["traceback"] = traceback
-    if engine_info is not None:
-        content["engine_info"] = engine_info
-    if zpar_error:
-        content["zpar_error"] = True
-    content.update(fields)
-    return content
+    return build(
+        error_status if status is None else status,
+        cls.__name__,
+        evalue,
+        traceback,
+        engine_info,
+        zpar_error,
+        **fields,
+    )
 
 
 class InProcessUnsupported(ZparError, NotImplementedError):

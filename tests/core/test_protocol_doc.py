@@ -25,6 +25,16 @@ def test_every_content_field_is_documented(msg_type):
         assert f"`{f.name}`" in text, f"field {f.name} of {msg_type} missing from {DOC}"
 
 
+def test_every_error_content_field_is_documented():
+    import dataclasses
+
+    from zpar.wire.messages import ErrorContent
+
+    section = DOC.read_text().split("### Error content", 1)[1].split("\n## ", 1)[0]
+    for f in dataclasses.fields(ErrorContent):
+        assert f"`{f.name}`" in section, f"error field {f.name} missing from {DOC}"
+
+
 FRAME_LIST = '[ident, ..., b"<ZPAR|MSG>", signature, envelope, buffer, ...]'
 
 

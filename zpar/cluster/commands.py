@@ -290,7 +290,7 @@ def cluster_status(args: argparse.Namespace, argv: list[str]) -> int:
     import json
 
     from zpar.cluster.launchers.hubquery import HubLine
-    from zpar.wire.messages import MsgType
+    from zpar.wire.messages import ControllerStatusRequest, MsgType
 
     cid = args.cluster_id or DEFAULT_CLUSTER_ID
     client_file = url_dir(args.profile, cid) / "zpar-client.json"
@@ -299,7 +299,7 @@ def cluster_status(args: argparse.Namespace, argv: list[str]) -> int:
         return RET_NOT_FOUND
     line = HubLine(client_file)
     try:
-        st = line.request(MsgType.CONTROLLER_STATUS_REQUEST, {})
+        st = line.request(MsgType.CONTROLLER_STATUS_REQUEST, ControllerStatusRequest().as_dict())
     except Exception as e:
         say(f"cluster {cid!r}: the controller did not answer: {e}")
         return RET_ERROR

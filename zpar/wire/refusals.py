@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from zpar.constants import REFUSAL_REPORT_INTERVAL
+from zpar.wire.messages import RefusedReport
 
 #: Longest reason token kept from a report (a reason is a short stable word).
 MAX_REASON = 64
@@ -68,4 +69,4 @@ class RefusalReporter:
             return None
         self._sent = counts
         self._last = now
-        return {"refused": counts}
+        return RefusedReport(counts).as_dict()

@@ -18,7 +18,7 @@ from zpar.constants import BAD_KEY
 from zpar.errors import TimeoutError, WrongKey, ZparError
 from zpar.wire import Session
 from zpar.wire.curve import secure
-from zpar.wire.messages import MsgType, ReplyStatus
+from zpar.wire.messages import EngineExitedRequest, EngineInfoRequest, MsgType, ReplyStatus
 from zpar.wire.sockets import configure
 
 log = logging.getLogger(__name__)
@@ -67,11 +67,13 @@ class HubLine:
         return msg.content
 
     def engine_exited(self, hostname: str, pid: int, exit_code: int | None) -> list[int]:
-        content = {"hostname": hostname, "pid": pid, "exit_code": exit_code}
+        content = EngineExitedRequest(hostname, pid, exit_code).as_dict()
         return list(self.request(MsgType.ENGINE_EXITED_REQUEST, content).get("ids", []))
 
     def engine_info(self) -> dict[int, dict[str, Any]]:
-        engines = self.request(MsgType.ENGINE_INFO_REQUEST, {}).get("engines", {})
+        engines = self.request(MsgType.ENGINE_INFO_REQUEST, EngineInfoRequest().as_dict()).get(
+            "engines", {}
+        )
         return {int(k): v for k, v in engines.items()}
 
     def close(self) -> None:

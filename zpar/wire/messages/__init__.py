@@ -1,11 +1,15 @@
 """Every message type of the zpar protocol and its content fields, defined once.
 
 The dataclasses are what the hub, the engines and the views build and read
-(``Content.as_dict()`` is the map that travels); docs/protocol.md describes the same list.
+(``Content.as_dict()`` is the map that travels; ``Cls.content(...)`` builds the same map
+without an instance, for the hot paths); docs/protocol.md describes the same list. Every
+process builds what it sends from them (tests/core/test_messages_built_from_definitions.py
+fails on a content built by hand; ``python -m tests.core.message_sites`` lists the sites).
 They live by family, and everything is imported from here (``from zpar.wire.messages import X``):
 
 - enums: MsgType (every message type's name) and ReplyStatus
-- base: Content (field checks, ``as_dict``) and ``optional`` fields
+- base: Content (field checks, ``as_dict``), ``optional`` fields, and ErrorContent (the
+  content of any reply with status error or aborted)
 - hub: registration, connection, notifications, controller status, client queries,
   scheduler <-> hub, launchers
 - execution: apply / execute, SchedulingFlags, IOPub, typed batched calls
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 from zpar.wire.messages.base import (
     Content,
+    ErrorContent,
     optional,
 )
 from zpar.wire.messages.control import (
@@ -93,7 +98,6 @@ from zpar.wire.messages.hub import (
     ShutdownHubRequest,
     StopDaskReply,
     StopDaskRequest,
-    TaskDestination,
     UnregistrationNotification,
 )
 from zpar.wire.messages.rendezvous import (
@@ -177,6 +181,7 @@ __all__ = [
     "ConnectionReply",
     "ConnectionRequest",
     "Content",
+    "ErrorContent",
     "ControllerStatusReply",
     "ControllerStatusRequest",
     "DbReply",
@@ -256,7 +261,6 @@ __all__ = [
     "TASK_OUT",
     "TASK_REQUESTS",
     "TASK_RETRY",
-    "TaskDestination",
     "TaskOutcomes",
     "TypedReply",
     "TypedRequest",

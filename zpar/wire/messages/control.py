@@ -69,8 +69,11 @@ def abort_ids(content: dict) -> list[str] | None:
 
 @dataclass(frozen=True, slots=True)
 class AbortReply(Content):
+    """``aborted``: the msg_ids the task scheduler removed (its reply alone carries it)."""
+
     msg_type = MsgType.ABORT_REPLY
     status: str
+    aborted: list | None = optional(None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +97,7 @@ class RevokeRequest(Content):
 
     msg_type = MsgType.REVOKE_REQUEST
     msg_ids: list
+    tails: dict = optional({})  # {part id: elements to keep} of running element requests
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,3 +107,4 @@ class RevokeReply(Content):
     msg_type = MsgType.REVOKE_REPLY
     status: str
     revoked: list = field(default_factory=list)
+    tails: dict = optional({})  # {part id: [a, b]}: the elements given back

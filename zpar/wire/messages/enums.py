@@ -42,7 +42,6 @@ class MsgType(StrEnum):
     SIGNAL_REPLY = "signal_reply"
     # scheduler <-> hub
     SCHEDULER_READY = "scheduler_ready"
-    TASK_DESTINATION = "task_destination"
     ENGINE_EVENT = "engine_event"
     # client -> task scheduler: direct tasks a load-balanced task waits on have finished
     TASK_OUTCOMES = "task_outcomes"

@@ -71,6 +71,11 @@ class ApplyReply(Content):
     evalue: str = optional("")
     traceback: list = optional([])
     engine_info: dict = optional({})
+    # a part of an element request's answer (zpar.elements): the positions [a, b) whose
+    # values it carries, the errors of those that raised by position, the placement's last
+    elements: list | None = optional(None)
+    errors: dict = optional({})
+    final: bool = optional(False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,8 +211,8 @@ class TypedReply(Content):
     function_id: int = 0
     call_count: int = 0
     counts: list = field(default_factory=list)
-    ename: str = ""
+    ename: str = optional("")
     evalue: str = optional("")
-    traceback: list = field(default_factory=list)
-    engine_info: dict = field(default_factory=dict)
-    call_index: int = -1
+    traceback: list = optional([])
+    engine_info: dict = optional({})
+    call_index: int = optional(-1)

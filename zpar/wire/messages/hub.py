@@ -121,6 +121,7 @@ class ControllerStatusReply(Content):
     engines: list = field(default_factory=list)
     refused: dict = field(default_factory=dict)
     total_refused: int = 0
+    dashboard: str = ""  # the dashboard's link with its token ("" without one)
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,13 +273,6 @@ class SchedulerReady(Content):
     scheme: str = ""
     local_client: str = ""
     local_engine: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class TaskDestination(Content):
-    msg_type = MsgType.TASK_DESTINATION
-    msg_id: str
-    engine_uuid: str
 
 
 @dataclass(frozen=True, slots=True)
