@@ -41,20 +41,21 @@ class OutputsMixin:
         self.wait()  # type: ignore[attr-defined]
         mds = self._metadatas()  # type: ignore[attr-defined]
         ip = _ipython()
+        printer = StreamPrinter(file)
         if getattr(self, "_single", False) and len(mds) == 1:
-            _show_single(mds[0], file, result_only, ip)
+            _show_single(mds[0], printer, result_only, ip)
             return
         if groupby == "engine":
             mds = sorted(mds, key=lambda md: (md.get("engine_id") is None, md.get("engine_id")))
             for md in mds:
-                _show_stream(md, "stdout", file, result_only)
-                _show_stream(md, "stderr", file, result_only)
+                _show_stream(md, "stdout", printer, result_only)
+                _show_stream(md, "stderr", printer, result_only)
                 if ip is not None:
                     _show_rich(md, result_only, with_result=True)
             return
         for stream in ("stdout", "stderr"):
             for md in mds:
-                _show_stream(md, stream, file, result_only)
+                _show_stream(md, stream, printer, result_only)
         if ip is None:  # display outputs mean nothing outside IPython (ipyparallel)
             return
         if groupby == "order" and not result_only:
@@ -89,7 +90,7 @@ class OutputsMixin:
         """Show engines' stdout/stderr for these calls as it is printed.
 
         callback(engine_id, stream_name, text) runs in the client's I/O thread; the default
-        prints ``[stdout:N] text``. Stops by itself when the calls are done. Returns an
+        prints the text under ``[stdout:N]`` headers, as ``display_outputs``. Stops by itself when the calls are done. Returns an
         OutputStream: its ``finish(timeout)`` waits for the engines' last output and shows
         what the stream missed (the reply holds all of it).
         """
@@ -149,24 +150,55 @@ class OutputsMixin:
         )
 
 
+class StreamPrinter:
+    """Prints engines' stdout/stderr as ipyparallel's ``_display_stream`` does: a
+    ``[stdout:N]`` header on a line of its own, then the text as the engine printed it; the
+    header left out while the same engine's same stream goes on; a newline put in before a
+    header when the text before it did not end one (so no blank lines, and no line glued to
+    a header). One printer per display or stream, whose headers it remembers."""
+
+    __slots__ = ("file", "last_prefix", "trailing_newline")
+
+    def __init__(self, file: Any = None) -> None:
+        #: where both streams go (None: sys.stdout and sys.stderr)
+        self.file = file
+        self.last_prefix = ""
+        self.trailing_newline = True
+
+    def show(self, text: str, stream: str = "stdout", prefix: str = "") -> None:
+        """Print ``text`` of ``stream`` under ``prefix`` (``'[stdout:0] '``, or '': none)."""
+        if not text:
+            return
+        dest = self.file or (sys.stderr if stream == "stderr" else sys.stdout)
+        if prefix:
+            if prefix == self.last_prefix:
+                prefix = ""  # same engine, same stream: no header again
+            else:
+                self.last_prefix = prefix
+        pre = "\n" if prefix and not self.trailing_newline else ""
+        sep = "\n" if prefix else ""
+        self.trailing_newline = text.endswith("\n")
+        print(f"{pre}{prefix}{sep}{text}", end="", file=dest)
+
+    def engine_stream(self, eid: int | None, stream: str, text: str) -> None:
+        """Engine ``eid``'s ``text`` of ``stream``, under its ``[stream:eid]`` header."""
+        self.show(text, stream, f"[{stream}:{'?' if eid is None else eid}] ")
+
+
 def _show_stream(
-    md: dict[str, Any], stream: str, file: Any, result_only: bool, prefix: bool = True
+    md: dict[str, Any], stream: str, printer: StreamPrinter, result_only: bool
 ) -> None:
-    """One call's captured stream under its ``[stdout:N]`` header (``prefix``)."""
-    text = md.get(stream)
-    if text and not result_only:
-        dest = file or (sys.stdout if stream == "stdout" else sys.stderr)
-        head = f"[{stream}:{md.get('engine_id')}] " if prefix else ""
-        print(f"{head}{text}", end="", file=dest)
-        if not text.endswith("\n"):
-            print(file=dest)
+    """One call's captured stream under its ``[stdout:N]`` header."""
+    if not result_only:
+        printer.engine_stream(md.get("engine_id"), stream, md.get(stream) or "")
 
 
-def _show_single(md: dict[str, Any], file: Any, result_only: bool, ip: Any) -> None:
+def _show_single(md: dict[str, Any], printer: StreamPrinter, result_only: bool, ip: Any) -> None:
     """One call's result (rc[i], a load-balanced apply): its streams as they are, no
     [stdout:N] / [output:N] headers (ipyparallel's _display_single_result)."""
-    _show_stream(md, "stdout", file, result_only, prefix=False)
-    _show_stream(md, "stderr", file, result_only, prefix=False)
+    if not result_only:
+        printer.show(md.get("stdout") or "", "stdout")
+        printer.show(md.get("stderr") or "", "stderr")
     if ip is not None:
         for content in [] if result_only else md.get("outputs") or []:
             _republish(content, md.get("engine_id"))
@@ -220,12 +252,6 @@ def _show_result(md: dict[str, Any]) -> None:
     display(ExecuteReply(md.get("msg_id") or "", result, md))
 
 
-def _print_stream(eid: int | None, name: str, text: str) -> None:
-    out = sys.stderr if name == "stderr" else sys.stdout
-    label = "?" if eid is None else eid
-    print(f"[{name}:{label}] {text}", end="" if text.endswith("\n") else "\n", file=out)
-
-
 class OutputStream:
     """The engines' output of one AsyncResult, shown as it arrives on IOPub."""
 
@@ -234,7 +260,7 @@ class OutputStream:
     ) -> None:
         self.ar = ar
         self.io = io
-        self.show = callback or _print_stream
+        self.show = callback or StreamPrinter().engine_stream
         self.shown: dict[tuple[str, str], str] = {}
         self.idle: set[str] = set()
         #: display outputs shown per msg_id (the rest is shown by finish)

@@ -185,11 +185,40 @@ def test_display_outputs_and_html_repr(capsys):
     ar = AsyncResult(
         None, ["a", "b"], [done(timed(1, 1, 0, 1, "one\n")), done(timed(2, 0, 0, 1, "zero\n"))]
     )
+    # ipyparallel 9: each engine's header on a line of its own, then its output
     ar.display_outputs(groupby="engine")
-    assert capsys.readouterr().out == "[stdout:0] zero\n[stdout:1] one\n"
+    assert capsys.readouterr().out == "[stdout:0] \nzero\n[stdout:1] \none\n"
     ar.display_outputs()  # ipyparallel's default: by type, in submission order
-    assert capsys.readouterr().out == "[stdout:1] one\n[stdout:0] zero\n"
+    assert capsys.readouterr().out == "[stdout:1] \none\n[stdout:0] \nzero\n"
     assert "finished" in ar._repr_html_() and "engines [0, 1]" in ar._repr_html_()
+
+
+def test_stream_printer_prints_as_ipyparallels_display_stream(capsys):
+    """ipyparallel's AsyncResult._display_stream: the header alone on its line, left out
+    while the same engine's same stream goes on, a newline put in before a header that
+    follows text without one, never a blank line, nothing added at the end."""
+    from zpar.client.outputs import StreamPrinter
+
+    p = StreamPrinter()
+    p.engine_stream(0, "stdout", "a\n")
+    p.engine_stream(0, "stdout", "b")  # the same engine's stream goes on: no header
+    p.engine_stream(1, "stdout", "c\n")
+    p.engine_stream(1, "stderr", "e\n")
+    p.engine_stream(1, "stdout", "")  # nothing printed, nothing remembered
+    p.engine_stream(1, "stdout", "d")
+    out, err = capsys.readouterr()
+    assert out == "[stdout:0] \na\nb\n[stdout:1] \nc\n[stdout:1] \nd"
+    assert err == "[stderr:1] \ne\n"
+    p = StreamPrinter()
+    p.show("single\n")  # a single result: no header at all
+    p.show("more")
+    assert capsys.readouterr().out == "single\nmore"
+
+
+def test_a_single_result_shows_its_output_without_headers(capsys):
+    ar = AsyncResult(None, ["a"], [done(timed(1, 1, 0, 1, "one"))], single=True)
+    ar.display_outputs()
+    assert capsys.readouterr().out == "one"  # as printed: ipyparallel adds no newline
 
 
 def test_wait_interactive_shows_progress(capsys):

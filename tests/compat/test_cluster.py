@@ -9,6 +9,7 @@ import time
 import pytest
 
 import zpar as ipp
+from tests.clusters import under_headers
 
 pytestmark = pytest.mark.cluster
 
@@ -72,12 +73,12 @@ def test_magics_for_a_plain_client_in_ipython(zpar_dir, capsys):
             try:
                 shell.run_cell_magic("px", "", "print('plain', 1 + 1)")
                 out = capsys.readouterr().out
-                assert "[stdout:0] plain 2" in out and "[stdout:1] plain 2" in out
+                assert under_headers(out) == {"[stdout:0]": "plain 2\n", "[stdout:1]": "plain 2\n"}
                 view = rc.activate(targets=[1], suffix="one")
                 assert view.targets == [1]
                 shell.run_line_magic("pxone", "print('only')")
                 out = capsys.readouterr().out
-                assert "[stdout:1] only" in out and "[stdout:0]" not in out
+                assert under_headers(out) == {"[stdout:1]": "only\n"}
             finally:
                 plain.close()
     finally:
@@ -100,9 +101,8 @@ def test_px_stream_shows_an_engines_first_lines_on_a_fresh_client(zpar_dir, caps
                 code = "for i in range(3):\n    print('line', i, flush=True)"
                 shell.run_cell_magic("pxfresh", "--stream", code)
                 out = capsys.readouterr().out
-                for eid in (0, 1):
-                    for i in range(3):
-                        assert f"[stdout:{eid}] line {i}" in out, out
+                lines = "".join(f"line {i}\n" for i in range(3))
+                assert under_headers(out) == {"[stdout:0]": lines, "[stdout:1]": lines}, out
             finally:
                 fresh.close()
     finally:
