@@ -402,7 +402,7 @@ class BroadcastView(DirectView):
         self, eid: int, buffers: list[Any], metadata: dict[str, Any] | None = None, **kw: Any
     ) -> tuple[str, Any]:
         """A request to engine ``eid`` alone, as a broadcast to that one engine."""
-        md = {**(metadata or self._metadata_flags() or {}), "broadcast": [eid]}
+        md = {**(metadata or {}), "broadcast": [eid]}
         r = self.client.sender.send(
             "task", MsgType.APPLY_REQUEST, {}, buffers=buffers, metadata=md, broadcast=[eid], **kw
         )

@@ -245,3 +245,31 @@ def test_sent_and_wait_for_send():
     assert ar.sent and ar.wait_for_send(0.01)
     # a future of another origin (the hub's store) has nothing left to send
     assert AsyncResult(None, ["b"], [Future()]).sent
+
+
+#: every public name of ipyparallel 9.2's AsyncResult (dir() of its class, read from the
+#: wheel), and the metadata it answers as attributes
+IPYPARALLEL_NAMES = (
+    "abort add_done_callback cancel cancelled display_outputs done elapsed exception get "
+    "get_dict join metadata msg_ids owner progress r ready result result_dict running sent "
+    "serial_time set_exception set_result set_running_or_notify_cancel split stream_output "
+    "successful timedelta wait wait_for_output wait_for_send wait_interactive wall_time "
+    "engine_id stdout stderr submitted started completed received data execute_result "
+    "status outputs"
+).split()
+
+
+def test_async_result_is_one_future_with_ipyparallels_names_and_no_mixins():
+    """Its metadata, displays and Future internals come from functions and an object of
+    their own (client.resultmeta, client.outputs, client.futurestate), not mixin bases."""
+    from concurrent.futures import Future
+
+    from zpar.client.asyncresult import AsyncHubResult
+
+    assert AsyncResult.__mro__ == (AsyncResult, Future, object)
+    assert AsyncMapResult.__bases__ == (AsyncResult,) == AsyncHubResult.__bases__
+    ar = AsyncResult(None, ["a"], [done(timed(1, 2, 0.0, 1.0, "x"))], single=True)
+    missing = [name for name in IPYPARALLEL_NAMES if not hasattr(ar, name)]
+    assert missing == []
+    assert ar.engine_id == 2 and ar.serial_time == 1.0 and ar.stdout == "x"
+    assert ar.timedelta(0.0, 2.5) == 2.5 and ar.status == "ok"
