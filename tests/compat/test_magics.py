@@ -18,6 +18,7 @@ def shell(rc):
 
     sh = InteractiveShell.instance()
     view = rc.activate()  # as ipyparallel: a blocking DirectView on all engines
+    sh._zpar_magics.progress_after = -1  # no progress bar among the lines read
     yield sh, view
     sh._zpar_magics = None
     InteractiveShell.clear_instance()
@@ -104,7 +105,10 @@ def _expect_lines(text, expected):
 def _grouped(sh, view, capsys, groupby):
     view["generate_output"] = generate_output
     capsys.readouterr()
-    sh.run_cell_magic("px", f"--group-outputs={groupby} --no-stream", "generate_output()")
+    # no progress bar in the output, however long a loaded machine takes (ipyparallel's
+    # tests count on a run shorter than its 2 s)
+    options = f"--group-outputs={groupby} --no-stream --progress-after -1"
+    sh.run_cell_magic("px", options, "generate_output()")
     out, err = capsys.readouterr()
     # stderr is grouped by type whatever groupby says: its header, then its two lines
     _expect_lines(err, [r"^\[stderr:\d+\] $", "^stderr$", "^stderr2$"] * len(view))

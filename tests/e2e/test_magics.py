@@ -17,6 +17,7 @@ def shell(rc):
     view = rc[:]
     view.block = True  # the magics follow their view's block flag, as ipyparallel's
     state = register_magics(sh, view)
+    state.progress_after = -1  # no progress bar among the lines read, however loaded the host
     yield sh, state
     if state._autopx:
         state.autopx()
