@@ -7,7 +7,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import zpar.serialize
 from zpar.dependency import to_wire
@@ -34,6 +34,13 @@ __all__ = [
     "_lengths",
     "partition",
 ]
+
+
+class Sent(NamedTuple):
+    """A request sent to one engine: its msg_id and the future of its reply."""
+
+    msg_id: str
+    future: Any
 
 
 class DirectView(View):
@@ -63,6 +70,17 @@ class DirectView(View):
 
         return create(self, name, auth, hosts, **kw)
 
+    def _send_to(
+        self, eid: int, buffers: list[Any], metadata: dict[str, Any] | None = None, **kw: Any
+    ) -> Sent:
+        """One apply_request to engine ``eid`` (a scatter's part, a gather's pull, a map's
+        chunk). Through the MUX relay here; a BroadcastView keeps all of its requests on
+        one path."""
+        r = self.client.sender.apply(
+            "mux", eid, None, (), {}, metadata=metadata, buffers=buffers, **kw
+        )
+        return Sent(r.msg_id, r.future)
+
     def _send_each(
         self,
         msg_type: str,
@@ -85,17 +103,6 @@ class DirectView(View):
             msg_ids.append(r.msg_id)
             futs.append(r.future)
         return msg_ids, futs
-
-    def _send_to(
-        self, eid: int, buffers: list[Any], metadata: dict[str, Any] | None = None, **kw: Any
-    ) -> tuple[str, Any]:
-        """One apply_request to engine ``eid`` (a scatter's part, a gather's pull, a map's
-        chunk): its msg_id and reply future. Through the MUX relay here; a BroadcastView
-        keeps all of its requests on one path."""
-        r = self.client.sender.apply(
-            "mux", eid, None, (), {}, metadata=metadata, buffers=buffers, **kw
-        )
-        return r.msg_id, r.future
 
     def _result(
         self,
@@ -338,9 +345,9 @@ class DirectView(View):
         track = self.track if track is None else track
         for eid, part in zip(ids, parts, strict=True):
             value = part[0] if flatten and len(part) == 1 else part
-            msg_id, fut = self._send_to(eid, pack_apply(push, ({key: value},), {}), track=track)
-            msg_ids.append(msg_id)
-            futs.append(fut)
+            r = self._send_to(eid, pack_apply(push, ({key: value},), {}), track=track)
+            msg_ids.append(r.msg_id)
+            futs.append(r.future)
         ar = AsyncResult(self.client, msg_ids, futs, fname="scatter", targets=ids)
         if track:
             ar.wait_for_send()
@@ -361,9 +368,9 @@ class DirectView(View):
         ids = self._ids(targets)
         msg_ids, futs = [], []
         for eid in ids:
-            msg_id, fut = self._send_to(eid, pack_apply(pull, (key,), {}))
-            msg_ids.append(msg_id)
-            futs.append(fut)
+            r = self._send_to(eid, pack_apply(pull, (key,), {}))
+            msg_ids.append(r.msg_id)
+            futs.append(r.future)
 
         def join(parts: list[Any]) -> Any:
             return join_parts(parts, dist)
@@ -400,14 +407,14 @@ class BroadcastView(DirectView):
 
     def _send_to(
         self, eid: int, buffers: list[Any], metadata: dict[str, Any] | None = None, **kw: Any
-    ) -> tuple[str, Any]:
+    ) -> Sent:
         """A request to engine ``eid`` alone, as a broadcast to that one engine."""
         md = {**(metadata or {}), "broadcast": [eid]}
         r = self.client.sender.send(
             "task", MsgType.APPLY_REQUEST, {}, buffers=buffers, metadata=md, broadcast=[eid], **kw
         )
         assert r.replies is not None
-        return r.msg_id, r.replies[self.client.sender.engine_uuid(eid)]
+        return Sent(r.msg_id, r.replies[self.client.sender.engine_uuid(eid)])
 
     def _send_each(
         self,
