@@ -7,7 +7,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
-from typing import Any, NamedTuple
+from typing import Any
 
 import zpar.serialize
 from zpar.dependency import to_wire
@@ -36,11 +36,14 @@ __all__ = [
 ]
 
 
-class Sent(NamedTuple):
+class Sent:
     """A request sent to one engine: its msg_id and the future of its reply."""
 
-    msg_id: str
-    future: Any
+    __slots__ = ("msg_id", "future")
+
+    def __init__(self, msg_id: str, future: Any) -> None:
+        self.msg_id = msg_id
+        self.future = future
 
 
 class DirectView(View):
