@@ -28,6 +28,7 @@ def test_out_saves_the_async_result(shell):
     sh, _ = shell
     sh.run_cell_magic("px", "-o saved", "v = 3")
     assert isinstance(sh.user_ns["saved"], ipp.AsyncResult)
+    assert repr(sh.user_ns["saved"]) == "<AsyncResult(%px): finished>"  # as ipyparallel's
     sh.run_cell_magic("px", "--noblock", "v * 2")
     sh.run_line_magic("pxresult", "-o later")
     later = sh.user_ns["later"].get(timeout=30)  # ExecuteReply per engine, as ipyparallel
