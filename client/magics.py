@@ -135,7 +135,9 @@ class ParallelMagics:
             if block:
                 ar.get()
                 ar.display_outputs(args.group_outputs or "type")
-        return None if block else ar
+        # a cell %autopx sends shows nothing of its own (ipyparallel's pxrun_nodes): no
+        # Out[n] of a pending result under each non-blocking cell
+        return None if block or self._autopx else ar
 
     def _execute(self, code: str, block: bool, args: argparse.Namespace) -> Any:
         """ipyparallel's parallel_execute: run ``code`` on the view's targets; when
@@ -149,6 +151,7 @@ class ParallelMagics:
         if stream_output and block:
             ensure_iopub(view)
         ar = view.execute(code, silent=False, block=False)
+        ar._fname = "%px"  # as ipyparallel: its repr and progress bar say so
         self.last_result = ar
         if args.save_name:
             self.shell.user_ns[args.save_name] = ar

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
@@ -29,7 +30,17 @@ _NONE = -1
 class Parts:
     """The elements of one element request of ``n`` positions."""
 
-    __slots__ = ("n", "replies", "owner", "answered", "_waiters", "_values", "error", "_futures")
+    __slots__ = (
+        "n",
+        "replies",
+        "owner",
+        "answered",
+        "_waiters",
+        "_values",
+        "_errors",
+        "error",
+        "_futures",
+    )
 
     def __init__(self, n: int, waiters: MapWaiters | None = None) -> None:
         self.n = n
@@ -43,6 +54,10 @@ class Parts:
         #: futures of single positions (AsyncMapResult.split), resolved as they come
         self._futures: dict[int, list[Future]] | None = None
         self._values: list[list[Any] | None] = []
+        #: each failed position's exception, made once: every read returns the same object
+        #: (as ipyparallel, whose elements are tasks of their own: ``list(amr) == amr.get(
+        #: return_exceptions=True)`` holds)
+        self._errors: dict[int, Exception] | None = None
         #: the error that ended the wait for the whole request (its controller lost...)
         self.error: BaseException | None = None
 
@@ -149,9 +164,9 @@ class Parts:
             out[a:b] = self._decoded(idx)[: b - a]
             errors = c.get(ERRORS)
             if errors:
-                for k, e in errors.items():
+                for k in errors:
                     if a <= int(k) < b:
-                        out[int(k)] = RemoteError.from_content(e)
+                        out[int(k)] = self.value(int(k))
         if slow or self.error is not None:  # a retried run, an error for a whole run...
             done = set()
             for idx, reply in enumerate(replies):
@@ -184,13 +199,25 @@ class Parts:
         content = reply.content
         errors = content.get(ERRORS)
         if errors and str(pos) in errors:
-            return RemoteError.from_content(errors[str(pos)])
+            return self._error_at(pos, lambda: RemoteError.from_content(errors[str(pos)]))
         values = self._values[idx]
         if values is None:
             if content.get("status") != "ok" or element_range(content.get(ELEMENTS)) is None:
-                return whole_run_error(reply)
+                return self._error_at(pos, lambda: whole_run_error(reply))
             values = self._decoded(idx)
         return values[pos - content[ELEMENTS][0]]
+
+    def _error_at(self, pos: int, make: Callable[[], Exception | None]) -> Exception | None:
+        """Position ``pos``'s exception: made by ``make`` on the first read, then kept."""
+        errors = self._errors
+        if errors is None:
+            errors = self._errors = {}
+        error = errors.get(pos)
+        if error is None:
+            error = make()
+            if error is not None:
+                errors[pos] = error
+        return error
 
 
 class MapWaiters:

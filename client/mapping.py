@@ -14,7 +14,7 @@ docs/decisions.md "Map chunking" for the figures that chose it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from zpar.elements import ELEMENTS
@@ -90,11 +90,14 @@ def send_map(
     return_exceptions: bool = False,
     track: bool = False,
     engines: int | None = None,
+    send_to: Callable[..., Any] | None = None,
 ) -> AsyncMapResult:
     """Send one map: on the task channel in chunks of ``chunksize`` (None: the default
     for ``engines`` engines, all registered ones if None), or, given ``engine_ids``, one
-    contiguous chunk to each of those engines (a DirectView's map). Returns its
-    AsyncMapResult, remembered by the client."""
+    contiguous chunk to each of those engines (a DirectView's map), each sent by
+    ``send_to(engine_id, frames, metadata, track=...)`` when given (a BroadcastView's
+    path: it returns the chunk's ``msg_id`` and ``future``). Returns its AsyncMapResult,
+    remembered by the client."""
     _check_callable(f)
     seqs, n = as_sequences(seqs)
     sender = view.client.sender
@@ -126,6 +129,12 @@ def send_map(
         size = stop - start
         if elements:  # its positions [0, size): each a task, answered in parts
             md = {**(metadata or {}), ELEMENTS: [0, size]}
+        if send_to is not None and eid is not None:
+            sent = send_to(eid, frames, md, track=track)
+            msg_ids.append(sent.msg_id)
+            futs.append(sent.future)
+            sizes.append(size)
+            continue
         r = sender.apply(
             channel,
             eid,

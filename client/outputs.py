@@ -1,172 +1,166 @@
 """What an AsyncResult shows: engines' output (captured, streamed), progress bars, HTML.
 
-A mixin of AsyncResult, kept apart so the result handle's own module stays about waiting
-and values.
+Functions of the calls' metadata and of callables the result hands over (its wait, its
+progress), and the OutputStream of a result's IOPub output: AsyncResult's display methods
+call them, so the result handle's own module stays about waiting and values.
 """
 
 from __future__ import annotations
 
-import contextlib
 import html
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, FIRST_EXCEPTION
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from zpar.util import progress
+from zpar.util import progress as progress_bar
 from zpar.wire import Message
 
 
-class OutputsMixin:
-    """Output and display methods of AsyncResult (needs _metadatas, _client, msg_ids...)."""
-
-    __slots__ = ()
-
-    def display_outputs(
-        self, groupby: str = "type", result_only: bool = False, file: Any = None
-    ) -> None:
-        """Show each call's captured stdout/stderr under ``[stdout:N]`` headers and, inside
-        IPython, its rich outputs (figures, HTML: ``[output:N]``) and the value of its last
-        expression (``Out[N:K]``), as ipyparallel's display_outputs; a single call's result
-        without the headers, as ipyparallel.
-
-        groupby: 'type' (all stdout, then all stderr, then outputs: ipyparallel's default),
-        'engine' (each engine's streams and outputs together) or 'order' (as 'type', the
-        n-th outputs of every engine together). result_only: only the ``Out`` values (the
-        outputs were streamed already)."""
-        if groupby not in ("engine", "order", "type"):
-            raise ValueError(f"groupby must be 'engine', 'order' or 'type', got {groupby!r}")
-        self.wait()  # type: ignore[attr-defined]
-        mds = self._metadatas()  # type: ignore[attr-defined]
-        ip = _ipython()
-        if getattr(self, "_single", False) and len(mds) == 1:
-            _show_single(mds[0], file, result_only, ip)
-            return
-        if groupby == "engine":
-            mds = sorted(mds, key=lambda md: (md.get("engine_id") is None, md.get("engine_id")))
-            for md in mds:
-                _show_stream(md, "stdout", file, result_only)
-                _show_stream(md, "stderr", file, result_only)
-                if ip is not None:
-                    _show_rich(md, result_only, with_result=True)
-            return
-        for stream in ("stdout", "stderr"):
-            for md in mds:
-                _show_stream(md, stream, file, result_only)
-        if ip is None:  # display outputs mean nothing outside IPython (ipyparallel)
-            return
-        if groupby == "order" and not result_only:
-            for i in range(max((len(md.get("outputs") or []) for md in mds), default=0)):
-                for md in mds:
-                    outputs = md.get("outputs") or []
-                    if i < len(outputs):
-                        _republish(outputs[i], md.get("engine_id"), header=True)
-        else:
-            for md in mds:
-                _show_rich(md, result_only, with_result=False)
+def display_outputs(
+    mds: Sequence[dict[str, Any]],
+    *,
+    single: bool,
+    groupby: str = "type",
+    result_only: bool = False,
+    file: Any = None,
+) -> None:
+    """Show each call's captured stdout/stderr under ``[stdout:N]`` headers and, inside
+    IPython, its rich outputs (``[output:N]``) and last expression's value (``Out[N:K]``),
+    as ipyparallel's display_outputs, from the calls' metadata ``mds``; a ``single`` call's
+    result without the headers. groupby: 'type', 'engine' or 'order' (AsyncResult's
+    display_outputs says what each shows)."""
+    if groupby not in ("engine", "order", "type"):
+        raise ValueError(f"groupby must be 'engine', 'order' or 'type', got {groupby!r}")
+    ip = _ipython()
+    printer = StreamPrinter(file)
+    if single and len(mds) == 1:
+        _show_single(mds[0], printer, result_only, ip)
+        return
+    if groupby == "engine":
+        mds = sorted(mds, key=lambda md: (md.get("engine_id") is None, md.get("engine_id")))
         for md in mds:
-            _show_result(md)
+            _show_stream(md, "stdout", printer, result_only)
+            _show_stream(md, "stderr", printer, result_only)
+            if ip is not None:
+                _show_rich(md, result_only, with_result=True)
+        return
+    for stream in ("stdout", "stderr"):
+        for md in mds:
+            _show_stream(md, stream, printer, result_only)
+    if ip is None:  # display outputs mean nothing outside IPython (ipyparallel)
+        return
+    if groupby == "order" and not result_only:
+        for i in range(max((len(md.get("outputs") or []) for md in mds), default=0)):
+            for md in mds:
+                outputs = md.get("outputs") or []
+                if i < len(outputs):
+                    _republish(outputs[i], md.get("engine_id"), header=True)
+    else:
+        for md in mds:
+            _show_rich(md, result_only, with_result=False)
+    for md in mds:
+        _show_result(md)
 
-    def wait_for_output(self, timeout: float | None = -1) -> bool:
-        """Wait until the output is complete: in zpar it travels with the result."""
-        return self.wait(timeout)  # type: ignore[attr-defined]
 
-    @contextlib.contextmanager
-    def stream_output(self) -> Iterator[None]:
-        """``with ar.stream_output(): ar.wait()``: engines' output shown as it is printed."""
-        stream = self.stream_outputs()
-        try:
-            yield
-        finally:
-            if self.ready():  # type: ignore[attr-defined]
-                stream.finish()
+def wait_with_progress(
+    wait: Callable[[float], Any],
+    progress: Callable[[], int],
+    met: Callable[[], bool],
+    *,
+    total: int,
+    desc: str,
+    interval: float = 0.1,
+    timeout: float | None = None,
+    widget: bool | None = None,
+    file: Any = None,
+) -> bool:
+    """Call ``wait(seconds)`` until ``met()`` or ``timeout`` seconds (None: no limit),
+    showing ``progress()`` of ``total`` in a bar (a widget in Jupyter when ipywidgets is
+    installed, a text bar otherwise); whether ``met()`` became true."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    kwargs: dict[str, Any] = {"total": total, "unit": "tasks", "desc": desc}
+    if file is not None:
+        kwargs["file"] = file
+    bar = progress_bar(widget=widget, **kwargs)
+    try:
+        while True:
+            bar.update(progress() - bar.n)
+            if met():
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            step = interval if deadline is None else min(interval, deadline - time.monotonic())
+            wait(max(0.0, step))
+    finally:
+        bar.update(progress() - bar.n)
+        bar.close()
 
-    def stream_outputs(
-        self, callback: Callable[[int | None, str, str], Any] | None = None
-    ) -> OutputStream:
-        """Show engines' stdout/stderr for these calls as it is printed.
 
-        callback(engine_id, stream_name, text) runs in the client's I/O thread; the default
-        prints ``[stdout:N] text``. Stops by itself when the calls are done. Returns an
-        OutputStream: its ``finish(timeout)`` waits for the engines' last output and shows
-        what the stream missed (the reply holds all of it).
-        """
-        client = self._client  # type: ignore[attr-defined]
-        if client is None:
-            raise RuntimeError("this AsyncResult has no client to stream through")
-        stream = OutputStream(self, client.sender, callback)
-        stream.start()
-        return stream
+def html_summary(
+    type_name: str, fname: str, state: str, done: int, total: int, engine_ids: Any
+) -> str:
+    """An AsyncResult's ``_repr_html_``: its function, state, progress and engines."""
+    engines = ""
+    if engine_ids is not None:
+        eids = engine_ids if isinstance(engine_ids, list) else [engine_ids]
+        engines = f", engines {sorted({e for e in eids if e is not None})}"
+    return (
+        f"<code>{html.escape(type_name)}({html.escape(fname)})</code>: "
+        f"<b>{state}</b> {done}/{total}{engines}"
+    )
 
-    def wait_interactive(
-        self,
-        interval: float = 0.1,
-        timeout: float | None = -1,
-        widget: bool | None = None,
-        return_when: str = ALL_COMPLETED,
-        file: Any = None,
-    ) -> bool:
-        """Wait with a progress bar: a widget in Jupyter when ipywidgets is installed, a
-        text bar otherwise. Returns whether the return_when condition was met (it never
-        waits past ``timeout``, and returns as soon as the calls are done)."""
-        if return_when not in (ALL_COMPLETED, FIRST_COMPLETED, FIRST_EXCEPTION, None):
-            raise ValueError(f"unknown return_when {return_when!r}")
-        if timeout is not None and timeout < 0:
-            timeout = None
-        deadline = None if timeout is None else time.monotonic() + timeout
-        kwargs: dict[str, Any] = {"total": len(self), "unit": "tasks"}  # type: ignore[arg-type]
-        kwargs["desc"] = self._fname or "tasks"  # type: ignore[attr-defined]
-        if file is not None:
-            kwargs["file"] = file
-        bar = progress(widget=widget, **kwargs)
-        try:
-            while True:
-                bar.update(self.progress - bar.n)  # type: ignore[attr-defined]
-                if self._condition_met(return_when):  # type: ignore[attr-defined]
-                    return True
-                if deadline is not None and time.monotonic() >= deadline:
-                    return False
-                step = interval if deadline is None else min(interval, deadline - time.monotonic())
-                self.wait(max(0.0, step))  # type: ignore[attr-defined]
-        finally:
-            bar.update(self.progress - bar.n)  # type: ignore[attr-defined]
-            bar.close()
 
-    def _repr_html_(self) -> str:
-        state = "pending"
-        if self.ready():  # type: ignore[attr-defined]
-            state = "finished" if self.successful() else "failed"  # type: ignore[attr-defined]
-        engines = ""
-        if self.ready():  # type: ignore[attr-defined]
-            eids = self.engine_id  # type: ignore[attr-defined]
-            eids = eids if isinstance(eids, list) else [eids]
-            engines = f", engines {sorted({e for e in eids if e is not None})}"
-        return (
-            f"<code>{html.escape(type(self).__name__)}({html.escape(self._fname)})</code>: "  # type: ignore[attr-defined]
-            f"<b>{state}</b> {self.progress}/{len(self)}{engines}"  # type: ignore[attr-defined,arg-type]
-        )
+class StreamPrinter:
+    """Prints engines' stdout/stderr as ipyparallel's ``_display_stream`` does: a
+    ``[stdout:N]`` header on a line of its own, then the text as the engine printed it; the
+    header left out while the same engine's same stream goes on; a newline put in before a
+    header when the text before it did not end one (so no blank lines, and no line glued to
+    a header). One printer per display or stream, whose headers it remembers."""
+
+    __slots__ = ("file", "last_prefix", "trailing_newline")
+
+    def __init__(self, file: Any = None) -> None:
+        #: where both streams go (None: sys.stdout and sys.stderr)
+        self.file = file
+        self.last_prefix = ""
+        self.trailing_newline = True
+
+    def show(self, text: str, stream: str = "stdout", prefix: str = "") -> None:
+        """Print ``text`` of ``stream`` under ``prefix`` (``'[stdout:0] '``, or '': none)."""
+        if not text:
+            return
+        dest = self.file or (sys.stderr if stream == "stderr" else sys.stdout)
+        if prefix:
+            if prefix == self.last_prefix:
+                prefix = ""  # same engine, same stream: no header again
+            else:
+                self.last_prefix = prefix
+        pre = "\n" if prefix and not self.trailing_newline else ""
+        sep = "\n" if prefix else ""
+        self.trailing_newline = text.endswith("\n")
+        print(f"{pre}{prefix}{sep}{text}", end="", file=dest)
+
+    def engine_stream(self, eid: int | None, stream: str, text: str) -> None:
+        """Engine ``eid``'s ``text`` of ``stream``, under its ``[stream:eid]`` header."""
+        self.show(text, stream, f"[{stream}:{'?' if eid is None else eid}] ")
 
 
 def _show_stream(
-    md: dict[str, Any], stream: str, file: Any, result_only: bool, prefix: bool = True
+    md: dict[str, Any], stream: str, printer: StreamPrinter, result_only: bool
 ) -> None:
-    """One call's captured stream under its ``[stdout:N]`` header (``prefix``)."""
-    text = md.get(stream)
-    if text and not result_only:
-        dest = file or (sys.stdout if stream == "stdout" else sys.stderr)
-        head = f"[{stream}:{md.get('engine_id')}] " if prefix else ""
-        print(f"{head}{text}", end="", file=dest)
-        if not text.endswith("\n"):
-            print(file=dest)
+    """One call's captured stream under its ``[stdout:N]`` header."""
+    if not result_only:
+        printer.engine_stream(md.get("engine_id"), stream, md.get(stream) or "")
 
 
-def _show_single(md: dict[str, Any], file: Any, result_only: bool, ip: Any) -> None:
+def _show_single(md: dict[str, Any], printer: StreamPrinter, result_only: bool, ip: Any) -> None:
     """One call's result (rc[i], a load-balanced apply): its streams as they are, no
     [stdout:N] / [output:N] headers (ipyparallel's _display_single_result)."""
-    _show_stream(md, "stdout", file, result_only, prefix=False)
-    _show_stream(md, "stderr", file, result_only, prefix=False)
+    if not result_only:
+        printer.show(md.get("stdout") or "", "stdout")
+        printer.show(md.get("stderr") or "", "stderr")
     if ip is not None:
         for content in [] if result_only else md.get("outputs") or []:
             _republish(content, md.get("engine_id"))
@@ -220,21 +214,22 @@ def _show_result(md: dict[str, Any]) -> None:
     display(ExecuteReply(md.get("msg_id") or "", result, md))
 
 
-def _print_stream(eid: int | None, name: str, text: str) -> None:
-    out = sys.stderr if name == "stderr" else sys.stdout
-    label = "?" if eid is None else eid
-    print(f"[{name}:{label}] {text}", end="" if text.endswith("\n") else "\n", file=out)
-
-
 class OutputStream:
-    """The engines' output of one AsyncResult, shown as it arrives on IOPub."""
+    """The engines' output of some calls (``msg_ids``), shown as it arrives on IOPub
+    through ``io`` (the client's sender); ``metadatas()`` gives the calls' metadata, whose
+    captured output ``finish`` compares with what was shown."""
 
     def __init__(
-        self, ar: Any, io: Any, callback: Callable[[int | None, str, str], Any] | None
+        self,
+        msg_ids: list[str],
+        io: Any,
+        metadatas: Callable[[], Sequence[dict[str, Any]]],
+        callback: Callable[[int | None, str, str], Any] | None = None,
     ) -> None:
-        self.ar = ar
+        self.msg_ids = list(msg_ids)
+        self.metadatas = metadatas
         self.io = io
-        self.show = callback or _print_stream
+        self.show = callback or StreamPrinter().engine_stream
         self.shown: dict[tuple[str, str], str] = {}
         self.idle: set[str] = set()
         #: display outputs shown per msg_id (the rest is shown by finish)
@@ -243,19 +238,17 @@ class OutputStream:
         self._lock = threading.Lock()
 
     def start(self) -> None:
-        self.io.watch_output(self.ar.msg_ids, self._on_output)
+        self.io.watch_output(self.msg_ids, self._on_output)
 
-        def stop_later(ar: Any) -> None:
-            # a reply can overtake its last output (two paths): stop watching a bit later,
-            # unless the engine's 'idle' status ended it already
-            timer = threading.Timer(1.0, self._stop)
-            timer.daemon = True
-            timer.start()
-
-        self.ar.add_done_callback(stop_later)
+    def stop_later(self, *_: Any) -> None:
+        """The calls are done: stop watching a bit later (a reply can overtake its last
+        output, two paths), unless the engines' 'idle' status ended it already."""
+        timer = threading.Timer(1.0, self._stop)
+        timer.daemon = True
+        timer.start()
 
     def _stop(self) -> None:
-        self.io.unwatch_output(self.ar.msg_ids)
+        self.io.unwatch_output(self.msg_ids)
         self.done.set()
 
     def _on_output(self, msg_id: str, msg: Message) -> None:
@@ -264,7 +257,7 @@ class OutputStream:
                 self.io.unwatch_output([msg_id])
                 with self._lock:
                     self.idle.add(msg_id)
-                    if self.idle >= set(self.ar.msg_ids):
+                    if self.idle >= set(self.msg_ids):
                         self.done.set()
             return
         if msg.msg_type == "display_data":  # a figure as it is made (inside IPython)
@@ -286,7 +279,7 @@ class OutputStream:
         self.done.wait(timeout)
         self._stop()
         with self._lock:
-            for md in self.ar._metadatas():
+            for md in self.metadatas():
                 for name in ("stdout", "stderr"):
                     full = md.get(name) or ""
                     seen = self.shown.get((md["msg_id"], name), "")

@@ -3,7 +3,6 @@ task scheduler choose (task). The API is ipyparallel's (docs/api.md)."""
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import logging
 from collections.abc import Callable, Iterator, Sequence
@@ -37,8 +36,21 @@ __all__ = [
 ]
 
 
+class Sent:
+    """A request sent to one engine: its msg_id and the future of its reply."""
+
+    __slots__ = ("msg_id", "future")
+
+    def __init__(self, msg_id: str, future: Any) -> None:
+        self.msg_id = msg_id
+        self.future = future
+
+
 class DirectView(View):
     """Calls on named engines, through the MUX relay."""
+
+    #: a blocking call to one engine may be made on the calling thread (sender.call_here)
+    _calls_here = True
 
     def imap(self, f: Callable[..., Any], *sequences: Any, **kwargs: Any) -> Iterator[Any]:
         """The results of ``map_async`` as an iterator (ipyparallel's View.imap, which
@@ -60,6 +72,17 @@ class DirectView(View):
         from zpar.comm.client import create
 
         return create(self, name, auth, hosts, **kw)
+
+    def _send_to(
+        self, eid: int, buffers: list[Any], metadata: dict[str, Any] | None = None, **kw: Any
+    ) -> Sent:
+        """One apply_request to engine ``eid`` (a scatter's part, a gather's pull, a map's
+        chunk). Through the MUX relay here; a BroadcastView keeps all of its requests on
+        one path."""
+        r = self.client.sender.apply(
+            "mux", eid, None, (), {}, metadata=metadata, buffers=buffers, **kw
+        )
+        return Sent(r.msg_id, r.future)
 
     def _send_each(
         self,
@@ -114,7 +137,7 @@ class DirectView(View):
         ids = self._ids(targets)
         fname = _fname(f)
         track = self.track if track is None else track
-        if block and len(ids) == 1 and not track:
+        if block and len(ids) == 1 and not track and self._calls_here:
             # one engine, waited for: this thread sends and waits itself when it can
             done = self.client.sender.call_here(ids[0], buffers, self._metadata_flags() or None)
             if done is not None:
@@ -150,6 +173,7 @@ class DirectView(View):
             metadata=self._metadata_flags(label) or None,
             return_exceptions=return_exceptions,
             track=track,
+            send_to=self._send_to,
         )
 
     def execute(
@@ -324,7 +348,7 @@ class DirectView(View):
         track = self.track if track is None else track
         for eid, part in zip(ids, parts, strict=True):
             value = part[0] if flatten and len(part) == 1 else part
-            r = self.client.sender.apply("mux", eid, push, ({key: value},), {}, track=track)
+            r = self._send_to(eid, pack_apply(push, ({key: value},), {}), track=track)
             msg_ids.append(r.msg_id)
             futs.append(r.future)
         ar = AsyncResult(self.client, msg_ids, futs, fname="scatter", targets=ids)
@@ -347,7 +371,7 @@ class DirectView(View):
         ids = self._ids(targets)
         msg_ids, futs = [], []
         for eid in ids:
-            r = self.client.sender.apply("mux", eid, pull, (key,), {})
+            r = self._send_to(eid, pack_apply(pull, (key,), {}))
             msg_ids.append(r.msg_id)
             futs.append(r.future)
 
@@ -367,41 +391,33 @@ class DirectView(View):
 class BroadcastView(DirectView):
     """Calls on named engines sent as ONE message: the task scheduler sends the same frames
     to each engine (no copy), so the client sends a large argument once, not once per
-    engine. Replies come back one per engine, as from a DirectView."""
+    engine. Replies come back one per engine, as from a DirectView.
+
+    Every request of the view takes that one path, a different payload per engine too
+    (a scatter's parts, a gather's pulls, a map's chunks: each a broadcast to one engine):
+    an engine runs its requests in the order the view sent them, as ipyparallel's
+    broadcast view does. Requests on two paths (the MUX relay, the task scheduler) could
+    overtake each other: ``scatter('n', ...)`` then ``apply(Reference('f'), 5)`` failed
+    on an engine that ran the apply first."""
+
+    #: no call made on the calling thread (DirectView's one-engine fast path is the MUX's)
+    _calls_here = False
 
     def __init__(self, client: Any, targets: Any, block: bool = False) -> None:
         super().__init__(client, targets, block)
         #: ipyparallel's reply coalescing flag: accepted, replies come one per engine
         self.is_coalescing = False
 
-    def _map(
-        self,
-        f: Any,
-        seqs: Any,
-        return_exceptions: bool = False,
-        label: str | None = None,
-        track: bool = False,
-        **kw: Any,
-    ) -> AsyncMapResult:
-        """A DirectView map (a different chunk per engine: nothing to broadcast), sent once
-        this client's earlier broadcasts to those engines are answered: they travel through
-        the task scheduler, the map through the MUX relay, which would overtake them
-        (``execute("f = ...")`` then ``map(Reference("f"), ...)``)."""
-        io = self.client._io
-        uuid = self.client.sender.engine_uuid
-        pending = io.outstanding_by_engine()
-        futures = [
-            fut
-            for eid in self._ids()
-            for m in pending.get(uuid(eid), ())
-            if (request := io.request(m)) is not None
-            for fut in request.reply_futures()
-        ]
-        if futures:
-            concurrent.futures.wait(futures)
-        return super()._map(
-            f, seqs, return_exceptions=return_exceptions, label=label, track=track, **kw
+    def _send_to(
+        self, eid: int, buffers: list[Any], metadata: dict[str, Any] | None = None, **kw: Any
+    ) -> Sent:
+        """A request to engine ``eid`` alone, as a broadcast to that one engine."""
+        md = {**(metadata or {}), "broadcast": [eid]}
+        r = self.client.sender.send(
+            "task", MsgType.APPLY_REQUEST, {}, buffers=buffers, metadata=md, broadcast=[eid], **kw
         )
+        assert r.replies is not None
+        return Sent(r.msg_id, r.replies[self.client.sender.engine_uuid(eid)])
 
     def _send_each(
         self,

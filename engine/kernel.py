@@ -70,6 +70,9 @@ class KernelReply:
     buffers: list[Any] = field(default_factory=list)
     #: abort every mux/task message queued now (abort with msg_ids None, shutdown)
     drain: bool = False
+    #: abort the execute_requests queued now (a non-silent execute failed: ipykernel's
+    #: stop_on_error, which ipyparallel's engines follow; applies still run)
+    abort_executes: bool = False
     #: leave the main loop once this reply is sent (shutdown)
     stop: bool = False
     #: then start afresh in a new process image (shutdown with restart)
@@ -231,7 +234,11 @@ class Kernel:
         if reply_type is None:
             reply_type = self._reply_types[msg_type] = reply_type_of(msg_type)
         assert reply_type is not None  # handlers exist only for requests (engine.handlers)
-        return KernelReply(reply_type, content, md, buffers)
+        reply = KernelReply(reply_type, content, md, buffers)
+        if msg_type == MsgType.EXECUTE_REQUEST and content["status"] != ReplyStatus.OK:
+            c = msg.content
+            reply.abort_executes = not c.get("silent", False) and c.get("stop_on_error", True)
+        return reply
 
     def _apply(self, msg: Message) -> tuple[dict[str, Any], list[Any]]:
         f, args, kwargs = unpack_apply(msg.buffers)

@@ -338,6 +338,10 @@ class Server:
             return
         if reply.drain:
             self.abort_queued()
+        if reply.abort_executes:  # the error first, then the executes queued behind it
+            replies.send(sock, msg, reply)
+            self.abort_queued(MsgType.EXECUTE_REQUEST)
+            return
         replies.send(sock, msg, reply, hold=sock is s.task and self._next_is_same(sock))
         if reply.stop:
             log.info(
@@ -387,29 +391,45 @@ class Server:
         log.info("engine %d: %s was revoked by the scheduler; dropped unrun", self.id, msg.msg_id)
         return False
 
-    def abort_queued(self) -> None:
-        """Answer every mux/task request in hand or queued right now with 'aborted'."""
+    def abort_queued(self, msg_type: str | None = None) -> None:
+        """Answer the mux/task requests in hand or queued right now with 'aborted': all of
+        them, or those of ``msg_type`` (the others stay in hand, in order)."""
         s = self.sockets
-        self._drained = True  # an element request running stops too (run_elements)
-        n = self._abort_in_hand()
+        if msg_type is None:
+            self._drained = True  # an element request running stops too (run_elements)
+        n = self._abort_in_hand(msg_type) if msg_type is None else 0
         for sock in (s.mux, s.direct, s.task):
             if sock is None:
                 continue
             while cast(int, sock.getsockopt(_EVENTS)) & _POLLIN:
                 self.take(sock)
-                n += self._abort_in_hand()
-        log.info("engine %d: aborted %d queued request(s)", self.id, n)
+                if msg_type is None:  # all of them: none kept in hand meanwhile
+                    n += self._abort_in_hand()
+        if msg_type is not None:  # one pass: the others stay in hand
+            n += self._abort_in_hand(msg_type)
+        log.info(
+            "engine %d: aborted %d queued %s",
+            self.id,
+            n,
+            "request(s)" if msg_type is None else f"{msg_type}(s) after a failed execute",
+        )
 
-    def _abort_in_hand(self) -> int:
+    def _abort_in_hand(self, msg_type: str | None = None) -> int:
         n = 0
+        kept: deque[tuple[zmq.Socket, str, Message]] = deque()
         while self.in_hand:
-            sock, _, msg = self.in_hand.popleft()
+            entry = self.in_hand.popleft()
+            sock, _, msg = entry
+            if msg_type is not None and msg.msg_type != msg_type:
+                kept.append(entry)
+                continue
             if sock is self.sockets.task and not self.may_start(msg):
                 continue
             reply = self.kernel.aborted_reply(msg)
             if reply is not None:
                 self.replies.send(sock, msg, reply)
                 n += 1
+        self.in_hand.extend(kept)
         return n
 
     # -- time limits (engine.timelimit) -----------------------------------------------------

@@ -3,6 +3,7 @@ fixture names and scopes and builds them from these."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -75,6 +76,22 @@ def notebook_text(cell) -> str:
         elif "data" in out:
             parts.append(out["data"].get("text/plain", ""))
     return "".join(parts)
+
+
+def under_headers(text: str) -> dict[str, str]:
+    """What was printed under each ``[stdout:N]`` / ``[stderr:N]`` header (a header alone
+    on its line, as ipyparallel 9 prints it), joined per header: streamed output of
+    several engines interleaves, each engine's lines stay in order."""
+    out: dict[str, str] = {}
+    header = None
+    for line in text.splitlines(keepends=True):
+        m = re.fullmatch(r"(\[(?:stdout|stderr):\S+\]) \n?", line)
+        if m:
+            header = m.group(1)
+            out.setdefault(header, "")
+        elif header is not None:
+            out[header] += line
+    return out
 
 
 def run_notebook(path: Path, zpar_dir: Path, timeout: float) -> list:

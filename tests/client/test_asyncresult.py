@@ -185,11 +185,40 @@ def test_display_outputs_and_html_repr(capsys):
     ar = AsyncResult(
         None, ["a", "b"], [done(timed(1, 1, 0, 1, "one\n")), done(timed(2, 0, 0, 1, "zero\n"))]
     )
+    # ipyparallel 9: each engine's header on a line of its own, then its output
     ar.display_outputs(groupby="engine")
-    assert capsys.readouterr().out == "[stdout:0] zero\n[stdout:1] one\n"
+    assert capsys.readouterr().out == "[stdout:0] \nzero\n[stdout:1] \none\n"
     ar.display_outputs()  # ipyparallel's default: by type, in submission order
-    assert capsys.readouterr().out == "[stdout:1] one\n[stdout:0] zero\n"
+    assert capsys.readouterr().out == "[stdout:1] \none\n[stdout:0] \nzero\n"
     assert "finished" in ar._repr_html_() and "engines [0, 1]" in ar._repr_html_()
+
+
+def test_stream_printer_prints_as_ipyparallels_display_stream(capsys):
+    """ipyparallel's AsyncResult._display_stream: the header alone on its line, left out
+    while the same engine's same stream goes on, a newline put in before a header that
+    follows text without one, never a blank line, nothing added at the end."""
+    from zpar.client.outputs import StreamPrinter
+
+    p = StreamPrinter()
+    p.engine_stream(0, "stdout", "a\n")
+    p.engine_stream(0, "stdout", "b")  # the same engine's stream goes on: no header
+    p.engine_stream(1, "stdout", "c\n")
+    p.engine_stream(1, "stderr", "e\n")
+    p.engine_stream(1, "stdout", "")  # nothing printed, nothing remembered
+    p.engine_stream(1, "stdout", "d")
+    out, err = capsys.readouterr()
+    assert out == "[stdout:0] \na\nb\n[stdout:1] \nc\n[stdout:1] \nd"
+    assert err == "[stderr:1] \ne\n"
+    p = StreamPrinter()
+    p.show("single\n")  # a single result: no header at all
+    p.show("more")
+    assert capsys.readouterr().out == "single\nmore"
+
+
+def test_a_single_result_shows_its_output_without_headers(capsys):
+    ar = AsyncResult(None, ["a"], [done(timed(1, 1, 0, 1, "one"))], single=True)
+    ar.display_outputs()
+    assert capsys.readouterr().out == "one"  # as printed: ipyparallel adds no newline
 
 
 def test_wait_interactive_shows_progress(capsys):
@@ -216,3 +245,31 @@ def test_sent_and_wait_for_send():
     assert ar.sent and ar.wait_for_send(0.01)
     # a future of another origin (the hub's store) has nothing left to send
     assert AsyncResult(None, ["b"], [Future()]).sent
+
+
+#: every public name of ipyparallel 9.2's AsyncResult (dir() of its class, read from the
+#: wheel), and the metadata it answers as attributes
+IPYPARALLEL_NAMES = (
+    "abort add_done_callback cancel cancelled display_outputs done elapsed exception get "
+    "get_dict join metadata msg_ids owner progress r ready result result_dict running sent "
+    "serial_time set_exception set_result set_running_or_notify_cancel split stream_output "
+    "successful timedelta wait wait_for_output wait_for_send wait_interactive wall_time "
+    "engine_id stdout stderr submitted started completed received data execute_result "
+    "status outputs"
+).split()
+
+
+def test_async_result_is_one_future_with_ipyparallels_names_and_no_mixins():
+    """Its metadata, displays and Future internals come from functions and an object of
+    their own (client.resultmeta, client.outputs, client.futurestate), not mixin bases."""
+    from concurrent.futures import Future
+
+    from zpar.client.asyncresult import AsyncHubResult
+
+    assert AsyncResult.__mro__ == (AsyncResult, Future, object)
+    assert AsyncMapResult.__bases__ == (AsyncResult,) == AsyncHubResult.__bases__
+    ar = AsyncResult(None, ["a"], [done(timed(1, 2, 0.0, 1.0, "x"))], single=True)
+    missing = [name for name in IPYPARALLEL_NAMES if not hasattr(ar, name)]
+    assert missing == []
+    assert ar.engine_id == 2 and ar.serial_time == 1.0 and ar.stdout == "x"
+    assert ar.timedelta(0.0, 2.5) == 2.5 and ar.status == "ok"

@@ -169,7 +169,7 @@ def test_display_outputs_groupby(rc, capsys):
     ar.get(timeout=30)
     capsys.readouterr()
     ar.display_outputs()  # by type (ipyparallel's default)
-    assert capsys.readouterr().out == "[stdout:0] out\n[stdout:1] out\n"
+    assert capsys.readouterr().out == "[stdout:0] \nout\n[stdout:1] \nout\n"
     ar.display_outputs(result_only=True)
     assert capsys.readouterr().out == ""
 
@@ -273,15 +273,18 @@ def test_display_outputs_of_a_single_result_has_no_prefixes(rc, capsys):
     assert capsys.readouterr().out == "lb\n"
 
 
-def test_iterating_a_map_with_return_exceptions_yields_the_errors(rc):
-    """ipyparallel's test_return_exceptions: the error stands in its element's place."""
+@pytest.mark.parametrize("chunksize", [None, 1])
+def test_iterating_a_map_with_return_exceptions_yields_the_errors(rc, chunksize):
+    """ipyparallel's test_return_exceptions: the error stands in its element's place, the
+    same exception object at every read (the default map, one task per element, too)."""
 
     def fail_on_2(n):
         if n == 2:
             raise ValueError("two!")
         return n
 
-    amr = rc.load_balanced_view().map(fail_on_2, range(4), return_exceptions=True, chunksize=1)
+    view = rc.load_balanced_view()
+    amr = view.map(fail_on_2, range(4), return_exceptions=True, chunksize=chunksize)
     rlist = list(amr)
     assert isinstance(rlist[2], ipp.RemoteError) and rlist[2].ename == "ValueError"
     assert rlist == [0, 1, rlist[2], 3] and list(amr) == rlist and amr.get() == rlist

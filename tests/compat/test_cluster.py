@@ -9,6 +9,7 @@ import time
 import pytest
 
 import zpar as ipp
+from tests.clusters import under_headers
 
 pytestmark = pytest.mark.cluster
 
@@ -70,14 +71,16 @@ def test_magics_for_a_plain_client_in_ipython(zpar_dir, capsys):
         with ipp.Cluster(n=2) as rc:
             plain = ipp.Client(url_file=rc.url_file)  # a Client() made in IPython
             try:
-                shell.run_cell_magic("px", "", "print('plain', 1 + 1)")
+                # (no progress bar among the lines, however long the first execute takes)
+                shell.run_cell_magic("px", "--progress-after -1", "print('plain', 1 + 1)")
                 out = capsys.readouterr().out
-                assert "[stdout:0] plain 2" in out and "[stdout:1] plain 2" in out
+                assert under_headers(out) == {"[stdout:0]": "plain 2\n", "[stdout:1]": "plain 2\n"}
                 view = rc.activate(targets=[1], suffix="one")
                 assert view.targets == [1]
+                shell.run_line_magic("pxconfigone", "--progress-after -1")
                 shell.run_line_magic("pxone", "print('only')")
                 out = capsys.readouterr().out
-                assert "[stdout:1] only" in out and "[stdout:0]" not in out
+                assert under_headers(out) == {"[stdout:1]": "only\n"}
             finally:
                 plain.close()
     finally:
@@ -98,11 +101,12 @@ def test_px_stream_shows_an_engines_first_lines_on_a_fresh_client(zpar_dir, caps
             try:
                 register_magics(shell, fresh.direct_view(fresh.ids, block=True), suffix="fresh")
                 code = "for i in range(3):\n    print('line', i, flush=True)"
-                shell.run_cell_magic("pxfresh", "--stream", code)
+                # no progress bar among the lines, however long the engines' first
+                # execute takes (it loads IPython there)
+                shell.run_cell_magic("pxfresh", "--stream --progress-after -1", code)
                 out = capsys.readouterr().out
-                for eid in (0, 1):
-                    for i in range(3):
-                        assert f"[stdout:{eid}] line {i}" in out, out
+                lines = "".join(f"line {i}\n" for i in range(3))
+                assert under_headers(out) == {"[stdout:0]": lines, "[stdout:1]": lines}, out
             finally:
                 fresh.close()
     finally:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.clusters import notebook_text as _text
-from tests.clusters import run_notebook
+from tests.clusters import run_notebook, under_headers
 
 pytestmark = pytest.mark.cluster
 
@@ -37,6 +37,8 @@ def test_ipyparallel_docs_notebook_runs_with_the_import_changed(zpar_dir, monkey
     assert _text(c[9]) == "40"
     assert _text(c[10]) == "([1, 1], True, 'datetime')"
     streamed = _text(c[11])
-    # each engine's output once, headed by its id (lines may come in one chunk)
-    assert "[stdout:0] streamed 0" in streamed and "[stdout:1] streamed 0" in streamed
+    # each engine's output once, under its id's header (lines may come in one chunk)
+    shown = under_headers(streamed)
+    assert shown["[stdout:0]"].startswith("streamed 0"), streamed
+    assert shown["[stdout:1]"].startswith("streamed 0"), streamed
     assert [streamed.count(f"streamed {i}") for i in range(3)] == [2, 2, 2], streamed

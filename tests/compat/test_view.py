@@ -393,3 +393,47 @@ def test_broadcast_map_goes_after_earlier_broadcasts(rc):
     for i in range(5):
         bv.execute(f"f{i} = lambda x, y: x * y + {i}")
         assert bv.map_sync(ipp.Reference(f"f{i}"), [1, 2], [3, 4]) == [3 + i, 8 + i]
+
+
+def test_broadcast_view_runs_its_requests_in_the_order_sent(rc):
+    """ipyparallel's test_apply_reference on a (coalescing) BroadcastView: a scatter, an
+    execute, an apply and a map sent without waiting run in that order on every engine
+    (each request of the view takes the task scheduler's path; a scatter's parts went
+    through the MUX relay and an engine could run the apply before them)."""
+    bv = rc.broadcast_view(is_coalescing=True)
+    for i in range(10):
+        bv.scatter("n", [10 * i + e for e in rc.ids], flatten=True)
+        bv.execute("f = lambda x: n * x")
+        assert bv.apply_sync(ipp.Reference("f"), 5) == [5 * (10 * i + e) for e in rc.ids]
+        bv.scatter("part", list(range(4)))
+        assert bv.map_sync(ipp.Reference("f"), [1, 1]) == [10 * i + e for e in rc.ids]
+        assert bv.gather("part", block=True) == [0, 1, 2, 3]
+
+
+def test_broadcast_view_sends_every_request_through_the_task_scheduler(rc, monkeypatch):
+    """The channel of each request a BroadcastView makes, a different payload per engine
+    (scatter, gather, map, a one-engine blocking call) included: the task scheduler's."""
+    sender = rc.sender
+    channels = []
+    send, apply = sender.send, sender.apply
+
+    def recording_send(channel, *args, **kwargs):
+        channels.append((channel, kwargs.get("broadcast")))
+        return send(channel, *args, **kwargs)
+
+    def recording_apply(channel, *args, **kwargs):
+        channels.append((channel, None))
+        return apply(channel, *args, **kwargs)
+
+    monkeypatch.setattr(sender, "send", recording_send)
+    monkeypatch.setattr(sender, "apply", recording_apply)
+    monkeypatch.setattr(sender, "call_here", lambda *a, **kw: channels.append(("here", None)))
+    a, b = rc.ids[:2]
+    bv = rc.broadcast_view([a, b], block=True)
+    bv.scatter("x", [1, 2])
+    assert bv.gather("x") == [1, 2]
+    assert bv.map(abs, [-1, -2]) == [1, 2]
+    bv.execute("y = 1")
+    assert bv.apply(abs, -1) == [1, 1]
+    assert rc.broadcast_view(b).apply_sync(abs, -1) == [1]  # a list of one, as ipyparallel
+    assert channels == [("task", [a]), ("task", [b])] * 3 + [("task", [a, b])] * 2 + [("task", [b])]

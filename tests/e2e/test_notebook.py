@@ -24,7 +24,7 @@ def test_ipyparallel_notebook_runs_on_zpar(zpar_dir, monkeypatch):
     assert _text(cells[1]) == "[6, 6]"
     assert _text(cells[2]) == "[0, 1, 4, 9, 16, 25, 36, 49, 64, 81]"
     assert "45" in _text(cells[3])
-    assert "[stdout:0] engine True" in _text(cells[4])
+    assert "[stdout:0] \nengine True\n" in _text(cells[4])
     assert _text(cells[5]) == "([1, 1], True)"
 
 
@@ -44,6 +44,6 @@ def test_px_plots_from_the_engines_show_under_the_cell(zpar_dir, monkeypatch):
     assert {o["metadata"]["engine"] for o in images} == {0, 1}
     assert all(base64.b64decode(o["data"]["image/png"])[:4] == b"\x89PNG" for o in images)
     assert "[output:0]" in _text(cells[2]) and "[output:1]" in _text(cells[2])
-    assert "[stdout:0] from the engine shell" in _text(cells[3])
+    assert "[stdout:0] \nfrom the engine shell\r\n" in _text(cells[3])  # a terminal's line
     assert re.search(r"Out\[0:\d+\]: (\x1b\[0m)?10", _text(cells[4])), _text(cells[4])
     assert _text(cells[5]) == "[1, 1]"

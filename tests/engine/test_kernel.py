@@ -177,6 +177,21 @@ def test_abort_all_asks_the_loop_to_drain(kernel):
     assert aborted.content["status"] == ReplyStatus.ABORTED
 
 
+def test_a_failed_execute_asks_the_loop_to_abort_the_executes_behind_it(kernel):
+    """ipykernel's stop_on_error (ipyparallel's engines are its kernels): a non-silent
+    execute that fails aborts the execute_requests queued behind it; applies still run."""
+    failed = kernel.handle(request(MsgType.EXECUTE_REQUEST, {"code": "1 / 0"}))
+    assert failed.content["status"] == ReplyStatus.ERROR
+    assert failed.abort_executes and not failed.drain
+    ok = kernel.handle(request(MsgType.EXECUTE_REQUEST, {"code": "1"}))
+    assert not ok.abort_executes
+    silent = kernel.handle(request(MsgType.EXECUTE_REQUEST, {"code": "1 / 0", "silent": True}))
+    assert silent.content["status"] == ReplyStatus.ERROR and not silent.abort_executes
+    asked = {"code": "1 / 0", "stop_on_error": False}
+    assert not kernel.handle(request(MsgType.EXECUTE_REQUEST, asked)).abort_executes
+    assert not kernel.handle(apply(lambda: 1 / 0)).abort_executes
+
+
 def test_clear_resets_the_namespace(kernel):
     kernel.handle(apply(namespace.push, {"x": 1}))
     reply = kernel.handle(request(MsgType.CLEAR_REQUEST))

@@ -270,6 +270,36 @@ def test_an_abort_reaches_the_tasks_in_hand(rig):
     assert [m.msg_type for m in control] == [MsgType.ABORT_REPLY]
 
 
+def test_a_failed_execute_aborts_the_executes_queued_behind_it(rig):
+    """As ipykernel's stop_on_error: the error goes back first, then each execute_request
+    in hand or queued is answered 'aborted'; the apply between them still runs."""
+    warm(rig, noop)
+
+    def execute(code):
+        header, frames = rig.client.serialize(MsgType.EXECUTE_REQUEST, {"code": code}, dest=UUID)
+        return header["msg_id"], frames
+
+    (a, fa), (b, fb), (c, fc), (d, fd) = (
+        execute("1 / 0"),
+        execute("x = 1"),
+        rig.apply(noop),
+        execute("x = 2"),
+    )
+    rig.place(fa, fb, fc)
+    rig.place(fd)  # still queued on the socket when a fails
+    rig.run_all()
+    replies = [m for part in rig.received() for m in part]
+    assert [m.parent_header["msg_id"] for m in replies] == [a, b, d, c]
+    status = {m.parent_header["msg_id"]: m.content["status"] for m in replies}
+    assert status == {
+        a: ReplyStatus.ERROR,
+        b: ReplyStatus.ABORTED,
+        c: ReplyStatus.OK,
+        d: ReplyStatus.ABORTED,
+    }
+    assert "x" not in rig.kernel.ns
+
+
 def test_an_abort_of_one_task_in_hand_leaves_the_others(rig):
     warm(rig, noop)
     (a, fa), (b, fb), (c, fc) = (rig.apply(noop) for _ in range(3))

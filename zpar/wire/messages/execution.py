@@ -83,6 +83,8 @@ class ExecuteRequest(Content):
     msg_type = MsgType.EXECUTE_REQUEST
     code: str
     silent: bool = False
+    #: a failed (non-silent) run aborts the executes queued behind it (Jupyter's field)
+    stop_on_error: bool = optional(True)
 
 
 @dataclass(frozen=True, slots=True)

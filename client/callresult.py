@@ -1,0 +1,756 @@
+"""AsyncResult: the handle a non-blocking call returns, a standard Future.
+
+Replies are decoded lazily, in the thread that asks for them, so the I/O thread stays fast.
+One AsyncResult covers one or several messages (one per engine, or one per map chunk). The
+API is ipyparallel's (docs/api.md), every public name of its AsyncResult: timestamps are
+aware UTC datetimes, metadata reads never wait. The result owns no parts of other classes:
+its metadata, displays and Future internals are made by client.resultmeta, client.outputs
+and client.futurestate from what it hands them. Maps' results: client.asyncresult.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import sys
+import threading
+import time
+from collections.abc import Callable, Generator, Iterator, Sequence
+from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, FIRST_EXCEPTION
+from typing import Any
+
+from zpar.errors import CompositeError, NotReadyError, RemoteError, TaskAborted, TimeoutError
+from zpar.serialize import deserialize_object
+from zpar.wire import Message
+from zpar.wire.messages import MsgType, ReplyStatus
+
+from .executereply import ExecuteReply
+from .futurestate import FutureState
+from .mapparts import ElementReply
+from .outputs import OutputStream, display_outputs, html_summary, wait_with_progress
+from .request import request_of, sent_of, submitted_of
+from .resultmeta import (
+    METADATA_DEFAULTS,
+    Metadata,
+    call_metadata,
+    reply_metadata,
+    serial_time,
+)
+from .resultmeta import timedelta as _timedelta
+
+_UNSET = object()
+RETURN_WHEN = (ALL_COMPLETED, FIRST_COMPLETED, FIRST_EXCEPTION)
+
+
+def decode_reply(msg: Message) -> Any:
+    """The value of an apply/execute reply, or raise the error it carries."""
+    if type(msg) is ElementReply:  # one element of a map's part, decoded already
+        if isinstance(msg.value, Exception):
+            raise msg.value
+        return msg.value
+    c = msg.content
+    status = c.get("status")
+    if status == ReplyStatus.OK:
+        if msg.buffers:
+            if "function_id" in c:  # a typed_reply read back from the hub: raw type arrays
+                from zpar.typed.codec import type_arrays
+
+                return type_arrays(c.get("counts") or [], msg.buffers)
+            return deserialize_object(msg.buffers)
+        if msg.parent_header.get("msg_type") == MsgType.EXECUTE_REQUEST:  # Out[engine:count]
+            return ExecuteReply(msg.parent_header.get("msg_id", ""), c, reply_metadata(msg))
+        return None
+    if status == ReplyStatus.ABORTED:
+        raise TaskAborted(c.get("evalue") or f"task {msg.parent_header.get('msg_id')} aborted")
+    raise RemoteError.from_content(c)
+
+
+def _future_failed(f: concurrent.futures.Future) -> bool:
+    if not f.done():
+        return False
+    if f.exception() is not None:
+        return True
+    return f.result().content.get("status") != ReplyStatus.OK
+
+
+def _timeout(timeout: float | None) -> float | None:
+    """ipyparallel's convention: a negative timeout (the default -1) waits forever."""
+    return None if timeout is None or timeout < 0 else timeout
+
+
+class AsyncResult(concurrent.futures.Future):
+    """Results of one call on one or several engines (one msg_id per engine or task)."""
+
+    #: a map's result, whose parts are chunks (AsyncMapResult): split() gives [chunk]s
+    _chunked = False
+
+    # slotted: a client holds one per task until the user drops it (~250 B less each)
+    __slots__ = (
+        "_client",
+        "msg_ids",
+        "_futures",
+        "_fname",
+        "_targets",
+        "_single",
+        "_postprocess",
+        "_trackers",
+        "_submitted",
+        "_values",
+        "_result",
+        "_return_exceptions",
+        "owner",
+        "_futurestate",
+    )
+
+    def __init__(
+        self,
+        client: Any,
+        msg_ids: Sequence[str],
+        futures: Sequence[concurrent.futures.Future],
+        *,
+        fname: str = "",
+        targets: Any = None,
+        single: bool = False,
+        submitted: float | None = None,
+        postprocess: Callable[[list[Any]], Any] | None = None,
+        trackers: Sequence[Any] = (),
+        return_exceptions: bool = False,
+    ) -> None:
+        if len(msg_ids) != len(futures):
+            raise ValueError(f"{len(msg_ids)} msg_ids but {len(futures)} futures")
+        self._client = client
+        self.msg_ids = list(msg_ids)
+        self._futures = list(futures)
+        self._fname = fname
+        self._targets = targets
+        self._single = single
+        self._postprocess = postprocess
+        self._trackers = tuple(trackers)
+        if submitted is None:  # when the first message was made (its header's date)
+            if len(self._futures) == 1:  # most results: one call
+                submitted = submitted_of(self._futures[0]) or time.time()
+            else:
+                dates = [d for f in self._futures if (d := submitted_of(f)) is not None]
+                submitted = min(dates, default=None) or time.time()
+        self._submitted = submitted
+        self._values: list[Any] | None = None
+        self._result: Any = _UNSET
+        self._return_exceptions = return_exceptions
+        self.owner = True  # compatibility with ipyparallel: results belong to this handle
+        # a concurrent.futures.Future (as ipyparallel's): its lock and waiters are made only
+        # if concurrent.futures.wait / asyncio.wrap_future ask (client.futurestate)
+        self._futurestate: FutureState | None = None
+
+    @classmethod
+    def of_call(cls, client: Any, request: Any, fname: str) -> AsyncResult:
+        """The result of one call (``single``), from its client.request.PendingRequest: what
+        ``__init__`` makes of ``[request.msg_id], [request.future]``, without its checks
+        and defaults (once per task on the submitting thread)."""
+        ar = cls.__new__(cls)
+        ar._client = client
+        ar.msg_ids = [request.msg_id]
+        ar._futures = [request.future]
+        ar._fname = fname
+        ar._targets = None
+        ar._single = True
+        ar._postprocess = None
+        ar._trackers = ()
+        ar._submitted = request.future.submitted or time.time()
+        ar._values = None
+        ar._result = _UNSET
+        ar._return_exceptions = False
+        ar.owner = True
+        ar._futurestate = None
+        return ar
+
+    # -- as a concurrent.futures.Future ---------------------------------------------------
+
+    def _future_state(self) -> FutureState:
+        """The Future internals concurrent.futures reads, made on the first read."""
+        fs = self._futurestate
+        if fs is None:
+            fs = self._futurestate = FutureState()
+            self.add_done_callback(lambda ar: fs.finish(ar, not ar.successful()))
+        return fs
+
+    # settable, as a Future's attributes are; concurrent.futures only reads them
+    _condition = property(
+        lambda self: self._future_state().condition,
+        lambda self, v: setattr(self._future_state(), "condition", v),
+    )
+    _waiters = property(
+        lambda self: self._future_state().waiters,
+        lambda self, v: setattr(self._future_state(), "waiters", v),
+    )
+    _state = property(
+        lambda self: self._future_state().state,
+        lambda self, v: setattr(self._future_state(), "state", v),
+    )
+
+    def cancel(self) -> bool:
+        """Calls on engines are not cancelled as futures; use ``abort()``. False, as a
+        concurrent.futures.Future that is already running."""
+        return False
+
+    def cancelled(self) -> bool:
+        return False
+
+    def running(self) -> bool:
+        return not self.ready()
+
+    def set_running_or_notify_cancel(self) -> bool:
+        return True
+
+    # -- state ----------------------------------------------------------------------------
+
+    def ready(self) -> bool:
+        return all(f.done() for f in self._futures)
+
+    def wait(self, timeout: float | None = -1, return_when: str | None = None) -> Any:
+        """Wait until every reply is in, or ``timeout`` seconds (-1 or None: forever).
+
+        Without return_when: True if all are done. With return_when (the
+        concurrent.futures constants), as concurrent.futures.wait: ``(done, pending)``,
+        sets of one-message AsyncResults (this result's ``split()``).
+        """
+        timeout = _timeout(timeout)
+        if return_when is None:
+            return self._wait_all(timeout)
+        if return_when not in RETURN_WHEN:
+            raise ValueError(f"return_when must be one of {RETURN_WHEN}, got {return_when!r}")
+        parts = self.split()
+        by_future = {id(p._futures[0]): p for p in parts}
+        futs = [p._futures[0] for p in parts]
+        if return_when == FIRST_EXCEPTION:
+            self._wait_first_exception(timeout)
+        elif return_when == FIRST_COMPLETED:
+            concurrent.futures.wait(futs, timeout, FIRST_COMPLETED)
+        else:
+            self._wait_all(timeout)
+        done = {by_future[id(f)] for f in futs if f.done()}
+        pending = {by_future[id(f)] for f in futs if not f.done()}
+        return done, pending
+
+    def _wait_all(self, timeout: float | None) -> bool:
+        # wait on each future's own condition (no waiter objects per call)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for f in self._futures:
+            if f.done():
+                continue
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                f.exception(remaining)
+            except (concurrent.futures.TimeoutError, concurrent.futures.CancelledError):
+                return self.ready()
+        return True
+
+    def _wait_first_exception(self, timeout: float | None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pending = [f for f in self._futures if not f.done()]
+        while pending and not any(_future_failed(f) for f in self._futures):
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return False
+            _, pending_set = concurrent.futures.wait(
+                pending, timeout=remaining, return_when=FIRST_COMPLETED
+            )
+            pending = list(pending_set)
+        return True
+
+    def _condition_met(self, return_when: str | None) -> bool:
+        if return_when in (None, ALL_COMPLETED):
+            return self.ready()
+        if return_when == FIRST_COMPLETED:
+            return any(f.done() for f in self._futures) or not self._futures
+        return self.ready() or any(_future_failed(f) for f in self._futures)
+
+    def successful(self) -> bool:
+        """True if every call finished without raising; RuntimeError if not finished."""
+        if not self.ready():
+            raise NotReadyError(f"{self!r} is not finished: cannot check successful()")
+        return not any(_future_failed(f) for f in self._futures)
+
+    @property
+    def progress(self) -> int:
+        """How many of the tasks are done (elements, for a map)."""
+        return sum(f.done() for f in self._futures)
+
+    @property
+    def sent(self) -> bool:
+        """True once every message has left the client (handed to zmq by the I/O thread)."""
+        return all(sent_of(f) for f in self._futures)
+
+    def wait_for_send(self, timeout: float | None = -1) -> bool:
+        """Wait until zmq no longer reads the memory of the arguments (``track=True``);
+        TimeoutError after ``timeout`` seconds (-1: forever).
+
+        Arguments sent without a copy (large arrays) must not be modified before this; an
+        AsyncResult made without tracking waits until the messages have been sent.
+        """
+        timeout = _timeout(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.sent:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError("Still waiting to be sent")
+            time.sleep(0.0005)
+        trackers = list(self._trackers)
+        for f in self._futures:
+            request = request_of(f)
+            if request is not None and request.trackers:
+                trackers.extend(request.trackers)
+        for t in trackers:
+            remaining = -1 if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                t.wait(remaining)  # zmq's MessageTracker: -1 waits forever
+            except Exception:  # zmq.NotDone on timeout
+                raise TimeoutError("Still waiting to be sent") from None
+        return True
+
+    def __len__(self) -> int:
+        return len(self.msg_ids)
+
+    def add_done_callback(self, fn: Callable[[AsyncResult], Any]) -> None:
+        """Call fn(self) once every reply is in (in the thread that completes the last)."""
+        remaining = [len(self._futures)]
+        lock = threading.Lock()
+
+        def one_done(_: Any) -> None:
+            with lock:
+                remaining[0] -= 1
+                last = remaining[0] == 0
+            if last:
+                fn(self)
+
+        if not self._futures:
+            fn(self)
+        for f in self._futures:
+            f.add_done_callback(one_done)
+
+    def abort(self) -> None:
+        """Abort the calls of this result that have not started yet; RuntimeError if all
+        of them are done already (as in ipyparallel)."""
+        if self._client is None:
+            raise RuntimeError("this AsyncResult has no client to send the abort through")
+        if self.ready():
+            raise RuntimeError("Can't abort, I am already done!")
+        self._client.abort(self, targets=self._targets, block=False)
+
+    # -- values ---------------------------------------------------------------------------
+
+    def get(
+        self,
+        timeout: float | None = None,
+        return_exceptions: bool | None = None,
+        return_when: str | None = None,
+    ) -> Any:
+        """Block until done and return the result; raise the remote error if any.
+
+        return_exceptions=True: errors are returned in place of values. return_when=
+        FIRST_EXCEPTION: raise as soon as one call failed, without waiting for the others.
+        """
+        if return_exceptions is None:
+            return_exceptions = self._return_exceptions
+        if self._result is not _UNSET and not return_exceptions:
+            return self._result
+        timeout = _timeout(timeout)
+        if self._single and not return_exceptions and return_when is None:
+            return self._get_one(timeout)
+        if return_when == FIRST_EXCEPTION:
+            self._wait_first_exception(timeout)
+            failed = [f for f in self._futures if _future_failed(f)]
+            if failed and not return_exceptions:
+                v = self._value_or_error(failed[0])
+                raise v
+        elif return_when not in (None, ALL_COMPLETED, FIRST_COMPLETED):
+            raise ValueError(f"return_when must be one of {RETURN_WHEN}, got {return_when!r}")
+        if return_exceptions:
+            if not self._wait_all(timeout):
+                raise TimeoutError(
+                    f"Result not ready: {self.progress}/{len(self)} of "
+                    f"{self._fname or 'the call'} done within {timeout} s"
+                )
+            values = [self._value_or_error(f) for f in self._futures]
+            values = self._postprocess(values) if self._postprocess is not None else values
+            return values[0] if self._single else values
+        values = self._wait_and_collect(timeout)
+        self._result = values[0] if self._single else values
+        return self._result
+
+    def _get_one(self, timeout: float | None) -> Any:
+        """get() of a one-call result (what _wait_all and _collect do, for one future:
+        most results)."""
+        if len(self._futures) != 1 or self._postprocess is not None:
+            values = self._wait_and_collect(timeout)
+            self._result = values[0] if self._single else values
+            return self._result
+        f = self._futures[0]
+        if not f.done() and not self._wait_all(timeout):
+            raise TimeoutError(
+                f"Result not ready: 0/1 of {self._fname or 'the call'} done within {timeout} s"
+            )
+        value = self._value_or_error(f)
+        if isinstance(value, Exception):
+            raise value
+        self._values = [value]
+        self._result = value
+        return value
+
+    def _wait_and_collect(self, timeout: float | None) -> Any:
+        if not self._wait_all(timeout):
+            raise TimeoutError(
+                f"Result not ready: {self.progress}/{len(self)} of "
+                f"{self._fname or 'the call'} done within {timeout} s"
+            )
+        values = self._collect()
+        return self._postprocess(values) if self._postprocess is not None else values
+
+    @property
+    def r(self) -> Any:
+        """``get()`` as a property."""
+        return self.get()
+
+    @property
+    def result_dict(self) -> dict[int, Any]:
+        return self.get_dict()
+
+    def done(self) -> bool:
+        """As concurrent.futures.Future.done: the same as ready()."""
+        return self.ready()
+
+    def result(self, timeout: float | None = None) -> Any:
+        """As concurrent.futures.Future.result: the same as get()."""
+        return self.get(timeout)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        """The error get() would raise (None if it succeeded); waits like get()."""
+        try:
+            self.get(timeout)
+        except TimeoutError:
+            if not self.ready():
+                raise
+            return sys.exc_info()[1]
+        except Exception as e:
+            return e
+        return None
+
+    def get_dict(self, timeout: float | None = -1) -> dict[int, Any]:
+        """{engine_id: result}; an error if one engine has several results here."""
+        values = self.get(timeout)
+        values = [values] if self._single else values
+        ids = self.engine_id if not self._single else [self.engine_id]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"engines {ids} ran more than one of these calls: no dict")
+        return dict(zip(ids, values, strict=True))
+
+    @staticmethod
+    def _value_or_error(f: concurrent.futures.Future) -> Any:
+        error = getattr(f, "_decoded_error", None)
+        if error is not None:
+            return error
+        try:
+            exc = f.exception()
+            if exc is not None:
+                raise exc
+            return decode_reply(f.result())
+        except Exception as e:
+            # one error object per call, on every read (ipyparallel compares them: a map's
+            # errors from list(amr) == amr.get() with return_exceptions)
+            with contextlib.suppress(AttributeError):
+                f._decoded_error = e  # type: ignore[attr-defined]
+            return e
+
+    def _collect(self) -> list[Any]:
+        if self._values is not None:
+            return self._values
+        values = [self._value_or_error(f) for f in self._futures]
+        errors = [v for v in values if isinstance(v, Exception)]
+        if errors:
+            # as ipyparallel: a single-call result raises its error, a multi-call one a
+            # CompositeError (even for one failure: ``except CompositeError`` holds)
+            if self._single or len(self._futures) == 1:
+                raise errors[0]
+            raise CompositeError(
+                f"one or more exceptions raised in: {self._fname or 'unspecified'} "
+                f"({len(errors)} of {len(self.msg_ids)} calls)",
+                errors,
+            )
+        self._values = values
+        return values
+
+    def _value_at(self, i: int, timeout: float | None = None) -> Any:
+        """Call i's value; its error raised, or returned with ``return_exceptions``."""
+        f = self._futures[i]
+        try:
+            f.result(timeout)
+        except concurrent.futures.TimeoutError:
+            raise TimeoutError(f"reply {i} of {self._fname or 'the call'} not in") from None
+        except Exception:
+            pass
+        v = self._value_or_error(f)
+        if isinstance(v, Exception) and not self._return_exceptions:
+            raise v
+        return v
+
+    def __iter__(self) -> Iterator[Any]:
+        """Results in submission order, each as soon as it (and those before it) arrived."""
+        if self._single:
+            yield self.get()
+            return
+        for i in range(len(self._futures)):
+            yield self._value_at(i)
+
+    def as_completed(self, timeout: float | None = None) -> Iterator[Any]:
+        """Results in the order they complete."""
+        index = {id(f): i for i, f in enumerate(self._futures)}
+        for f in concurrent.futures.as_completed(self._futures, timeout=timeout):
+            yield self._value_at(index[id(f)])
+
+    def __getitem__(self, key: int | slice | str) -> Any:
+        """ar[i] / ar[a:b]: results (waiting for them); ar['engine_id']: metadata (never
+        waits: None, or '' for output, until known)."""
+        if isinstance(key, str):
+            return self._meta(key)
+        if isinstance(key, int | slice):
+            values = self.get()
+            if self._single:
+                raise TypeError("a single result cannot be indexed by position")
+            return values[key]
+        raise TypeError(f"Invalid key type {type(key)!r}, must be 'int','slice', or 'str'")
+
+    # -- metadata (client.resultmeta): reads never wait -------------------------------------
+
+    def __getattr__(self, key: str) -> Any:
+        """ar.received, ar.status, ar.execute_result…: metadata as attributes."""
+        if key in METADATA_DEFAULTS:
+            return self._meta(key)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {key!r}")
+
+    def __dir__(self) -> list[str]:
+        return sorted(set(super().__dir__()) | set(METADATA_DEFAULTS))
+
+    def _metadatas(self) -> list[Metadata]:
+        """One metadata dict per message, as known now (never waits)."""
+        live, submitted = self._live_data(), self._submitted
+        return [
+            call_metadata(m, f, submitted, live)
+            for m, f in zip(self.msg_ids, self._futures, strict=True)
+        ]
+
+    def _meta(self, key: str) -> Any:
+        mds = self._metadatas()
+        if any(key not in md for md in mds):
+            raise KeyError(key)  # not a metadata key, as ipyparallel
+        values = [md[key] for md in mds]
+        return values[0] if self._single else values
+
+    def _live_data(self) -> Any:
+        """The client's LiveData once some ``ar.data`` was read while its task ran."""
+        sender = getattr(self._client, "sender", None)
+        return None if sender is None else sender.__dict__.get("live_data")
+
+    @property
+    def metadata(self) -> Any:
+        mds = self._metadatas()
+        return mds[0] if self._single else mds
+
+    @property
+    def data(self) -> Any:
+        """What the task published (zpar.datapub.publish_data): the merge so far while it
+        runs, everything once done (ipyparallel's ``ar.data``)."""
+        if not self.ready():
+            self._client.sender.live_data.watch(self.msg_ids)
+        else:
+            self._client.sender.live_data.forget(self.msg_ids)
+        return self._meta("data")
+
+    engine_id = property(lambda self: self._meta("engine_id"))
+    stdout = property(lambda self: self._meta("stdout"))
+    stderr = property(lambda self: self._meta("stderr"))
+    submitted = property(lambda self: self._meta("submitted"))
+    started = property(lambda self: self._meta("started"))
+    completed = property(lambda self: self._meta("completed"))
+    received = property(lambda self: self._meta("received"))
+
+    def _check_ready(self) -> None:
+        if not self.ready():
+            raise TimeoutError("Result not ready.")
+
+    @property
+    def elapsed(self) -> float:
+        """Seconds since submission: the wall time once done."""
+        if self.ready():
+            return self.wall_time
+        return time.time() - self._submitted
+
+    @property
+    def serial_time(self) -> float:
+        """Sum of the engines' compute times (completed - started): what a serial run
+        would have taken. TimeoutError before the result is ready."""
+        self._check_ready()
+        return serial_time(self._metadatas())
+
+    @property
+    def wall_time(self) -> float:
+        """Seconds from the first submission to the last result (its engine's completion
+        time: zpar does not stamp receipt separately). TimeoutError before it is ready."""
+        self._check_ready()
+        return _timedelta(self.submitted, self.received)
+
+    def timedelta(
+        self, start: Any, end: Any, start_key: Callable = min, end_key: Callable = max
+    ) -> float:
+        """Seconds between two times or lists of times (reduced by start_key / end_key);
+        times are datetimes or seconds since the epoch."""
+        return _timedelta(start, end, start_key, end_key)
+
+    # -- what it shows (client.outputs) ----------------------------------------------------
+
+    def display_outputs(
+        self, groupby: str = "type", result_only: bool = False, file: Any = None
+    ) -> None:
+        """Show each call's captured stdout/stderr under ``[stdout:N]`` headers (each on a
+        line of its own) and, inside IPython, its rich outputs (figures, HTML:
+        ``[output:N]``) and the value of its last expression (``Out[N:K]``), as
+        ipyparallel's display_outputs; a single call's result without the headers.
+
+        groupby: 'type' (all stdout, then all stderr, then outputs: ipyparallel's default),
+        'engine' (each engine's streams and outputs together) or 'order' (as 'type', the
+        n-th outputs of every engine together). result_only: only the ``Out`` values (the
+        outputs were streamed already)."""
+        if groupby not in ("engine", "order", "type"):
+            raise ValueError(f"groupby must be 'engine', 'order' or 'type', got {groupby!r}")
+        self.wait()
+        display_outputs(
+            self._metadatas(),
+            single=self._single,
+            groupby=groupby,
+            result_only=result_only,
+            file=file,
+        )
+
+    def wait_for_output(self, timeout: float | None = -1) -> bool:
+        """Wait until the output is complete: in zpar it travels with the result."""
+        return self.wait(timeout)
+
+    @contextlib.contextmanager
+    def stream_output(self) -> Iterator[None]:
+        """``with ar.stream_output(): ar.wait()``: engines' output shown as it is printed."""
+        stream = self.stream_outputs()
+        try:
+            yield
+        finally:
+            if self.ready():
+                stream.finish()
+
+    def stream_outputs(
+        self, callback: Callable[[int | None, str, str], Any] | None = None
+    ) -> OutputStream:
+        """Show engines' stdout/stderr for these calls as it is printed.
+
+        callback(engine_id, stream_name, text) runs in the client's I/O thread; the default
+        prints the text under ``[stdout:N]`` headers, as ``display_outputs``. Stops by
+        itself when the calls are done. Returns an OutputStream: its ``finish(timeout)``
+        waits for the engines' last output and shows what the stream missed (the reply
+        holds all of it)."""
+        if self._client is None:
+            raise RuntimeError("this AsyncResult has no client to stream through")
+        stream = OutputStream(self.msg_ids, self._client.sender, self._metadatas, callback)
+        stream.start()
+        self.add_done_callback(stream.stop_later)
+        return stream
+
+    def wait_interactive(
+        self,
+        interval: float = 0.1,
+        timeout: float | None = -1,
+        widget: bool | None = None,
+        return_when: str = ALL_COMPLETED,
+        file: Any = None,
+    ) -> bool:
+        """Wait with a progress bar: a widget in Jupyter when ipywidgets is installed, a
+        text bar otherwise. Returns whether the return_when condition was met (it never
+        waits past ``timeout``, and returns as soon as the calls are done)."""
+        if return_when not in (*RETURN_WHEN, None):
+            raise ValueError(f"unknown return_when {return_when!r}")
+        return wait_with_progress(
+            self.wait,
+            lambda: self.progress,
+            lambda: self._condition_met(return_when),
+            total=len(self),
+            desc=self._fname or "tasks",
+            interval=interval,
+            timeout=_timeout(timeout),
+            widget=widget,
+            file=file,
+        )
+
+    def _repr_html_(self) -> str:
+        state, engine_ids = "pending", None
+        if self.ready():
+            state = "finished" if self.successful() else "failed"
+            engine_ids = self.engine_id
+        return html_summary(
+            type(self).__name__, self._fname, state, self.progress, len(self), engine_ids
+        )
+
+    # -- splitting and joining --------------------------------------------------------------
+
+    def split(self) -> tuple[AsyncResult, ...]:
+        """One AsyncResult per message (a tuple, as in ipyparallel)."""
+        if len(self._futures) == 1 and type(self) is AsyncResult:
+            return (self,)
+        return tuple(
+            AsyncResult(
+                self._client,
+                [m],
+                [f],
+                fname=self._fname,
+                single=not self._chunked,  # a map's part: [chunk]
+                submitted=self._submitted,
+                return_exceptions=self._return_exceptions,
+            )
+            for m, f in zip(self.msg_ids, self._futures, strict=True)
+        )
+
+    @classmethod
+    def join(cls, *results: Any) -> AsyncResult:
+        """One AsyncResult over the messages of several (values in the order given):
+        ``AsyncResult.join(a, b)`` as in ipyparallel, or ``join([a, b])``."""
+        if len(results) == 1 and isinstance(results[0], list | tuple):
+            results = tuple(results[0])
+        if not results:
+            raise ValueError("Must specify at least one AsyncResult to join")
+        if len(results) == 1:
+            return results[0]
+        msg_ids: list[str] = []
+        futs: list[concurrent.futures.Future] = []
+        for r in results:
+            msg_ids.extend(r.msg_ids)
+            futs.extend(r._futures)
+        return AsyncResult(
+            results[0]._client,
+            msg_ids,
+            futs,
+            fname="+".join(sorted({r._fname for r in results if r._fname})),
+            submitted=min(r._submitted for r in results),
+        )
+
+    def __add__(self, other: AsyncResult) -> AsyncResult:
+        if not isinstance(other, AsyncResult):
+            return NotImplemented
+        return AsyncResult.join(self, other)
+
+    # -- asyncio --------------------------------------------------------------------------
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        yield from asyncio.gather(
+            *(asyncio.wrap_future(f) for f in self._futures), return_exceptions=True
+        ).__await__()
+        return self.get()
+
+    def __repr__(self) -> str:
+        state = "pending"
+        if self.ready():
+            state = "finished" if self.successful() else "failed"
+        return f"<{type(self).__name__}({self._fname}): {state}>"
