@@ -12,7 +12,7 @@ from typing import Any
 import zpar.serialize
 from zpar.dependency import to_wire
 from zpar.serialize import pack_apply
-from zpar.wire.messages import ExecuteRequest, MsgType
+from zpar.wire.messages import ApplyRequest, ExecuteRequest, MsgType
 
 from .asyncresult import AsyncMapResult, AsyncResult
 from .baseview import View, _check_callable, _flags_metadata, _fname
@@ -414,7 +414,13 @@ class BroadcastView(DirectView):
         """A request to engine ``eid`` alone, as a broadcast to that one engine."""
         md = {**(metadata or {}), "broadcast": [eid]}
         r = self.client.sender.send(
-            "task", MsgType.APPLY_REQUEST, {}, buffers=buffers, metadata=md, broadcast=[eid], **kw
+            "task",
+            MsgType.APPLY_REQUEST,
+            ApplyRequest.content(),
+            buffers=buffers,
+            metadata=md,
+            broadcast=[eid],
+            **kw,
         )
         assert r.replies is not None
         return Sent(r.msg_id, r.replies[self.client.sender.engine_uuid(eid)])
