@@ -39,6 +39,7 @@ from zpar.errors import RemoteProtocolError
 from zpar.memory import Trimmer
 from zpar.wire import Message, Session, buffers_size, recv_message, send_frames, split_messages
 from zpar.wire.curve import secure
+from zpar.wire.listenguard import ListenerGuard
 from zpar.wire.messages import TASK_REQUESTS, MsgType, ReplyStatus
 from zpar.wire.monitor import TaskDest, TaskOut
 from zpar.wire.sockets import bind_port, configure
@@ -146,6 +147,10 @@ class TaskScheduler:
         # a task sent to an engine that is not connected must fail loudly, not vanish
         self.engine.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self.events = configure(self.ctx.socket(zmq.PULL))
+        # strangers on both listeners, counted with the scheduler's refusals
+        self.guard = ListenerGuard(session.refused, what="task scheduler")
+        self.guard.watch(self.client, "task client")
+        self.guard.watch(self.engine, "task engine")
         self.client_addr = bind_port(self.client, ip, ports[0])
         self.engine_addr = bind_port(self.engine, ip, ports[1])
         self.local_client = self.local_engine = ""
@@ -156,6 +161,7 @@ class TaskScheduler:
             self.engine.bind(self.local_engine)
         self.events.bind(events)
         self.events_addr = events
+        self.guard.start(self.ctx)
         self.hub = HubReport(self.ctx, monitor)
         self._unpause_at = 0.0
         self.stopping = False
@@ -310,6 +316,7 @@ class TaskScheduler:
         self._carry_out()
 
     def close(self) -> None:
+        self.guard.stop()  # its monitors, before the sockets they watch
         self.link.close()
         for s in (self.client, self.engine, self.events):
             s.close(linger=0)

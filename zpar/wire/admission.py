@@ -42,8 +42,8 @@ MAX_PEERS = 64
 #: connecting; a peer silent this long is not one of them.
 AUTH_TIMEOUT = 10.0
 
-#: errnos of accept() that say "no descriptor for it now", not "the listener is broken".
-_OUT_OF_DESCRIPTORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+#: errnos of accept() (and open()) that say "no descriptor for it now", not "broken".
+OUT_OF_DESCRIPTORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 #: Seconds between two log lines of the same refusal reason.
 _LOG_EVERY = 1.0
@@ -89,7 +89,7 @@ class Admission:
         except (BlockingIOError, InterruptedError):
             return None
         except OSError as e:
-            if e.errno not in _OUT_OF_DESCRIPTORS:
+            if e.errno not in OUT_OF_DESCRIPTORS:
                 raise
             if not (self.pending and self.evict is not None):
                 self._shed(listener, e)
@@ -98,7 +98,7 @@ class Admission:
             try:
                 sock, addr = listener.accept()
             except OSError as e2:
-                if e2.errno in _OUT_OF_DESCRIPTORS:
+                if e2.errno in OUT_OF_DESCRIPTORS:
                     self._shed(listener, e2)
                 return None
         where = _address(addr)
