@@ -1,35 +1,37 @@
 """Strangers on a process's zmq listeners: a deadline to finish the handshake, a limit of
-connections per peer address, and no spin or starvation when descriptors run out.
+connections per peer address, and no starvation when descriptors run out.
 
 libzmq accepts every connection a listener is offered and has no per-socket limit. What it
 does on its own (libzmq 4.3.5, measured 2026-11-28; docs/decisions.md "zmq listeners and
 strangers"):
 
 - out of descriptors (EMFILE/ENFILE at accept) it emits ``EVENT_ACCEPT_FAILED`` and goes
-  on, but the listener stays readable in its level-triggered poller, so its I/O thread
-  spins (one core, ~300,000 failed accepts a second) until a descriptor comes free, and
-  the process can open no file and make no zmq socket meanwhile;
+  on (tcp_listener.cpp: "TODO: Handle specific errors like ENFILE/EMFILE"), but the
+  listener stays readable in its level-triggered poller, so its I/O thread spins (one
+  core, ~300,000 failed accepts a second) until a descriptor comes free, and the process
+  can open no file and make no zmq socket meanwhile;
 - a connection that does not finish its ZMTP handshake (greeting, and the Curve exchange
   on a ``--curve`` cluster) within ``ZMQ_HANDSHAKE_IVL`` (30 s by default) is closed.
 
 So for each listening socket a :class:`ListenerGuard` sets ``HANDSHAKE_IVL`` to
-``AUTH_TIMEOUT`` (the time a stranger has to authenticate, as ``zpar impi-server``'s)
-and watches the socket's monitor from a thread of its own:
+``handshake_timeout()`` (10 s, the time a stranger has to authenticate, as ``zpar
+impi-server``'s) and watches the socket's monitor from a thread of its own:
 
 - ``EVENT_ACCEPTED`` carries the new connection's descriptor: its peer address is read
   (``getpeername``) and its connections counted; past ``max_per_address`` on one listener
   it is shut down at once (``shutdown(2)``, never ``close``: the descriptor stays
   libzmq's, which sees the end of the stream and closes it as any peer's);
-- ``EVENT_ACCEPT_FAILED`` with EMFILE/ENFILE: the newest connections of the address that
-  holds the most are shut down (a flood is the newest thing on the heaviest address; the
-  engines and clients that connected before it keep their connections), which frees the
-  descriptors libzmq needs and ends the spin;
+- ``EVENT_ACCEPT_FAILED`` for want of descriptors (and the process still out of them):
+  the newest *young* connections (younger than the handshake deadline: only those can be
+  strangers mid-handshake, an older one finished its handshake or libzmq would have
+  closed it) of the address that holds the most are shut down, which frees the
+  descriptors libzmq needs; the engines and clients that connected before keep theirs;
 - handshakes that failed or timed out are counted.
 
 ipc connections are neither counted nor shut down: the ipc twins live in the controller's
-0700 run directory. A ZAP handler was considered for the limit: libzmq asks it only once a
-peer has sent a whole greeting, so it never sees the silent connections that exhaust
-descriptors, and it gets no descriptor to refuse by.
+0700 run directory. A ZAP handler cannot do this: libzmq asks it only once a peer has sent
+a whole greeting (never for the silent connections that exhaust descriptors), and its
+request names the peer's address but no descriptor or port to refuse by.
 
 Counts go to a Counter by reason (``descriptors``, ``per-address``, ``handshake``), shown
 by ``zpar cluster status``; each reason is logged at most once a second.
