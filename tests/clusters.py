@@ -18,12 +18,16 @@ import zpar
 FAST_HB = ["--hb-period", "0.1", "--hb-misses", "4"]
 
 
-def wait_until(condition, what, timeout=20.0):
-    """Poll ``condition`` until true; fail naming ``what`` after ``timeout`` seconds."""
+def wait_until(condition, what, timeout=30.0, *, tick=None):
+    """Poll ``condition`` until true; fail naming ``what`` after ``timeout`` seconds (a
+    deadline for failing, never a timing assertion). ``tick``: called between polls (a
+    socket-less test's own loop)."""
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, f"{what}: not within {timeout:g} s"
-        time.sleep(0.01)
+        if tick is not None:
+            tick()
+        time.sleep(0.005 if tick is not None else 0.01)
 
 
 def shipped_by_value(module: ModuleType) -> Iterator[None]:

@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 import zpar
+from tests.clusters import wait_until
 from zpar.cluster.launchers import LaunchContext, LaunchError, engine_set_class
 from zpar.cluster.launchers.hubquery import HubLine, ids_by_rank
 from zpar.cluster.launchers.restart import RestartPolicy
@@ -22,13 +23,6 @@ from zpar.cluster.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
 SLOW_HB = ["--hb-period", "5", "--hb-misses", "4"]  # the heartbeat would take 20 s
-
-
-def wait_until(cond, what, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"{what}: not within {timeout:g} s"
-        time.sleep(0.01)
 
 
 # -- the launcher's death notice and --keep -------------------------------------------------------
