@@ -49,6 +49,29 @@ OUT_OF_DESCRIPTORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno
 _LOG_EVERY = 1.0
 
 
+class RefusalLog:
+    """Refused connections counted by reason into ``counts``; each reason logged at most
+    once a second (a flood must not flood the log too)."""
+
+    def __init__(self, what: str, counts: Counter[str] | None = None) -> None:
+        self.what = what
+        self.counts: Counter[str] = Counter() if counts is None else counts
+        self._logged: dict[str, float] = {}
+
+    def __call__(self, reason: str, detail: str) -> None:
+        self.counts[reason] += 1
+        now = time.monotonic()
+        if now - self._logged.get(reason, float("-inf")) >= _LOG_EVERY:
+            self._logged[reason] = now
+            log.warning(
+                "%s: connection refused (%s): %s; %d refused so far",
+                self.what,
+                reason,
+                detail,
+                sum(self.counts.values()),
+            )
+
+
 class Admission:
     """One listener's admission: which peers are in, since when, and who authenticated."""
 
@@ -75,7 +98,7 @@ class Admission:
         #: refused connections by reason: ``full``, ``evicted``, ``descriptors``,
         #: ``auth-timeout``
         self.refused: Counter[str] = Counter()
-        self._logged: dict[str, float] = {}
+        self._refuse = RefusalLog(what, self.refused)
         self._reserve: int | None = None
         self._take_reserve()
 
@@ -175,19 +198,6 @@ class Admission:
         if self._reserve is not None:
             os.close(self._reserve)
             self._reserve = None
-
-    def _refuse(self, reason: str, detail: str) -> None:
-        self.refused[reason] += 1
-        now = time.monotonic()
-        if now - self._logged.get(reason, float("-inf")) >= _LOG_EVERY:
-            self._logged[reason] = now
-            log.warning(
-                "%s: connection refused (%s): %s; %d refused so far",
-                self.what,
-                reason,
-                detail,
-                sum(self.refused.values()),
-            )
 
 
 def _address(addr: object) -> str:

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 
 import zmq
 
-from zpar.wire.admission import AUTH_TIMEOUT, OUT_OF_DESCRIPTORS
+from zpar.wire.admission import AUTH_TIMEOUT, OUT_OF_DESCRIPTORS, RefusalLog
 
 log = logging.getLogger(__name__)
 
@@ -78,9 +78,6 @@ EVENTS_QUEUED = 256
 
 #: Seconds the guard pauses after a wake that found the process out of descriptors.
 _STARVED_PAUSE = 0.05
-
-#: Seconds between two log lines of the same reason.
-_LOG_EVERY = 1.0
 
 
 def handshake_timeout() -> float:
@@ -135,10 +132,10 @@ class ListenerGuard:
     ) -> None:
         self.counts: Counter[str] = Counter() if counts is None else counts
         self.what = what
+        self._refuse = RefusalLog(what, self.counts)
         self.max_per_address = max_per_address or per_address_limit()
         self.auth_timeout = auth_timeout or handshake_timeout()
         self._listeners: dict[zmq.Socket, _Listener] = {}
-        self._logged: dict[str, float] = {}
         self._thread: threading.Thread | None = None
         self._stop: zmq.Socket | None = None
         self._wake: zmq.Socket | None = None
@@ -347,19 +344,6 @@ class ListenerGuard:
             return False
         finally:
             s.detach()
-
-    def _refuse(self, reason: str, detail: str) -> None:
-        self.counts[reason] += 1
-        now = time.monotonic()
-        if now - self._logged.get(reason, float("-inf")) >= _LOG_EVERY:
-            self._logged[reason] = now
-            log.warning(
-                "%s: connection refused (%s): %s; %d so far",
-                self.what,
-                reason,
-                detail,
-                self.counts[reason],
-            )
 
 
 def _peer_of(fd: int) -> tuple | None:
