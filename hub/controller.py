@@ -106,6 +106,7 @@ class Controller:
         #: strangers on every listener peers reach: handshake deadline, per-address limit,
         #: descriptor exhaustion (zpar/wire/listenguard.py); counted as "connections"
         self.guard = ListenerGuard(what="controller")
+        self._forwarded: dict[str, zmq.Socket | None] = {}
         self.exit_code = 0
 
     # -- start-up -------------------------------------------------------------------------
@@ -117,15 +118,17 @@ class Controller:
         peers: bool = True,
         context: zmq.Context | None = None,
         name: str = "",
+        forward: int = 0,
     ) -> zmq.Socket:
         """``peers``: engines or clients connect to it (a Curve server on a --curve cluster).
         ``context``: another than the controller's (the heartbeat's). ``name``: a listener
-        strangers reach, guarded by ``self.guard``."""
+        strangers reach, guarded by ``self.guard``, which forwards the ``forward`` events
+        of its monitor (``self._forwarded[name]``)."""
         s = configure((context or self.ctx).socket(kind))
         if peers:
             secure(s, self.curve, server=True)
         if name:
-            self.guard.watch(s, name)
+            self._forwarded[name] = self.guard.watch(s, name, forward=forward)
         self._sockets.append(s)
         return s
 
@@ -160,7 +163,9 @@ class Controller:
         notification_addr = bind_port(notification, ip, cfg.port_of("notification"))
         ping = self._socket(zmq.PUB, context=self.hb_ctx, name="heartbeat ping")
         ping_addr = bind_port(ping, ip, cfg.port_of("heartbeat ping"))
-        pong = self._socket(zmq.ROUTER, context=self.hb_ctx, name="heartbeat pong")
+        pong = self._socket(
+            zmq.ROUTER, context=self.hb_ctx, name="heartbeat pong", forward=zmq.EVENT_DISCONNECTED
+        )
         pong_addr = bind_port(pong, ip, cfg.port_of("heartbeat pong"))
         monitor = self._socket(zmq.PULL, peers=False)
         # ipc peers (scheduler, engines) wait in their own queues while the hub is behind;
@@ -335,7 +340,7 @@ class Controller:
         }
         if hub.resubmitter is not None:
             handlers[hub.resubmitter.socket] = hub.resubmitter.drain
-        events = heart.watch_connections()
+        events = heart.watch_connections(self._forwarded["heartbeat pong"])
         self._sockets.insert(0, events)  # closed before the pong socket it watches
         handlers[events] = heart.handle_events
         for s in handlers:

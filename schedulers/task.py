@@ -140,16 +140,17 @@ class TaskScheduler:
         self.scheme_name = scheme
         self.ctx = context or zmq.Context.instance()
         self.client = secure(configure(self.ctx.socket(zmq.ROUTER)), curve, server=True)
+        # strangers on both listeners, counted with the scheduler's refusals; the guard
+        # owns the client socket's monitor and hands the link its disconnections
+        self.guard = ListenerGuard(session.refused, what="task scheduler")
+        gone = self.guard.watch(self.client, "task client", forward=zmq.EVENT_DISCONNECTED)
         # replies never block nor pile up toward a client (set before the socket binds)
-        self.link = ClientLink(self.client, self._client_gone)
+        self.link = ClientLink(self.client, self._client_gone, monitor=gone)
         self.book = TaskBook(scheme, hwm, ledger=ledger or self.link.ledger)
         self.engine = secure(configure(self.ctx.socket(zmq.ROUTER)), curve, server=True)
         # a task sent to an engine that is not connected must fail loudly, not vanish
         self.engine.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self.events = configure(self.ctx.socket(zmq.PULL))
-        # strangers on both listeners, counted with the scheduler's refusals
-        self.guard = ListenerGuard(session.refused, what="task scheduler")
-        self.guard.watch(self.client, "task client")
         self.guard.watch(self.engine, "task engine")
         self.client_addr = bind_port(self.client, ip, ports[0])
         self.engine_addr = bind_port(self.engine, ip, ports[1])

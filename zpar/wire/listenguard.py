@@ -70,14 +70,13 @@ _EVENTS = (
     | zmq.EVENT_DISCONNECTED
     | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
     | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
-    | zmq.EVENT_MONITOR_STOPPED
-)
+)  # never MONITOR_STOPPED: libzmq sends it blocking, also when nobody reads any more
 
 #: Monitor events queued per listener, and read per wake.
 EVENTS_QUEUED = 256
 
 #: Seconds the guard pauses after a wake that found the process out of descriptors.
-_STARVED_PAUSE = 0.05
+_STARVED_PAUSE = 0.01
 
 
 def handshake_timeout() -> float:
@@ -113,6 +112,10 @@ class _Listener:
 
     name: str
     monitor: zmq.Socket
+    sock: zmq.Socket
+    #: the guard's end of a pipe of copies of these events for the socket's owner
+    forward: zmq.Socket | None = None
+    forward_events: int = 0
     #: descriptor -> (peer address, its getpeername, when accepted), oldest first
     conns: dict[int, tuple[str, tuple, float]] = field(default_factory=dict)
     by_address: Counter[str] = field(default_factory=Counter)
@@ -140,23 +143,46 @@ class ListenerGuard:
         self._stop: zmq.Socket | None = None
         self._wake: zmq.Socket | None = None
 
-    def watch(self, sock: zmq.Socket, name: str) -> zmq.Socket:
+    def watch(self, sock: zmq.Socket, name: str, *, forward: int = 0) -> zmq.Socket | None:
         """Guard ``sock`` (before it binds: a listener copies the socket's options when it
-        binds). Returns ``sock``."""
+        binds). A socket has one monitor: an owner that needs some of its events
+        (``forward``: a mask, e.g. zmq.EVENT_DISCONNECTED) gets a socket of copies of them,
+        read as a monitor socket's, returned here; else None."""
         if self._thread is not None:
             raise RuntimeError("watch every socket before start()")
         sock.setsockopt(zmq.HANDSHAKE_IVL, int(self.auth_timeout * 1000))
-        addr = f"inproc://zpar-listenguard-{id(self):x}-{len(self._listeners)}"
-        sock.monitor(addr, _EVENTS)
+        n = len(self._listeners)
+        addr = f"inproc://zpar-listenguard-{id(self):x}-{n}"
+        # libzmq sends events blocking (its I/O thread waits while this queue is full):
+        # the thread reads them at once and never raises (_run)
+        sock.monitor(addr, _EVENTS | forward)
         mon = sock.context.socket(zmq.PAIR)
         mon.setsockopt(zmq.LINGER, 0)
-        # libzmq spinning on EMFILE emits ~300,000 ACCEPT_FAILED a second: past this many
-        # queued, events are dropped in libzmq, not read in Python (which holds the GIL the
-        # hub needs); what a dropped event would have said is checked when it matters
         mon.setsockopt(zmq.RCVHWM, EVENTS_QUEUED)
         mon.connect(addr)
-        self._listeners[mon] = _Listener(name, mon)
-        return sock
+        lst = _Listener(name, mon, sock)
+        self._listeners[mon] = lst
+        if not forward:
+            return None
+        lst.forward_events = forward
+        lst.forward = sock.context.socket(zmq.PAIR)
+        lst.forward.setsockopt(zmq.LINGER, 0)
+        lst.forward.setsockopt(zmq.SNDHWM, 0)  # the owner's events are never dropped
+        lst.forward.bind(f"{addr}-owner")
+        owner = sock.context.socket(zmq.PAIR)
+        owner.setsockopt(zmq.LINGER, 0)
+        owner.setsockopt(zmq.RCVHWM, 0)
+        owner.connect(f"{addr}-owner")
+        return owner
+
+    def release(self) -> None:
+        """Stop monitoring the watched sockets (before they close or the guard stops: an
+        event sent to a monitor nobody reads would block its sender)."""
+        for lst in self._listeners.values():
+            try:
+                lst.sock.monitor(None, 0)
+            except zmq.ZMQError:
+                pass  # closed already
 
     def start(self, ctx: zmq.Context) -> None:
         addr = f"inproc://zpar-listenguard-stop-{id(self):x}"
@@ -170,11 +196,14 @@ class ListenerGuard:
         self._thread.start()
 
     def stop(self) -> None:
-        """End the thread and close its sockets (before the contexts terminate); safe to
-        call twice. The watched sockets stop being monitored when they close."""
+        """Stop monitoring (``release``), end the thread and close its sockets (before the
+        contexts terminate); safe to call twice."""
+        self.release()
         if self._thread is None:
             for lst in self._listeners.values():
                 lst.monitor.close(linger=0)
+                if lst.forward is not None:
+                    lst.forward.close(linger=0)
             self._listeners.clear()
             return
         if self._stop is not None and not self._stop.closed:
@@ -200,17 +229,25 @@ class ListenerGuard:
                     return
                 for mon in ready:
                     lst = self._listeners.get(mon)
-                    if lst is not None and self._drain(lst):
-                        poller.unregister(mon)
+                    if lst is None:
+                        continue
+                    try:
+                        self._drain(lst)
+                    except zmq.ContextTerminated:
+                        raise
+                    except Exception:  # never stop reading: libzmq would block on us
+                        log.exception("%s: listener guard of %s", self.what, lst.name)
         except zmq.ContextTerminated:
             pass
         finally:
-            for mon in self._listeners:
-                mon.close(linger=0)
+            for lst in self._listeners.values():
+                lst.monitor.close(linger=0)
+                if lst.forward is not None:
+                    lst.forward.close(linger=0)
             self._wake.close(linger=0)
 
-    def _drain(self, lst: _Listener) -> bool:
-        """Handle what ``lst``'s monitor has queued; True when the monitor stopped."""
+    def _drain(self, lst: _Listener) -> None:
+        """Handle what ``lst``'s monitor has queued."""
         starved = 0
         accepted: list[int] = []
         for _ in range(EVENTS_QUEUED):
@@ -219,6 +256,8 @@ class ListenerGuard:
             except zmq.Again:
                 break
             event, value = struct.unpack("=hi", frames[0][:6])
+            if lst.forward is not None and event & lst.forward_events:
+                lst.forward.send_multipart(frames)
             if event == zmq.EVENT_ACCEPTED:
                 accepted.append(value)
                 self._accepted(lst, value)
@@ -236,8 +275,6 @@ class ListenerGuard:
                     f"{lst.name}: a connection closed before finishing its handshake "
                     f"(silent for {self.auth_timeout:g} s, cut, or not ZMTP)",
                 )
-            elif event == zmq.EVENT_MONITOR_STOPPED:
-                return True
         # over the limit: only connections still open after everything queued was read
         for fd in accepted:
             entry = lst.conns.get(fd)
@@ -255,7 +292,6 @@ class ListenerGuard:
             self._shed(lst)
         if starved:
             time.sleep(_STARVED_PAUSE)  # libzmq spins meanwhile: leave the GIL to the process
-        return False
 
     def _accepted(self, lst: _Listener, fd: int) -> None:
         try:
