@@ -44,20 +44,25 @@ def module_cluster(
     n: int,
     *,
     wait_timeout: float | None = None,
+    env: dict[str, str] | None = None,
     **cluster_kw: Any,
 ) -> Iterator[zpar.Cluster]:
     """Body of a module-scoped fixture: a cluster of ``n`` engines with its own ZPAR_DIR
-    (a fresh ``dir_name`` folder), stopped after the module. With ``wait_timeout`` the
-    fixture first waits for all ``n`` engines to register."""
+    (a fresh ``dir_name`` folder) and ``env``, stopped after the module. With
+    ``wait_timeout`` the fixture first waits for all ``n`` engines to register."""
     mp = pytest.MonkeyPatch()
     mp.setenv("ZPAR_DIR", str(tmp_path_factory.mktemp(dir_name)))
+    for name, value in (env or {}).items():
+        mp.setenv(name, value)
     c = zpar.Cluster(n=n, **cluster_kw)
-    c.start()
-    if wait_timeout is not None:
-        c.client.wait_for_engines(n, timeout=wait_timeout)
-    yield c
-    c.stop()
-    mp.undo()
+    try:
+        c.start()
+        if wait_timeout is not None:
+            c.client.wait_for_engines(n, timeout=wait_timeout)
+        yield c
+    finally:
+        c.stop()
+        mp.undo()
 
 
 def ready_client(cluster: zpar.Cluster, n: int, timeout: float, *, clear: bool = True):
