@@ -43,6 +43,7 @@ from zpar.profiling import profiled
 from zpar.schedulers.relays import start_relays
 from zpar.wire import Session
 from zpar.wire.curve import ZapAuthenticator, secure
+from zpar.wire.listenguard import ListenerGuard
 from zpar.wire.messages import MON_SCHEDULER, MsgType
 from zpar.wire.monitor import split_monitor
 from zpar.wire.privacy import iopub_topic
@@ -102,18 +103,32 @@ class Controller:
         self.url_files: list[Path] = []
         self.dashboard: Any = None  # zpar.dashboard.Dashboard, when the config asks for one
         self._sockets: list[zmq.Socket] = []
+        #: strangers on every listener peers reach: handshake deadline, per-address limit,
+        #: descriptor exhaustion (zpar/wire/listenguard.py); counted as "connections"
+        self.guard = ListenerGuard(what="controller")
+        self._forwarded: dict[str, zmq.Socket | None] = {}
         self.exit_code = 0
 
     # -- start-up -------------------------------------------------------------------------
 
     def _socket(
-        self, kind: int, *, peers: bool = True, context: zmq.Context | None = None
+        self,
+        kind: int,
+        *,
+        peers: bool = True,
+        context: zmq.Context | None = None,
+        name: str = "",
+        forward: int = 0,
     ) -> zmq.Socket:
         """``peers``: engines or clients connect to it (a Curve server on a --curve cluster).
-        ``context``: another than the controller's (the heartbeat's)."""
+        ``context``: another than the controller's (the heartbeat's). ``name``: a listener
+        strangers reach, guarded by ``self.guard``, which forwards the ``forward`` events
+        of its monitor (``self._forwarded[name]``)."""
         s = configure((context or self.ctx).socket(kind))
         if peers:
             secure(s, self.curve, server=True)
+        if name:
+            self._forwarded[name] = self.guard.watch(s, name, forward=forward)
         self._sockets.append(s)
         return s
 
@@ -141,14 +156,16 @@ class Controller:
             self.zap = ZapAuthenticator(self.ctx, {self.curve.client_public})
             self._hb_zap = ZapAuthenticator(self.hb_ctx, {self.curve.client_public})
             self._hb_zap.refused = self.zap.refused  # one count of refused handshakes
-        query = self._socket(zmq.ROUTER)
+        query = self._socket(zmq.ROUTER, name="registration")
         query_addr = bind_port(query, ip, cfg.port_of("registration"))
-        notification = self._socket(zmq.XPUB)
+        notification = self._socket(zmq.XPUB, name="notification")
         notification.setsockopt(zmq.XPUB_VERBOSE, 1)  # every subscriber gets its welcome
         notification_addr = bind_port(notification, ip, cfg.port_of("notification"))
-        ping = self._socket(zmq.PUB, context=self.hb_ctx)
+        ping = self._socket(zmq.PUB, context=self.hb_ctx, name="heartbeat ping")
         ping_addr = bind_port(ping, ip, cfg.port_of("heartbeat ping"))
-        pong = self._socket(zmq.ROUTER, context=self.hb_ctx)
+        pong = self._socket(
+            zmq.ROUTER, context=self.hb_ctx, name="heartbeat pong", forward=zmq.EVENT_DISCONNECTED
+        )
         pong_addr = bind_port(pong, ip, cfg.port_of("heartbeat pong"))
         monitor = self._socket(zmq.PULL, peers=False)
         # ipc peers (scheduler, engines) wait in their own queues while the hub is behind;
@@ -166,7 +183,9 @@ class Controller:
             self.curve,
             iopub_topic(self.key),
             ports=cfg.port_of,
+            guard=self.guard,
         )
+        self.guard.start(self.ctx)
         ready = self._wait_for_scheduler(monitor)
         self.watch = SchedulerWatch(cfg, self._launch, ready)
         events.connect(ready["events"])
@@ -221,6 +240,7 @@ class Controller:
         )
         self.hub.resubmitter = self._resubmitter(ready)
         add_refusal_parts(self.hub.refusals, relays, self.zap)
+        self.hub.refusals.add_part("connections", lambda: dict(self.guard.counts))
         if cfg.dashboard:
             self._open_dashboard(cfg.dashboard)
         self._write_url_files(advertise(query_addr, host))
@@ -320,7 +340,7 @@ class Controller:
         }
         if hub.resubmitter is not None:
             handlers[hub.resubmitter.socket] = hub.resubmitter.drain
-        events = heart.watch_connections()
+        events = heart.watch_connections(self._forwarded["heartbeat pong"])
         self._sockets.insert(0, events)  # closed before the pong socket it watches
         handlers[events] = heart.handle_events
         for s in handlers:
@@ -397,6 +417,7 @@ class Controller:
                     path.unlink()
             except (ZparError, OSError):
                 pass
+        self.guard.stop()  # its monitors, before the sockets they watch
         for s in self._sockets:
             s.close(linger=0)
         for zap in (self.zap, self._hb_zap):

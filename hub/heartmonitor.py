@@ -71,9 +71,10 @@ class HeartMonitor:
         self.suspects: dict[bytes, tuple[int, float]] = {}
         self.events: zmq.Socket | None = None
 
-    def watch_connections(self) -> zmq.Socket:
-        """A socket of the pong ROUTER's disconnect events, for the hub loop to poll."""
-        self.events = self.pong.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+    def watch_connections(self, events: zmq.Socket | None = None) -> zmq.Socket:
+        """A socket of the pong ROUTER's disconnect events, for the hub loop to poll:
+        ``events`` when another part owns the socket's monitor (zpar.wire.listenguard)."""
+        self.events = events or self.pong.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         return self.events
 
     def watch(self, uuid: bytes, counter: int | None = None) -> None:

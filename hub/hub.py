@@ -252,11 +252,17 @@ class Hub:
 
     def load_services(self) -> None:
         """Load the capabilities' queries (hub/queryapi.py) and services (hub/services.py),
-        once."""
+        once (again at the next request if the process was out of file descriptors)."""
+        try:
+            queries = load_queries(builtin=self._queries)
+            services = load_services(self)
+        except OSError as e:  # a flood of connections took every descriptor: not for good
+            log.warning("hub services not loaded (%s); tried again at the next request", e)
+            return
         self._services_loaded = True
-        for msg_type, handler in load_queries(builtin=self._queries).items():
+        for msg_type, handler in queries.items():
             self._queries[msg_type] = self._bind(handler)
-        self.services = load_services(self)
+        self.services = services
         self._service_for = {
             t: s for s in self.services for t in s.msg_types if t not in self._queries
         }

@@ -21,6 +21,7 @@ from importlib.metadata import entry_points
 from typing import Any, Protocol
 
 from zpar.wire import Message
+from zpar.wire.admission import OUT_OF_DESCRIPTORS
 
 from .recorder import StoreWriter
 from .records import EngineRecord, TaskTable
@@ -53,7 +54,8 @@ QueryHandler = Callable[[HubState, Message], QueryReply]
 
 def load_queries(builtin: Collection[str]) -> dict[str, QueryHandler]:
     """The handlers of the entry point group by msg_type. One that fails to load, or whose
-    name is a built-in query's (``builtin``), is logged and left out."""
+    name is a built-in query's (``builtin``), is logged and left out. Out of file
+    descriptors raises OSError: the caller tries again later."""
     found: dict[str, QueryHandler] = {}
     for ep in entry_points(group=GROUP):
         if ep.name in builtin:
@@ -63,6 +65,11 @@ def load_queries(builtin: Collection[str]) -> dict[str, QueryHandler]:
             handler = ep.load()
             if not callable(handler):
                 raise TypeError(f"{ep.value} is not callable")
+        except OSError as e:
+            if e.errno in OUT_OF_DESCRIPTORS:
+                raise
+            log.exception("hub query %r (%s) failed to load; running without it", ep.name, ep.value)
+            continue
         except Exception:
             log.exception("hub query %r (%s) failed to load; running without it", ep.name, ep.value)
             continue

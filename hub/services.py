@@ -18,6 +18,7 @@ from importlib.metadata import entry_points
 from typing import Any, Protocol
 
 from zpar.wire import Message
+from zpar.wire.admission import OUT_OF_DESCRIPTORS
 
 log = logging.getLogger(__name__)
 
@@ -41,13 +42,21 @@ class HubService(Protocol):
 
 def load_services(hub: Any) -> list[HubService]:
     """Every service of the entry point group, built for ``hub``. A service that fails to
-    load is logged and left out: the hub runs without it."""
+    load is logged and left out: the hub runs without it. Out of file descriptors (a flood
+    of connections) raises OSError instead: the caller tries again later."""
     services: list[HubService] = []
     for ep in entry_points(group=GROUP):
         try:
             service = ep.load()(hub)
             if not all(isinstance(t, str) for t in service.msg_types):
                 raise TypeError(f"msg_types must be strings, got {service.msg_types!r}")
+        except OSError as e:
+            if e.errno in OUT_OF_DESCRIPTORS:
+                raise
+            log.exception(
+                "hub service %r (%s) failed to load; running without it", ep.name, ep.value
+            )
+            continue
         except Exception:
             log.exception(
                 "hub service %r (%s) failed to load; running without it", ep.name, ep.value

@@ -69,7 +69,10 @@ class ClientLink:
         sock: zmq.Socket,
         on_gone: Callable[[bytes], None],
         hwm: int = CLIENT_SNDHWM,
+        monitor: zmq.Socket | None = None,
     ) -> None:
+        """``monitor``: a socket of ``sock``'s EVENT_DISCONNECTED events when another
+        part owns its monitor (zpar.wire.listenguard), else one is made here."""
         if hwm <= 0:
             raise ValueError(f"the client high-water mark must be > 0 messages, got {hwm}")
         sock.setsockopt(zmq.SNDHWM, hwm)
@@ -86,10 +89,12 @@ class ClientLink:
         self.hwm = hwm
         self.on_gone = on_gone
         self.ledger = ClientLedger()
-        self.monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        self._own_monitor = monitor is None
+        self.monitor = monitor or sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
 
     def close(self) -> None:
-        self.sock.disable_monitor()
+        if self._own_monitor:
+            self.sock.disable_monitor()
         self.monitor.close(linger=0)
 
     # -- receiving --------------------------------------------------------------------------

@@ -238,11 +238,16 @@ def start_queue(
     ipc_dir: str | None = None,
     curve: Any = None,
     ports: tuple[int, int] = (0, 0),
+    guard: Any = None,
 ) -> Relay:
     """A ROUTER-ROUTER relay whose traffic is copied (headers and all) to ``monitor``.
-    ``curve``: the cluster's zpar.wire.curve.CurveKeys, making both sides Curve servers."""
+    ``curve``: the cluster's zpar.wire.curve.CurveKeys, making both sides Curve servers.
+    ``guard``: a ListenerGuard to watch both sides (before they bind)."""
     front = secure(configure(ctx.socket(zmq.ROUTER)), curve, server=True)
     back = secure(configure(ctx.socket(zmq.ROUTER)), curve, server=True)
+    if guard is not None:
+        guard.watch(front, f"{name} client")
+        guard.watch(back, f"{name} engine")
     # A message for an engine that is not connected is dropped (ROUTER's default); the
     # client fails the request when the engine's death is announced.
     mon = configure(ctx.socket(zmq.PUSH))
@@ -268,11 +273,15 @@ def start_iopub(
     curve: Any = None,
     topic: bytes = b"",
     ports: tuple[int, int] = (0, 0),
+    guard: Any = None,
 ) -> Relay:
     """``topic``: the cluster's IOPub topic (zpar.wire.privacy); only its subscribers get output
     (hub.iopubgate). b"": an insecure cluster, a plain proxy."""
     xsub = secure(configure(ctx.socket(zmq.XSUB)), curve, server=True)
     xpub = secure(configure(ctx.socket(zmq.XPUB)), curve, server=True)
+    if guard is not None:
+        guard.watch(xpub, "iopub client")
+        guard.watch(xsub, "iopub engine")
     gate = None
     if topic:
         xpub.setsockopt(zmq.XPUB_MANUAL, 1)
@@ -303,17 +312,19 @@ def start_relays(
     curve: Any = None,
     iopub_topic: bytes = b"",
     ports: Callable[[str], int] = lambda name: 0,
+    guard: Any = None,
 ) -> dict[str, Relay]:
-    """``ports``: the tcp port of "mux client", "iopub engine" ... (0: a random one)."""
+    """``ports``: the tcp port of "mux client", "iopub engine" ... (0: a random one).
+    ``guard``: a zpar.wire.listenguard.ListenerGuard watching every side for strangers."""
 
     def sides(name: str) -> tuple[int, int]:
         return ports(f"{name} client"), ports(f"{name} engine")
 
     mux, control = (MON_MUX_IN, MON_MUX_OUT), (MON_CONTROL_IN, MON_CONTROL_OUT)
     return {
-        "mux": start_queue(ctx, "mux", ip, monitor, mux, ipc_dir, curve, sides("mux")),
+        "mux": start_queue(ctx, "mux", ip, monitor, mux, ipc_dir, curve, sides("mux"), guard),
         "control": start_queue(
-            ctx, "control", ip, monitor, control, ipc_dir, curve, sides("control")
+            ctx, "control", ip, monitor, control, ipc_dir, curve, sides("control"), guard
         ),
-        "iopub": start_iopub(ctx, ip, ipc_dir, curve, iopub_topic, sides("iopub")),
+        "iopub": start_iopub(ctx, ip, ipc_dir, curve, iopub_topic, sides("iopub"), guard),
     }

@@ -39,6 +39,7 @@ from zpar.errors import RemoteProtocolError
 from zpar.memory import Trimmer
 from zpar.wire import Message, Session, buffers_size, recv_message, send_frames, split_messages
 from zpar.wire.curve import secure
+from zpar.wire.listenguard import ListenerGuard
 from zpar.wire.messages import (
     TASK_REQUESTS,
     AbortReply,
@@ -146,13 +147,18 @@ class TaskScheduler:
         self.scheme_name = scheme
         self.ctx = context or zmq.Context.instance()
         self.client = secure(configure(self.ctx.socket(zmq.ROUTER)), curve, server=True)
+        # strangers on both listeners, counted with the scheduler's refusals; the guard
+        # owns the client socket's monitor and hands the link its disconnections
+        self.guard = ListenerGuard(session.refused, what="task scheduler")
+        gone = self.guard.watch(self.client, "task client", forward=zmq.EVENT_DISCONNECTED)
         # replies never block nor pile up toward a client (set before the socket binds)
-        self.link = ClientLink(self.client, self._client_gone)
+        self.link = ClientLink(self.client, self._client_gone, monitor=gone)
         self.book = TaskBook(scheme, hwm, ledger=ledger or self.link.ledger)
         self.engine = secure(configure(self.ctx.socket(zmq.ROUTER)), curve, server=True)
         # a task sent to an engine that is not connected must fail loudly, not vanish
         self.engine.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self.events = configure(self.ctx.socket(zmq.PULL))
+        self.guard.watch(self.engine, "task engine")
         self.client_addr = bind_port(self.client, ip, ports[0])
         self.engine_addr = bind_port(self.engine, ip, ports[1])
         self.local_client = self.local_engine = ""
@@ -163,6 +169,7 @@ class TaskScheduler:
             self.engine.bind(self.local_engine)
         self.events.bind(events)
         self.events_addr = events
+        self.guard.start(self.ctx)
         self.hub = HubReport(self.ctx, monitor)
         self._unpause_at = 0.0
         self.stopping = False
@@ -317,6 +324,7 @@ class TaskScheduler:
         self._carry_out()
 
     def close(self) -> None:
+        self.guard.stop()  # its monitors, before the sockets they watch
         self.link.close()
         for s in (self.client, self.engine, self.events):
             s.close(linger=0)

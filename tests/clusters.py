@@ -19,12 +19,16 @@ import zpar
 FAST_HB = ["--hb-period", "0.1", "--hb-misses", "4"]
 
 
-def wait_until(condition, what, timeout=20.0):
-    """Poll ``condition`` until true; fail naming ``what`` after ``timeout`` seconds."""
+def wait_until(condition, what, timeout=30.0, *, tick=None):
+    """Poll ``condition`` until true; fail naming ``what`` after ``timeout`` seconds (a
+    deadline for failing, never a timing assertion). ``tick``: called between polls (a
+    socket-less test's own loop)."""
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, f"{what}: not within {timeout:g} s"
-        time.sleep(0.01)
+        if tick is not None:
+            tick()
+        time.sleep(0.005 if tick is not None else 0.01)
 
 
 def shipped_by_value(module: ModuleType) -> Iterator[None]:
@@ -41,20 +45,25 @@ def module_cluster(
     n: int,
     *,
     wait_timeout: float | None = None,
+    env: dict[str, str] | None = None,
     **cluster_kw: Any,
 ) -> Iterator[zpar.Cluster]:
     """Body of a module-scoped fixture: a cluster of ``n`` engines with its own ZPAR_DIR
-    (a fresh ``dir_name`` folder), stopped after the module. With ``wait_timeout`` the
-    fixture first waits for all ``n`` engines to register."""
+    (a fresh ``dir_name`` folder) and ``env``, stopped after the module. With
+    ``wait_timeout`` the fixture first waits for all ``n`` engines to register."""
     mp = pytest.MonkeyPatch()
     mp.setenv("ZPAR_DIR", str(tmp_path_factory.mktemp(dir_name)))
+    for name, value in (env or {}).items():
+        mp.setenv(name, value)
     c = zpar.Cluster(n=n, **cluster_kw)
-    c.start()
-    if wait_timeout is not None:
-        c.client.wait_for_engines(n, timeout=wait_timeout)
-    yield c
-    c.stop()
-    mp.undo()
+    try:
+        c.start()
+        if wait_timeout is not None:
+            c.client.wait_for_engines(n, timeout=wait_timeout)
+        yield c
+    finally:
+        c.stop()
+        mp.undo()
 
 
 def ready_client(cluster: zpar.Cluster, n: int, timeout: float, *, clear: bool = True):

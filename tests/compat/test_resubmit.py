@@ -11,6 +11,7 @@ import time
 import pytest
 
 import zpar as ipp
+from tests.clusters import wait_until
 from zpar import error
 
 pytestmark = pytest.mark.cluster
@@ -103,7 +104,12 @@ def test_resubmit_inflight(rc):
     """resubmit of inflight task"""
     v = rc.load_balanced_view()
     ar = v.apply_async(time.sleep, 1)
-    time.sleep(0.2)  # give the message a chance to arrive
+    # in flight: the hub has recorded it started on an engine (ipyparallel slept 0.2 s)
+    wait_until(
+        lambda: any(r.get("started") for r in rc.db_query({"msg_id": ar.msg_ids[0]}, ["started"])),
+        "the task started",
+        10,
+    )
     ahr = rc.resubmit(ar.msg_ids)
     ar.get(5)
     assert ahr.get(5) == [None]

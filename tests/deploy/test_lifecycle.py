@@ -8,13 +8,13 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import psutil
 import pytest
 
 import zpar
+from tests.clusters import wait_until
 from zpar.cluster.connection import read_connection_file
 from zpar.cluster.ownership import RUNDIR_OWNER
 
@@ -23,13 +23,6 @@ ZPAR = [sys.executable, "-m", "zpar"]
 
 def run(args, timeout=90):
     return subprocess.run([*ZPAR, *args], capture_output=True, text=True, timeout=timeout)
-
-
-def wait_until(condition, what, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"{what}: not within {timeout:g} s"
-        time.sleep(0.02)
 
 
 def cluster_processes(zpar_dir: Path) -> list[psutil.Process]:

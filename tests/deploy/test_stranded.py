@@ -12,13 +12,13 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import psutil
 import pytest
 
 import zpar
+from tests.clusters import wait_until
 from zpar.cluster.connection import read_connection_file
 from zpar.errors import ConnectionFileError
 
@@ -29,13 +29,6 @@ ZPAR = [sys.executable, "-m", "zpar"]
 
 def run(args, timeout=90, **kw):
     return subprocess.run([*ZPAR, *args], capture_output=True, text=True, timeout=timeout, **kw)
-
-
-def wait_until(condition, what, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"{what}: not within {timeout:g} s"
-        time.sleep(0.05)
 
 
 def processes_of(zpar_dir: Path) -> list[psutil.Process]:

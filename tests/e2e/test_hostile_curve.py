@@ -16,7 +16,7 @@ import pytest
 import zmq
 from hypothesis import HealthCheck, given, settings
 
-import zpar
+from tests.clusters import module_cluster
 from tests.e2e.conftest import FAST_HB, wait_until
 from tests.e2e.fuzzing import signed_messages
 from zpar.cluster.connection import read_connection_file
@@ -31,17 +31,16 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
 @pytest.fixture(scope="module")
 def curve_cluster(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    mp.setenv("ZPAR_DIR", str(tmp_path_factory.mktemp("zpar-curve-hostile")))
-    mp.setenv("ZPAR_TRANSPORT", "tcp")
-    c = zpar.Cluster(n=2, curve=True, controller_args=FAST_HB, timeout=60)
-    c.start()
-    try:
-        c.client.wait_for_engines(2, timeout=60)
-        yield c
-    finally:
-        c.stop()
-        mp.undo()
+    yield from module_cluster(
+        tmp_path_factory,
+        "zpar-curve-hostile",
+        2,
+        wait_timeout=60,
+        env={"ZPAR_TRANSPORT": "tcp"},
+        curve=True,
+        controller_args=FAST_HB,
+        timeout=60,
+    )
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ import time
 
 import zmq
 
+from tests.e2e.conftest import wait_until
 from zpar.wire import Session
 from zpar.wire.messages import MsgType
 from zpar.wire.privacy import iopub_topic
@@ -19,6 +20,21 @@ def _talk():
     return 1
 
 
+def _until_subscribed(rc, sub):
+    """Until ``sub``'s subscription reached the IOPub relay (PUB/SUB drops what is
+    published before it): engine 0 prints until ``sub`` receives something."""
+    deadline = time.monotonic() + 20
+    while True:
+        rc[0].apply_sync(print, "subscribed?")
+        if sub.poll(200):
+            return
+        assert time.monotonic() < deadline, "the subscription never reached the IOPub relay"
+
+
+def _iopub_refusals(rc):
+    return rc.controller_status()["refused"].get("iopub", {}).get("subscription", 0)
+
+
 def test_stream_and_status_messages_reach_an_iopub_subscriber(rc, cluster_addresses):
     info, addrs = cluster_addresses
     sub = zmq.Context.instance().socket(zmq.SUB)
@@ -27,7 +43,7 @@ def test_stream_and_status_messages_reach_an_iopub_subscriber(rc, cluster_addres
     sub.connect(addrs["iopub"])
     session = Session(info.key)
     try:
-        time.sleep(0.3)  # PUB/SUB: let the subscription propagate through the XPUB relay
+        _until_subscribed(rc, sub)
         ar = rc[0].apply_async(_talk)
         assert ar.get(timeout=10) == 1
         seen = []
@@ -91,6 +107,7 @@ def test_a_subscriber_without_the_key_reads_no_output(rc, cluster_addresses):
     info, addrs = cluster_addresses
     ctx = zmq.Context.instance()
     strangers = []
+    refused_before = _iopub_refusals(rc)
     for topic in (b"", b"0" * 32):
         s = ctx.socket(zmq.SUB)
         s.setsockopt(zmq.LINGER, 0)
@@ -103,7 +120,13 @@ def test_a_subscriber_without_the_key_reads_no_output(rc, cluster_addresses):
     owner.connect(addrs["iopub"])
     session = Session(info.key)
     try:
-        time.sleep(0.3)  # PUB/SUB: let the subscriptions reach the relay
+        # the strangers' subscriptions reached the relay (and were refused there) and the
+        # owner's too: what is published from now on would reach them if it could
+        wait_until(
+            lambda: _iopub_refusals(rc) >= refused_before + len(strangers),
+            "the strangers' subscriptions refused",
+        )
+        _until_subscribed(rc, owner)
         ar = rc[0].apply_async(_talk)
         assert ar.get(timeout=10) == 1
         got_output = False
@@ -111,7 +134,11 @@ def test_a_subscriber_without_the_key_reads_no_output(rc, cluster_addresses):
         while time.monotonic() < deadline and not got_output:
             if owner.poll(500):
                 msg = session.feed(owner.recv_multipart())
-                got_output = msg is not None and msg.msg_type == MsgType.STREAM
+                got_output = (
+                    msg is not None
+                    and msg.msg_type == MsgType.STREAM
+                    and msg.parent_header.get("msg_id") == ar.msg_ids[0]
+                )
         assert got_output, "the key holder's subscription saw no output"
         # everything the owner got was sent before this point: the strangers got none of it
         for s in strangers:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import zpar
-from tests.e2e.conftest import wait_for_files
+from tests.e2e.conftest import wait_for_files, wait_until
 from zpar.errors import ImpossibleDependency, TaskAborted, TaskTimeout
 
 pytestmark = pytest.mark.timeout(120)
@@ -62,20 +62,45 @@ def _record_and_spin(path, seconds):
 # -- schemes ---------------------------------------------------------------------------------
 
 
+def _gated(gate):
+    while not os.path.exists(gate):
+        time.sleep(0.005)
+    return os.getpid()
+
+
 @pytest.mark.parametrize("scheme", ["lru", "leastload", "twobin", "weighted", "plainrandom"])
-def test_scheme_spreads_1000_tasks_over_4_engines(make_cluster, scheme):
+def test_scheme_spreads_1000_tasks_over_4_engines(make_cluster, scheme, tmp_path):
     from tests.e2e.conftest import FAST_HB
 
     c = make_cluster(4, controller_args=[*FAST_HB, "--scheme", scheme, "--hwm", "0"])
-    rc = c.client
-    pids = rc[:].apply_sync(os.getpid)
-    lv = rc.load_balanced_view()
-    ars = [lv.apply_async(os.getpid) for _ in range(1000)]
-    counts = collections.Counter(ar.get(timeout=60) for ar in ars)
+    # a window that lets all 1,000 reach the scheduler before any is answered
+    rc = zpar.Client(url_file=c.url_file, timeout=60, window=1000)
+    try:
+        rc.wait_for_engines(4, timeout=60)
+        pids = rc[:].apply_sync(os.getpid)
+        lv = rc.load_balanced_view()
+        # every task waits for a gate opened once all 1,000 are placed: no engine finishes one
+        # meanwhile, so the spread is the scheme's alone, not how fast each engine ran on a
+        # loaded machine (a descheduled engine rightly gets less from leastload)
+        gate = tmp_path / "gate"
+        ars = [lv.apply_async(_gated, str(gate)) for _ in range(1000)]
+
+        def placed() -> bool:
+            qs = rc.queue_status()
+            return (
+                not qs["unassigned"]
+                and sum(qs[e]["queue"] + qs[e]["tasks"] for e in qs if e != "unassigned") == 1000
+            )
+
+        wait_until(placed, "every task placed on an engine", 60)
+        gate.touch()
+        counts = collections.Counter(ar.get(timeout=60) for ar in ars)
+    finally:
+        rc.close()
     assert set(counts) <= set(pids)
     per_engine = [counts[p] for p in pids]
     assert sum(per_engine) == 1000
-    if scheme == "lru":  # round-robin, exactly
+    if scheme in ("lru", "leastload"):  # round-robin; the least loaded while none finishes
         assert per_engine == [250] * 4, per_engine
     else:  # every engine takes a fair share (expectation 250 each)
         assert min(per_engine) >= 100, per_engine

@@ -5,23 +5,12 @@ reader's replies parked and delivered in order, and a closed client reported gon
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import zmq
 
+from tests.clusters import wait_until
 from zpar.schedulers.clientlink import SRCFD, ClientLink
 from zpar.wire.sockets import recv_monitor_event
-
-
-def wait_until(condition, what, timeout=20.0, tick=None):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"{what}: not within {timeout:g} s"
-        if tick is not None:
-            tick()
-        time.sleep(0.005)
-
 
 #: sockets a test opened, closed after it (an unclosed socket's warning is an error)
 _OPEN: list[zmq.Socket] = []

@@ -96,14 +96,20 @@ def _wait_until_stopped(lc: LocalCluster, owns_controller: bool) -> None:
             return
 
 
-def _daemonize(argv: list[str], log_path: Path, record: Path, timeout: float) -> int:
-    """Run this command again, detached, as the cluster's launcher; wait for its record."""
+def _spawn_supervisor(argv: list[str], log_path: Path) -> subprocess.Popen:
+    """This command again (``--supervise`` for ``--daemon``), detached, logging to
+    ``log_path``."""
     cmd = [sys.executable, "-P", "-m", "zpar", *[a for a in argv if a != "--daemon"], "--supervise"]
     with open_log(log_path) as out:
-        proc = subprocess.Popen(
+        return subprocess.Popen(
             cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
             start_new_session=True, close_fds=True,
         )  # fmt: skip
+
+
+def _daemonize(argv: list[str], log_path: Path, record: Path, timeout: float) -> int:
+    """Run this command again, detached, as the cluster's launcher; wait for its record."""
+    proc = _spawn_supervisor(argv, log_path)
     deadline = time.monotonic() + timeout + 30
     while True:
         if proc.poll() is not None:
@@ -218,12 +224,7 @@ def cluster_engines(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def _daemonize_engines(argv: list[str], log_path: Path, d: Path, cid: str, timeout: float) -> int:
-    cmd = [sys.executable, "-P", "-m", "zpar", *[a for a in argv if a != "--daemon"], "--supervise"]
-    with open_log(log_path) as out:
-        proc = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True, close_fds=True,
-        )  # fmt: skip
+    proc = _spawn_supervisor(argv, log_path)
     record = d / f"{cid}.engines-{proc.pid}.json"
     deadline = time.monotonic() + timeout + 30
     while not record.exists():

@@ -106,26 +106,20 @@ class LocalCluster:
         *,
         profile: str = DEFAULT_PROFILE,
         cluster_id: str | None = None,
-        ip: str | None = None,
         controller_args: Sequence[str] = (),
         engine_args: Sequence[str] = (),
         daemon: bool = False,
-        log_level: str | int | None = None,
         keep_files: bool = False,
         settings: Settings | None = None,
-        engines: str | None = None,
-        keep: bool | None = None,
     ) -> None:
         """``keep_files``: keep a throwaway cluster's task store, logs and connection files.
-        ``settings``: the profile's (zpar.cluster.settings.load); ip / log_level / engines / keep
-        given here override them."""
+        ``settings``: the profile's with its overrides (zpar.cluster.settings.load: the CLI's
+        flags, zpar.Cluster's arguments): ip, log level, engines' launcher, keep..."""
         if not isinstance(n, int) or isinstance(n, bool) or n < 0:
             raise ValueError(f"number of engines must be an int >= 0, got {n!r}")
         names.profile_name(profile)
         names.cluster_id(cluster_id or "")
         settings = settings or Settings(profile=profile)
-        overrides = {"ip": ip, "log_level": log_level, "engines": engines, "keep": keep}
-        settings = replace(settings, **{k: v for k, v in overrides.items() if v is not None})
         settings = replace(settings, log_level=names.log_level(settings.log_level))
         engine_set_class(settings.engines)  # an unknown kind fails here, before any process
         self.settings = settings

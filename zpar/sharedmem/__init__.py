@@ -14,38 +14,6 @@ copy-on-write and reads it without a copy. The modules, one job each:
 
 from __future__ import annotations
 
-from .carrier import (
-    SHM_MIN_BYTES,
-    SegmentGone,
-    enabled,
-    forget_peer,
-    host_key,
-    inbound,
-    learn_peer,
-    offer,
-    outbound,
-    peer_pid,
-    same_host,
-    shared_array,
-    stats,
-    sweep,
-    take_reply,
-)
-
-__all__ = [
-    "SHM_MIN_BYTES",
-    "SegmentGone",
-    "enabled",
-    "forget_peer",
-    "host_key",
-    "inbound",
-    "learn_peer",
-    "offer",
-    "outbound",
-    "peer_pid",
-    "same_host",
-    "shared_array",
-    "stats",
-    "sweep",
-    "take_reply",
-]
+# the package's API is the carrier's, named once there
+from .carrier import *  # noqa: F403
+from .carrier import __all__ as __all__

@@ -42,11 +42,34 @@ MAX_PEERS = 64
 #: connecting; a peer silent this long is not one of them.
 AUTH_TIMEOUT = 10.0
 
-#: errnos of accept() that say "no descriptor for it now", not "the listener is broken".
-_OUT_OF_DESCRIPTORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+#: errnos of accept() (and open()) that say "no descriptor for it now", not "broken".
+OUT_OF_DESCRIPTORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 #: Seconds between two log lines of the same refusal reason.
 _LOG_EVERY = 1.0
+
+
+class RefusalLog:
+    """Refused connections counted by reason into ``counts``; each reason logged at most
+    once a second (a flood must not flood the log too)."""
+
+    def __init__(self, what: str, counts: Counter[str] | None = None) -> None:
+        self.what = what
+        self.counts: Counter[str] = Counter() if counts is None else counts
+        self._logged: dict[str, float] = {}
+
+    def __call__(self, reason: str, detail: str) -> None:
+        self.counts[reason] += 1
+        now = time.monotonic()
+        if now - self._logged.get(reason, float("-inf")) >= _LOG_EVERY:
+            self._logged[reason] = now
+            log.warning(
+                "%s: connection refused (%s): %s; %d refused so far",
+                self.what,
+                reason,
+                detail,
+                sum(self.counts.values()),
+            )
 
 
 class Admission:
@@ -75,7 +98,7 @@ class Admission:
         #: refused connections by reason: ``full``, ``evicted``, ``descriptors``,
         #: ``auth-timeout``
         self.refused: Counter[str] = Counter()
-        self._logged: dict[str, float] = {}
+        self._refuse = RefusalLog(what, self.refused)
         self._reserve: int | None = None
         self._take_reserve()
 
@@ -89,7 +112,7 @@ class Admission:
         except (BlockingIOError, InterruptedError):
             return None
         except OSError as e:
-            if e.errno not in _OUT_OF_DESCRIPTORS:
+            if e.errno not in OUT_OF_DESCRIPTORS:
                 raise
             if not (self.pending and self.evict is not None):
                 self._shed(listener, e)
@@ -98,7 +121,7 @@ class Admission:
             try:
                 sock, addr = listener.accept()
             except OSError as e2:
-                if e2.errno in _OUT_OF_DESCRIPTORS:
+                if e2.errno in OUT_OF_DESCRIPTORS:
                     self._shed(listener, e2)
                 return None
         where = _address(addr)
@@ -175,19 +198,6 @@ class Admission:
         if self._reserve is not None:
             os.close(self._reserve)
             self._reserve = None
-
-    def _refuse(self, reason: str, detail: str) -> None:
-        self.refused[reason] += 1
-        now = time.monotonic()
-        if now - self._logged.get(reason, float("-inf")) >= _LOG_EVERY:
-            self._logged[reason] = now
-            log.warning(
-                "%s: connection refused (%s): %s; %d refused so far",
-                self.what,
-                reason,
-                detail,
-                sum(self.refused.values()),
-            )
 
 
 def _address(addr: object) -> str:

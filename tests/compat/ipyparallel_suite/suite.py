@@ -163,15 +163,76 @@ def fold_outcomes(lines: list[str]) -> list[Outcome]:
     return out
 
 
+#: The variable every process of a group inherits (its outcomes file): how the reaper knows
+#: them, daemons and re-executed engines included.
+MARKER = "ZPAR_IPP_OUTCOMES"
+
+#: The reaper (start_reaper): waits for its stdin to close, which happens when the runner
+#: is done or dies in any way (SIGKILL included), then ends every process carrying one of
+#: the markers given: SIGTERM, then SIGKILL after 5 s.
+_REAPER = f"""
+import os, sys
+import psutil
+markers = set(sys.argv[1:])
+sys.stdin.read()
+me = os.getpid()
+procs = []
+for p in psutil.process_iter():
+    try:
+        if p.pid != me and p.environ().get({MARKER!r}) in markers:
+            procs.append(p)
+            p.terminate()
+    except (psutil.Error, OSError):
+        pass
+_, alive = psutil.wait_procs(procs, timeout=5)
+for p in alive:
+    try:
+        p.kill()
+    except psutil.Error:
+        pass
+"""
+
+
+def start_reaper(markers: list[str]) -> subprocess.Popen:
+    """A process that ends every process carrying one of ``markers`` (MARKER's value)
+    once the caller closes its stdin or dies: a run cut short (a timeout, SIGTERM,
+    KeyboardInterrupt, SIGKILL) leaves no controller or engine of profile ``iptest``.
+    A session of its own, so a terminal's Ctrl-C does not end it first."""
+    env = {k: v for k, v in os.environ.items() if k != MARKER}
+    return subprocess.Popen(
+        [sys.executable, "-c", _REAPER, *markers],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        env=env,
+        start_new_session=True,
+        text=True,
+    )
+
+
 def run_suite(run: Path, groups=GROUPS) -> tuple[list[Outcome], str]:
-    """Run each group in its own pytest subprocess, side by side; outcomes and logs."""
+    """Run each group in its own pytest subprocess, side by side; outcomes and logs.
+    Whatever ends the run, the reaper ends what the groups started."""
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)  # the run folder (cwd) first, then the installed packages
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    markers = [str(run / f"outcomes-{k}.jsonl") for k in range(len(groups))]
+    reaper = start_reaper(markers)
+    try:
+        return _run_groups(run, groups, env)
+    finally:
+        reaper.stdin.close()  # the groups are done or cut short: end what is left
+        try:
+            reaper.wait(30)
+        except subprocess.TimeoutExpired:
+            reaper.kill()
+            reaper.wait()
+
+
+def _run_groups(run: Path, groups, env: dict[str, str]) -> tuple[list[Outcome], str]:
     procs = []
     for k, files in enumerate(groups):
         results = run / f"outcomes-{k}.jsonl"
-        group_env = {**env, "ZPAR_IPP_OUTCOMES": str(results)}
+        group_env = {**env, MARKER: str(results)}
         log = (run / f"pytest-{k}.log").open("w")
         cmd = [
             sys.executable,

@@ -30,6 +30,8 @@ class BatchEngines(EngineSet):
     cancel: ClassVar[list[str]]
     suffix: ClassVar[str]
     template: ClassVar[str]
+    #: the directive line of each [batch] setting, "{}" standing for its value
+    directives: ClassVar[dict[str, str]]
     job_id_re: ClassVar[re.Pattern[str]] = re.compile(r"(\d+(?:\.[\w.-]+)?)")
 
     def __init__(self, *args: Any, **kw: Any) -> None:
@@ -39,7 +41,12 @@ class BatchEngines(EngineSet):
 
     def options(self) -> list[str]:
         """Directive lines for the [batch] settings that are set."""
-        raise NotImplementedError
+        s = self.ctx.settings
+        return [
+            line.format(getattr(s, name))
+            for name, line in self.directives.items()
+            if getattr(s, name)
+        ]
 
     def template_text(self) -> str:
         s = self.ctx.settings

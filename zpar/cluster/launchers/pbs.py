@@ -23,17 +23,11 @@ class PBSEngines(BatchEngines):
     cancel = ["qdel"]
     suffix = ".pbs"
     template = TEMPLATE
-
-    def options(self) -> list[str]:
-        s = self.ctx.settings
-        out = []
-        if s.batch_queue:
-            out.append(f"#PBS -q {s.batch_queue}")
-        if s.batch_account:
-            out.append(f"#PBS -A {s.batch_account}")
-        if s.batch_walltime:
-            out.append(f"#PBS -l walltime={s.batch_walltime}")
-        return out
+    directives = {
+        "batch_queue": "#PBS -q {}",
+        "batch_account": "#PBS -A {}",
+        "batch_walltime": "#PBS -l walltime={}",
+    }
 
 
 ENGINE_SET = PBSEngines

@@ -21,17 +21,11 @@ class SlurmEngines(BatchEngines):
     cancel = ["scancel"]
     suffix = ".sbatch"
     template = TEMPLATE
-
-    def options(self) -> list[str]:
-        s = self.ctx.settings
-        out = []
-        if s.batch_queue:
-            out.append(f"#SBATCH --partition={s.batch_queue}")
-        if s.batch_account:
-            out.append(f"#SBATCH --account={s.batch_account}")
-        if s.batch_walltime:
-            out.append(f"#SBATCH --time={s.batch_walltime}")
-        return out
+    directives = {
+        "batch_queue": "#SBATCH --partition={}",
+        "batch_account": "#SBATCH --account={}",
+        "batch_walltime": "#SBATCH --time={}",
+    }
 
 
 ENGINE_SET = SlurmEngines
