@@ -21,7 +21,6 @@ from zpar.errors import EngineError, RemoteProtocolError
 from zpar.sharedmem import take_reply as take_segments
 from zpar.wire import Session, batch, recv_message, send_frames
 from zpar.wire.sockets import configure
-from zpar.wire.transport import direct_address, usable_ipc
 
 from .futures import ReplyFuture, resolve
 from .request import PendingRequest
@@ -50,17 +49,14 @@ class DirectCaller:
         self._busy: set[zmq.Socket] = set()  # waiting for a reply: their thread closes them
         self._closed = False
 
-    def _socket(self, uuid: str) -> zmq.Socket | None:
-        """This thread's socket to the engine, made on first use; None if the engine has no
-        ipc endpoint this process can reach (another host, tcp only), or too many sockets
-        are open already."""
+    def _socket(self, uuid: str, addr: str) -> zmq.Socket | None:
+        """This thread's socket to the engine's own ipc endpoint ``addr`` (the route
+        client.sender chose: EngineTable.private_address), made on first use; None when
+        too many sockets are open already."""
         me = threading.current_thread()
         sock = self._by_thread.get(me, {}).get(uuid)
         if sock is not None:
             return sock
-        rundir = self._io.direct_dir
-        if rundir is None or not usable_ipc(addr := direct_address(rundir, uuid)):
-            return None
         with self._lock:
             if self._closed:
                 raise EngineError("the client was closed")
@@ -87,14 +83,15 @@ class DirectCaller:
         for gone in [u for u in mine if u not in live]:
             mine.pop(gone).close(linger=0)
 
-    def reachable(self, uuid: str) -> bool:
-        return self._socket(uuid) is not None
+    def reachable(self, uuid: str, addr: str) -> bool:
+        """Whether this thread may call engine ``uuid`` at ``addr`` itself."""
+        return self._socket(uuid, addr) is not None
 
     def call(self, request: PendingRequest) -> ReplyFuture:
         """Send a request's signed frames to its engine and wait for the reply; its
         future is done when this returns (with the reply, or the engine's death)."""
         uuid, frames, msg_id = request.engine_uuid or "", request.frames or [], request.msg_id
-        sock = self._socket(uuid)
+        sock = self._socket(uuid, request.private) if request.private is not None else None
         if sock is None:
             raise EngineError(f"engine {uuid} has no direct endpoint on this host")
         me = threading.current_thread()
@@ -124,7 +121,7 @@ class DirectCaller:
                 try:
                     take_segments(msg)  # the large buffers it names in shared memory
                 except RemoteProtocolError as e:
-                    checker._refuse(e, "direct call")
+                    checker.refuse(e, "direct call")
                     if msg.parent_header.get("msg_id") == msg_id:
                         resolve(fut, error=EngineError(f"the engine's reply is lost: {e}"))
                     continue

@@ -155,20 +155,30 @@ class RequestSender:
         uuid = self.engine_uuid(engine_id) if engine_id is not None else None
         # bound to where it may run: that engine, or the task scheduler's choice
         dest = uuid if uuid is not None else "task" if channel == "task" else None
+        # the route, decided once, before signing: a direct request to an engine on this
+        # host goes on the engine's own ipc socket, signed private (its large buffers are
+        # not hashed: see wire.Session.serialize), and the I/O thread sends it there
+        private = self._io.private_address(uuid) if uuid is not None and channel == "mux" else None
         if uuid is not None and channel == "mux" and msg_type == MsgType.APPLY_REQUEST:
             metadata, buffers = _same_host(self.session.session, uuid, metadata, buffers)
         header, frames = self.session.serialize(
-            msg_type, content, metadata=metadata, buffers=buffers, dest=dest
+            msg_type,
+            content,
+            metadata=metadata,
+            buffers=buffers,
+            dest=dest,
+            private=private is not None,
         )
         msg_id = header["msg_id"]
-        if uuid is not None:
-            frames = [uuid.encode(), *frames]
+        if uuid is not None and private is None:
+            frames = [uuid.encode(), *frames]  # the relay routes by the engine's identity
         uuids = [self.engine_uuid(i) for i in broadcast] if broadcast is not None else None
         request = PendingRequest(
             msg_id,
             channel,
             frames,
             engine_uuid=uuid,
+            private=private,
             submitted=header["date"],
             track=track,
             broadcast=uuids,
@@ -230,7 +240,8 @@ class RequestSender:
         uuid = self.engine_uuid(engine_id)
         if self._io.has_pending_for(uuid):
             return None  # earlier requests to it are on their way: this one goes after them
-        if not self._direct_caller.reachable(uuid):
+        private = self._io.private_address(uuid)
+        if private is None or not self._direct_caller.reachable(uuid, private):
             return None
         if msg_type == MsgType.APPLY_REQUEST:
             metadata, buffers = _same_host(self.session.session, uuid, metadata, buffers)
@@ -246,7 +257,7 @@ class RequestSender:
         if msg_type in HISTORY_TYPES:
             self._remember_sent(msg_id)
         request = PendingRequest(
-            msg_id, "direct", frames, engine_uuid=uuid, submitted=header["date"]
+            msg_id, "direct", frames, engine_uuid=uuid, private=private, submitted=header["date"]
         )
         if metadata and metadata.get("label") is not None:
             request.future.label = metadata["label"]
