@@ -46,7 +46,7 @@ from zpar.profiling import profiled
 from zpar.sharedmem import take_reply as take_segments
 from zpar.wire import LazyReply, Message, Session, recv_message, send_frames
 from zpar.wire.curve import secure
-from zpar.wire.messages import MsgType, ReplyStatus, TaskOutcomes
+from zpar.wire.messages import MsgType, TaskOutcomes
 from zpar.wire.privacy import iopub_topic
 from zpar.wire.sockets import configure, recv_frames
 
@@ -54,7 +54,7 @@ from .controllerwatch import ControllerWatch
 from .enginetable import EngineTable
 from .futures import resolve
 from .outbox import Outbox
-from .request import PendingRequest, PendingTable, engine_of
+from .request import PendingRequest, PendingTable, outcome_of
 from .window import Windows
 
 log = logging.getLogger(__name__)
@@ -560,15 +560,3 @@ class ClientIO:
         self.wrong_key = error
         self.pending.fail_all(error)
         self.table.fail_direct(None, str(error))
-
-
-def outcome_of(fut: Future) -> list[Any]:
-    """[succeeded, engine_uuid] of a finished call, as the task scheduler counts them."""
-    if fut.exception() is not None:
-        return [False, engine_of(fut) or ""]
-    msg = fut.result()
-    try:
-        ok = msg.content.get("status") == ReplyStatus.OK
-        return [ok, str(msg.metadata.get("engine_uuid") or "")]
-    except RemoteProtocolError:  # a reply that does not decode counts as failed
-        return [False, ""]

@@ -23,7 +23,14 @@ from concurrent.futures import Future
 from typing import Any
 
 from zpar.elements import PART_SEP, origin_of
-from zpar.errors import EngineError, SchedulerLost, ZparError, remote_error
+from zpar.errors import (
+    EngineError,
+    RemoteProtocolError,
+    SchedulerLost,
+    ZparError,
+    remote_error,
+)
+from zpar.wire.messages import ReplyStatus
 
 from .futures import ReplyFuture, resolve
 from .mapparts import Parts
@@ -152,6 +159,18 @@ def submitted_of(fut: Future) -> float | None:
 def engine_of(fut: Future) -> str | None:
     """The engine uuid a future's request went to (a broadcast's: that reply's engine)."""
     return fut.engine_uuid if isinstance(fut, ReplyFuture) else None
+
+
+def outcome_of(fut: Future) -> list[Any]:
+    """[succeeded, engine_uuid] of a finished call, as the task scheduler counts them."""
+    if fut.exception() is not None:
+        return [False, engine_of(fut) or ""]
+    msg = fut.result()
+    try:
+        ok = msg.content.get("status") == ReplyStatus.OK
+        return [ok, str(msg.metadata.get("engine_uuid") or "")]
+    except RemoteProtocolError:  # a reply that does not decode counts as failed
+        return [False, ""]
 
 
 #: an empty set to discard from (never added to)

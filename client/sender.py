@@ -34,8 +34,8 @@ from zpar.wire.messages import ApplyRequest, MsgType, ReplyStatus, ResultRequest
 from .datapub import LiveData
 from .directcall import DirectCaller
 from .handles import Handles
-from .ioloop import ClientIO, outcome_of
-from .request import PendingRequest, engine_of
+from .ioloop import ClientIO
+from .request import PendingRequest, engine_of, outcome_of
 from .window import WINDOWED_CHANNELS
 
 #: Requests remembered in Client.history: the work sent, which get_result(-1) refers to.
