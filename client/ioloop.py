@@ -463,9 +463,10 @@ class ClientIO:
         """Resolve the futures these checked replies answer: a request's own, a
         broadcast's engine's, an element request's once its last part came."""
         pending = self.pending
+        requests = pending.requests
         for msg in messages:
             reply = msg if type(msg) is not Message else LazyReply(msg)
-            request = pending.of_reply(reply.parent_msg_id)
+            request = requests.get(reply.parent_msg_id) or pending.of_reply(reply.parent_msg_id)
             if request is None:
                 log.debug("reply to unknown msg_id %s dropped", reply.parent_msg_id)
                 continue

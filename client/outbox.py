@@ -69,7 +69,8 @@ class Outbox:
             if item.windowed and not windows.offer(item):
                 continue  # held in its window until replies make room
             self._send_or_batch(item, runs)
-        self._send_runs(runs)
+        if runs:
+            self._send_runs(runs)
 
     def _send_or_batch(self, item: PendingRequest, runs: dict[str, list[PendingRequest]]) -> None:
         if item.channel in BATCHED_CHANNELS and item.trackers is None:

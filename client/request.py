@@ -218,8 +218,10 @@ class PendingTable:
         """One of ``request``'s replies came (``fut``'s; None: an element request's last
         part): forget it once no other reply is awaited."""
         request.unanswered -= 1
-        if request.unanswered <= 0:
-            self.finish(request)
+        if request.unanswered <= 0:  # finish(request), inline: once per reply
+            self.requests.pop(request.msg_id, None)
+            if request.windowed:
+                self.admitted.extend(self.windows.answered(request))
         engine = fut.engine_uuid if fut is not None else request.engine_uuid
         if engine is not None:
             self.by_engine.get(engine, _NONE).discard(request.msg_id)
