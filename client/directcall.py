@@ -42,6 +42,9 @@ class DirectCaller:
 
     def __init__(self, io: Any, session: Session) -> None:
         self._io = io
+        #: the I/O thread's engine table: engines, and the watch that fails a call whose
+        #: engine dies (client.enginetable)
+        self._engines = io.table
         self._session = session
         self._lock = threading.Lock()
         self._by_thread: dict[threading.Thread, dict[str, zmq.Socket]] = {}
@@ -79,7 +82,7 @@ class DirectCaller:
                 sock.close(linger=0)
             self._checkers.pop(t, None)
         mine = self._by_thread.get(me, {})
-        live = set(self._io.engines.values())
+        live = set(self._engines.engines.values())
         for gone in [u for u in mine if u not in live]:
             mine.pop(gone).close(linger=0)
 
@@ -99,7 +102,7 @@ class DirectCaller:
         fut = request.future
         with self._lock:
             self._busy.add(sock)
-        self._io.watch_direct(uuid, fut)
+        self._engines.watch_direct(uuid, fut)
         try:
             # as a batch of one: the wire packs a small one in fewer frames (pyzmq's cost
             # is per frame), the engine reads any batch
@@ -133,7 +136,7 @@ class DirectCaller:
         except zmq.ZMQError as e:  # the client closed the socket under us
             resolve(fut, error=EngineError(f"the call to engine {uuid} failed: {e}"))
         finally:
-            self._io.unwatch_direct(uuid, fut)
+            self._engines.unwatch_direct(uuid, fut)
             with self._lock:
                 self._busy.discard(sock)
                 if self._closed:  # closed while we waited: ours to close (zmq sockets are

@@ -210,8 +210,9 @@ class ClientIO:
         return self.pending.get(msg_id)
 
     def has_pending_for(self, engine_uuid: str) -> bool:
-        """Whether a request to this engine (sent through this I/O thread) awaits a reply."""
-        return self.pending.owed_by(engine_uuid)
+        """Whether a request to this engine (sent through this I/O thread) awaits a reply
+        (PendingTable.owed_by, read here: once per blocking call)."""
+        return bool(self.pending.by_engine.get(engine_uuid))
 
     def outstanding_by_engine(self) -> collections.defaultdict[str, set[str]]:
         """{engine uuid: msg_ids awaiting its reply}, a copy (empty set for other uuids)."""

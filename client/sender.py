@@ -76,6 +76,8 @@ class RequestSender:
     ) -> None:
         self.session = session
         self._io = io
+        #: the I/O thread's engine table (client.enginetable): ids, uuids, routes
+        self._engines = io.table
         self._direct_caller = direct_caller
         self._history = history
         #: the history of the view whose call is sending on this thread (View.history)
@@ -92,12 +94,12 @@ class RequestSender:
     @property
     def ids(self) -> list[int]:
         """Ids of the engines registered now, ascending."""
-        return sorted(self._io.engines)
+        return sorted(self._engines.engines)
 
     def engine_uuid(self, eid: int) -> str:
         """The uuid of engine ``eid``; NoSuchEngine (NoEnginesRegistered) if it is not
         registered."""
-        engines = self._io.engines
+        engines = self._engines.engines
         if not isinstance(eid, int) or isinstance(eid, bool):
             raise TypeError(f"engine ids are ints, got {eid!r}")
         if eid not in engines:
@@ -158,7 +160,9 @@ class RequestSender:
         # the route, decided once, before signing: a direct request to an engine on this
         # host goes on the engine's own ipc socket, signed private (its large buffers are
         # not hashed: see wire.Session.serialize), and the I/O thread sends it there
-        private = self._io.private_address(uuid) if uuid is not None and channel == "mux" else None
+        private = (
+            self._engines.private_address(uuid) if uuid is not None and channel == "mux" else None
+        )
         if uuid is not None and channel == "mux" and msg_type == MsgType.APPLY_REQUEST:
             metadata, buffers = _same_host(self.session.session, uuid, metadata, buffers)
         header, frames = self.session.serialize(
@@ -240,7 +244,7 @@ class RequestSender:
         uuid = self.engine_uuid(engine_id)
         if self._io.has_pending_for(uuid):
             return None  # earlier requests to it are on their way: this one goes after them
-        private = self._io.private_address(uuid)
+        private = self._engines.private_address(uuid)
         if private is None or not self._direct_caller.reachable(uuid, private):
             return None
         if msg_type == MsgType.APPLY_REQUEST:
