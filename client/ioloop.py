@@ -3,7 +3,7 @@
 ```
  user threads                ClientIO thread                                 controller
  ------------                ---------------                                 ----------
- submit(PendingRequest)   ->  Outbox + wake pipe -> DEALER mux/control/task/query ->
+ submit(PendingRequest)   ->  RequestOutbox + wake pipe -> DEALER mux/control/task/query ->
                               (or an engine's own ipc DEALER, for a request signed private)
                        PendingTable: future.set_result(reply)          <- replies
                        EngineTable: engines, EngineError on death      <- SUB notification
@@ -22,7 +22,7 @@ wire.LazyReply) and resolve its future (a client.futures.ReplyFuture), which pla
 scripts block on, and asyncio wraps (``await ar``).
 
 ClientIO owns its parts, each built here with what it needs: the PendingTable (requests
-awaited, windows), the Outbox (the send side), the EngineTable (engines and their routes,
+awaited, windows), the RequestOutbox (the send side), the EngineTable (engines and their routes,
 from the hub's notifications) and the ControllerWatch (a lost controller, a wrong key).
 """
 
@@ -53,7 +53,7 @@ from zpar.wire.sockets import configure, recv_frames
 from .controllerwatch import ControllerWatch
 from .enginetable import EngineTable
 from .futures import resolve
-from .outbox import Outbox
+from .outbox import RequestOutbox
 from .request import PendingRequest, PendingTable, outcome_of
 from .window import Windows
 
@@ -98,7 +98,7 @@ class ClientIO:
         self.controller = controller
         self._sockets: dict[str, zmq.Socket] = {}
         self.pending = PendingTable(windows or Windows())
-        self.outbox = Outbox(self._sockets, self.pending, self._private_socket)
+        self.outbox = RequestOutbox(self._sockets, self.pending, self._private_socket)
         self.table = EngineTable()
         self.watch: ControllerWatch | None = None  # made with the query socket
         #: IOPub address, known after the connection reply; subscribed to only on demand,
@@ -411,7 +411,7 @@ class ClientIO:
                 return
 
     def _private_socket(self, uuid: str, addr: str) -> zmq.Socket:
-        """Engine ``uuid``'s own ipc socket at ``addr``, made on first use (the Outbox's,
+        """Engine ``uuid``'s own ipc socket at ``addr``, made on first use (the RequestOutbox's,
         for requests client.sender signed for it)."""
         sock = self._private.get(uuid)
         if sock is None:

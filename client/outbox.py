@@ -1,4 +1,4 @@
-"""Outbox: the send side of the client's I/O thread.
+"""RequestOutbox: the send side of the client's I/O thread.
 
 What is queued goes out in order per socket: load-balanced requests together as batches,
 work past its window held until replies make room, a request signed for an engine's own
@@ -25,7 +25,7 @@ from .request import PendingRequest, PendingTable
 BATCHED_CHANNELS = frozenset({"task"})
 
 
-class Outbox:
+class RequestOutbox:
     """Requests to send and functions to call in the I/O thread, in order.
 
     sockets: the I/O thread's sockets by channel ("task", "mux", ...), read at each send;

@@ -1,4 +1,4 @@
-"""client.outbox.Outbox: queued requests go out in order per socket, load-balanced ones as
+"""client.outbox.RequestOutbox: queued requests go out in order per socket, load-balanced ones as
 one batch; a request signed private goes on its engine's own socket, without a routing
 identity; work past its window waits for replies. Over inproc sockets, no thread."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import zmq
 
-from zpar.client.outbox import Outbox
+from zpar.client.outbox import RequestOutbox
 from zpar.client.request import PendingRequest, PendingTable
 from zpar.client.window import Windows
 from zpar.constants import BATCH_DELIM, DELIM
@@ -31,7 +31,7 @@ class Rig:
             self.sockets[channel] = dealer
         self.asked: list[tuple[str, str]] = []
         self.pending = PendingTable(windows or Windows())
-        self.outbox = Outbox(
+        self.outbox = RequestOutbox(
             {c: s for c, s in self.sockets.items() if c != "private"},
             self.pending,
             self._private_socket,
