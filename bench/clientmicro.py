@@ -62,8 +62,8 @@ def run(number: int = 2000, repeat: int = 7) -> dict[str, float]:
         return out
 
     def reset() -> None:
-        io._outbox.clear()
-        io._pending.clear()
+        io.outbox._queue.clear()
+        io.pending.requests.clear()
 
     figures: dict[str, float] = {}
 

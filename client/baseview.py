@@ -54,14 +54,21 @@ def _check_callable(f: Any) -> None:
 
 
 @functools.lru_cache(maxsize=128)
-def _flags_metadata(
+def _cached_metadata(
     label: str | None, time_limit: Any, retries: int = 0, timeout: float | None = None
 ) -> tuple[tuple[str, Any], ...]:
-    """The request metadata of a view's flags, built once per set of values: a view's
-    flags rarely change, and SchedulingFlags.as_metadata costs ~5 us a call."""
+    """View._metadata's common case, built once per set of values: a view's flags rarely
+    change, and SchedulingFlags.as_metadata costs ~5 us a call."""
+    return tuple(_scheduling_flags(label, time_limit, retries, timeout).as_metadata().items())
+
+
+def _scheduling_flags(
+    label: str | None, time_limit: Any, retries: int = 0, timeout: float | None = None, **kw: Any
+) -> SchedulingFlags:
     limit = None if time_limit is None else float(time_limit)
-    flags = SchedulingFlags(label=label or None, time_limit=limit, retries=retries, timeout=timeout)
-    return tuple(flags.as_metadata().items())
+    return SchedulingFlags(
+        label=label or None, time_limit=limit, retries=retries, timeout=timeout, **kw
+    )
 
 
 def _fname(f: Any) -> str:
@@ -261,18 +268,39 @@ class View:
         targets = self.targets if targets is None else targets
         return self.client.queue_status("all" if targets is None else targets, verbose)
 
-    def _flags(self, label: str | None = None) -> SchedulingFlags:
-        """The flags every request of this view carries (label, time_limit)."""
+    def _metadata(self, label: str | None = None) -> dict[str, Any] | None:
+        """The metadata every request of this view carries (its flags: label, time_limit;
+        a LoadBalancedView's scheduling flags too), a new dict; None when no flag is set."""
         label = self.label if label is None else label
-        limit = None if self.time_limit is None else float(self.time_limit)
-        return SchedulingFlags(label=label or None, time_limit=limit)
-
-    def _metadata_flags(self, label: str | None = None) -> dict[str, Any]:
-        """A new dict of the flags every request of this view carries."""
         try:
-            return dict(_flags_metadata(self.label if label is None else label, self.time_limit))
-        except TypeError:  # an unhashable flag value: built afresh (and checked) below
-            return self._flags(label).as_metadata()
+            md = dict(_cached_metadata(label, self.time_limit))
+        except TypeError:  # an unhashable flag value: built afresh (and checked)
+            md = _scheduling_flags(label, self.time_limit).as_metadata()
+        return md or None
+
+    def _result(
+        self,
+        fname: str,
+        msg_ids: list[str] | None = None,
+        futs: list[Any] | None = None,
+        *,
+        call: Any = None,
+        cls: type[AsyncResult] = AsyncResult,
+        remember: bool = True,
+        **kw: Any,
+    ) -> Any:
+        """The one place a view makes the AsyncResult of what it sent, and has the client
+        remember it (weakly: rc.results, rc.wait; ``remember=False`` for a result made of
+        results remembered already). ``call``: one PendingRequest answered alone
+        (AsyncResult.of_call, once per task: the fast path); else the msg_ids and their
+        futures, with ``cls``'s keywords."""
+        sender = self.client.sender
+        if call is not None:
+            ar = AsyncResult.of_call(self.client, call, fname)
+            sender.handles.add(ar.msg_ids, ar)  # sender.remember(ar), once per task
+            return ar
+        ar = cls(self.client, msg_ids or [], futs or [], fname=fname, **kw)
+        return sender.remember(ar) if remember else ar
 
     def _finish(self, ar: AsyncResult, block: bool, track: bool | None = None) -> Any:
         if self.track if track is None else track:

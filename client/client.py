@@ -157,11 +157,13 @@ class Client:
         self.session = Session(info.key or None, allow_insecure=not info.key)
         if framememory.for_clients():  # before zmq's I/O thread first allocates
             framememory.reuse_in_this_process()
-        self._io = ClientIO(self.session)
-        self._io.windows = Windows(window, window_bytes)
-        self._io.curve = keys_of(info)
-        self._io.where = str(path)
-        self._io.controller = f"at {info.registration} (pid {info.controller_pid})"
+        self._io = ClientIO(
+            self.session,
+            windows=Windows(window, window_bytes),
+            curve=keys_of(info),
+            where=str(path),
+            controller=f"at {info.registration} (pid {info.controller_pid})",
+        )
         self._direct_caller = DirectCaller(self._io, self.session)
         #: msg_ids sent, oldest first; the newest HISTORY_LENGTH are kept
         self.history: collections.deque[str] = History(maxlen=HISTORY_LENGTH)

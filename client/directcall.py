@@ -21,7 +21,6 @@ from zpar.errors import EngineError, RemoteProtocolError
 from zpar.sharedmem import take_reply as take_segments
 from zpar.wire import Session, batch, recv_message, send_frames
 from zpar.wire.sockets import configure
-from zpar.wire.transport import direct_address, usable_ipc
 
 from .futures import ReplyFuture, resolve
 from .request import PendingRequest
@@ -43,6 +42,9 @@ class DirectCaller:
 
     def __init__(self, io: Any, session: Session) -> None:
         self._io = io
+        #: the I/O thread's engine table: engines, and the watch that fails a call whose
+        #: engine dies (client.enginetable)
+        self._engines = io.table
         self._session = session
         self._lock = threading.Lock()
         self._by_thread: dict[threading.Thread, dict[str, zmq.Socket]] = {}
@@ -50,17 +52,14 @@ class DirectCaller:
         self._busy: set[zmq.Socket] = set()  # waiting for a reply: their thread closes them
         self._closed = False
 
-    def _socket(self, uuid: str) -> zmq.Socket | None:
-        """This thread's socket to the engine, made on first use; None if the engine has no
-        ipc endpoint this process can reach (another host, tcp only), or too many sockets
-        are open already."""
+    def _socket(self, uuid: str, addr: str) -> zmq.Socket | None:
+        """This thread's socket to the engine's own ipc endpoint ``addr`` (the route
+        client.sender chose: EngineTable.private_address), made on first use; None when
+        too many sockets are open already."""
         me = threading.current_thread()
         sock = self._by_thread.get(me, {}).get(uuid)
         if sock is not None:
             return sock
-        rundir = self._io.direct_dir
-        if rundir is None or not usable_ipc(addr := direct_address(rundir, uuid)):
-            return None
         with self._lock:
             if self._closed:
                 raise EngineError("the client was closed")
@@ -83,18 +82,19 @@ class DirectCaller:
                 sock.close(linger=0)
             self._checkers.pop(t, None)
         mine = self._by_thread.get(me, {})
-        live = set(self._io.engines.values())
+        live = set(self._engines.engines.values())
         for gone in [u for u in mine if u not in live]:
             mine.pop(gone).close(linger=0)
 
-    def reachable(self, uuid: str) -> bool:
-        return self._socket(uuid) is not None
+    def reachable(self, uuid: str, addr: str) -> bool:
+        """Whether this thread may call engine ``uuid`` at ``addr`` itself."""
+        return self._socket(uuid, addr) is not None
 
     def call(self, request: PendingRequest) -> ReplyFuture:
         """Send a request's signed frames to its engine and wait for the reply; its
         future is done when this returns (with the reply, or the engine's death)."""
         uuid, frames, msg_id = request.engine_uuid or "", request.frames or [], request.msg_id
-        sock = self._socket(uuid)
+        sock = self._socket(uuid, request.private) if request.private is not None else None
         if sock is None:
             raise EngineError(f"engine {uuid} has no direct endpoint on this host")
         me = threading.current_thread()
@@ -102,7 +102,7 @@ class DirectCaller:
         fut = request.future
         with self._lock:
             self._busy.add(sock)
-        self._io.watch_direct(uuid, fut)
+        self._engines.watch_direct(uuid, fut)
         try:
             # as a batch of one: the wire packs a small one in fewer frames (pyzmq's cost
             # is per frame), the engine reads any batch
@@ -124,7 +124,7 @@ class DirectCaller:
                 try:
                     take_segments(msg)  # the large buffers it names in shared memory
                 except RemoteProtocolError as e:
-                    checker._refuse(e, "direct call")
+                    checker.refuse(e, "direct call")
                     if msg.parent_header.get("msg_id") == msg_id:
                         resolve(fut, error=EngineError(f"the engine's reply is lost: {e}"))
                     continue
@@ -136,7 +136,7 @@ class DirectCaller:
         except zmq.ZMQError as e:  # the client closed the socket under us
             resolve(fut, error=EngineError(f"the call to engine {uuid} failed: {e}"))
         finally:
-            self._io.unwatch_direct(uuid, fut)
+            self._engines.unwatch_direct(uuid, fut)
             with self._lock:
                 self._busy.discard(sock)
                 if self._closed:  # closed while we waited: ours to close (zmq sockets are

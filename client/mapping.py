@@ -151,11 +151,11 @@ def send_map(
         futs.append(r.future)
         sizes.append(size)
         requests.append(r)
-    ar = AsyncMapResult(
-        view.client,
+    ar = view._result(
+        _fname(f),
         msg_ids,
         futs,
-        fname=_fname(f),
+        cls=AsyncMapResult,
         ordered=ordered,
         chunk_sizes=sizes,
         return_exceptions=return_exceptions,
@@ -164,4 +164,4 @@ def send_map(
     )
     if track:
         ar.wait_for_send()
-    return sender.remember(ar)
+    return ar

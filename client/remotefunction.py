@@ -125,11 +125,12 @@ class ParallelFunction(RemoteFunction):
         def join(results: list[Any]) -> Any:
             return join_parts(results, dist)
 
-        ar = AsyncMapResult(
-            self.view.client,
+        ar = self.view._result(  # of calls remembered already
+            getname(self.func),
             [m for c in calls for m in c.msg_ids],
             [f for c in calls for f in c._futures],
-            fname=getname(self.func),
+            cls=AsyncMapResult,
+            remember=False,
             ordered=self.ordered,
             postprocess=join,
             return_exceptions=self.return_exceptions,

@@ -34,8 +34,8 @@ from zpar.wire.messages import ApplyRequest, MsgType, ReplyStatus, ResultRequest
 from .datapub import LiveData
 from .directcall import DirectCaller
 from .handles import Handles
-from .ioloop import ClientIO, outcome_of
-from .request import PendingRequest, engine_of
+from .ioloop import ClientIO
+from .request import PendingRequest, engine_of, outcome_of
 from .window import WINDOWED_CHANNELS
 
 #: Requests remembered in Client.history: the work sent, which get_result(-1) refers to.
@@ -76,6 +76,8 @@ class RequestSender:
     ) -> None:
         self.session = session
         self._io = io
+        #: the I/O thread's engine table (client.enginetable): ids, uuids, routes
+        self._engines = io.table
         self._direct_caller = direct_caller
         self._history = history
         #: the history of the view whose call is sending on this thread (View.history)
@@ -92,12 +94,12 @@ class RequestSender:
     @property
     def ids(self) -> list[int]:
         """Ids of the engines registered now, ascending."""
-        return sorted(self._io.engines)
+        return sorted(self._engines.engines)
 
     def engine_uuid(self, eid: int) -> str:
         """The uuid of engine ``eid``; NoSuchEngine (NoEnginesRegistered) if it is not
         registered."""
-        engines = self._io.engines
+        engines = self._engines.engines
         if not isinstance(eid, int) or isinstance(eid, bool):
             raise TypeError(f"engine ids are ints, got {eid!r}")
         if eid not in engines:
@@ -155,20 +157,32 @@ class RequestSender:
         uuid = self.engine_uuid(engine_id) if engine_id is not None else None
         # bound to where it may run: that engine, or the task scheduler's choice
         dest = uuid if uuid is not None else "task" if channel == "task" else None
+        # the route, decided once, before signing: a direct request to an engine on this
+        # host goes on the engine's own ipc socket, signed private (its large buffers are
+        # not hashed: see wire.Session.serialize), and the I/O thread sends it there
+        private = (
+            self._engines.private_address(uuid) if uuid is not None and channel == "mux" else None
+        )
         if uuid is not None and channel == "mux" and msg_type == MsgType.APPLY_REQUEST:
             metadata, buffers = _same_host(self.session.session, uuid, metadata, buffers)
         header, frames = self.session.serialize(
-            msg_type, content, metadata=metadata, buffers=buffers, dest=dest
+            msg_type,
+            content,
+            metadata=metadata,
+            buffers=buffers,
+            dest=dest,
+            private=private is not None,
         )
         msg_id = header["msg_id"]
-        if uuid is not None:
-            frames = [uuid.encode(), *frames]
+        if uuid is not None and private is None:
+            frames = [uuid.encode(), *frames]  # the relay routes by the engine's identity
         uuids = [self.engine_uuid(i) for i in broadcast] if broadcast is not None else None
         request = PendingRequest(
             msg_id,
             channel,
             frames,
             engine_uuid=uuid,
+            private=private,
             submitted=header["date"],
             track=track,
             broadcast=uuids,
@@ -230,7 +244,8 @@ class RequestSender:
         uuid = self.engine_uuid(engine_id)
         if self._io.has_pending_for(uuid):
             return None  # earlier requests to it are on their way: this one goes after them
-        if not self._direct_caller.reachable(uuid):
+        private = self._engines.private_address(uuid)
+        if private is None or not self._direct_caller.reachable(uuid, private):
             return None
         if msg_type == MsgType.APPLY_REQUEST:
             metadata, buffers = _same_host(self.session.session, uuid, metadata, buffers)
@@ -246,7 +261,7 @@ class RequestSender:
         if msg_type in HISTORY_TYPES:
             self._remember_sent(msg_id)
         request = PendingRequest(
-            msg_id, "direct", frames, engine_uuid=uuid, submitted=header["date"]
+            msg_id, "direct", frames, engine_uuid=uuid, private=private, submitted=header["date"]
         )
         if metadata and metadata.get("label") is not None:
             request.future.label = metadata["label"]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import replace
 from typing import Any
 
 import zpar.serialize
@@ -15,7 +14,7 @@ from zpar.serialize import pack_apply
 from zpar.wire.messages import ApplyRequest, ExecuteRequest, MsgType
 
 from .asyncresult import AsyncMapResult, AsyncResult
-from .baseview import View, _check_callable, _flags_metadata, _fname
+from .baseview import View, _cached_metadata, _check_callable, _fname, _scheduling_flags
 from .executor import ViewExecutor
 from .imap import LazyMapIterator
 from .mapping import AUTO_CHUNKS_PER_ENGINE, check_chunksize, send_map
@@ -94,7 +93,7 @@ class DirectView(View):
         track: bool | None = None,
     ) -> tuple[list[str], list[Any]]:
         msg_ids, futs = [], []
-        md = self._metadata_flags(label) or None
+        md = self._metadata(label)
         track = self.track if track is None else track
         for eid in ids:
             if msg_type == MsgType.APPLY_REQUEST:
@@ -107,21 +106,17 @@ class DirectView(View):
             futs.append(r.future)
         return msg_ids, futs
 
-    def _result(
+    def _targeted(
         self,
+        fname: str,
         msg_ids: list[str],
         futs: list[Any],
-        fname: str,
-        block: bool,
-        cls: type[AsyncResult] = AsyncResult,
         targets: Any = None,
-        track: bool | None = None,
-        **kw: Any,
-    ) -> Any:
+    ) -> AsyncResult:
+        """The AsyncResult of calls on ``targets`` (an int: one value, not a list)."""
         targets = self.targets if targets is None else targets
         single = isinstance(targets, int) and not isinstance(targets, bool)
-        ar = cls(self.client, msg_ids, futs, fname=fname, targets=targets, single=single, **kw)
-        return self._finish(self.client.sender.remember(ar), block, track)
+        return self._result(fname, msg_ids, futs, targets=targets, single=single)
 
     def _apply(
         self,
@@ -139,7 +134,7 @@ class DirectView(View):
         track = self.track if track is None else track
         if block and len(ids) == 1 and not track and self._calls_here:
             # one engine, waited for: this thread sends and waits itself when it can
-            done = self.client.sender.call_here(ids[0], buffers, self._metadata_flags() or None)
+            done = self.client.sender.call_here(ids[0], buffers, self._metadata())
             if done is not None:
                 fut = done.future
                 # answered: the Request is read through its future from here on (what the
@@ -147,9 +142,9 @@ class DirectView(View):
                 # leaves no reference cycle, so the client's gc runs no collection for it
                 # (a gen0 pass every ~60 calls cost ~300 us: docs/decisions.md, W2)
                 del done.future
-                return self._result([done.msg_id], [fut], fname, block, targets=targets)
+                return self._finish(self._targeted(fname, [done.msg_id], [fut], targets), block)
         msg_ids, futs = self._send_each(MsgType.APPLY_REQUEST, None, buffers, ids, track=track)
-        return self._result(msg_ids, futs, fname, block, targets=targets, track=track)
+        return self._finish(self._targeted(fname, msg_ids, futs, targets), block, track)
 
     def _map(
         self,
@@ -170,7 +165,7 @@ class DirectView(View):
             seqs,
             chunksize=None,
             engine_ids=self._ids(),
-            metadata=self._metadata_flags(label) or None,
+            metadata=self._metadata(label),
             return_exceptions=return_exceptions,
             track=track,
             send_to=self._send_to,
@@ -198,7 +193,7 @@ class DirectView(View):
             self._ids(targets),
             label,
         )
-        ar = self._result(msg_ids, futs, "execute", False, targets=targets)
+        ar = self._targeted("execute", msg_ids, futs, targets)
         if self.block if block is None else block:
             ar.get()
         return ar
@@ -351,7 +346,7 @@ class DirectView(View):
             r = self._send_to(eid, pack_apply(push, ({key: value},), {}), track=track)
             msg_ids.append(r.msg_id)
             futs.append(r.future)
-        ar = AsyncResult(self.client, msg_ids, futs, fname="scatter", targets=ids)
+        ar = self._result("scatter", msg_ids, futs, targets=ids)
         if track:
             ar.wait_for_send()
         if self.block if block is None else block:
@@ -378,7 +373,7 @@ class DirectView(View):
         def join(parts: list[Any]) -> Any:
             return join_parts(parts, dist)
 
-        ar = AsyncMapResult(self.client, msg_ids, futs, fname="gather", postprocess=join)
+        ar = self._result("gather", msg_ids, futs, cls=AsyncMapResult, postprocess=join)
         return ar.get() if (self.block if block is None else block) else ar
 
     def __repr__(self) -> str:
@@ -434,7 +429,7 @@ class BroadcastView(DirectView):
         label: str | None = None,
         track: bool | None = None,
     ) -> tuple[list[str], list[Any]]:
-        md = replace(self._flags(label), broadcast=ids).as_metadata()
+        md = {**(self._metadata(label) or {}), "broadcast": ids}
         r = self.client.sender.send(
             "task",
             msg_type,
@@ -490,18 +485,19 @@ class LoadBalancedView(View):
             timeout = None if self.timeout is None else float(self.timeout)
             label = self.label if label is None else label
             try:
-                md = dict(_flags_metadata(label, self.time_limit, self.retries, timeout))
+                md = dict(_cached_metadata(label, self.time_limit, self.retries, timeout))
             except TypeError:  # an unhashable flag value: built afresh (and checked) below
                 pass
             else:
                 return md or None
-        md = replace(
-            self._flags(label),
+        md = _scheduling_flags(
+            self.label if label is None else label,
+            self.time_limit,
+            self.retries,
+            None if self.timeout is None else float(self.timeout),
             targets=None
             if self.targets is None
             else self.client.sender.resolve_targets(self.targets),
-            retries=self.retries,
-            timeout=None if self.timeout is None else float(self.timeout),
         ).as_metadata()
         if self.after is not None or self.follow is not None:
             self.client.sender.dependency_metadata(md, self.after, self.follow)
@@ -509,11 +505,9 @@ class LoadBalancedView(View):
 
     def _apply(self, f: Any, args: Any, kwargs: Any, block: bool) -> Any:
         _check_callable(f)
-        client = self.client
-        sender = client.sender
+        sender = self.client.sender
         r = sender.apply("task", None, f, args, kwargs, metadata=self._metadata(), track=self.track)
-        ar = AsyncResult.of_call(client, r, _fname(f))
-        sender.handles.add(ar.msg_ids, ar)  # sender.remember(ar), once per task
+        ar = self._result(_fname(f), call=r)
         return self._finish(ar, block) if block or self.track else ar
 
     def _map(

@@ -246,7 +246,7 @@ class Server:
         try:
             idents, messages = split_messages(frames)
         except RemoteProtocolError as e:
-            session._refuse(e, where)
+            session.refuse(e, where)
             return []
         private = sock is self.sockets.direct
         checked = []
@@ -254,10 +254,10 @@ class Server:
             try:
                 msg = session.unpack(m, list(idents), private=private)
             except RemoteProtocolError as e:
-                session._refuse(e, where)
+                session.refuse(e, where)
                 continue
             if msg.dest != self.uuid:  # every request to an engine names the engine it is for
-                session._refuse(
+                session.refuse(
                     RemoteProtocolError(
                         "misrouted", f"{msg.msg_type} {msg.msg_id} is bound to {msg.dest!r}"
                     ),
@@ -268,7 +268,7 @@ class Server:
                 try:
                     take_segments(msg)  # large buffers in shared memory (zpar.sharedmem)
                 except RemoteProtocolError as e:
-                    session._refuse(e, where)
+                    session.refuse(e, where)
                     continue
             checked.append(msg)
         return checked

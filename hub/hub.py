@@ -598,7 +598,7 @@ class Hub:
         try:
             self.copies.check_buffers(msg.tags, msg.buffers, private=True)
         except RemoteProtocolError as e:
-            self.copies._refuse(e, where)
+            self.copies.refuse(e, where)
             return False
         return True
 

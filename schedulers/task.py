@@ -371,7 +371,7 @@ class TaskScheduler:
             return None
         why = self.quota.charge(client, header["msg_id"], sum(map(len, msg.frames)))
         if why is not None:
-            self.session._refuse(RemoteProtocolError(OVER_WINDOW, why), "task scheduler (client)")
+            self.session.refuse(RemoteProtocolError(OVER_WINDOW, why), "task scheduler (client)")
         return why
 
     def _release(self, msg_id: Any) -> None:
@@ -386,14 +386,14 @@ class TaskScheduler:
         try:
             idents, messages = split_messages(frames)
         except RemoteProtocolError as e:
-            self.session._refuse(e, where)
+            self.session.refuse(e, where)
             return
         if len(idents) == 1:
             self._on_revoke_reply(frames)
             return
         if len(idents) != 2:
             why = f"a reply from an engine of {len(frames)} frames is not [engine, client, message]"
-            self.session._refuse(RemoteProtocolError("misframed", why), where)
+            self.session.refuse(RemoteProtocolError("misframed", why), where)
             return
         uuid, client = idents
         events = []
@@ -403,7 +403,7 @@ class TaskScheduler:
             try:
                 reply = self.session.unpack(m, [uuid, client], buffers=small)
             except RemoteProtocolError as e:
-                self.session._refuse(e, where)
+                self.session.refuse(e, where)
                 continue
             self._trimmer.count()
             events.append(Replied(uuid, client, reply))
@@ -517,7 +517,7 @@ class TaskScheduler:
         self._send_revoke(instruction.engine, instruction.msg_ids, instruction.tails)
 
     def _do_refuse(self, instruction: Refuse) -> None:
-        self.session._refuse(
+        self.session.refuse(
             RemoteProtocolError(instruction.reason, instruction.detail), "task scheduler (client)"
         )
 

@@ -292,7 +292,7 @@ class TypedCalls:
                 for eid, sl in zip(ids, partition(ncalls, len(ids)), strict=True)
                 for a, b in chunks_of(sl.start, sl.stop, limit)
             ]
-            channel, md = "mux", view._metadata_flags() or None
+            channel, md = "mux", view._metadata()
         else:
             engines = max(1, len(client.ids))
             size = min(limit, max(1, -(-ncalls // (engines * CHUNKS_PER_ENGINE))))

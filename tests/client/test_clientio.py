@@ -69,7 +69,7 @@ def test_queued_task_requests_go_as_one_batch_and_each_is_checked_on_its_own():
     try:
         requests = [h.io.submit(h.request()) for _ in range(5)]
         assert h.io.outstanding() == {r.msg_id for r in requests}
-        h.io._flush_outbox()
+        h.io.outbox.flush()
         (got,) = h.received("task")  # one multipart for five requests
         assert len(got) == 2 and got[1].startswith(BATCH_DELIM)  # packed: one frame
         checked = Session(KEY).feed_all(got)
@@ -83,7 +83,7 @@ def test_a_lone_request_goes_at_once_as_a_batch_of_one():
     h = Harness()
     try:
         r = h.io.submit(h.request())
-        h.io._flush_outbox()
+        h.io.outbox.flush()
         (got,) = h.received("task")  # small: packed in one frame (wire.batch)
         assert len(got) == 2 and got[1].startswith(BATCH_DELIM)
         assert Session(KEY).feed(got).msg_id == r.msg_id
@@ -97,7 +97,7 @@ def test_direct_requests_and_tracked_ones_are_not_batched():
         direct = [h.io.submit(h.request("mux", uuid="engine-1")) for _ in range(2)]
         tracked = h.io.submit(h.request(track=True))
         plain = [h.io.submit(h.request()) for _ in range(2)]
-        h.io._flush_outbox()
+        h.io.outbox.flush()
         mux = h.received("mux")
         assert [m[1] for m in mux] == [b"engine-1"] * 2 and mux[0][2] == DELIM
         task = h.received("task")
@@ -115,7 +115,7 @@ def test_a_call_soon_runs_after_what_was_queued_before_it_was_sent():
         seen = []
         h.io.call_soon(lambda: seen.append(first.sent))
         h.io.submit(h.request())
-        h.io._flush_outbox()
+        h.io.outbox.flush()
         assert seen and seen[0] is not None
         assert len(h.received("task")) == 2  # the function split the run in two
     finally:
@@ -126,18 +126,17 @@ def test_replies_batched_or_not_resolve_their_requests_and_only_once():
     h = Harness()
     try:
         requests = [h.io.submit(h.request()) for _ in range(3)]
-        h.io._flush_outbox()
+        h.io.outbox.flush()
         replies = [h.reply_to(r) for r in requests]
         frames = [b"engine-1", *batch([f[1:] for f in replies])]
-        for msg in h.session.for_thread().feed_lazy_all(frames):
-            h.io._route_reply(msg)
+        h.io._answer(h.session.for_thread().feed_lazy_all(frames))
         assert all(r.future.done() for r in requests) and not h.io.outstanding()
         assert [r.future.result().parent_msg_id for r in requests] == [r.msg_id for r in requests]
         # a resolved future lets go of its PendingRequest (no cycle outlives the reply) and keeps
         # what its result reports
         first = requests[0]
         assert request_of(first.future) is None and first.future.submitted == first.submitted
-        h.io._route_reply(h.session.for_thread().feed_lazy(replies[0]))  # a second reply
+        h.io._answer([h.session.for_thread().feed_lazy(replies[0])])  # a second reply
         assert requests[0].future.result().content == {"status": "ok"}
     finally:
         h.close()
@@ -148,11 +147,11 @@ def test_a_broadcast_waits_for_each_engine_and_an_engine_death_fails_its_part():
     try:
         header, frames = h.session.serialize("apply_request", {}, dest="task")
         r = h.io.submit(PendingRequest(header["msg_id"], "task", frames, broadcast=["e1", "e2"]))
-        h.io._flush_outbox()
-        h.io._route_reply(h.session.for_thread().feed_lazy(h.reply_to(r, b"e1")))
+        h.io.outbox.flush()
+        h.io._answer([h.session.for_thread().feed_lazy(h.reply_to(r, b"e1"))])
         assert r.replies["e1"].done() and not r.replies["e2"].done()
         assert h.io.outstanding() == {r.msg_id}
-        h.io._fail_engine(2, "e2", "test")
+        h.io.pending.engine_died(2, "e2", "test")
         assert isinstance(r.replies["e2"].exception(), Exception)
         assert not h.io.outstanding()
     finally:

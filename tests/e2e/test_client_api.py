@@ -172,7 +172,7 @@ def test_use_pickle_still_sends_local_functions_by_value(rc):
 
 
 def test_broadcast_view_sends_the_payload_once(rc, monkeypatch):
-    import zpar.client.sending as sending_mod
+    import zpar.client.outbox as sending_mod
 
     bv = rc.broadcast_view()
     big = np.arange(2**18, dtype=np.float64)  # 2 MB

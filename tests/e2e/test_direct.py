@@ -149,10 +149,11 @@ def test_awaitable_in_asyncio(rc):
 def test_engines_on_this_host_are_reached_directly_and_the_hub_still_knows(rc):
     import time
 
-    uuid0 = rc._io.engines[0].encode()
+    uuid0 = rc._io.engines[0]
     ar = rc[0].apply_async(lambda: 7)
     assert ar.get(timeout=10) == 7
-    assert rc._io._direct.get(uuid0) is not None, "no direct socket to a local engine"
+    assert rc._io.private_address(uuid0) is not None, "no direct route to a local engine"
+    assert rc._io.has_channel(f"direct:{uuid0}"), "no direct socket to a local engine"
     deadline = time.monotonic() + 10
     while True:  # the hub hears of it from the engine's monitor copy, a moment later
         try:

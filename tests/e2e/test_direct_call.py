@@ -125,7 +125,7 @@ def test_a_reply_to_an_abandoned_call_is_dropped_as_stale(rc):
     the next call must get its own answer, not that one."""
     rc[0].apply_sync(os.getpid)  # this thread's socket exists
     uuid = rc.sender.engine_uuid(0)
-    sock = rc._direct_caller._socket(uuid)
+    sock = rc._direct_caller._socket(uuid, rc._io.private_address(uuid))
     _, frames = rc.session.serialize("apply_request", {})
     send_frames(sock, [*frames, *pack_apply(_sleep_then, (0.2, "abandoned"), {})])
     assert rc[0].apply_sync(_sleep_then, 0, "mine") == "mine"
@@ -172,7 +172,7 @@ def test_closing_the_client_fails_a_call_waiting_in_another_thread(make_cluster)
 
     t = threading.Thread(target=wait)
     t.start()
-    wait_until(lambda: other._io._direct_watch, "the call waiting for its reply")
+    wait_until(lambda: other._io.table._watched, "the call waiting for its reply")
     other.close()
     t.join(10)
     assert not t.is_alive()

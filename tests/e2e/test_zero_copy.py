@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import zpar.client.directcall as directcall_mod
-import zpar.client.sending as sending_mod
+import zpar.client.outbox as sending_mod
 from zpar.sharedmem import carrier
 
 

@@ -45,7 +45,7 @@ The package's modules, one job each (import from ``zpar.wire``):
 - replay: ReplayGuard, the signatures accepted lately (refused if seen again)
 - session: Session, which builds, serializes, verifies (through its Signer) and refuses
   replays (through its ReplayGuard)
-- received: Message and LazyMessage, what a checked message is handed on as
+- received: Message, LazyMessage and LazyReply, what a checked message is handed on as
 - segref: SegmentRef, a buffer carried by shared memory, named in the envelope
 - multipart: recv_message / send_frames on a socket
 """
@@ -75,7 +75,7 @@ from .frames import (
     unpack,
 )
 from .multipart import recv_message, send_frames
-from .received import LazyMessage, Message
+from .received import LazyMessage, LazyReply, Message
 from .segref import SegmentRef, is_descriptor
 from .session import Session
 
@@ -87,6 +87,7 @@ __all__ = [
     "KNOWN_TYPES",
     "SIGNATURE_SIZE",
     "LazyMessage",
+    "LazyReply",
     "Message",
     "SegmentRef",
     "Session",

@@ -414,7 +414,7 @@ class Session:
                 msg_frames = messages[0]
             return self.unpack(msg_frames, idents, private=private, buffers=buffers, replay=replay)
         except RemoteProtocolError as e:
-            self._refuse(e, where)
+            self.refuse(e, where)
             return None
 
     def feed_all(
@@ -432,7 +432,7 @@ class Session:
         try:
             idents, messages = split_messages(frames)
         except RemoteProtocolError as e:
-            self._refuse(e, where)
+            self.refuse(e, where)
             return []
         accepted = []
         for m in messages:
@@ -441,7 +441,7 @@ class Session:
                     self.unpack(m, list(idents), private=private, buffers=buffers, replay=replay)
                 )
             except RemoteProtocolError as e:
-                self._refuse(e, where)
+                self.refuse(e, where)
         return accepted
 
     def feed_lazy_all(
@@ -464,7 +464,10 @@ class Session:
             return None
         return LazyMessage(msg.idents, msg.parent_header.get("msg_id"), msg.envelope, msg.buffers)
 
-    def _refuse(self, e: RemoteProtocolError, where: str) -> None:
+    def refuse(self, e: RemoteProtocolError, where: str) -> None:
+        """Count and log a message refused for ``e``'s reason (its receiver's checks beyond
+        the wire's: a misrouted request, segments that cannot be read, a client over its
+        quota); ``where`` names the socket or peer in the log line."""
         self.refused[e.reason] += 1
         self.last_refusal = e
         log.warning(

@@ -1,17 +1,16 @@
-"""client.replies.Reply: a checked reply that keeps its content decoded (what reading a
+"""wire.LazyReply: a checked reply that keeps its content decoded (what reading a
 result needs) and the other maps as msgpack bytes until read, as wire.LazyMessage."""
 
 from __future__ import annotations
 
 from zpar.client.asyncresult import decode_reply
-from zpar.client.replies import Reply
 from zpar.serialize import serialize_object
-from zpar.wire import LazyMessage, Session
+from zpar.wire import LazyMessage, LazyReply, Session
 
 KEY = b"replies-test-key"
 
 
-def _reply(session: Session, value: object) -> Reply:
+def _reply(session: Session, value: object) -> LazyReply:
     _, frames = session.serialize(
         "apply_reply",
         {"status": "ok"},
@@ -20,7 +19,7 @@ def _reply(session: Session, value: object) -> Reply:
         buffers=serialize_object(value),
     )
     (msg,) = Session(KEY).feed_all([b"engine-uuid", *frames], "test")
-    return Reply(msg)
+    return LazyReply(msg)
 
 
 def test_a_reply_reads_as_the_message_it_was_made_from():
