@@ -311,13 +311,22 @@ class PeerLinks(LinkPolling):
         self._outbox[peer] = box
         return b"" if box is None else box.path.encode()
 
-    def _peer_of(self, ident: bytes) -> int:
+    def _peer_of(self, ident: bytes) -> int | None:
+        """The rank a packet on the accepting socket comes from; None for a stranger's (an
+        identity no higher rank of this communicator has: anyone who reaches the tcp port
+        can connect and send), which is dropped and counted, so it cannot break the
+        communicator."""
         try:
-            peer = int(ident[1:])
+            peer = int(ident[1:]) if ident[:1] == b"r" else -1
         except ValueError:
-            raise RemoteProtocolError("bad-identity", repr(ident)) from None
+            peer = -1
         if not self.rank < peer < self.size:
-            raise RemoteProtocolError("bad-identity", f"rank {peer} may not connect to {self.rank}")
+            self.guard.refuse(
+                "stranger-packet",
+                f"peer links: a packet from identity {ident[:32]!r}, no rank that may "
+                f"connect to rank {self.rank}; dropped",
+            )
+            return None
         return peer
 
     def _accept(
@@ -430,6 +439,8 @@ class PeerLinks(LinkPolling):
             except zmq.Again:
                 break
             peer = self._peer_of(frames[0].bytes)
+            if peer is None:
+                continue
             if len(frames) == 2 and len(frames[1]) == 0:
                 continue  # a wake-up
             self.early.extend(self._accept(peer, frames[1:]))

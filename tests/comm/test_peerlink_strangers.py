@@ -136,3 +136,43 @@ def test_connections_past_the_per_address_limit_on_the_peer_links(tmp_path, monk
             _release(stranger)
         assert dv.communicator(timeout=TIMEOUT).size == 2
         assert dv.apply_sync(_allreduce_rank) == [3, 3]
+
+
+def test_a_strangers_packets_on_the_peer_links_are_dropped(tmp_path, monkeypatch):
+    """Anyone who finishes the (NULL) handshake can send: a packet from an identity that
+    is no higher rank is dropped and counted, not a reason to break the communicator."""
+    import zmq
+
+    monkeypatch.setenv("ZPAR_DIR", str(tmp_path / "zpar"))
+    with zpar.Cluster(n=2, controller_args=FAST_HB, timeout=TIMEOUT, log_level="INFO") as rc:
+        rc.wait_for_engines(2, timeout=TIMEOUT)
+        dv = rc[:]
+        assert dv.communicator(timeout=TIMEOUT).size == 2
+        ports = dv.apply_sync(_link_port)
+        ctx = zmq.Context()
+        socks = []
+        try:
+            for port in ports:
+                for ident in (None, b"x", b"r0", b"r99", b"r"):
+                    s = ctx.socket(zmq.DEALER)
+                    s.setsockopt(zmq.LINGER, 0)
+                    if ident is not None:
+                        s.setsockopt(zmq.ROUTING_ID, ident)
+                    s.connect(f"tcp://127.0.0.1:{port}")
+                    s.send_multipart([b"\0" * 64, b"garbage"])
+                    s.send(b"")  # a wake-up's shape
+                    socks.append(s)
+            # the ranks read the strangers' packets while they reduce
+            wait_until(
+                lambda: (
+                    dv.apply_sync(_allreduce_rank) == [3, 3]
+                    and all(n >= 10 for n in _engine_counts(rc, "stranger-packet"))
+                ),
+                "the strangers' packets dropped and counted on each engine",
+                TIMEOUT,
+            )
+        finally:
+            for s in socks:
+                s.close()
+            ctx.term()
+        assert dv.apply_sync(_allreduce_rank) == [3, 3]
