@@ -90,7 +90,9 @@ def join(
     params = dict(params or {})
     member = RendezvousMember.from_engine(comm_id, rank, size, auth=auth, timeout=timeout)
     curve = keys_of(engine.info) is not None  # a --curve cluster: the links are Curve too
-    links = PeerLinks(rank, size, comm_id, engine.session.key, curve=curve)
+    links = PeerLinks(
+        rank, size, comm_id, engine.session.key, curve=curve, refused=engine.connections_refused
+    )
     try:
         endpoints = links.bind(ip_toward(engine.info.registration))
         hostnames = [

@@ -54,7 +54,7 @@ class LinkPolling:
     _missed_at: float | None
     _recv_seq: Any
 
-    def _peer_of(self, ident: bytes) -> int:  # pragma: no cover - PeerLinks'
+    def _peer_of(self, ident: bytes) -> int | None:  # pragma: no cover - PeerLinks'
         raise NotImplementedError
 
     def _accept(
@@ -132,6 +132,8 @@ class LinkPolling:
             frames = sock.recv_multipart(copy=False)
             if peer < 0:
                 src = self._peer_of(frames[0].bytes)
+                if src is None:
+                    continue  # a stranger's, counted
                 frames = frames[1:]
             else:
                 src = peer

@@ -29,12 +29,14 @@ import os
 import socket
 import tempfile
 import time
+from collections import Counter
 from typing import Any
 
 import psutil
 import zmq
 
 from zpar.errors import RemoteProtocolError
+from zpar.wire.listenguard import ListenerGuard
 
 from . import mailbox
 from .lane import Lane
@@ -74,6 +76,7 @@ class PeerLinks(LinkPolling):
         *,
         context: zmq.Context | None = None,
         curve: bool = False,
+        refused: Counter[str] | None = None,
     ) -> None:
         if not 0 <= rank < size:
             raise ValueError(f"rank {rank} out of range for size {size}")
@@ -89,6 +92,11 @@ class PeerLinks(LinkPolling):
         if self._curve is not None:
             self.router.setsockopt(zmq.CURVE_SERVER, 1)
             self.router.setsockopt(zmq.CURVE_SECRETKEY, self._curve[1])
+        #: the accepting socket's guard against strangers on its tcp port (a handshake
+        #: deadline, a limit per peer address, descriptor exhaustion survived:
+        #: zpar.wire.listenguard), counting into ``refused`` (the engine's, which it
+        #: reports to the hub)
+        self.guard = ListenerGuard(refused, what=f"rank {rank} of communicator {comm_id}")
         self.dealers: dict[int, zmq.Socket] = {}
         self.endpoints: dict[str, str] = {}
         #: the same-host lane (compiled, or its twin): mailboxes, and the links' sequence
@@ -126,11 +134,13 @@ class PeerLinks(LinkPolling):
 
     def bind(self, tcp_ip: str = "127.0.0.1") -> dict[str, str]:
         """Bind the accepting socket on ipc (same-host peers) and tcp; return both."""
+        self.guard.watch(self.router, "peer links")  # before binding: the listeners copy it
         tag = "".join(c for c in self.comm_id if c.isalnum())[:16]
         path = os.path.join(tempfile.gettempdir(), f"zpar-comm-{tag}-{os.getpid()}-{self.rank}")
         self.router.bind(f"ipc://{path}")
         self._ipc_path = path
         port = self.router.bind_to_random_port(f"tcp://{tcp_ip}")
+        self.guard.start(self.ctx)
         self.endpoints = {
             "pid": os.getpid(),
             "hostname": socket.gethostname(),
@@ -301,13 +311,22 @@ class PeerLinks(LinkPolling):
         self._outbox[peer] = box
         return b"" if box is None else box.path.encode()
 
-    def _peer_of(self, ident: bytes) -> int:
+    def _peer_of(self, ident: bytes) -> int | None:
+        """The rank a packet on the accepting socket comes from; None for a stranger's (an
+        identity no higher rank of this communicator has: anyone who reaches the tcp port
+        can connect and send), which is dropped and counted, so it cannot break the
+        communicator."""
         try:
-            peer = int(ident[1:])
+            peer = int(ident[1:]) if ident[:1] == b"r" else -1
         except ValueError:
-            raise RemoteProtocolError("bad-identity", repr(ident)) from None
+            peer = -1
         if not self.rank < peer < self.size:
-            raise RemoteProtocolError("bad-identity", f"rank {peer} may not connect to {self.rank}")
+            self.guard.refuse(
+                "stranger-packet",
+                f"peer links: a packet from identity {ident[:32]!r}, no rank that may "
+                f"connect to rank {self.rank}; dropped",
+            )
+            return None
         return peer
 
     def _accept(
@@ -420,6 +439,8 @@ class PeerLinks(LinkPolling):
             except zmq.Again:
                 break
             peer = self._peer_of(frames[0].bytes)
+            if peer is None:
+                continue
             if len(frames) == 2 and len(frames[1]) == 0:
                 continue  # a wake-up
             self.early.extend(self._accept(peer, frames[1:]))
@@ -431,6 +452,7 @@ class PeerLinks(LinkPolling):
         if self.closed:
             return
         self.closed = True
+        self.guard.stop()  # before the router closes (its monitor would block libzmq)
         for d in self.dealers.values():
             d.close(linger=linger_ms)
         self.lane.close()  # before the mappings it points into

@@ -49,6 +49,9 @@ KEEPALIVE = 5.0
 #: Seconds the dashboard's stop waits for its open pages and requests: the controller's
 #: own stop (store flush, connection files) must not wait on a browser.
 STOP_TIMEOUT = 1.0
+#: Seconds between two attempts to start the web server when one failed (out of
+#: descriptors while a flood holds the controller's, it cannot load its modules).
+START_RETRY = 1.0
 #: The default address: loopback, a port of its own chosen by the OS.
 DEFAULT_ADDRESS = "127.0.0.1:0"
 
@@ -157,14 +160,37 @@ class Dashboard:
 
     def _run(self) -> None:
         try:
-            if self._watch():
-                import asyncio
+            while self._watch():
+                try:
+                    import asyncio
 
-                asyncio.run(self._serve())
+                    asyncio.run(self._serve())
+                    return
+                except Exception as e:
+                    # out of descriptors (a flood on the controller's ports) while loading
+                    # the web server or making its loop: the first page waits, and the
+                    # dashboard tries again once descriptors may be free
+                    if self._stopping:
+                        return
+                    self._starting_failed(e)
         except Exception:
             log.exception("the dashboard stopped on an error; the cluster runs on without it")
         finally:
             self.view_of.detach()
+
+    def _starting_failed(self, e: Exception) -> None:
+        """Log why the web server could not start (once per kind of failure), then keep
+        the state up to date for START_RETRY seconds before the next attempt."""
+        kind = f"{type(e).__name__}: {e}"
+        if kind != self._last_failure:
+            log.warning(
+                "dashboard: its web server could not start (%s); trying again every %g s",
+                kind,
+                START_RETRY,
+            )
+        self._safe(self.tick)
+        self._last_failure = kind
+        select.select([self._wake_r], [], [], START_RETRY)
 
     def _watch(self) -> bool:
         """Keep the state up to date until the first connection arrives (True) or the

@@ -33,6 +33,7 @@ from jupyter_client.connect import write_connection_file
 from jupyter_client.session import Session
 from jupyter_core.paths import jupyter_runtime_dir
 
+from zpar.wire.listenguard import ListenerGuard
 from zpar.wire.messages import MsgType
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,19 @@ class BoundKernel:
         self.iopub = self.ctx.socket(zmq.PUB)
         self.stdin = self.ctx.socket(zmq.ROUTER)
         self.hb = self.ctx.socket(zmq.ROUTER)
+        # strangers on these tcp ports: a handshake deadline, a limit per peer address,
+        # descriptor exhaustion survived (zpar.wire.listenguard), counted with the engine's
+        self.guard = ListenerGuard(
+            getattr(engine, "connections_refused", None), what=f"engine {engine.id}'s kernel"
+        )
+        for name, sock in (
+            ("shell", self.shell),
+            ("control", self.control),
+            ("iopub", self.iopub),
+            ("stdin", self.stdin),
+            ("hb", self.hb),
+        ):
+            self.guard.watch(sock, f"kernel {name}")
         ports = {
             name: sock.bind_to_random_port(f"tcp://{ip}")
             for name, sock in (
@@ -65,6 +79,7 @@ class BoundKernel:
                 ("hb_port", self.hb),
             )
         }
+        self.guard.start(self.ctx)
         self.heart = threading.Thread(
             target=self._echo, name=f"zpar-bound-kernel-hb-{engine.id}", daemon=True
         )
@@ -226,6 +241,7 @@ class BoundKernel:
         """Stop answering frontends (the engine keeps its cluster's work)."""
         for sock in (self.shell, self.control):
             self.engine.unwatch(sock)
+        self.guard.stop()  # before the sockets close (a monitor nobody reads blocks libzmq)
         for sock in (self.shell, self.control, self.iopub, self.stdin):
             sock.close(linger=1000)  # the shutdown_reply still goes out
         self.ctx.term()  # ends the heartbeat's proxy, which closes its socket

@@ -29,6 +29,7 @@ import signal
 import socket
 import threading
 import uuid as uuidlib
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -103,6 +104,10 @@ class Engine:
         self._own_context = context is None
         self.ctx = context or zmq.Context()
         self.session = Session(info.key, allow_insecure=not info.key)
+        #: connections refused on the tcp listeners this engine opens for strangers to
+        #: reach (a communicator's peer links, a bound kernel: zpar.wire.listenguard), by
+        #: reason; reported to the hub as ``connections-<reason>``
+        self.connections_refused: Counter[str] = Counter()
         self.id = -1
         self.requested_id = requested_id
         self.restartable = restartable
@@ -208,7 +213,11 @@ class Engine:
         signal_session = self.signals.session
         self.signals.on_unregistered = self._on_unregistered
         self.signals.refusals.counts = lambda: merged(
-            (self.session.refused, signal_session.refused)
+            (
+                self.session.refused,
+                signal_session.refused,
+                {f"connections-{k}": n for k, n in dict(self.connections_refused).items()},
+            )
         )
         secure(self.signals.socket, self.info)
         # the task scheduler asks for prefetched tasks back on this one (engine/revoke.py)

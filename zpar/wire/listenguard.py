@@ -175,6 +175,11 @@ class ListenerGuard:
         owner.connect(f"{addr}-owner")
         return owner
 
+    def refuse(self, reason: str, detail: str) -> None:
+        """Count (and log, at most once a second) a refusal the owner made on a watched
+        socket, with the guard's own."""
+        self._refuse(reason, detail)
+
     def release(self) -> None:
         """Stop monitoring the watched sockets (before they close or the guard stops: an
         event sent to a monitor nobody reads would block its sender)."""
