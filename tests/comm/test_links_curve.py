@@ -12,6 +12,7 @@ import uuid
 import pytest
 import zmq
 
+from tests.clusters import wait_until
 from tests.e2e.test_curve import _capture, _stop_capture
 from zpar.comm.communicator import Communicator
 from zpar.comm.links import LinkError, PeerLinks
@@ -23,7 +24,10 @@ KEY = b"k" * 32
 
 def _bcast_over_tcp(curve: bool, tmp_path, name: str) -> tuple[bytes, str, list]:
     """Three ranks on 'different hosts' (tcp links) bcast a marker; return the capture of
-    their links' traffic, the marker and each rank's socket mechanisms."""
+    their links' traffic, the marker and each rank's socket mechanisms. Plain links: the
+    capture is read once the marker is in it (tcpdump writes a packet some time after it
+    crossed); Curve links: once it holds the bcast's traffic, with a grace for the last
+    packets (nothing there to wait for)."""
     n, cid = 3, uuid.uuid4().hex
     links = [PeerLinks(r, n, cid, KEY, curve=curve) for r in range(n)]
     table = [dict(lk.bind(), hostname=f"host{r}") for r, lk in enumerate(links)]
@@ -52,7 +56,14 @@ def _bcast_over_tcp(curve: bool, tmp_path, name: str) -> tuple[bytes, str, list]
             t.start()
         for t in threads:
             t.join(60)
-        time.sleep(0.2)  # tcpdump -U writes each packet as it comes: let the last ones land
+        if curve:
+            time.sleep(0.2)  # no plaintext to wait for: a grace for the last packets
+        else:
+            wait_until(
+                lambda: pcap.exists() and marker.encode() in pcap.read_bytes(),
+                "the marker in the plain links' capture",
+                timeout=15,
+            )
     finally:
         _stop_capture(cap)
     for r, o in enumerate(out):
