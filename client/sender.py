@@ -19,6 +19,7 @@ from typing import Any
 from zpar import sharedmem
 from zpar.constants import HUB_TIMEOUT
 from zpar.dependency import to_wire
+from zpar.elements import element_ids
 from zpar.errors import (
     HubRefused,
     InvalidDependency,
@@ -196,7 +197,10 @@ class RequestSender:
                 fut.label = metadata["label"]
         self._io.submit(request)
         if msg_type in HISTORY_TYPES:  # work, not queries and control (as ipyparallel)
-            self._remember_sent(msg_id)
+            if elements is None:
+                self._remember_sent(msg_id)
+            else:  # each element is a task of its own (ipyparallel: one apply each)
+                self._remember_sent_elements(msg_id, elements)
         return request
 
     def apply(
@@ -309,6 +313,17 @@ class RequestSender:
         view_history = getattr(self.view_history, "current", None)
         if view_history is not None:
             view_history.append(msg_id)
+
+    def _remember_sent_elements(self, msg_id: str, n: int) -> None:
+        """The histories of an element request: its elements' ids (``ar.msg_ids``), as
+        ipyparallel's histories list each task of a default map; only as many as a
+        bounded history keeps are made."""
+        view_history = getattr(self.view_history, "current", None)
+        keep = max(self._history.maxlen or n, getattr(view_history, "maxlen", None) or n)
+        ids = element_ids(msg_id, n, keep)
+        self._history.extend(ids)
+        if view_history is not None:
+            view_history.extend(ids)
 
     def remember(self, ar: Any) -> Any:
         """Remember ``ar`` (weakly) under its msg_ids: rc.results, rc.metadata, rc.wait()."""

@@ -57,6 +57,31 @@ def element_id(origin: str, pos: int) -> str:
     return f"{origin}{PART_SEP}{pos}"
 
 
+#: positions' decimal strings, kept for the first positions: element ids are made by the
+#: thousand on the client's sending path (history), where str() per position shows
+_POSITIONS_CACHED = 1 << 16
+_positions: list[str] = []
+
+
+def _position_strings(lo: int, hi: int) -> list[str]:
+    global _positions
+    cached = _positions
+    if hi > len(cached) and len(cached) < _POSITIONS_CACHED:
+        top = min(_POSITIONS_CACHED, max(hi, 2 * len(cached), 1024))
+        cached = _positions = cached + [str(j) for j in range(len(cached), top)]  # swapped whole
+    if hi <= len(cached):
+        return cached[lo:hi]
+    return cached[lo:] + [str(j) for j in range(max(lo, len(cached)), hi)]
+
+
+def element_ids(origin: str, n: int, last: int | None = None) -> list[str]:
+    """The element ids of positions [0, n) of request ``origin``, or of its ``last``
+    positions only (a bounded history keeps no more)."""
+    lo = 0 if last is None else max(0, n - last)
+    prefix = origin + PART_SEP
+    return [prefix + s for s in _position_strings(lo, n)]
+
+
 def split_element_id(msg_id: str) -> tuple[str, int] | None:
     """(request msg_id, position) of an element_id, None for any other id."""
     i = msg_id.rfind(PART_SEP)
