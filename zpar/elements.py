@@ -35,6 +35,12 @@ FINAL = "final"
 RETRYING = "retrying"
 #: revoke_request / revoke_reply content: {part id: elements to keep} / {part id: [a, b]}
 TAILS = "tails"
+#: metadata of a part: when each of its elements ran, as ``[clock, t0, t1, ..., tn]``:
+#: element ``a + i`` of a part answering [a, b) ran from ``clock + t_i`` to
+#: ``clock + t_(i+1)`` (epoch seconds; t are the engine's monotonic clock, clock its offset
+#: to the epoch when the part was made). An element's start is the end of the one before
+#: it on that engine, so the engine reads its clock once per element.
+TIMES = "element_times"
 #: between a request's msg_id and a part's suffix (never in a Session's msg_ids)
 PART_SEP = "#"
 
@@ -91,6 +97,19 @@ def split_element_id(msg_id: str) -> tuple[str, int] | None:
     if not tail.isdigit() or not tail.isascii():
         return None
     return msg_id[:i], int(tail)
+
+
+def element_dates(times: Any, lo: int, pos: int) -> tuple[float, float] | None:
+    """(started, completed) of element ``pos`` of a part answering from ``lo``, from the
+    part's TIMES; None when the part carries no times for it."""
+    i = pos - lo + 1  # t_i is times[i + 1]
+    if type(times) is not list or not 1 <= i < len(times) - 1:
+        return None
+    try:
+        clock = float(times[0])
+        return clock + float(times[i]), clock + float(times[i + 1])
+    except (TypeError, ValueError):
+        return None
 
 
 def element_range(value: Any) -> tuple[int, int] | None:
