@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from zpar.elements import ELEMENTS, TIMES, element_dates, element_range, split_element_id
+from zpar.elements import split_element_id, with_own_dates
 from zpar.util import as_datetime
 from zpar.wire.messages import ExecuteResult
 
@@ -117,18 +117,6 @@ def timedelta(start: Any, end: Any, start_key: Callable = min, end_key: Callable
     return (end - start).total_seconds()
 
 
-def _own_dates(md: dict[str, Any], reply: Any, msg_id: str) -> None:
-    """An element's own started / completed from its part's TIMES (else its part's)."""
-    times = md.pop(TIMES, None)
-    split = split_element_id(msg_id)
-    rng = element_range(reply.content.get(ELEMENTS))
-    if times is None or split is None or rng is None:
-        return
-    dates = element_dates(times, rng[0], split[1])
-    if dates is not None:
-        md["started"], md["completed"] = dates
-
-
 def element_metadata(
     msg_id: str,
     submitted: float,
@@ -144,7 +132,9 @@ def element_metadata(
     md.update(msg_id=msg_id, submitted=submitted, label=label)
     if reply is not None:
         md.update(reply.metadata)
-        _own_dates(md, reply, msg_id)
+        split = split_element_id(msg_id)
+        if split is not None:
+            with_own_dates(md, reply.content, split[1])
         failed = isinstance(value, Exception)
         md["status"] = "error" if failed else "ok"
         if failed:

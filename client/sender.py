@@ -19,7 +19,6 @@ from typing import Any
 from zpar import sharedmem
 from zpar.constants import HUB_TIMEOUT
 from zpar.dependency import to_wire
-from zpar.elements import element_ids
 from zpar.errors import (
     HubRefused,
     InvalidDependency,
@@ -316,14 +315,12 @@ class RequestSender:
 
     def _remember_sent_elements(self, msg_id: str, n: int) -> None:
         """The histories of an element request: its elements' ids (``ar.msg_ids``), as
-        ipyparallel's histories list each task of a default map; only as many as a
-        bounded history keeps are made."""
+        ipyparallel's histories list each task of a default map (made when first read:
+        client.clientcompat.History)."""
+        self._history.add_elements(msg_id, n)
         view_history = getattr(self.view_history, "current", None)
-        keep = max(self._history.maxlen or n, getattr(view_history, "maxlen", None) or n)
-        ids = element_ids(msg_id, n, keep)
-        self._history.extend(ids)
         if view_history is not None:
-            view_history.extend(ids)
+            view_history.add_elements(msg_id, n)
 
     def remember(self, ar: Any) -> Any:
         """Remember ``ar`` (weakly) under its msg_ids: rc.results, rc.metadata, rc.wait()."""

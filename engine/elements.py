@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import logging
 import time
+from array import array
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from zpar.elements import ELEMENTS, TIMES, element_range, origin_of
+from zpar.elements import ELEMENTS, TIMES, element_range, origin_of, pack_times
 from zpar.errors import SerializationError, TaskAborted, error_content
 from zpar.mapchunk import _as_numpy_scalars, _bound, _numpy_scalar_types
 from zpar.serialize import serialize_object, unpack_apply
@@ -77,7 +78,7 @@ class ElementRun:
         self.started: float | None = None
         #: when each value of ``pending`` was done (monotonic; same indices), and when the
         #: first one not in a part yet started: a part's TIMES (zpar.elements)
-        self.ends: list[float] = []
+        self.ends = array("d")
         self.first_start: float | None = None
 
     # -- parts --------------------------------------------------------------------------
@@ -108,8 +109,8 @@ class ElementRun:
         if n > t:
             ends = self.ends
             start = self.first_start
-            times = [time.time() - time.monotonic(), ends[t] if start is None else start]
-            times += ends[t:n]
+            clock = time.time() - time.monotonic()
+            times = pack_times(clock, ends[t] if start is None else start, ends[t:n])
             self.first_start = ends[n - 1]  # the next one started when this one ended
         now = time.time()
         self._hold(content, buffers, self.started or now, now, stdout, stderr, times)
@@ -143,7 +144,7 @@ class ElementRun:
         completed: float,
         stdout: str = "",
         stderr: str = "",
-        times: list[float] | None = None,
+        times: bytes | None = None,
     ) -> None:
         md = {
             "engine_id": self.kernel.engine_id,

@@ -257,6 +257,10 @@ def test_each_element_has_its_own_dates(rc):
         assert md["started"] <= md["completed"]
         assert (md["completed"] - md["started"]).total_seconds() >= t - 1e-3
         by_engine.setdefault(md["engine_uuid"], []).append((md["started"], md["completed"]))
+    for sub, md in zip(ar.split(), ar.metadata, strict=True):  # each its own task's
+        smd = sub.metadata if isinstance(sub.metadata, dict) else sub.metadata[0]
+        assert (smd["started"], smd["completed"]) == (md["started"], md["completed"])
+        assert "element_times" not in smd and "element_times" not in md
     for spans in by_engine.values():  # one engine runs one element at a time
         spans.sort()
         for (_, end), (start, _) in itertools.pairwise(spans):
