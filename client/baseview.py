@@ -10,6 +10,7 @@ import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from zpar.elements import origin_of
 from zpar.errors import SerializationError
 from zpar.tasklimits import parse_time_limit
 from zpar.wire.messages import SchedulingFlags
@@ -228,7 +229,11 @@ class View:
     def outstanding(self) -> set[str]:
         """msg_ids this view sent that have no reply yet."""
         pending = self.client.outstanding
-        return {m for m in self.history if m in pending} if pending else set()
+        if not pending:
+            return set()
+        # a map's elements are in the history under their element ids: pending with their
+        # request
+        return {m for m in self.history if m in pending or origin_of(m) in pending}
 
     @property
     def results(self) -> dict[str, Any]:

@@ -408,13 +408,14 @@ class Client:
             elif isinstance(j, concurrent.futures.Future):  # any Future, as ipyparallel
                 futures.append(j)
             elif isinstance(j, str):
-                j = origin_of(j)  # an element of a map: its request
+                sent, j = j, origin_of(j)  # an element of a map: its request
                 request = self._io.request(j)
                 if request is not None:
                     futures.extend(request.reply_futures())
                 elif (
                     j not in self.sender.handles
                     and j not in self.history
+                    and sent not in self.history  # a map's element, by element id
                     and j not in self._local.results
                 ):
                     raise KeyError(f"no job {j!r} was sent by this client")

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import collections
 import logging
+import threading
 import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from zpar.cluster.connection import ConnectionInfo, write_connection_file
+from zpar.elements import element_ids
 
 from .taskstore import msg_ids_of
 
@@ -25,14 +27,94 @@ log = logging.getLogger(__name__)
 SSH_ARGS = ("sshserver", "sshkey", "password", "paramiko")
 
 
+def _settled(name: str) -> Any:
+    """deque's method ``name``, called once the elements added are in the deque."""
+    method = getattr(collections.deque, name)
+
+    def settled(self: History, *args: Any, **kwargs: Any) -> Any:
+        if self._tail:
+            self._settle()
+        return method(self, *args, **kwargs)
+
+    settled.__name__ = name
+    return settled
+
+
 class History(collections.deque):
     """Client.history: msg_ids sent, oldest first, bounded; indexable and sliceable like
-    ipyparallel's list (``rc.history[-5:]``)."""
+    ipyparallel's list (``rc.history[-5:]``).
+
+    A map of elements adds its element ids (``add_elements``) as a run, made into ids when
+    the history is first read after it (only as many as the bound keeps): a map of
+    thousands of elements, sent in a few ms, does not make thousands of strings that
+    nobody may read. Until then, appended ids wait behind the run, in order."""
+
+    def __init__(self, iterable: Any = (), maxlen: int | None = None) -> None:
+        super().__init__(iterable, maxlen)
+        #: what was added since the last read: msg_ids and (request msg_id, n) runs
+        self._tail: list[Any] = []
+        self._lock = threading.Lock()
+
+    def add_elements(self, msg_id: str, n: int) -> None:
+        """The element ids of request ``msg_id``'s ``n`` elements (zpar.elements)."""
+        with self._lock:
+            self._tail.append((msg_id, n))
+
+    def append(self, msg_id: Any) -> None:
+        if self._tail:
+            with self._lock:
+                if self._tail:
+                    self._tail.append(msg_id)
+                    return
+        super().append(msg_id)
+
+    def _settle(self) -> None:
+        with self._lock:
+            tail, self._tail = self._tail, []
+            keep = self.maxlen
+            # the newest ``keep`` ids only: count back from the end
+            wanted: list[int | None] = []
+            for item in reversed(tail):
+                if keep is not None and keep <= 0:
+                    wanted.append(0)
+                    continue
+                n = item[1] if isinstance(item, tuple) else 1
+                wanted.append(n if keep is None else min(n, keep))
+                if keep is not None:
+                    keep -= n
+            for item, k in zip(tail, reversed(wanted), strict=True):
+                if not k:
+                    continue
+                if isinstance(item, tuple):
+                    super().extend(element_ids(item[0], item[1], k))
+                else:
+                    super().append(item)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._tail = []
+            super().clear()
 
     def __getitem__(self, key: Any) -> Any:
+        if self._tail:
+            self._settle()
         if isinstance(key, slice):
             return list(self)[key]
         return super().__getitem__(key)
+
+    def __reduce__(self) -> Any:
+        return (type(self), (list(self), self.maxlen))
+
+
+# every other way to read or change it sees the ids added so far
+for _name in (
+    "__iter__", "__reversed__", "__len__", "__contains__", "__repr__", "__eq__", "__ne__",
+    "__lt__", "__le__", "__gt__", "__ge__", "__copy__", "__add__", "__mul__", "__iadd__",
+    "__imul__", "__setitem__", "__delitem__", "copy", "count", "index", "extend",
+    "extendleft", "appendleft", "insert", "pop", "popleft", "remove", "reverse", "rotate",
+):  # fmt: skip
+    setattr(History, _name, _settled(_name))
+del _name
 
 
 def connection_file_of(

@@ -76,8 +76,9 @@ class HubResultFetcher(threading.Thread):
         after that)."""
         if not unknown:
             return False
-        # a map's element ids name its request in the history
-        own = {origin_of(m) for m in unknown} <= set(self.client.history)
+        # a map's elements are in the history by element id; its request ids by origin
+        history = set(self.client.history)
+        own = all(m in history or origin_of(m) in history for m in unknown)
         return time.monotonic() - started < (UNKNOWN_GRACE if own else FOREIGN_GRACE)
 
     def _fail(self, e: BaseException) -> None:

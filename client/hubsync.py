@@ -22,6 +22,7 @@ import logging
 import time
 from typing import Any
 
+from zpar.elements import origin_of
 from zpar.errors import HubRefused
 from zpar.wire.messages import MsgType, ResultRequest
 
@@ -60,7 +61,7 @@ class HubCatchUp:
                 break
             if m in self._given_up:
                 continue
-            if self.io.request(m) is not None:
+            if self.io.request(origin_of(m)) is not None:  # an element: its request
                 running = True
             elif len(out) < SYNC_LAST:
                 out.append(m)

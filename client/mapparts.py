@@ -16,7 +16,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from zpar.elements import ELEMENTS, ERRORS, RETRYING, element_range
+from zpar.elements import ELEMENTS, ERRORS, RETRYING, element_range, with_own_dates
 from zpar.errors import RemoteError, TaskAborted
 from zpar.serialize import deserialize_object
 from zpar.wire import Message
@@ -139,7 +139,7 @@ class Parts:
                 if reply is None:
                     fut.set_exception(self.error)
                 else:
-                    fut.set_result(ElementReply(reply, self.value(pos)))  # decoded: [value]
+                    fut.set_result(ElementReply(reply, self.value(pos), pos))  # decoded: [value]
 
     def reply_of(self, pos: int) -> Message | None:
         idx = self.owner[pos]
@@ -257,11 +257,13 @@ class ElementReply:
 
     __slots__ = ("metadata", "content", "parent_header", "header", "idents", "buffers", "value")
 
-    def __init__(self, part: Message, value: Any) -> None:
+    def __init__(self, part: Message, value: Any, pos: int | None = None) -> None:
         # as the part of a map ipyparallel's split() makes: the chunk, here of one element
         self.value = value if isinstance(value, Exception) else [value]
         ok = not isinstance(value, Exception)
         self.metadata = {**part.metadata, "status": "ok" if ok else "error"}
+        if pos is not None:  # its own dates, as its own task's (ipyparallel)
+            with_own_dates(self.metadata, part.content, pos)
         self.content = {"status": "ok" if ok else "error"}
         self.parent_header = part.parent_header
         self.header = part.header

@@ -196,7 +196,10 @@ class RequestSender:
                 fut.label = metadata["label"]
         self._io.submit(request)
         if msg_type in HISTORY_TYPES:  # work, not queries and control (as ipyparallel)
-            self._remember_sent(msg_id)
+            if elements is None:
+                self._remember_sent(msg_id)
+            else:  # each element is a task of its own (ipyparallel: one apply each)
+                self._remember_sent_elements(msg_id, elements)
         return request
 
     def apply(
@@ -309,6 +312,15 @@ class RequestSender:
         view_history = getattr(self.view_history, "current", None)
         if view_history is not None:
             view_history.append(msg_id)
+
+    def _remember_sent_elements(self, msg_id: str, n: int) -> None:
+        """The histories of an element request: its elements' ids (``ar.msg_ids``), as
+        ipyparallel's histories list each task of a default map (made when first read:
+        client.clientcompat.History)."""
+        self._history.add_elements(msg_id, n)
+        view_history = getattr(self.view_history, "current", None)
+        if view_history is not None:
+            view_history.add_elements(msg_id, n)
 
     def remember(self, ar: Any) -> Any:
         """Remember ``ar`` (weakly) under its msg_ids: rc.results, rc.metadata, rc.wait()."""

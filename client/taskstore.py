@@ -11,6 +11,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from zpar.elements import origin_of
 from zpar.errors import HubRefused, RemoteError
 from zpar.util import as_datetime, ensure_timezone
 from zpar.wire.messages import (
@@ -157,7 +158,8 @@ class HubRecords:
                 if e.content.get("ename") != "KeyError":
                     raise
                 unknown = set(e.content.get("unknown") or ())
-                own = unknown and unknown <= set(self.history)
+                history = set(self.history)
+                own = unknown and all(m in history or origin_of(m) in history for m in unknown)
                 if own and time.monotonic() - started < UNKNOWN_GRACE:
                     time.sleep(delay)
                     delay = min(POLL_MAX, delay * 2)

@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import logging
 import time
+from array import array
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from zpar.elements import ELEMENTS, element_range, origin_of
+from zpar.elements import ELEMENTS, TIMES, element_range, origin_of, pack_times
 from zpar.errors import SerializationError, TaskAborted, error_content
 from zpar.mapchunk import _as_numpy_scalars, _bound, _numpy_scalar_types
 from zpar.serialize import serialize_object, unpack_apply
@@ -75,6 +76,10 @@ class ElementRun:
         #: exceptions raised, by position (set before the position's value is appended)
         self.errors: dict[int, BaseException] = {}
         self.started: float | None = None
+        #: when each value of ``pending`` was done (monotonic; same indices), and when the
+        #: first one not in a part yet started: a part's TIMES (zpar.elements)
+        self.ends = array("d")
+        self.first_start: float | None = None
 
     # -- parts --------------------------------------------------------------------------
 
@@ -100,8 +105,15 @@ class ElementRun:
         content = ApplyReply.content(
             ReplyStatus.OK, elements=[first, last], errors=errors, final=final
         )
+        times = None
+        if n > t:
+            ends = self.ends
+            start = self.first_start
+            clock = time.time() - time.monotonic()
+            times = pack_times(clock, ends[t] if start is None else start, ends[t:n])
+            self.first_start = ends[n - 1]  # the next one started when this one ended
         now = time.time()
-        self._hold(content, buffers, self.started or now, now, stdout, stderr)
+        self._hold(content, buffers, self.started or now, now, stdout, stderr, times)
         self.started = None
 
     def finish(self, stop: int, end: int, stdout: str, stderr: str) -> None:
@@ -132,6 +144,7 @@ class ElementRun:
         completed: float,
         stdout: str = "",
         stderr: str = "",
+        times: bytes | None = None,
     ) -> None:
         md = {
             "engine_id": self.kernel.engine_id,
@@ -142,6 +155,8 @@ class ElementRun:
             "stdout": stdout,
             "stderr": stderr,
         }
+        if times is not None:
+            md[TIMES] = times
         self.replies.hold_frames(
             self.sock, self.msg, KernelReply(MsgType.APPLY_REPLY, content, md, buffers)
         )
@@ -239,6 +254,7 @@ class ElementRun:
         burst = limit * BURST
         pending, errors = self.pending, self.errors
         append, take_position = pending.append, positions.popleft
+        append_end = self.ends.append
         j = self.base
         while positions:
             if kernel.aborted and self.origin in kernel.aborted:
@@ -246,6 +262,8 @@ class ElementRun:
             start = monotonic()
             if self.started is None:
                 self.started = time.time()
+            if self.first_start is None:
+                self.first_start = start
             # held from now (or earlier): the watchdog sends what is pending by then + limit;
             # from enter to leave the values not in a part are its too (take)
             watchdog.enter(replies.mark_held())
@@ -260,9 +278,11 @@ class ElementRun:
                     except USER_ERRORS as e:
                         value = None
                         errors[j] = e
+                    now = monotonic()
+                    append_end(now)  # before the value: take() reads ends of what it takes
                     append(value)
                     j += 1
-                    if monotonic() - start >= burst:
+                    if now - start >= burst:
                         break
             finally:
                 watchdog.leave()
@@ -273,6 +293,7 @@ class ElementRun:
                 replies.flush()
             if self.taken >= COMPACT_AT:  # outside user code: the main thread's alone
                 del pending[: self.taken]
+                del self.ends[: self.taken]
                 self.base += self.taken
                 self.taken = 0
         return j, False

@@ -24,6 +24,8 @@ from zpar.elements import (
     ELEMENTS,
     ERRORS,
     FINAL,
+    TIMES,
+    element_dates,
     element_id,
     element_range,
     origin_of,
@@ -38,8 +40,12 @@ from .stores.base import RECORD_KEYS, matches
 #: Record keys an element shares with its request: a store query on them selects the
 #: requests whose elements all match
 SHARED_KEYS = frozenset({"session", "client", "msg_type", "submitted", "label"})
-#: Record keys an element takes from its part's row (read only when asked or filtered on)
-PART_KEYS = frozenset({"metadata", "result_content", "stdout", "stderr", "result_size"})
+#: Record keys an element takes from its part's row (read only when asked or filtered on):
+#: its own dates among them, in the part's metadata (zpar.elements.TIMES); without the
+#: row, an element has its part's
+PART_KEYS = frozenset(
+    {"metadata", "result_content", "stdout", "stderr", "result_size", "started", "completed"}
+)
 #: What of a request row building its elements needs
 _REQUEST_KEYS = [
     "msg_id",
@@ -245,6 +251,10 @@ def _from_part(
     else:
         rec["result_content"] = {"status": "ok"}
     md = part.get("metadata") or {}
+    dates = element_dates(md.get(TIMES), p[0], pos)
+    if dates is not None:
+        rec["started"], rec["completed"] = dates
+    md = {k: v for k, v in md.items() if k != TIMES}
     rec["metadata"] = {**rec["metadata"], **md, "status": rec["status"]}
     rec["result_size"] = part.get("result_size")
     if pos == p[1] - 1:

@@ -7,6 +7,7 @@ test_db_query_keys, test_db_query_in) and tests/test_label.py."""
 
 from __future__ import annotations
 
+import itertools
 import time
 from datetime import datetime
 
@@ -224,3 +225,43 @@ def test_a_maps_records_are_purged_together(rc):
     rc.purge_results(ar)
     assert rc.db_query({"msg_id": {"$in": ar.msg_ids}}) == []
     assert not set(ar.msg_ids) & set(rc.hub_history())
+
+
+def _nap(t):
+    import time
+
+    time.sleep(t)
+    return t
+
+
+def test_each_element_has_its_own_dates(rc):
+    """ipyparallel runs each element of a default map as its own task, with its own
+    started / completed: in ar.metadata and in the hub's records, an element's dates are
+    its own run's, not the span of the part that carried it back."""
+    lv = rc.load_balanced_view()
+    naps = [0.0, 0.3, 0.0, 0.0, 0.3, 0.0]
+    ar = lv.map_async(_nap, naps)
+    assert ar.get(30) == naps
+    _hub_knows(rc, ar.msg_ids)
+    recs = {
+        r["msg_id"]: r
+        for r in rc.db_query(
+            {"msg_id": {"$in": ar.msg_ids}}, keys=["msg_id", "engine_uuid", "started", "completed"]
+        )
+    }
+    by_engine: dict[str, list[tuple[datetime, datetime]]] = {}
+    for m, t, md in zip(ar.msg_ids, naps, ar.metadata, strict=True):
+        rec = recs[m]
+        for key in ("started", "completed"):  # the same dates, whoever asks
+            assert abs((rec[key] - md[key]).total_seconds()) < 1e-3, (m, key)
+        assert md["started"] <= md["completed"]
+        assert (md["completed"] - md["started"]).total_seconds() >= t - 1e-3
+        by_engine.setdefault(md["engine_uuid"], []).append((md["started"], md["completed"]))
+    for sub, md in zip(ar.split(), ar.metadata, strict=True):  # each its own task's
+        smd = sub.metadata if isinstance(sub.metadata, dict) else sub.metadata[0]
+        assert (smd["started"], smd["completed"]) == (md["started"], md["completed"])
+        assert "element_times" not in smd and "element_times" not in md
+    for spans in by_engine.values():  # one engine runs one element at a time
+        spans.sort()
+        for (_, end), (start, _) in itertools.pairwise(spans):
+            assert end <= start, spans

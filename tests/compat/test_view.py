@@ -283,12 +283,34 @@ def test_view_history_lists_what_the_view_sent(rc):
     lar = lv.apply_async(lambda: 2)
     dv.execute("x = 1", block=True)
     dv.push({"y": 2}, block=True)
-    lv.map_sync(lambda x: x, range(3))
+    mar = lv.map_async(lambda x: x, range(3))
     assert list(dv.history[:2]) == ar.msg_ids
     assert len(dv.history) == 2 + 2 + 2  # apply, execute, push: one per engine each
-    assert lv.history[0] == lar.msg_id and len(lv.history) >= 2
+    # a default map is one task per element (ipyparallel: one apply each): its elements'
+    # msg_ids, in order, in both histories
+    assert list(lv.history) == [lar.msg_id, *mar.msg_ids] and len(mar.msg_ids) == 3
+    assert rc.history[-3:] == mar.msg_ids
     assert set(dv.history) | set(lv.history) <= set(rc.history)
     assert lv.wait(timeout=30) and not lv.outstanding and lv.results == rc.results
+    assert mar.get() == [0, 1, 2]
+
+
+def test_map_elements_from_the_history(rc):
+    """ipyparallel's histories hold a default map's tasks: each index of rc.history names
+    one element, which wait(), get_result() and the view's outstanding take as such."""
+    lv = rc.load_balanced_view()
+    ar = lv.map_async(lambda x: x * 10, range(5))
+    assert rc.history[-5:] == ar.msg_ids
+    assert set(lv.outstanding) <= set(ar.msg_ids)
+    assert rc.wait([rc.history[-1], -2], timeout=30)
+    ar.get(timeout=30)
+    # each element's task answers a list of one (ipyparallel's chunk of one)
+    assert rc.get_result(rc.history[-2]).get(timeout=30) == [30]
+    assert rc.get_result(-1).get(timeout=30) == [40]
+    assert not lv.outstanding
+    chunked = lv.map_async(lambda x: x, range(4), chunksize=2)  # chunks: one task each
+    assert list(lv.history)[-2:] == chunked.msg_ids and len(chunked.msg_ids) == 2
+    chunked.get(timeout=30)
 
 
 def test_imap_submits_before_iteration_and_refills_as_results_arrive(rc):
