@@ -19,9 +19,12 @@ from typing import Any
 from zpar.elements import ELEMENTS, ERRORS, RETRYING, element_range, with_own_dates
 from zpar.errors import RemoteError, TaskAborted
 from zpar.serialize import deserialize_object
-from zpar.wire import Message
+from zpar.wire import LazyReply, Message
 
 from .futures import ReplyFuture
+
+#: a reply as the I/O thread hands it over: read lazily, or whole (tests, the in-process cluster)
+AnyReply = Message | LazyReply
 
 #: the reply a position is not answered by yet
 _NONE = -1
@@ -45,7 +48,7 @@ class Parts:
     def __init__(self, n: int, waiters: MapWaiters | None = None) -> None:
         self.n = n
         #: the parts received, in arrival order
-        self.replies: list[Message] = []
+        self.replies: list[AnyReply] = []
         #: for each position, the index in ``replies`` of the part that answers it
         self.owner = [_NONE] * n
         self.answered = 0
@@ -63,7 +66,7 @@ class Parts:
 
     # -- the I/O thread -------------------------------------------------------------------
 
-    def add(self, reply: Message) -> bool:
+    def add(self, reply: AnyReply) -> bool:
         """Take a part (or any reply to the request: one with no ``elements`` answers
         every position not answered yet); True once every position is answered."""
         owner, n = self.owner, self.n
@@ -141,7 +144,7 @@ class Parts:
                 else:
                     fut.set_result(ElementReply(reply, self.value(pos), pos))  # decoded: [value]
 
-    def reply_of(self, pos: int) -> Message | None:
+    def reply_of(self, pos: int) -> AnyReply | None:
         idx = self.owner[pos]
         return None if idx == _NONE else self.replies[idx]
 
@@ -257,7 +260,7 @@ class ElementReply:
 
     __slots__ = ("metadata", "content", "parent_header", "header", "idents", "buffers", "value")
 
-    def __init__(self, part: Message, value: Any, pos: int | None = None) -> None:
+    def __init__(self, part: AnyReply, value: Any, pos: int | None = None) -> None:
         # as the part of a map ipyparallel's split() makes: the chunk, here of one element
         self.value = value if isinstance(value, Exception) else [value]
         ok = not isinstance(value, Exception)
@@ -278,7 +281,7 @@ def ElementFuture(parts: Parts, pos: int, waiters: MapWaiters | None = None) -> 
     return fut
 
 
-def whole_run_error(reply: Message) -> Exception | None:
+def whole_run_error(reply: AnyReply) -> Exception | None:
     """The error a reply for a whole run of elements carries (aborted, its engine died, the
     request could not run), None if it carries none."""
     c = reply.content

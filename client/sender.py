@@ -10,11 +10,10 @@ handed to the I/O thread (ClientIO.submit), which owns the PendingRequest from t
 from __future__ import annotations
 
 import builtins
-import collections
 import functools
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from zpar import sharedmem
 from zpar.constants import HUB_TIMEOUT
@@ -36,6 +35,9 @@ from .directcall import DirectCaller
 from .handles import Handles
 from .ioloop import ClientIO
 from .request import PendingRequest, engine_of, outcome_of
+
+if TYPE_CHECKING:
+    from .clientcompat import History
 from .window import WINDOWED_CHANNELS
 
 #: Requests remembered in Client.history: the work sent, which get_result(-1) refers to.
@@ -71,7 +73,7 @@ class RequestSender:
         session: Session,
         io: ClientIO,
         direct_caller: DirectCaller,
-        history: collections.deque[str],
+        history: History,
         where: str,
     ) -> None:
         self.session = session

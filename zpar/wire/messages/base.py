@@ -148,7 +148,7 @@ def _builder(cls: type) -> Callable[..., dict[str, Any]]:
             params.append(f"{name}=_d{i}")
         elif factory:
             ns[f"_f{i}"] = f.default_factory
-            ns[f"_d{i}"] = f.default_factory()  # type: ignore[misc]  # only compared with
+            ns[f"_d{i}"] = f.default_factory()  # type: ignore[operator]  # only compared with
             params.append(f"{name}=_NOT_GIVEN")
         else:
             params.append(name)
