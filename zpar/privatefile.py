@@ -8,7 +8,9 @@ through a file in a tmpfs (/dev/shm). Each needs the same care, kept here once:
 - its space reserved with posix_fallocate, so a full tmpfs fails at creation with ENOSPC
   instead of killing a process with SIGBUS when it first writes a page that cannot exist;
 - nothing left behind: a failed creation removes the file; the peer that maps it second
-  unlinks it (both hold the mapping); the creator unlinks it on close, or on return.
+  unlinks it (both hold the mapping); the creator unlinks it on close, or on return; a
+  creator killed before its peer mapped the file leaves it, and the first creation of the
+  same kind in any later process of the user removes it (sweep_orphans).
 
 A peer attaches only a path under the same directory with the same name prefix and of the
 expected size: a path from a message is checked before anything is opened.
@@ -19,11 +21,20 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 
 #: Where the files live: a tmpfs every Linux host has, so the pages are memory, not disk.
 SHM_DIR = "/dev/shm"
+
+#: A file of a dead creator is an orphan once it is this old: a peer maps a file within
+#: its communicator's set-up (seconds), so an older file of a dead pid has no peer coming.
+ORPHAN_AGE = 60.0
+
+_swept: set[tuple[str, str]] = set()
+_swept_lock = threading.Lock()
 
 
 def create_mapped(prefix: str, size: int, directory: str = SHM_DIR) -> tuple[str, mmap.mmap]:
@@ -31,6 +42,11 @@ def create_mapped(prefix: str, size: int, directory: str = SHM_DIR) -> tuple[str
     Raises OSError (ENOSPC when the tmpfs is full, ...) and then leaves no file behind."""
     if size <= 0:
         raise ValueError(f"a shared file needs a size > 0, got {size}")
+    with _swept_lock:
+        first = (prefix, directory) not in _swept
+        _swept.add((prefix, directory))
+    if first:
+        sweep_orphans(prefix, directory)
     path = os.path.join(directory, f"{prefix}{os.getpid()}-{uuid.uuid4().hex[:12]}")
     fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
     try:
@@ -42,6 +58,42 @@ def create_mapped(prefix: str, size: int, directory: str = SHM_DIR) -> tuple[str
     finally:
         os.close(fd)
     return path, mapping
+
+
+def sweep_orphans(prefix: str, directory: str = SHM_DIR, *, age: float = ORPHAN_AGE) -> list[str]:
+    """Remove this user's files ``create_mapped(prefix, ...)`` made in processes that are
+    gone (SIGKILLed between creating a file and its peer mapping it), older than ``age``
+    seconds; the paths removed. A pid in use again is taken as alive: the file stays."""
+    removed: list[str] = []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return removed
+    uid, now = os.getuid(), time.time()
+    for name in names:
+        pid = name[len(prefix) :].split("-", 1)[0] if name.startswith(prefix) else ""
+        if not pid.isdigit():
+            continue
+        path = os.path.join(directory, name)
+        try:
+            st = os.stat(path)
+            if st.st_uid != uid or now - st.st_mtime < age or _alive(int(pid)):
+                continue
+            os.unlink(path)
+        except OSError:  # gone meanwhile, or not ours to remove
+            continue
+        removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):  # another user's process; not a pid: kept
+        return True
+    return True
 
 
 def check_path(

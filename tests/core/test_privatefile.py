@@ -74,3 +74,40 @@ def test_mapped_until_return_unlinks_and_keeps_the_mapping(tmp_path):
 def test_a_size_of_zero_is_refused(tmp_path):
     with pytest.raises(ValueError, match="size > 0"):
         create_mapped("zpar-test-", 0, str(tmp_path))
+
+
+def _dead_pid() -> int:
+    """A pid no process has: above the kernel's largest."""
+    with open("/proc/sys/kernel/pid_max") as f:
+        return int(f.read()) + 1
+
+
+def _aged(path, seconds: float = 3600) -> str:
+    path.write_bytes(b"x")
+    old = os.stat(path).st_mtime - seconds
+    os.utime(path, (old, old))
+    return str(path)
+
+
+def test_a_dead_creators_old_files_are_swept_and_nothing_else(tmp_path):
+    dead = _dead_pid()
+    orphan = _aged(tmp_path / f"zpar-sweep-{dead}-aaaa")
+    young = str(tmp_path / f"zpar-sweep-{dead}-bbbb")
+    open(young, "wb").close()  # a peer may still be mapping it
+    alive = _aged(tmp_path / f"zpar-sweep-{os.getpid()}-cccc")
+    other = _aged(tmp_path / f"zpar-other-{dead}-dddd")
+    odd = _aged(tmp_path / "zpar-sweep-notapid")
+    assert privatefile.sweep_orphans("zpar-sweep-", str(tmp_path)) == [orphan]
+    assert {p.name for p in tmp_path.iterdir()} == {
+        os.path.basename(p) for p in (young, alive, other, odd)
+    }
+
+
+def test_the_first_creation_of_a_kind_sweeps_its_orphans(tmp_path):
+    orphan = _aged(tmp_path / f"zpar-first-{_dead_pid()}-aaaa")
+    path, mine = create_mapped("zpar-first-", 4096, str(tmp_path))
+    try:
+        assert not os.path.exists(orphan) and os.path.exists(path)
+    finally:
+        mine.close()
+        os.unlink(path)
