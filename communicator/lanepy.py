@@ -27,9 +27,14 @@ _SEQ = struct.Struct(">Q")
 _U32 = struct.Struct("<I")
 KIND_EAGER = int(Kind.EAGER)
 
-#: recv_object's answers: the general path must take over; a raw buffer message
-NOT_TAKEN = object()
-RAW = object()
+#: recv_object's answers: the general path must take over; a raw buffer message. The
+#: compiled lane's own objects when it is built, so a caller that imported one lane's
+#: markers reads the other's answers right (a process may hold both: ZPAR_COMM_PURE, tests)
+try:
+    from ._lane import NOT_TAKEN, RAW  # type: ignore[import-not-found]
+except ImportError:  # not built: the twin's own
+    NOT_TAKEN = object()
+    RAW = object()
 
 _SYS_FUTEX = 202  # x86-64; the mailbox is x86-64 only (mailbox.SUPPORTED)
 _SYS_FUTEX_WAITV = 449
