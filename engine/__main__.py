@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 import time
+import uuid
 
 from zpar.cluster.argparsing import Parser, checked
 from zpar.cluster.connection import (
@@ -133,8 +134,17 @@ def main(argv: list[str] | None = None) -> int:
         restart_argv = sys.argv[1:] if argv is None else argv
         # reconnecting: a controller too busy to answer is asked again until the window ends
         until = time.monotonic() + args.reconnect if lost else 0.0
+        # one identity for every attempt: the hub answers a request it took while this
+        # engine had stopped waiting again, instead of holding the id for a dead request
+        identity = str(uuid.uuid4())
         while True:
-            engine = Engine(info, log_level=level, restartable=True, requested_id=_requested_id())
+            engine = Engine(
+                info,
+                log_level=level,
+                restartable=True,
+                requested_id=_requested_id(),
+                engine_uuid=identity,
+            )
             # a task stuck past its time_limit: the watchdog thread re-executes the process
             engine.restart_now = lambda e=engine: _restart(restart_argv, e.id)
             try:

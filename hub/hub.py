@@ -357,6 +357,9 @@ class Hub:
         if not isinstance(uuid, str) or not uuid or len(uuid) > 255:
             return error_content(RegistrationRefused, f"invalid engine uuid {uuid!r}")
         key = uuid.encode()
+        retry = self._registration_retry(key, c)
+        if retry is not None:
+            return retry
         if key in self.by_uuid or key in self.pending:
             state = "registered" if key in self.by_uuid else "registering"
             log.warning("registration refused: uuid %s is already %s", uuid, state)
@@ -377,6 +380,19 @@ class Hub:
         self.pending[key] = rec
         log.info("engine %d (uuid %s, %s pid %d) registering", eid, uuid, rec.hostname, rec.pid)
         return RegistrationReply(ReplyStatus.OK, id=eid, **self.addresses.engine).as_dict()
+
+    def _registration_retry(self, key: bytes, c: dict[str, Any]) -> dict[str, Any] | None:
+        """The same reply again for an engine asking anew under a uuid still registering,
+        from the same host and pid: its first reply went to a socket it had closed (a
+        controller too busy to answer within the engine's timeout), and the id it was
+        given must not be held by a request nobody waits for."""
+        rec = self.pending.get(key)
+        fields = registration_fields(c)
+        if rec is None or isinstance(fields, str) or (rec.hostname, rec.pid) != fields:
+            return None
+        rec.deadline = time.monotonic() + self.registration_timeout
+        log.info("engine %d (uuid %s) asked again while registering; same reply", rec.id, rec.uuid)
+        return RegistrationReply(ReplyStatus.OK, id=rec.id, **self.addresses.engine).as_dict()
 
     def _engine_id_for(self, wanted: Any, hostname: str, pid: int) -> int:
         """The id asked for when it is free (an engine restarting itself asks for its old

@@ -97,7 +97,14 @@ def test_engines_wait_out_a_controller_too_busy_to_answer(make_cluster):
         os.kill(ctl, signal.SIGCONT)
     new = c.connect_client()
     try:
-        wait_until(lambda: new.ids == [0, 1], f"engines 0 and 1 registered again ({new.ids})", 90)
+        try:
+            wait_until(lambda: new.ids == [0, 1], "engines 0 and 1 registered again", 90)
+        except AssertionError as e:
+            logs = "".join(
+                f"--- {p.name}\n{p.read_text()[-4000:]}"
+                for p in sorted(c.launcher.log_dir.glob(f"{c.launcher.cluster_id}-*"))
+            )
+            raise AssertionError(f"{e}; ids {new.ids}\n{logs}") from None
         assert new[:].apply_sync(_work, 2) == [4, 4]
     finally:
         new.close()
