@@ -6,8 +6,15 @@ What moving data between two processes of one host costs before any design is on
   one copy a shared-memory send makes (W5's sender writes the array into a segment);
 - ``fresh``: writing M MB into a new memory file (memfd): page faults and zeroing, what a
   send would pay without a pool of segments;
+- ``fresh populated``: the same with the file's pages allocated (fallocate) and the
+  mapping's page tables filled in one call (MADV_POPULATE_WRITE) before the write: what
+  zpar.sharedmem.segment pays for a new segment;
 - ``map``: mapping M MB of another process's segment copy-on-write and filling its page
-  tables (MADV_POPULATE_READ), what a receiver pays on a mapping it has not kept;
+  tables (MADV_POPULATE_READ); ``populate again``: the same call on a mapping whose pages
+  are all mapped already (the kernel still walks them);
+- ``read``: summing M MB through a fresh copy-on-write mapping (each page faulted in as
+  it is read: what a receiver pays, zpar.sharedmem.receipts maps lazily) and through a
+  mapping whose pages are mapped (a kept one);
 - ``pagemap``: reading /proc/self/pagemap over M MB, the check that a kept mapping has no
   written page (zpar.sharedmem.receipts);
 - ``pingpong``: two C processes bouncing an 8-byte message through a shared page, each
@@ -90,7 +97,8 @@ def copies(mb: int, runs: int) -> dict[str, str]:
     src = np.random.default_rng(0).integers(0, 255, n, dtype=np.uint8)
     dst = np.empty_like(src)
     dst[:] = 1
-    memcpy, fresh, mapped, pagemap = [], [], [], []
+    memcpy, fresh, populated, mapped, again, read_fresh, read_kept, pagemap = ([] for _ in range(8))
+    private = {"flags": mmap.MAP_PRIVATE, "prot": mmap.PROT_READ | mmap.PROT_WRITE}
     fd = os.memfd_create("zpar-floor")
     os.ftruncate(fd, n)
     seg = mmap.mmap(fd, n)
@@ -107,11 +115,32 @@ def copies(mb: int, runs: int) -> dict[str, str]:
         fresh.append((time.perf_counter() - t) * 1e3)
         m2.close()
         os.close(f2)
-        np.copyto(np.frombuffer(seg, dtype=np.uint8), src)
+        f2 = os.memfd_create("zpar-floor-fresh")
         t = time.perf_counter()
-        priv = mmap.mmap(fd, n, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        os.ftruncate(f2, n)
+        os.posix_fallocate(f2, 0, n)
+        m2 = mmap.mmap(f2, n)
+        m2.madvise(23)  # MADV_POPULATE_WRITE
+        np.copyto(np.frombuffer(m2, dtype=np.uint8), src)
+        populated.append((time.perf_counter() - t) * 1e3)
+        m2.close()
+        os.close(f2)
+        np.copyto(np.frombuffer(seg, dtype=np.uint8), src)
+        lazy = mmap.mmap(fd, n, **private)
+        t = time.perf_counter()
+        np.frombuffer(lazy, dtype=np.uint64).sum()
+        read_fresh.append((time.perf_counter() - t) * 1e3)
+        lazy.close()
+        t = time.perf_counter()
+        priv = mmap.mmap(fd, n, **private)
         priv.madvise(22, 0, n)  # MADV_POPULATE_READ
         mapped.append((time.perf_counter() - t) * 1e3)
+        t = time.perf_counter()
+        priv.madvise(22, 0, n)
+        again.append((time.perf_counter() - t) * 1e3)
+        t = time.perf_counter()
+        np.frombuffer(priv, dtype=np.uint64).sum()
+        read_kept.append((time.perf_counter() - t) * 1e3)
         addr = int(np.frombuffer(priv, dtype=np.uint8).ctypes.data)
         t = time.perf_counter()
         raw = os.pread(pm, n // mmap.PAGESIZE * 8, addr // mmap.PAGESIZE * 8)
@@ -126,7 +155,11 @@ def copies(mb: int, runs: int) -> dict[str, str]:
     return {
         f"memcpy {mb} MB (GB/s)": _range(memcpy),
         f"fresh memfd write {mb} MB (ms)": _range(fresh),
+        f"fresh memfd, fallocate + populate + write {mb} MB (ms)": _range(populated),
         f"map + populate {mb} MB (ms)": _range(mapped),
+        f"populate again, every page mapped, {mb} MB (ms)": _range(again),
+        f"read {mb} MB, fresh mapping (page faults) (ms)": _range(read_fresh),
+        f"read {mb} MB, pages mapped (ms)": _range(read_kept),
         f"pagemap check {mb} MB (ms)": _range(pagemap, "{:.2f}"),
     }
 

@@ -15,7 +15,7 @@ from zpar import sharedmem
 from zpar.errors import RemoteProtocolError
 from zpar.serialize import deserialize_object, serialize_object
 from zpar.sharedmem import carrier
-from zpar.sharedmem.receipts import SegmentGone
+from zpar.sharedmem.receipts import PAGE, SegmentGone
 from zpar.sharedmem.segment import SLOTS, process_start
 from zpar.wire import HEAD_FRAMES, SegmentRef, Session, is_descriptor
 
@@ -121,6 +121,45 @@ def test_a_free_segment_is_reused_and_its_kept_mapping_sees_the_new_bytes():
     c = deserialize_object(_receive(_send(a * 2)).buffers)
     assert len(carrier._pool.segments) == 1 and carrier._receipts.count() == 1
     np.testing.assert_array_equal(c, a * 2)  # the written page was dropped, not reused
+
+
+def _pages(b):
+    """Per page of array ``b``: (mapped in this process, written by it), from
+    /proc/self/pagemap."""
+    addr = b.ctypes.data
+    first, last = addr // PAGE, (addr + b.nbytes - 1) // PAGE
+    fd = os.open("/proc/self/pagemap", os.O_RDONLY)
+    try:
+        e = np.frombuffer(os.pread(fd, (last - first + 1) * 8, first * 8), dtype=np.uint64)
+    finally:
+        os.close(fd)
+    present = (e >> np.uint64(63)) == 1
+    return present, present & ((e >> np.uint64(61)) & np.uint64(1) == 0)
+
+
+def test_a_received_buffer_is_mapped_as_it_is_read_not_ahead():
+    a = np.arange(BIG // 8, dtype=np.float64)
+    b = deserialize_object(_receive(_send(a)).buffers)
+    present, _ = _pages(b)
+    assert not present.any()  # nothing mapped ahead: a buffer passed on unread costs nothing
+    assert b[-1] == a[-1] and b[: PAGE // 8].sum() == a[: PAGE // 8].sum()
+    present, written = _pages(b)
+    assert present[0] and present[-1] and not written.any()
+
+
+def test_a_kept_mapping_drops_only_the_pages_written():
+    a = np.arange(BIG // 8, dtype=np.float64)
+    b = deserialize_object(_receive(_send(a)).buffers)
+    assert b.sum() == a.sum()  # every page mapped
+    b[0] = 42.0  # the first page is this process's copy now
+    _, written = _pages(b)
+    assert written[0] and not written[1:].any()
+    del b
+    gc.collect()
+    c = deserialize_object(_receive(_send(a * 2)).buffers)
+    present, written = _pages(c)
+    assert not written.any() and not present[0] and present[1:].all()
+    np.testing.assert_array_equal(c, a * 2)
 
 
 def test_a_held_segment_is_not_rewritten():

@@ -141,6 +141,26 @@ def test_shm_off_sends_frames(cluster, monkeypatch):
         rc.close()
 
 
+def test_a_client_of_another_host_gets_frames(cluster, monkeypatch):
+    """The engine decides from the offer's host key: a client whose key is not its own
+    (another boot, pid or mount namespace: another host) is answered with frames, as
+    before shared memory, and sends frames."""
+    key, pid, start = carrier.offer()
+    monkeypatch.setattr(carrier, "_offer", ["0" * len(key), pid, start])
+    rc = cluster.connect_client_sync()
+    try:
+        a = np.arange(BIG // 8, dtype=np.float64)
+        segments = carrier.stats()["segments"]
+        assert rc[0].apply_sync(_seen_on_engine, a)[0] == "Frame"
+        back = rc[0].apply_sync(lambda x: x, a)
+        assert _holder(back) == "Frame" and back.flags.writeable
+        np.testing.assert_array_equal(back, a)
+        assert sharedmem.peer_pid(rc.session.session, rc._io.engines[0]) is None
+        assert carrier.stats()["segments"] == segments
+    finally:
+        rc.close()
+
+
 def test_a_killed_engine_leaves_no_segment(make_cluster):
     before = _zpar_files_in_dev_shm()
     c = make_cluster(n=1)

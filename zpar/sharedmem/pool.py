@@ -1,8 +1,8 @@
 """The owner's segments: one written per large buffer sent, reused once nobody holds it.
 
 Fresh memory is the cost here, not the copy: on this project's hosts a new 100 MB segment
-costs 86-172 ms of page faults and zeroing, against ~10 ms to copy into pages touched
-before (docs/decisions.md, "Large buffers through shared memory"). So segments are kept
+costs 49-55 ms of zeroing and page tables (86-172 ms faulted page by page), against ~10 ms
+to copy into pages touched before (docs/decisions.md, "Large buffers through shared memory"). So segments are kept
 once free and handed out again to a buffer that fits (capacity up to twice its size), up
 to RETAINED_BYTES of free ones; a free one unused for IDLE_RELEASE seconds is closed.
 

@@ -35,6 +35,8 @@ SEGMENT_MAGIC = int.from_bytes(b"zparshm1", "little")
 #: this host of one array); beyond it the buffer is written into another segment
 SLOTS = 62
 _SLOT0 = 8  # index of slot 0 in the header seen as u64s
+#: madvise(2): fill a mapping's page tables for writing, in one call (Linux 5.14)
+MADV_POPULATE_WRITE = 23
 TOKEN_SIZE = 16
 
 _tickets = itertools.count(1)
@@ -60,6 +62,10 @@ class Segment:
         except BaseException:
             os.close(fd)
             raise
+        try:  # the page tables too, in one call: half the cost of faulting page by page
+            self.map.madvise(MADV_POPULATE_WRITE)
+        except OSError:  # a kernel before 5.14: the first write faults them in
+            pass
         os.fchmod(fd, 0o600)
         self.fd = fd
         self.token = os.urandom(TOKEN_SIZE)
