@@ -240,7 +240,8 @@ class AsyncResult(concurrent.futures.Future):
             return_exceptions = self._return_exceptions
         if self._result is not _UNSET and not return_exceptions:
             return self._result
-        check_return_when(return_when)
+        if return_when is not None:
+            check_return_when(return_when)
         timeout = timeout_of(timeout)
         if self._single and not return_exceptions and return_when is None:
             return self._get_one(timeout)
