@@ -28,7 +28,6 @@ from .futurewait import (
     check_return_when,
     condition_met,
     failed,
-    timeout_of,
     wait_all,
     wait_first_exception,
     wait_for,
@@ -56,6 +55,11 @@ __all__ = ["AsyncResult"]
 
 #: ``_result`` before get() has a value to keep (None is a value)
 _UNSET = object()
+
+
+def timeout_of(timeout: float | None) -> float | None:
+    """ipyparallel's convention: a negative timeout (the default -1) waits forever."""
+    return None if timeout is None or timeout < 0 else timeout
 
 
 class AsyncResult(concurrent.futures.Future):
@@ -274,8 +278,11 @@ class AsyncResult(concurrent.futures.Future):
         if len(self._futures) != 1 or self._postprocess is not None:
             return self._get(timeout, False, None)
         f = self._futures[0]
-        if not f.done() and not wait_all(self._futures, timeout):
-            raise not_ready(0, 1, self._fname, timeout)
+        if not f.done():  # wait_all of one future, without the call
+            try:
+                f.exception(timeout)
+            except concurrent.futures.TimeoutError:
+                raise not_ready(0, 1, self._fname, timeout) from None
         value = self._value_or_error(f)
         if isinstance(value, Exception):
             raise value

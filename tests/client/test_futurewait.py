@@ -30,10 +30,6 @@ def later(f: Future, status: str = "ok") -> threading.Timer:
     return t
 
 
-def test_ipyparallels_negative_timeout_waits_forever():
-    assert fw.timeout_of(-1) is None and fw.timeout_of(None) is None and fw.timeout_of(2.5) == 2.5
-
-
 def test_return_when_is_checked_by_name():
     for ok in (None, ALL_COMPLETED, FIRST_COMPLETED, FIRST_EXCEPTION):
         fw.check_return_when(ok)

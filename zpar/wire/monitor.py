@@ -29,7 +29,7 @@ from typing import Any
 import msgpack
 
 from zpar.constants import STORE_RESULT_LIMIT
-from zpar.wire.frames import envelope_and_buffers, frame_bytes, nbytes
+from zpar.wire.frames import HEAD_FRAMES, frame_bytes, nbytes
 from zpar.wire.messages import MON_TASK_BATCH, TASK_DEST, TASK_IN, TASK_OUT, TASK_RETRY
 
 _packb = msgpack.Packer(use_bin_type=True).pack
@@ -161,7 +161,7 @@ def request_parts(frames: list[Any]) -> list[bytes] | None:
     """A request's envelope and buffers (``frames`` from the delimiter on) as the hub's
     store keeps them for resubmit; None when they are larger than it keeps results
     (STORE_RESULT_LIMIT): the store's bound on a record's bytes applies to requests too."""
-    parts = envelope_and_buffers(frames)
+    parts = frames[HEAD_FRAMES - 1 :]  # envelope_and_buffers, without a call per task
     if sum(map(nbytes, parts)) > STORE_RESULT_LIMIT:
         return None
     return [p if type(p) is bytes else frame_bytes(p) for p in parts]
