@@ -24,7 +24,6 @@ from zpar.errors import NotReadyError, TimeoutError
 
 from .futurestate import FutureState, StateField
 from .futurewait import (
-    RETURN_WHEN,
     check_return_when,
     condition_met,
     failed,
@@ -178,8 +177,7 @@ class AsyncResult(concurrent.futures.Future):
         timeout = timeout_of(timeout)
         if return_when is None:
             return wait_all(self._futures, timeout)
-        if return_when not in RETURN_WHEN:  # None is not a choice here
-            raise ValueError(f"return_when must be one of {RETURN_WHEN}, got {return_when!r}")
+        check_return_when(return_when)
         parts = self.split()
         futs = [p._futures[0] for p in parts]
         wait_for(futs if return_when == FIRST_COMPLETED else self._futures, timeout, return_when)
