@@ -5,7 +5,6 @@ elements back into one sequence) and AsyncHubResult (tasks fetched from the hub)
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_EXCEPTION
 from typing import Any
@@ -13,8 +12,11 @@ from typing import Any
 from zpar.elements import PART_SEP
 from zpar.errors import CompositeError, NotReadyError
 
-from .callresult import _UNSET, RETURN_WHEN, AsyncResult, _timeout, decode_reply
+from .callresult import AsyncResult
+from .elementorder import as_answered, first_error, in_order
+from .futurewait import wait_all
 from .mapparts import ElementFuture, MapWaiters, Parts
+from .replyvalue import decode_reply, not_ready, raise_errors
 from .request import submitted_of
 from .resultmeta import Metadata, element_metadata
 
@@ -125,44 +127,11 @@ class AsyncMapResult(AsyncResult):
     def _iter_elements(self) -> Iterator[Any]:
         parts = self._parts
         assert parts is not None
-        if self.ordered:
-            for p in parts:
-                for j in range(p.n):
-                    p.wait(j)
-                    yield self._element(p, j)
-            return
-        # as they arrive: each part's positions once it is in
-        seen = [0] * len(parts)
-        yielded = [0] * len(parts)
-        total, done = len(self), 0
-        waiters = self._map_waiters
-        while done < total:
-            new = False
-            for k, p in enumerate(parts):
-                while seen[k] < len(p.replies):
-                    idx = seen[k]
-                    seen[k] += 1
-                    new = True
-                    for j in range(p.n):
-                        if p.owner[j] == idx:
-                            done += 1
-                            yielded[k] += 1
-                            yield self._element(p, j)
-                if p.error is not None and yielded[k] < p.n:
-                    for j in range(p.n):
-                        if not p.owner[j] >= 0:
-                            done += 1
-                            yielded[k] += 1
-                            yield self._element(p, j)
-            if not new and done < total and waiters is not None:
-                counts = [len(p.replies) for p in parts]
-                waiters.wait_for(
-                    lambda counts=counts: any(
-                        len(p.replies) != c or p.error is not None
-                        for p, c in zip(parts, counts, strict=True)
-                    ),
-                    0.5,
-                )
+        order = (
+            in_order(parts) if self.ordered else as_answered(parts, self._map_waiters, len(self))
+        )
+        for p, j in order:
+            yield self._element(p, j)
 
     def _element_values(self) -> list[Any]:
         assert self._parts is not None
@@ -173,64 +142,23 @@ class AsyncMapResult(AsyncResult):
             out.extend(p.values())
         return out
 
-    def get(
-        self,
-        timeout: float | None = None,
-        return_exceptions: bool | None = None,
-        return_when: str | None = None,
-    ) -> Any:
+    def _get(self, timeout: float | None, return_exceptions: bool, return_when: str | None) -> Any:
         if self._parts is None:
-            return super().get(timeout, return_exceptions, return_when)
-        if return_exceptions is None:
-            return_exceptions = self._return_exceptions
-        if self._result is not _UNSET and not return_exceptions:
-            return self._result
-        if return_when not in (None, *RETURN_WHEN):
-            raise ValueError(f"return_when must be one of {RETURN_WHEN}, got {return_when!r}")
-        timeout = _timeout(timeout)
+            return super()._get(timeout, return_exceptions, return_when)
         if return_when == FIRST_EXCEPTION:
-            error = self._first_error(timeout)
+            error = first_error(
+                self._parts, self._map_waiters, timeout, self.ready, lambda: self.progress
+            )
             if error is not None and not return_exceptions:
                 raise error
-        if not self._wait_all(timeout):
-            raise TimeoutError(
-                f"Result not ready: {self.progress}/{len(self)} of "
-                f"{self._fname or 'the call'} done within {timeout} s"
-            )
+        if not wait_all(self._futures, timeout):
+            raise not_ready(self.progress, len(self), self._fname, timeout)
         values = self._element_values()
         if return_exceptions:
             return values
-        errors = [v for v in values if isinstance(v, Exception)]
-        if errors:
-            raise CompositeError(
-                f"one or more exceptions raised in: {self._fname or 'unspecified'} "
-                f"({len(errors)} of {len(values)} elements)",
-                errors,
-            )
+        raise_errors(values, one_call=False, fname=self._fname, what="elements")
         self._result = values
         return values
-
-    def _first_error(self, timeout: float | None) -> Exception | None:
-        """Wait until an element failed or all are in; the first error found."""
-        assert self._parts is not None
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            for p in self._parts:
-                for j in range(p.n):
-                    if p.done(j):
-                        v = p.value(j)
-                        if isinstance(v, Exception):
-                            return v
-            if self.ready():
-                return None
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                return None
-            if self._map_waiters is not None:
-                progress = self.progress
-                self._map_waiters.wait_for(
-                    lambda p=progress: self.progress != p or self.ready(), 0.5
-                )
 
     def successful(self) -> bool:
         if self._parts is None:

@@ -1,11 +1,12 @@
 """AsyncResult: the handle a non-blocking call returns, a standard Future.
 
-Replies are decoded lazily, in the thread that asks for them, so the I/O thread stays fast.
 One AsyncResult covers one or several messages (one per engine, or one per map chunk). The
 API is ipyparallel's (docs/api.md), every public name of its AsyncResult: timestamps are
-aware UTC datetimes, metadata reads never wait. The result owns no parts of other classes:
-its metadata, displays and Future internals are made by client.resultmeta, client.outputs
-and client.futurestate from what it hands them. Maps' results: client.asyncresult.
+aware UTC datetimes, metadata reads never wait. The result holds its calls' futures and
+says what the user asked for; its parts do the work from what it hands them, each in a
+module of its own: waiting (client.futurewait), values and errors (client.replyvalue),
+metadata (client.resultmeta), what it shows (client.outputs), the Future internals
+concurrent.futures reads (client.futurestate). Maps' results: client.asyncresult.
 """
 
 from __future__ import annotations
@@ -14,67 +15,48 @@ import asyncio
 import concurrent.futures
 import contextlib
 import sys
-import threading
 import time
 from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, FIRST_EXCEPTION
 from typing import Any
 
-from zpar.errors import CompositeError, NotReadyError, RemoteError, TaskAborted, TimeoutError
-from zpar.serialize import deserialize_object
-from zpar.wire import Message
-from zpar.wire.messages import MsgType, ReplyStatus
+from zpar.errors import NotReadyError, TimeoutError
 
-from .executereply import ExecuteReply
-from .futurestate import FutureState
-from .mapparts import ElementReply
-from .outputs import OutputStream, display_outputs, html_summary, wait_with_progress
-from .request import request_of, sent_of, submitted_of
+from .futurestate import FutureState, StateField
+from .futurewait import (
+    check_return_when,
+    condition_met,
+    failed,
+    wait_all,
+    wait_first_exception,
+    wait_for,
+    wait_sent,
+    when_all_done,
+)
+from .outputs import (
+    OutputStream,
+    check_groupby,
+    display_outputs,
+    html_summary,
+    wait_with_progress,
+)
+from .replyvalue import not_ready, raise_errors, value_or_error
+from .request import first_submitted, sent_of
 from .resultmeta import (
     METADATA_DEFAULTS,
     Metadata,
     call_metadata,
-    reply_metadata,
     serial_time,
 )
 from .resultmeta import timedelta as _timedelta
 
+__all__ = ["AsyncResult"]
+
+#: ``_result`` before get() has a value to keep (None is a value)
 _UNSET = object()
-RETURN_WHEN = (ALL_COMPLETED, FIRST_COMPLETED, FIRST_EXCEPTION)
 
 
-def decode_reply(msg: Message) -> Any:
-    """The value of an apply/execute reply, or raise the error it carries."""
-    if type(msg) is ElementReply:  # one element of a map's part, decoded already
-        if isinstance(msg.value, Exception):
-            raise msg.value
-        return msg.value
-    c = msg.content
-    status = c.get("status")
-    if status == ReplyStatus.OK:
-        if msg.buffers:
-            if "function_id" in c:  # a typed_reply read back from the hub: raw type arrays
-                from zpar.typed.codec import type_arrays
-
-                return type_arrays(c.get("counts") or [], msg.buffers)
-            return deserialize_object(msg.buffers)
-        if msg.parent_header.get("msg_type") == MsgType.EXECUTE_REQUEST:  # Out[engine:count]
-            return ExecuteReply(msg.parent_header.get("msg_id", ""), c, reply_metadata(msg))
-        return None
-    if status == ReplyStatus.ABORTED:
-        raise TaskAborted(c.get("evalue") or f"task {msg.parent_header.get('msg_id')} aborted")
-    raise RemoteError.from_content(c)
-
-
-def _future_failed(f: concurrent.futures.Future) -> bool:
-    if not f.done():
-        return False
-    if f.exception() is not None:
-        return True
-    return f.result().content.get("status") != ReplyStatus.OK
-
-
-def _timeout(timeout: float | None) -> float | None:
+def timeout_of(timeout: float | None) -> float | None:
     """ipyparallel's convention: a negative timeout (the default -1) waits forever."""
     return None if timeout is None or timeout < 0 else timeout
 
@@ -127,13 +109,8 @@ class AsyncResult(concurrent.futures.Future):
         self._single = single
         self._postprocess = postprocess
         self._trackers = tuple(trackers)
-        if submitted is None:  # when the first message was made (its header's date)
-            if len(self._futures) == 1:  # most results: one call
-                submitted = submitted_of(self._futures[0]) or time.time()
-            else:
-                dates = [d for f in self._futures if (d := submitted_of(f)) is not None]
-                submitted = min(dates, default=None) or time.time()
-        self._submitted = submitted
+        # when the first message was made (its header's date)
+        self._submitted = first_submitted(self._futures) if submitted is None else submitted
         self._values: list[Any] | None = None
         self._result: Any = _UNSET
         self._return_exceptions = return_exceptions
@@ -166,27 +143,10 @@ class AsyncResult(concurrent.futures.Future):
 
     # -- as a concurrent.futures.Future ---------------------------------------------------
 
-    def _future_state(self) -> FutureState:
-        """The Future internals concurrent.futures reads, made on the first read."""
-        fs = self._futurestate
-        if fs is None:
-            fs = self._futurestate = FutureState()
-            self.add_done_callback(lambda ar: fs.finish(ar, not ar.successful()))
-        return fs
-
-    # settable, as a Future's attributes are; concurrent.futures only reads them
-    _condition = property(
-        lambda self: self._future_state().condition,
-        lambda self, v: setattr(self._future_state(), "condition", v),
-    )
-    _waiters = property(
-        lambda self: self._future_state().waiters,
-        lambda self, v: setattr(self._future_state(), "waiters", v),
-    )
-    _state = property(
-        lambda self: self._future_state().state,
-        lambda self, v: setattr(self._future_state(), "state", v),
-    )
+    # concurrent.futures.wait / as_completed and asyncio.wrap_future read these
+    _condition = StateField("condition")
+    _waiters = StateField("waiters")
+    _state = StateField("state")
 
     def cancel(self) -> bool:
         """Calls on engines are not cancelled as futures; use ``abort()``. False, as a
@@ -202,7 +162,7 @@ class AsyncResult(concurrent.futures.Future):
     def set_running_or_notify_cancel(self) -> bool:
         return True
 
-    # -- state ----------------------------------------------------------------------------
+    # -- state (client.futurewait) -------------------------------------------------------
 
     def ready(self) -> bool:
         return all(f.done() for f in self._futures)
@@ -214,62 +174,21 @@ class AsyncResult(concurrent.futures.Future):
         concurrent.futures constants), as concurrent.futures.wait: ``(done, pending)``,
         sets of one-message AsyncResults (this result's ``split()``).
         """
-        timeout = _timeout(timeout)
+        timeout = timeout_of(timeout)
         if return_when is None:
-            return self._wait_all(timeout)
-        if return_when not in RETURN_WHEN:
-            raise ValueError(f"return_when must be one of {RETURN_WHEN}, got {return_when!r}")
+            return wait_all(self._futures, timeout)
+        check_return_when(return_when)
         parts = self.split()
-        by_future = {id(p._futures[0]): p for p in parts}
         futs = [p._futures[0] for p in parts]
-        if return_when == FIRST_EXCEPTION:
-            self._wait_first_exception(timeout)
-        elif return_when == FIRST_COMPLETED:
-            concurrent.futures.wait(futs, timeout, FIRST_COMPLETED)
-        else:
-            self._wait_all(timeout)
-        done = {by_future[id(f)] for f in futs if f.done()}
-        pending = {by_future[id(f)] for f in futs if not f.done()}
-        return done, pending
-
-    def _wait_all(self, timeout: float | None) -> bool:
-        # wait on each future's own condition (no waiter objects per call)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        for f in self._futures:
-            if f.done():
-                continue
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            try:
-                f.exception(remaining)
-            except (concurrent.futures.TimeoutError, concurrent.futures.CancelledError):
-                return self.ready()
-        return True
-
-    def _wait_first_exception(self, timeout: float | None) -> bool:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        pending = [f for f in self._futures if not f.done()]
-        while pending and not any(_future_failed(f) for f in self._futures):
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                return False
-            _, pending_set = concurrent.futures.wait(
-                pending, timeout=remaining, return_when=FIRST_COMPLETED
-            )
-            pending = list(pending_set)
-        return True
-
-    def _condition_met(self, return_when: str | None) -> bool:
-        if return_when in (None, ALL_COMPLETED):
-            return self.ready()
-        if return_when == FIRST_COMPLETED:
-            return any(f.done() for f in self._futures) or not self._futures
-        return self.ready() or any(_future_failed(f) for f in self._futures)
+        wait_for(futs if return_when == FIRST_COMPLETED else self._futures, timeout, return_when)
+        done = {p for p, f in zip(parts, futs, strict=True) if f.done()}
+        return done, set(parts) - done
 
     def successful(self) -> bool:
         """True if every call finished without raising; RuntimeError if not finished."""
         if not self.ready():
             raise NotReadyError(f"{self!r} is not finished: cannot check successful()")
-        return not any(_future_failed(f) for f in self._futures)
+        return not any(failed(f) for f in self._futures)
 
     @property
     def progress(self) -> int:
@@ -288,44 +207,14 @@ class AsyncResult(concurrent.futures.Future):
         Arguments sent without a copy (large arrays) must not be modified before this; an
         AsyncResult made without tracking waits until the messages have been sent.
         """
-        timeout = _timeout(timeout)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while not self.sent:
-            if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError("Still waiting to be sent")
-            time.sleep(0.0005)
-        trackers = list(self._trackers)
-        for f in self._futures:
-            request = request_of(f)
-            if request is not None and request.trackers:
-                trackers.extend(request.trackers)
-        for t in trackers:
-            remaining = -1 if deadline is None else max(0.0, deadline - time.monotonic())
-            try:
-                t.wait(remaining)  # zmq's MessageTracker: -1 waits forever
-            except Exception:  # zmq.NotDone on timeout
-                raise TimeoutError("Still waiting to be sent") from None
-        return True
+        return wait_sent(self._futures, self._trackers, timeout_of(timeout))
 
     def __len__(self) -> int:
         return len(self.msg_ids)
 
     def add_done_callback(self, fn: Callable[[AsyncResult], Any]) -> None:
         """Call fn(self) once every reply is in (in the thread that completes the last)."""
-        remaining = [len(self._futures)]
-        lock = threading.Lock()
-
-        def one_done(_: Any) -> None:
-            with lock:
-                remaining[0] -= 1
-                last = remaining[0] == 0
-            if last:
-                fn(self)
-
-        if not self._futures:
-            fn(self)
-        for f in self._futures:
-            f.add_done_callback(one_done)
+        when_all_done(self._futures, lambda: fn(self))
 
     def abort(self) -> None:
         """Abort the calls of this result that have not started yet; RuntimeError if all
@@ -353,57 +242,51 @@ class AsyncResult(concurrent.futures.Future):
             return_exceptions = self._return_exceptions
         if self._result is not _UNSET and not return_exceptions:
             return self._result
-        timeout = _timeout(timeout)
+        if return_when is not None:
+            check_return_when(return_when)
+        timeout = timeout_of(timeout)
         if self._single and not return_exceptions and return_when is None:
             return self._get_one(timeout)
+        return self._get(timeout, return_exceptions, return_when)
+
+    def _get(self, timeout: float | None, return_exceptions: bool, return_when: str | None) -> Any:
+        """get() past its cache and its checks: wait as asked, then the values (kept) or
+        the errors (raised, or returned with ``return_exceptions``)."""
+        futures = self._futures
         if return_when == FIRST_EXCEPTION:
-            self._wait_first_exception(timeout)
-            failed = [f for f in self._futures if _future_failed(f)]
-            if failed and not return_exceptions:
-                v = self._value_or_error(failed[0])
-                raise v
-        elif return_when not in (None, ALL_COMPLETED, FIRST_COMPLETED):
-            raise ValueError(f"return_when must be one of {RETURN_WHEN}, got {return_when!r}")
+            wait_first_exception(futures, timeout)
+            first = next((f for f in futures if failed(f)), None)
+            if first is not None and not return_exceptions:
+                raise self._value_or_error(first)
+        if not wait_all(futures, timeout):
+            raise not_ready(self.progress, len(self), self._fname, timeout)
         if return_exceptions:
-            if not self._wait_all(timeout):
-                raise TimeoutError(
-                    f"Result not ready: {self.progress}/{len(self)} of "
-                    f"{self._fname or 'the call'} done within {timeout} s"
-                )
-            values = [self._value_or_error(f) for f in self._futures]
-            values = self._postprocess(values) if self._postprocess is not None else values
-            return values[0] if self._single else values
-        values = self._wait_and_collect(timeout)
-        self._result = values[0] if self._single else values
-        return self._result
+            values = [self._value_or_error(f) for f in futures]
+        else:
+            values = self._collect()
+        if self._postprocess is not None:
+            values = self._postprocess(values)
+        result = values[0] if self._single else values
+        if not return_exceptions:
+            self._result = result
+        return result
 
     def _get_one(self, timeout: float | None) -> Any:
-        """get() of a one-call result (what _wait_all and _collect do, for one future:
-        most results)."""
+        """get() of a one-call result (what _get does, for one future: most results)."""
         if len(self._futures) != 1 or self._postprocess is not None:
-            values = self._wait_and_collect(timeout)
-            self._result = values[0] if self._single else values
-            return self._result
+            return self._get(timeout, False, None)
         f = self._futures[0]
-        if not f.done() and not self._wait_all(timeout):
-            raise TimeoutError(
-                f"Result not ready: 0/1 of {self._fname or 'the call'} done within {timeout} s"
-            )
+        if not f.done():  # wait_all of one future, without the call
+            try:
+                f.exception(timeout)
+            except concurrent.futures.TimeoutError:
+                raise not_ready(0, 1, self._fname, timeout) from None
         value = self._value_or_error(f)
         if isinstance(value, Exception):
             raise value
         self._values = [value]
         self._result = value
         return value
-
-    def _wait_and_collect(self, timeout: float | None) -> Any:
-        if not self._wait_all(timeout):
-            raise TimeoutError(
-                f"Result not ready: {self.progress}/{len(self)} of "
-                f"{self._fname or 'the call'} done within {timeout} s"
-            )
-        values = self._collect()
-        return self._postprocess(values) if self._postprocess is not None else values
 
     @property
     def r(self) -> Any:
@@ -443,38 +326,22 @@ class AsyncResult(concurrent.futures.Future):
             raise ValueError(f"engines {ids} ran more than one of these calls: no dict")
         return dict(zip(ids, values, strict=True))
 
-    @staticmethod
-    def _value_or_error(f: concurrent.futures.Future) -> Any:
-        error = getattr(f, "_decoded_error", None)
-        if error is not None:
-            return error
-        try:
-            exc = f.exception()
-            if exc is not None:
-                raise exc
-            return decode_reply(f.result())
-        except Exception as e:
-            # one error object per call, on every read (ipyparallel compares them: a map's
-            # errors from list(amr) == amr.get() with return_exceptions)
-            with contextlib.suppress(AttributeError):
-                f._decoded_error = e  # type: ignore[attr-defined]
-            return e
+    def _value_or_error(self, f: concurrent.futures.Future) -> Any:
+        """A done call's value or its error (client.replyvalue); TypedResult decodes its
+        own replies."""
+        return value_or_error(f)
 
     def _collect(self) -> list[Any]:
+        """Every call's value, kept; their errors raised as ipyparallel raises them."""
         if self._values is not None:
             return self._values
         values = [self._value_or_error(f) for f in self._futures]
-        errors = [v for v in values if isinstance(v, Exception)]
-        if errors:
-            # as ipyparallel: a single-call result raises its error, a multi-call one a
-            # CompositeError (even for one failure: ``except CompositeError`` holds)
-            if self._single or len(self._futures) == 1:
-                raise errors[0]
-            raise CompositeError(
-                f"one or more exceptions raised in: {self._fname or 'unspecified'} "
-                f"({len(errors)} of {len(self.msg_ids)} calls)",
-                errors,
-            )
+        raise_errors(
+            values,
+            one_call=self._single or len(values) == 1,
+            fname=self._fname,
+            what="calls",
+        )
         self._values = values
         return values
 
@@ -609,17 +476,12 @@ class AsyncResult(concurrent.futures.Future):
     def display_outputs(
         self, groupby: str = "type", result_only: bool = False, file: Any = None
     ) -> None:
-        """Show each call's captured stdout/stderr under ``[stdout:N]`` headers (each on a
-        line of its own) and, inside IPython, its rich outputs (figures, HTML:
-        ``[output:N]``) and the value of its last expression (``Out[N:K]``), as
-        ipyparallel's display_outputs; a single call's result without the headers.
-
-        groupby: 'type' (all stdout, then all stderr, then outputs: ipyparallel's default),
-        'engine' (each engine's streams and outputs together) or 'order' (as 'type', the
-        n-th outputs of every engine together). result_only: only the ``Out`` values (the
-        outputs were streamed already)."""
-        if groupby not in ("engine", "order", "type"):
-            raise ValueError(f"groupby must be 'engine', 'order' or 'type', got {groupby!r}")
+        """Show each call's captured stdout/stderr under ``[stdout:N]`` headers and, inside
+        IPython, its rich outputs (``[output:N]``) and last value (``Out[N:K]``), as
+        ipyparallel's display_outputs, once the calls are done. groupby: 'type' (its
+        default), 'engine' or 'order' (client.outputs.display_outputs says what each
+        shows); result_only: only the ``Out`` values (the outputs were streamed already)."""
+        check_groupby(groupby)  # before the wait
         self.wait()
         display_outputs(
             self._metadatas(),
@@ -671,16 +533,15 @@ class AsyncResult(concurrent.futures.Future):
         """Wait with a progress bar: a widget in Jupyter when ipywidgets is installed, a
         text bar otherwise. Returns whether the return_when condition was met (it never
         waits past ``timeout``, and returns as soon as the calls are done)."""
-        if return_when not in (*RETURN_WHEN, None):
-            raise ValueError(f"unknown return_when {return_when!r}")
+        check_return_when(return_when)
         return wait_with_progress(
             self.wait,
             lambda: self.progress,
-            lambda: self._condition_met(return_when),
+            lambda: condition_met(self._futures, return_when),
             total=len(self),
             desc=self._fname or "tasks",
             interval=interval,
-            timeout=_timeout(timeout),
+            timeout=timeout_of(timeout),
             widget=widget,
             file=file,
         )

@@ -17,6 +17,15 @@ from typing import Any
 from zpar.util import progress as progress_bar
 from zpar.wire import Message
 
+#: how display_outputs may group what it shows
+GROUPBY = ("engine", "order", "type")
+
+
+def check_groupby(groupby: str) -> None:
+    """ValueError naming the choices unless ``groupby`` is one of GROUPBY."""
+    if groupby not in GROUPBY:
+        raise ValueError(f"groupby must be 'engine', 'order' or 'type', got {groupby!r}")
+
 
 def display_outputs(
     mds: Sequence[dict[str, Any]],
@@ -26,13 +35,16 @@ def display_outputs(
     result_only: bool = False,
     file: Any = None,
 ) -> None:
-    """Show each call's captured stdout/stderr under ``[stdout:N]`` headers and, inside
-    IPython, its rich outputs (``[output:N]``) and last expression's value (``Out[N:K]``),
-    as ipyparallel's display_outputs, from the calls' metadata ``mds``; a ``single`` call's
-    result without the headers. groupby: 'type', 'engine' or 'order' (AsyncResult's
-    display_outputs says what each shows)."""
-    if groupby not in ("engine", "order", "type"):
-        raise ValueError(f"groupby must be 'engine', 'order' or 'type', got {groupby!r}")
+    """Show each call's captured stdout/stderr under ``[stdout:N]`` headers (each on a line
+    of its own) and, inside IPython, its rich outputs (figures, HTML: ``[output:N]``) and
+    the value of its last expression (``Out[N:K]``), as ipyparallel's display_outputs, from
+    the calls' metadata ``mds``; a ``single`` call's result without the headers.
+
+    groupby: 'type' (all stdout, then all stderr, then outputs: ipyparallel's default),
+    'engine' (each engine's streams and outputs together) or 'order' (as 'type', the n-th
+    outputs of every engine together). result_only: only the ``Out`` values (the outputs
+    were streamed already)."""
+    check_groupby(groupby)
     ip = _ipython()
     printer = StreamPrinter(file)
     if single and len(mds) == 1:

@@ -18,7 +18,9 @@ client.outbox before anything newer). Only the table's own methods change it.
 
 from __future__ import annotations
 
+import time
 from collections import deque
+from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -154,6 +156,14 @@ def sent_of(fut: Future) -> bool:
 def submitted_of(fut: Future) -> float | None:
     """When a future's request was made (its header's date); None if not one of ours."""
     return fut.submitted if isinstance(fut, ReplyFuture) else None
+
+
+def first_submitted(futs: Sequence[Future]) -> float:
+    """When the first of these requests was made (its header's date); now if none says."""
+    if len(futs) == 1:  # most results: one call
+        return submitted_of(futs[0]) or time.time()
+    dates = [d for f in futs if (d := submitted_of(f)) is not None]
+    return min(dates, default=None) or time.time()
 
 
 def engine_of(fut: Future) -> str | None:

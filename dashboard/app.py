@@ -34,7 +34,7 @@ FORBIDDEN = "403: Forbidden. Open the dashboard with the link that holds its tok
 CONTENT_TYPES = {".js": "text/javascript", ".css": "text/css", ".html": "text/html"}
 
 
-class Refuse(asyncio.Protocol):
+class OverLimit(asyncio.Protocol):
     """A connection over the dashboard's limit (service.MAX_CONNECTIONS): closed as soon as
     it is accepted, so a flood holds a bounded number of descriptors."""
 

@@ -217,7 +217,7 @@ class Dashboard:
 
         from aiohttp import web
 
-        from .app import Refuse, make_app
+        from .app import OverLimit, make_app
 
         self._loop = asyncio.get_running_loop()
         self._stopped = asyncio.Event()
@@ -243,7 +243,7 @@ class Dashboard:
 
         def factory() -> asyncio.Protocol:
             if self._open >= MAX_CONNECTIONS:
-                return Refuse()
+                return OverLimit()
             self._open += 1
             return server()
 

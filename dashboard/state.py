@@ -39,7 +39,7 @@ REPLACED_REASONS = ("restarted",)
 TRACEBACK_CHARS = 20_000
 
 
-class Finished(NamedTuple):
+class FinishedTask(NamedTuple):
     """A finished_event (zpar.hub.records) without its kind, named."""
 
     msg_id: str
@@ -221,9 +221,9 @@ class DashboardState:
         looked = {id(ev) for ev in close}
         for ev in failures[-MAX_BARS:]:  # every failure is looked at, up to the cap
             if id(ev) not in looked:
-                self._finished(Finished._make(ev[1:]), now)
+                self._finished(FinishedTask._make(ev[1:]), now)
         for ev in close:
-            self._finished(Finished._make(ev[1:]), now)
+            self._finished(FinishedTask._make(ev[1:]), now)
 
     def registered(self, rec: Any) -> None:
         old = self.engines.get(rec.id)
@@ -254,7 +254,7 @@ class DashboardState:
             row = self.clients[key] = ClientRow(key)
         return row
 
-    def _finished(self, task: Finished, now: float) -> None:
+    def _finished(self, task: FinishedTask, now: float) -> None:
         """A task looked at closely: its bar, its latency, its row in the table."""
         failed = task.status != "ok"
         func = str(task.func or "?")
@@ -270,7 +270,7 @@ class DashboardState:
             self.series.latency(now, end - task.submitted)
         self._remember(task, func, engine, failed)
 
-    def _remember(self, task: Finished, func: str, engine: Any, failed: bool) -> None:
+    def _remember(self, task: FinishedTask, func: str, engine: Any, failed: bool) -> None:
         content = task.result_content or {}
         row = {
             "msg_id": task.msg_id,

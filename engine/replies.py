@@ -22,12 +22,13 @@ from zpar import sharedmem
 from zpar.constants import TASK_HWM_LOADED
 from zpar.errors import LocalProtocolError, error_content
 from zpar.wire import (
-    HEAD_FRAMES,
     Message,
     Session,
     batch,
     buffers_size,
     checkable_copy,
+    head_frames,
+    message_buffers,
     send_frames,
 )
 from zpar.wire.frames import nbytes
@@ -138,7 +139,7 @@ class ReplySender:
             # for the hub's store: the result too, unless it is too big to keep there
             # (copied: the thread sends them later, the result's memory may change by then)
             if shared:  # no segment for the hub: it stores what it would without them
-                frames = [*frames[:HEAD_FRAMES], *(b for b in frames[HEAD_FRAMES:] if nbytes(b))]
+                frames = [*head_frames(frames), *filter(nbytes, message_buffers(frames))]
             copy = checkable_copy(frames, large=not shared, detach=True)
             self.monitor.put([MON_MUX_OUT, msg.idents[0], self.ident, *copy])
 

@@ -29,7 +29,7 @@ from zpar.errors import (
     RemoteProtocolError,
     error_content,
 )
-from zpar.wire import Message, Session, routing, send_frames
+from zpar.wire import Message, Session, envelope_and_buffers, routing, send_frames
 from zpar.wire.copybatch import unpack_copies
 from zpar.wire.messages import (
     MON_CONTROL_IN,
@@ -52,7 +52,16 @@ from zpar.wire.messages import (
     SignalRequest,
     UnregistrationNotification,
 )
-from zpar.wire.monitor import TaskDest, TaskIn, TaskOut, TaskRetry, split_monitor, unpack_batch
+from zpar.wire.monitor import (
+    TaskDest,
+    TaskIn,
+    TaskOut,
+    TaskRetry,
+    packed_body,
+    split_monitor,
+    split_task_result,
+    unpack_batch,
+)
 from zpar.wire.msgtypes import reply_type_of
 from zpar.wire.refusals import merged
 from zpar.wire.sockets import recv_frames
@@ -560,7 +569,7 @@ class Hub:
         # [msgpack list of copies] from an engine's copy thread (zpar.wire.copybatch.pack_copies):
         # each copy checked and recorded as if it had come alone; a bad one is refused there
         try:
-            copies = unpack_copies(frames[0])
+            copies = unpack_copies(packed_body(frames))
         except ValueError as e:
             log.warning("malformed copy batch dropped: %s", e)
             return
@@ -587,7 +596,7 @@ class Hub:
             return  # not for this engine: refused there, so not recorded here
         request = None
         if len(msg.buffers) == len(msg.tags):  # large buffers: checked if ever resubmitted
-            request = pack_request([msg.frames[2], *msg.buffers])
+            request = pack_request(envelope_and_buffers(msg.frames))
         self.tasks.submitted(msg.header, "mux", client, engine_uuid, msg.metadata, request)
         if engine in self.stale:  # taken by an engine declared dead: lost, whatever it says
             self.tasks.engine_died(engine_uuid)
@@ -621,7 +630,7 @@ class Hub:
     def _task_batch(self, frames: list[Any]) -> None:
         # [msgpack list of events] (zpar.wire.monitor), dispatched on their exact type
         tasks, large_results = self.tasks, self._large_results
-        for event in unpack_batch(frames[0]):
+        for event in unpack_batch(packed_body(frames)):
             if type(event) is TaskIn:
                 request = event.request
                 if request is not None:
@@ -652,22 +661,19 @@ class Hub:
         # [msg_id, buffers…]: a large load-balanced result (the scheduler checked its tags),
         # usually ahead of its TaskOut event; stored only if that reply finishes the record
         held = self._large_results
-        # the monitor's frames are zmq.Frames (recv copy=False): a Frame has no decode()
-        msg_id = _text(frames[0].bytes if isinstance(frames[0], zmq.Frame) else frames[0])
+        msg_id, buffers = split_task_result(frames)
         rec = self.tasks.records.get(msg_id)
         if rec is not None and rec.elements is not None:
             rec = None  # a map's part: its values are its part row's, held for its TaskOut
         if rec is not None and rec.completed is not None and rec.result_size is None:
             # it travels on a socket of its own (schedulers/hubreport.py) and may come
             # after its TaskOut: stored now, the record written again with its size
-            self._result_buffers(msg_id, frames[1:])
+            self._result_buffers(msg_id, buffers)
             if rec.result_size is not None:
                 self.tasks.dirty[msg_id] = rec
             return
-        held[msg_id] = frames[1:]
-        self._large_bytes += sum(
-            len(f.buffer if isinstance(f, zmq.Frame) else f) for f in frames[1:]
-        )
+        held[msg_id] = buffers
+        self._large_bytes += sum(len(f.buffer if isinstance(f, zmq.Frame) else f) for f in buffers)
         while held and (len(held) > LARGE_RESULTS_HELD or self._large_bytes > LARGE_RESULTS_BYTES):
             self._forget_large(next(iter(held)))
 
@@ -744,7 +750,3 @@ def _reply_type(msg_type: str) -> str:
         return MsgType(name)
     except ValueError:
         return MsgType.QUEUE_REPLY
-
-
-def _text(b: bytes | str) -> str:
-    return b if isinstance(b, str) else b.decode("ascii", "replace")

@@ -29,7 +29,7 @@ import zmq
 from zpar.constants import STORE_RESULT_LIMIT
 from zpar.elements import ELEMENTS, element_id, element_range, split_element_id
 from zpar.errors import HubRefused, RemoteProtocolError, error_content
-from zpar.wire import Message, Session, send_frames
+from zpar.wire import Message, Session, envelope_and_buffers, send_frames
 from zpar.wire.frames import decode
 from zpar.wire.messages import ReplyStatus, ResubmitReply
 
@@ -95,7 +95,7 @@ class Resubmitter:
         )
         send_frames(self.socket, frames)
         self.sent += 1
-        return header, metadata, pack_request([frames[2], *buffers])
+        return header, metadata, pack_request(envelope_and_buffers(frames))
 
 
 def resubmit_request(hub: HubState, msg: Message) -> dict[str, Any]:

@@ -38,6 +38,7 @@ PACKAGES = {
     "zpar.comm": ROOT / "communicator",
     "zpar.typed": ROOT / "typed",
     "zpar.darray": ROOT / "darray",
+    "zpar.dashboard": ROOT / "dashboard",
 }
 #: the core's rooms: their errors live in zpar/errors.py. Capabilities (comm, typed, darray)
 #: keep theirs, deriving from ZparError (docs/decisions.md, "Shape").

@@ -16,13 +16,14 @@ from __future__ import annotations
 import json
 import logging
 import os
-import threading
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import zmq
+
+from .pollthread import PollThread
 
 log = logging.getLogger(__name__)
 
@@ -108,17 +109,7 @@ class ZapAuthenticator:
         self._sock = ctx.socket(zmq.REP)
         self._sock.setsockopt(zmq.LINGER, 0)
         self._sock.bind(ZAP_ENDPOINT)  # before any Curve server binds: no unjudged peer
-        self._stop_addr = f"inproc://zpar-zap-stop-{id(self):x}"
-        self._stop = ctx.socket(zmq.PAIR)
-        self._stop.setsockopt(zmq.LINGER, 0)
-        self._stop.bind(self._stop_addr)
-        wake = ctx.socket(zmq.PAIR)
-        wake.setsockopt(zmq.LINGER, 0)
-        wake.connect(self._stop_addr)
-        self._thread = threading.Thread(
-            target=self._run, args=(wake,), name="zpar-zap", daemon=True
-        )
-        self._thread.start()
+        self._thread = PollThread(ctx, "zpar-zap", self._run).start()
 
     def judge(self, request: list[bytes]) -> list[bytes]:
         """The ZAP reply frames for one request (RFC 27): 200 admits, 400 refuses."""
@@ -155,19 +146,9 @@ class ZapAuthenticator:
                     return
                 if self._sock in ready:
                     self._sock.send_multipart(self.judge(self._sock.recv_multipart()))
-        except zmq.ContextTerminated:
-            pass
         finally:
             self._sock.close(linger=0)
-            wake.close(linger=0)
 
     def stop(self) -> None:
         """End the thread (before the context is terminated); safe to call twice."""
-        if self._stop.closed:
-            return
-        try:
-            self._stop.send(b"")
-        except zmq.ZMQError:
-            pass
-        self._thread.join(2)
-        self._stop.close(linger=0)
+        self._thread.stop()

@@ -96,6 +96,23 @@ def buffers_size(msg_frames: Sequence[Any]) -> int:
     return sum(nbytes(b) for b in msg_frames[HEAD_FRAMES:])
 
 
+def envelope_frame(msg_frames: Sequence[Any]) -> Any:
+    """The envelope frame of a message given from its delimiter on (as received: bytes
+    or a zmq.Frame); ValueError if the message is too short to have one."""
+    if len(msg_frames) < HEAD_FRAMES:
+        raise ValueError(f"a message of {len(msg_frames)} frames has no envelope")
+    return msg_frames[HEAD_FRAMES - 1]
+
+
+def envelope_and_buffers(msg_frames: Sequence[Any]) -> list[Any]:
+    """The envelope and the buffers of a message given from its delimiter on: what its
+    signature and tags cover, without the delimiter and the signature (what the hub's
+    store keeps of a request, to sign it anew on resubmit)."""
+    if len(msg_frames) < HEAD_FRAMES:
+        raise ValueError(f"a message of {len(msg_frames)} frames has no envelope")
+    return list(msg_frames[HEAD_FRAMES - 1 :])
+
+
 def head_frames(msg_frames: Sequence[Any]) -> list[Any]:
     """The delimiter, signature and envelope of a message, without its buffers."""
     return list(msg_frames[:HEAD_FRAMES])

@@ -43,7 +43,6 @@ import logging
 import os
 import socket
 import struct
-import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -51,6 +50,7 @@ from dataclasses import dataclass, field
 import zmq
 
 from zpar.wire.admission import AUTH_TIMEOUT, OUT_OF_DESCRIPTORS, RefusalLog
+from zpar.wire.pollthread import PollThread
 
 log = logging.getLogger(__name__)
 
@@ -139,9 +139,7 @@ class ListenerGuard:
         self.max_per_address = max_per_address or per_address_limit()
         self.auth_timeout = auth_timeout or handshake_timeout()
         self._listeners: dict[zmq.Socket, _Listener] = {}
-        self._thread: threading.Thread | None = None
-        self._stop: zmq.Socket | None = None
-        self._wake: zmq.Socket | None = None
+        self._thread: PollThread | None = None
 
     def watch(self, sock: zmq.Socket, name: str, *, forward: int = 0) -> zmq.Socket | None:
         """Guard ``sock`` (before it binds: a listener copies the socket's options when it
@@ -190,47 +188,35 @@ class ListenerGuard:
                 pass  # closed already
 
     def start(self, ctx: zmq.Context) -> None:
-        addr = f"inproc://zpar-listenguard-stop-{id(self):x}"
-        self._stop = ctx.socket(zmq.PAIR)
-        self._stop.setsockopt(zmq.LINGER, 0)
-        self._stop.bind(addr)
-        self._wake = ctx.socket(zmq.PAIR)
-        self._wake.setsockopt(zmq.LINGER, 0)
-        self._wake.connect(addr)
-        self._thread = threading.Thread(target=self._run, name="zpar-listenguard", daemon=True)
-        self._thread.start()
+        self._thread = PollThread(ctx, "zpar-listenguard", self._run).start()
 
     def stop(self) -> None:
         """Stop monitoring (``release``), end the thread and close its sockets (before the
         contexts terminate); safe to call twice."""
         self.release()
         if self._thread is None:
-            for lst in self._listeners.values():
-                lst.monitor.close(linger=0)
-                if lst.forward is not None:
-                    lst.forward.close(linger=0)
+            self._close_monitors()
             self._listeners.clear()
             return
-        if self._stop is not None and not self._stop.closed:
-            try:
-                self._stop.send(b"")
-            except zmq.ZMQError:
-                pass
-            self._thread.join(2)
-            self._stop.close(linger=0)
+        self._thread.stop()
+
+    def _close_monitors(self) -> None:
+        for lst in self._listeners.values():
+            lst.monitor.close(linger=0)
+            if lst.forward is not None:
+                lst.forward.close(linger=0)
 
     # -- the thread -----------------------------------------------------------------------
 
-    def _run(self) -> None:
-        assert self._wake is not None
+    def _run(self, wake: zmq.Socket) -> None:
         poller = zmq.Poller()
-        poller.register(self._wake, zmq.POLLIN)
+        poller.register(wake, zmq.POLLIN)
         for mon in self._listeners:
             poller.register(mon, zmq.POLLIN)
         try:
             while True:
                 ready = dict(poller.poll())
-                if self._wake in ready:
+                if wake in ready:
                     return
                 for mon in ready:
                     lst = self._listeners.get(mon)
@@ -242,14 +228,8 @@ class ListenerGuard:
                         raise
                     except Exception:  # never stop reading: libzmq would block on us
                         log.exception("%s: listener guard of %s", self.what, lst.name)
-        except zmq.ContextTerminated:
-            pass
         finally:
-            for lst in self._listeners.values():
-                lst.monitor.close(linger=0)
-                if lst.forward is not None:
-                    lst.forward.close(linger=0)
-            self._wake.close(linger=0)
+            self._close_monitors()
 
     def _drain(self, lst: _Listener) -> None:
         """Handle what ``lst``'s monitor has queued."""

@@ -1,13 +1,18 @@
 """What the hub is told on its monitor pipe, as typed records (not positional lists).
 
-Two kinds of monitor message reach the hub's PULL socket (inproc, or ipc in the
-controller's 0700 run directory, never the network):
+These kinds of monitor message reach the hub's PULL socket (inproc, or ipc in the
+controller's 0700 run directory, never the network); ``split_monitor`` parts the kind from
+the rest, and the functions below read the rest, so the hub indexes no frame itself:
 
 - relay copies, ``[kind, ident, ident, <ZPAR|MSG>, signature, envelope, buffer…]`` from the
   MUX/control relays and from engines serving direct calls: the message as it passed, which
   the hub checks like any receiver (zpar.wire) before it records anything;
+- copy batches, ``[copy_batch, msgpack list of copies]`` (zpar.wire.copybatch; the one
+  frame: ``packed_body``);
 - the task scheduler's event batches, ``[task_batch, msgpack list of events]``, each event a
-  TaskIn / TaskDest / TaskOut / TaskRetry below, built from messages the scheduler checked.
+  TaskIn / TaskDest / TaskOut / TaskRetry below, built from messages the scheduler checked
+  (``unpack_batch(packed_body(rest))``);
+- large load-balanced results, ``[task_result, msg_id, buffer…]`` (``split_task_result``).
 
 The records are slotted dataclasses, not frozen: a frozen one's __init__ costs five times
 as much (each field set through object.__setattr__), and the scheduler and the hub build
@@ -156,7 +161,7 @@ def request_parts(frames: list[Any]) -> list[bytes] | None:
     """A request's envelope and buffers (``frames`` from the delimiter on) as the hub's
     store keeps them for resubmit; None when they are larger than it keeps results
     (STORE_RESULT_LIMIT): the store's bound on a record's bytes applies to requests too."""
-    parts = frames[HEAD_FRAMES - 1 :]
+    parts = frames[HEAD_FRAMES - 1 :]  # envelope_and_buffers, without a call per task
     if sum(map(nbytes, parts)) > STORE_RESULT_LIMIT:
         return None
     return [p if type(p) is bytes else frame_bytes(p) for p in parts]
@@ -167,3 +172,20 @@ def split_monitor(frames: list[Any]) -> tuple[bytes, list[Any]]:
     first = frames[0]
     kind = first.bytes if hasattr(first, "bytes") else bytes(first)
     return kind, list(frames[1:])
+
+
+def packed_body(rest: list[Any]) -> Any:
+    """The one frame of a task batch or a copy batch (``rest``: its frames after the kind,
+    as split_monitor gives them), for unpack_batch / unpack_copies; ValueError if it is
+    not one frame."""
+    if len(rest) != 1:
+        raise ValueError(f"a packed monitor message is one frame after its kind, not {len(rest)}")
+    return rest[0]
+
+
+def split_task_result(rest: list[Any]) -> tuple[str, list[Any]]:
+    """(msg_id, result buffers) of a MON_TASK_RESULT message (``rest``: its frames after
+    the kind, ``[msg_id, buffer, ...]``); ValueError if it has no msg_id."""
+    if not rest:
+        raise ValueError("a task result without its msg_id")
+    return frame_bytes(rest[0]).decode("ascii", "replace"), list(rest[1:])
