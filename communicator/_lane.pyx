@@ -51,6 +51,18 @@ cdef extern from "<errno.h>" nogil:
     int errno
     int ENOSYS
 
+cdef extern from "<fcntl.h>" nogil:
+    int c_open "open"(const char *path, int flags)
+    int O_RDONLY
+    int O_CLOEXEC
+
+cdef extern from "<unistd.h>" nogil:
+    ssize_t pread(int fd, void *buf, size_t n, long off)
+    int c_close "close"(int fd)
+
+cdef extern from "<sched.h>" nogil:
+    int sched_yield()
+
 cdef extern from *:
     """
     #include <stdint.h>
@@ -114,6 +126,34 @@ DEF ST_BUSY = 3
 
 DEF KIND_EAGER = 13  # zpar.comm.peerwire.Kind.EAGER
 
+#: how long a reading of the host's runnable tasks (/proc/loadavg) stands, ns
+DEF ROOM_CHECK_NS = 1000000
+
+# the phases of a wait (Lane.last_phase): what it did before it slept, if it slept
+DEF PH_NONE = 0
+DEF PH_SPIN = 1  # the caller's spin_ns alone
+DEF PH_ROOM = 2
+DEF PH_YIELD = 3
+
+
+cdef int _running_tasks(int fd) noexcept nogil:
+    """The host's runnable tasks now (the fourth field of /proc/loadavg, "running/total":
+    the caller counts among them); -1 when it cannot be read."""
+    cdef char buf[128]
+    cdef ssize_t n = pread(fd, buf, 127, 0)
+    cdef int i = 0, spaces = 0, v = 0, digits = 0
+    if n <= 0:
+        return -1
+    while i < n and spaces < 3:
+        if buf[i] == 32:
+            spaces += 1
+        i += 1
+    while i < n and 48 <= buf[i] <= 57:
+        v = v * 10 + (buf[i] - 48)
+        digits += 1
+        i += 1
+    return v if digits else -1
+
 cdef inline uint64_t _now_ns() noexcept nogil:
     cdef timespec ts
     clock_gettime(CLOCK_MONOTONIC, &ts)
@@ -147,13 +187,25 @@ cdef class Lane:
     cdef public bint futex_mode
     #: whether the last wait went to sleep (its spin found nothing)
     cdef public bint last_slept
-    #: the adaptive spin of the fast receive and its bound (ns); waits that slept
-    cdef public long spin_ns
-    cdef public long spin_max_ns
+    #: the wait's spin (docs/decisions.md, "A blocking receive spins while the host has
+    #: room"): ``spin_room_ns`` of pause-spinning while the host has a CPU for every
+    #: runnable task (0: never; only when this communicator's ranks here fit its CPUs),
+    #: else ``yield_ns`` of sched_yield calls, so ranks that share a CPU take turns; then
+    #: the futex. ``host_cpus``: the CPUs the runnable tasks are counted against
+    cdef public long spin_room_ns
+    cdef public long yield_ns
+    cdef public int host_cpus
+    #: the last wait's phase (PH_*), and how many waits spun with room, yielded, slept
+    cdef public int last_phase
+    cdef public long room_waits
+    cdef public long yield_waits
     cdef public long sleeps
     #: this rank (the source of what it sends); fast sends and receives allowed at all
     cdef public int rank
     cdef public bint enabled
+    cdef int _loadfd
+    cdef uint64_t _running_at
+    cdef int _running
     cdef uint8_t blocked[MAXPEERS]
     cdef int nin
     cdef int inlist[MAXPEERS]
@@ -169,10 +221,17 @@ cdef class Lane:
         self._keep = []
         self.nin = 0
         self.enabled = True
+        self._loadfd = c_open(b"/proc/loadavg", O_RDONLY | O_CLOEXEC)
+        self._running_at = 0
+        self._running = -1
         for i in range(size):
             self.outp[i] = NULL
             self.inp[i] = NULL
             self.blocked[i] = 0
+
+    def __dealloc__(self):
+        if self._loadfd >= 0:
+            c_close(self._loadfd)
 
     cdef uint8_t *_addr(self, object mapping) except NULL:
         cdef Py_buffer view
@@ -381,7 +440,7 @@ cdef class Lane:
     cpdef long recv_eager(self, int source, int tag, int ctx, object buf, long timeout_ns):
         """The fast receive: the next message from ``source`` (a rank of this host) if it
         is a small one matching (tag, ctx), into ``buf`` (or, None, ``last_payload``),
-        waiting for it up to ``timeout_ns`` with the GIL released (the adaptive spin, then
+        waiting for it up to ``timeout_ns`` with the GIL released (``wait``'s spin, then
         the futex). Its length, with last_tag / last_enc set; -1: nothing came in time,
         -2: something else came first, or a bad buffer, -3: not a same-host peer: the
         general path takes over (and says what is wrong)."""
@@ -394,10 +453,8 @@ cdef class Lane:
             n = self.take_eager(source, ctx, tag, buf)
             if n != -1:
                 return n
-            if self._wait(self.spin_ns, timeout_ns, source) != 1:
-                self._adapt()
+            if self._wait(0, timeout_ns, source) != 1:
                 return -1
-            self._adapt()
             return self.take_eager(source, ctx, tag, buf)
         except Exception:
             return -2
@@ -414,23 +471,6 @@ cdef class Lane:
             return RAW
         data, self.last_payload = self.last_payload, None
         return _loads(data)
-
-    cdef void _adapt(self) noexcept:
-        """A spin that had to sleep halves the next one (on a loaded host the peer is not
-        running, and spinning keeps it off the CPU); one that found the packet doubles it,
-        up to spin_max_ns; from 0 a short spin is tried again every 64 sleeps."""
-        if self.last_slept:
-            self.sleeps += 1
-            if self.spin_ns >= 1000:
-                self.spin_ns //= 2
-            else:
-                self.spin_ns = 4000 if self.sleeps % 64 == 0 and self.spin_max_ns else 0
-        elif self.spin_max_ns:
-            self.spin_ns = min(self.spin_max_ns, max(self.spin_ns * 2, 1000))
-
-    def adapt(self):
-        """Adapt the spin after a ``wait`` (recv_eager does it itself)."""
-        self._adapt()
 
     cdef inline int _check(self, int only) noexcept nogil:
         """1: a mailbox holds a packet; 2: a packet is on its way through a socket; 0."""
@@ -449,9 +489,25 @@ cdef class Lane:
 
     def wait(self, long spin_ns, long timeout_ns, int only=-1):
         """Wait for a packet from any peer (or from ``only``) with the GIL released: spin
-        ``spin_ns``, then sleep on the mailboxes' futex words (state SLEEPING, so senders
-        ring) until ``timeout_ns``. 1: a mailbox packet, 2: one through a socket, 0."""
+        (``spin_room_ns`` while the host has a CPU for every runnable task, else
+        ``yield_ns`` of sched_yield calls; at least ``spin_ns`` either way), then sleep on
+        the mailboxes' futex words (state SLEEPING, so senders ring) until ``timeout_ns``.
+        1: a mailbox packet, 2: one through a socket, 0."""
         return self._wait(spin_ns, timeout_ns, only)
+
+    def running_tasks(self):
+        """The host's runnable tasks as the last wait read them (-1: not read, or no
+        /proc/loadavg)."""
+        return self._running
+
+    cdef int _tasks(self, uint64_t now) noexcept nogil:
+        """The host's runnable tasks, read at most every ROOM_CHECK_NS."""
+        if self._loadfd < 0:
+            return -1
+        if self._running_at == 0 or now - self._running_at >= ROOM_CHECK_NS:
+            self._running = _running_tasks(self._loadfd)
+            self._running_at = now
+        return self._running
 
     cdef int _wait(self, long spin_ns, long timeout_ns, int only):
         cdef int r, k, nw = 0
@@ -461,22 +517,36 @@ cdef class Lane:
         cdef timespec ts
         cdef uint8_t *box
         cdef long rc
+        cdef int phase, tasks
         if self.nin == 0:
             return 0
         self.last_slept = False
+        self.last_phase = PH_NONE
         with nogil:
             r = self._check(only)
-            if r == 0 and spin_ns > 0:
+            if r == 0 and (spin_ns > 0 or self.spin_room_ns > 0 or self.yield_ns > 0):
                 start = _now_ns()
+                phase = PH_SPIN
+                tasks = self._tasks(start) if self.spin_room_ns > 0 else -1
+                if 0 < tasks <= self.host_cpus:
+                    phase, spin_ns = PH_ROOM, max(spin_ns, self.spin_room_ns)
+                elif self.yield_ns > 0:
+                    phase, spin_ns = PH_YIELD, max(spin_ns, self.yield_ns)
+                self.last_phase = phase
                 end = start + spin_ns
                 while True:
                     r = self._check(only)
                     if r:
                         break
                     spins += 1
-                    if spins % 64 == 0 and _now_ns() >= end:
-                        break
-                    zp_pause()
+                    if phase == PH_YIELD:
+                        sched_yield()
+                        if _now_ns() >= end:
+                            break
+                    else:
+                        if spins % 64 == 0 and _now_ns() >= end:
+                            break
+                        zp_pause()
             if r == 0 and timeout_ns > 0:
                 self.last_slept = True
                 deadline = _now_ns() + timeout_ns
@@ -515,10 +585,18 @@ cdef class Lane:
                 zp_fence()
                 if r == 0:
                     r = self._check(only)
+        if self.last_phase == PH_ROOM:
+            self.room_waits += 1
+        elif self.last_phase == PH_YIELD:
+            self.yield_waits += 1
+        self.sleeps += self.last_slept
         return r
 
     def close(self):
         self.enabled = False
+        if self._loadfd >= 0:
+            c_close(self._loadfd)
+            self._loadfd = -1
         for i in range(self.size):
             self.outp[i] = NULL
             self.inp[i] = NULL

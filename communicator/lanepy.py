@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 import pickle
 import struct
 import time
@@ -39,6 +40,11 @@ except ImportError:  # not built: the twin's own
 _SYS_FUTEX = 202  # x86-64; the mailbox is x86-64 only (mailbox.SUPPORTED)
 _SYS_FUTEX_WAITV = 449
 _FUTEX_WAIT, _FUTEX_WAKE = 0, 1
+#: how long a reading of the host's runnable tasks stands, ns (_lane.pyx's ROOM_CHECK_NS)
+ROOM_CHECK_NS = 1_000_000
+#: the phases of a wait (Lane.last_phase, as _lane.pyx's): none (a packet was there), the
+#: caller's spin alone, the spin with room, the yields
+PH_NONE, PH_SPIN, PH_ROOM, PH_YIELD = 0, 1, 2, 3
 
 
 class _Timespec(ctypes.Structure):
@@ -102,8 +108,18 @@ class Lane:
         self.futex_mode = False
         #: whether the last wait went to sleep (its spin found nothing)
         self.last_slept = False
-        #: the adaptive spin of the fast receive and its bound (ns); waits that slept
-        self.spin_ns = self.spin_max_ns = self.sleeps = 0
+        #: the wait's spin: pause with room, else yield, then the futex (see _lane.pyx)
+        self.spin_room_ns = self.yield_ns = 0
+        self.host_cpus = 0
+        #: the last wait's phase, and how many waits spun with room, yielded, slept
+        self.last_phase = PH_NONE
+        self.room_waits = self.yield_waits = self.sleeps = 0
+        try:
+            self._loadfd = os.open("/proc/loadavg", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            self._loadfd = -1
+        self._running_at = 0
+        self._running = -1
         #: this rank (the source of what it sends); fast sends and receives allowed at all
         self.rank = 0
         self.enabled = True
@@ -277,8 +293,7 @@ class Lane:
             n = self.take_eager(source, ctx, tag, buf)
             if n != -1:
                 return n
-            r = self.wait(self.spin_ns, timeout_ns, source)
-            self.adapt()
+            r = self.wait(0, timeout_ns, source)
             return self.take_eager(source, ctx, tag, buf) if r == 1 else -1
         except (TypeError, ValueError, BufferError):
             return -2
@@ -293,15 +308,21 @@ class Lane:
         data, self.last_payload = self.last_payload, None
         return pickle.loads(data)  # type: ignore[arg-type]
 
-    def adapt(self) -> None:
-        if self.last_slept:
-            self.sleeps += 1
-            if self.spin_ns >= 1000:
-                self.spin_ns //= 2
-            else:
-                self.spin_ns = 4000 if self.sleeps % 64 == 0 and self.spin_max_ns else 0
-        elif self.spin_max_ns:
-            self.spin_ns = min(self.spin_max_ns, max(self.spin_ns * 2, 1000))
+    def running_tasks(self) -> int:
+        return self._running
+
+    def _tasks(self, now: int) -> int:
+        """The host's runnable tasks (/proc/loadavg's "running/total"), read at most every
+        ROOM_CHECK_NS; -1 when it cannot be read."""
+        if self._loadfd < 0:
+            return -1
+        if self._running_at == 0 or now - self._running_at >= ROOM_CHECK_NS:
+            self._running_at = now
+            try:
+                self._running = int(os.pread(self._loadfd, 128, 0).split()[3].split(b"/")[0])
+            except (OSError, IndexError, ValueError):
+                self._running = -1
+        return self._running
 
     def _check(self, only: int) -> int:
         r = 0
@@ -319,14 +340,30 @@ class Lane:
         self.last_slept = False
         if not self._inlist:
             return 0
+        self.last_phase = PH_NONE
         r = self._check(only)
-        if r == 0 and spin_ns > 0:
-            end = time.perf_counter_ns() + spin_ns
-            while not (r := self._check(only)) and time.perf_counter_ns() < end:
-                pass
+        if r == 0 and (spin_ns > 0 or self.spin_room_ns > 0 or self.yield_ns > 0):
+            start = time.monotonic_ns()
+            tasks = self._tasks(start) if self.spin_room_ns > 0 else -1
+            if 0 < tasks <= self.host_cpus:
+                self.room_waits += 1
+                self.last_phase, spin_ns = PH_ROOM, max(spin_ns, self.spin_room_ns)
+            elif self.yield_ns > 0:
+                self.yield_waits += 1
+                self.last_phase, spin_ns = PH_YIELD, max(spin_ns, self.yield_ns)
+            else:
+                self.last_phase = PH_SPIN
+            end = start + spin_ns
+            if self.last_phase == PH_YIELD:
+                while not (r := self._check(only)) and time.monotonic_ns() < end:
+                    os.sched_yield()
+            else:
+                while not (r := self._check(only)) and time.monotonic_ns() < end:
+                    pass
         if r or timeout_ns <= 0:
             return r
         self.last_slept = True
+        self.sleeps += 1
         deadline = time.monotonic_ns() + timeout_ns
         peers = [p for p in self._inlist if only < 0 or p == only][:64]
         waiters = (_Waitv * len(peers))()
@@ -358,6 +395,9 @@ class Lane:
 
     def close(self) -> None:
         self.enabled = False
+        if self._loadfd >= 0:
+            os.close(self._loadfd)
+            self._loadfd = -1
         for box in [*self._out, *self._in]:
             if box is not None:
                 box.release()

@@ -164,6 +164,46 @@ def test_a_wait_times_out_asleep_and_a_send_wakes_it(lane_impl):
         _close(tx, rx, boxes)
 
 
+def test_a_wait_spins_with_room_yields_without_then_sleeps(lane_impl):
+    """The phase of a wait before the futex: the pause-spin while the host's runnable tasks
+    fit its CPUs (host_cpus as large as can be: always room), else the sched_yield calls,
+    else straight to sleep; each bounded, each counted."""
+    tx, rx, boxes = _pair(lane_impl, lane_impl)
+    ROOM, YIELD = 2, 3  # Lane.last_phase (_lane.pyx's PH_*)
+    try:
+        rx.set_state(mailbox.ST_BUSY)
+        rx.spin_room_ns, rx.host_cpus, rx.yield_ns = 5_000_000, 1 << 30, 1_000_000
+        t = time.monotonic()
+        assert rx.wait(0, 1_000_000) == 0  # 5 ms spin, then 1 ms asleep
+        assert time.monotonic() - t >= 0.005
+        assert rx.last_phase == ROOM and rx.last_slept
+        assert rx.room_waits == 1 and rx.yield_waits == 0 and rx.sleeps == 1
+        assert rx.running_tasks() >= 1  # this process is running: /proc/loadavg says so
+
+        rx.host_cpus = 0  # no CPU for anyone: no room, so it yields
+        assert rx.wait(0, 1_000_000) == 0
+        assert rx.last_phase == YIELD and rx.yield_waits == 1 and rx.sleeps == 2
+
+        def sender():
+            time.sleep(0.05)  # the wait has begun (its spin: 2 s)
+            tx.send(0, EAGER, 0, 0, 0, 1, 0, 0, 0, b"ping")
+
+        rx.host_cpus, rx.yield_ns = 1 << 30, 0
+        rx.spin_room_ns = 2_000_000_000  # the packet comes during the spin: no sleep
+        th = threading.Thread(target=sender)
+        th.start()
+        assert rx.wait(0, 10_000_000_000) == 1 and not rx.last_slept
+        th.join()
+        assert rx.last_phase == ROOM and rx.sleeps == 2
+        assert rx.take_eager(1, 0, -1, None) == 4
+
+        rx.spin_room_ns = rx.yield_ns = 0  # neither: asleep at once
+        assert rx.wait(0, 1_000_000) == 0 and rx.last_slept and rx.last_phase == 0
+        assert rx.room_waits == 2 and rx.yield_waits == 1 and rx.sleeps == 3
+    finally:
+        _close(tx, rx, boxes)
+
+
 def test_a_packet_sent_through_the_socket_is_announced(lane_impl):
     tx, rx, boxes = _pair(lane_impl, lane_impl)
     try:
