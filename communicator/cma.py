@@ -9,9 +9,11 @@ three through a socket. The kernel allows it between processes of one user unles
 security module forbids ptrace between them (Yama's ptrace_scope 1 and up): then the read
 fails and the receiver asks for the bytes the ordinary way (SYNCACK), once per peer.
 
-A long read is split across the CPUs (threads of a small pool, ctypes releasing the GIL):
-one core copies at 5-6 GB/s on this VM, two at 10-11 (docs/decisions.md, "A long
-same-host message is read by every CPU"); the sender is idle meanwhile, waiting for CMADONE.
+A long read is split across the CPUs (threads of a small pool, ctypes releasing the GIL)
+while the host has a CPU for every runnable task: one core copies at 5-6 GB/s on this VM,
+two at 10-11 (docs/decisions.md, "A long same-host message is read by every idle CPU"); the
+sender only waits for CMADONE meanwhile. On a busy host the parts would queue for the same
+CPUs and the read would wait for the last of them: one part then.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
+
+from . import hostload
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +88,7 @@ def read(desc: bytes, into: memoryview) -> bool:
     n = len(into)
     local = address(into)
     parts = min(_cpus(), MAX_PARTS, n // PART_MIN)
-    if parts < 2:
+    if parts < 2 or not _room():
         return _read_part(pid, local, addr, n)
     step = -(-n // parts) + 4095 & ~4095  # page-aligned parts
     spans = [(k, min(step, n - k)) for k in range(0, n, step)]
@@ -101,6 +105,10 @@ def _read_part(pid: int, local: int, remote: int, n: int) -> bool:
         log.info("process_vm_readv from pid %d: %d of %d bytes (errno %d)", pid, got, n, err)
         return False
     return True
+
+
+def _room() -> bool:
+    return hostload.has_room()
 
 
 def _cpus() -> int:

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from . import hostload
 from . import mailbox as mb
 from .peerwire import HEADER as _HDR
 from .peerwire import Kind
@@ -114,10 +115,7 @@ class Lane:
         #: the last wait's phase, and how many waits spun with room, yielded, slept
         self.last_phase = PH_NONE
         self.room_waits = self.yield_waits = self.sleeps = 0
-        try:
-            self._loadfd = os.open("/proc/loadavg", os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
-            self._loadfd = -1
+        self._loadfd = hostload.open_loadavg()
         self._running_at = 0
         self._running = -1
         #: this rank (the source of what it sends); fast sends and receives allowed at all
@@ -318,10 +316,7 @@ class Lane:
             return -1
         if self._running_at == 0 or now - self._running_at >= ROOM_CHECK_NS:
             self._running_at = now
-            try:
-                self._running = int(os.pread(self._loadfd, 128, 0).split()[3].split(b"/")[0])
-            except (OSError, IndexError, ValueError):
-                self._running = -1
+            self._running = hostload.running_tasks(self._loadfd)
         return self._running
 
     def _check(self, only: int) -> int:
