@@ -160,6 +160,74 @@ cdef inline uint64_t _now_ns() noexcept nogil:
     return <uint64_t>ts.tv_sec * 1000000000ULL + <uint64_t>ts.tv_nsec
 
 
+# -- the combine of allreduce: predefined ops on plain dtypes, numpy's results exactly ----
+
+#: op * 8 + dtype: the ops and dtypes Lane.allreduce combines in C (fastcoll maps numpy's)
+COMBINE_OPS = {"SUM": 1, "PROD": 2, "MAX": 3, "MIN": 4}
+COMBINE_DTYPES = {"<f8": 1, "<f4": 2, "<i8": 3, "<i4": 4}
+
+cdef extern from *:
+    """
+    #include <stdint.h>
+    #include <string.h>
+    /* out = lo op hi, element-wise, as numpy's add/multiply/maximum/minimum compute it:
+       integers wrap (unsigned arithmetic), a NaN wins max/min, ties give the higher's */
+    #define ZP_COMBINE(T, U, lo, hi, out, n, op) do { \
+        const T *a = (const T *)(lo), *b = (const T *)(hi); T *o = (T *)(out); \
+        for (Py_ssize_t i = 0; i < (n); i++) { T x = a[i], y = b[i], z; \
+            switch (op) { \
+            case 1: z = (T)((U)x + (U)y); break; \
+            case 2: z = (T)((U)x * (U)y); break; \
+            case 3: z = (x != x) ? x : (y != y) ? y : (x > y ? x : y); break; \
+            default: z = (x != x) ? x : (y != y) ? y : (x < y ? x : y); break; } \
+            o[i] = z; } } while (0)
+    static int zp_combine_size(int code) {
+        switch (code & 7) { case 1: case 3: return 8; case 2: case 4: return 4; }
+        return 0;
+    }
+    static void zp_combine(int code, const uint8_t *lo, const uint8_t *hi, uint8_t *out,
+                           Py_ssize_t nbytes) {
+        int op = code >> 3;
+        switch (code & 7) {
+        case 1: ZP_COMBINE(double, double, lo, hi, out, nbytes / 8, op); break;
+        case 2: ZP_COMBINE(float, float, lo, hi, out, nbytes / 4, op); break;
+        case 3: ZP_COMBINE(int64_t, uint64_t, lo, hi, out, nbytes / 8, op); break;
+        case 4: ZP_COMBINE(int32_t, uint32_t, lo, hi, out, nbytes / 4, op); break;
+        }
+    }
+    """
+    int zp_combine_size(int code) nogil
+    void zp_combine(int code, const uint8_t *lo, const uint8_t *hi, uint8_t *out,
+                    Py_ssize_t nbytes) nogil
+
+
+cdef inline bint _combine_ok(int code, Py_ssize_t nbytes) noexcept:
+    cdef int size = zp_combine_size(code)
+    return 1 <= (code >> 3) <= 4 and size > 0 and nbytes > 0 and nbytes % size == 0
+
+
+cdef inline void _combine(int code, const uint8_t *lo, const uint8_t *hi, uint8_t *out,
+                          Py_ssize_t nbytes) noexcept:
+    zp_combine(code, lo, hi, out, nbytes)
+
+
+def combine(int code, object lower, object higher, object out):
+    """``out = lower op higher`` as Lane.allreduce combines (tests hold it to numpy's)."""
+    cdef Py_buffer a, b, o
+    PyObject_GetBuffer(lower, &a, PyBUF_SIMPLE)
+    PyObject_GetBuffer(higher, &b, PyBUF_SIMPLE)
+    PyObject_GetBuffer(out, &o, PyBUF_SIMPLE | PyBUF_WRITABLE)
+    try:
+        if not (a.len == b.len == o.len and _combine_ok(code, a.len)):
+            raise ValueError(f"combine {code}: {a.len}, {b.len}, {o.len} bytes")
+        zp_combine(code, <const uint8_t *>a.buf, <const uint8_t *>b.buf, <uint8_t *>o.buf,
+                   a.len)
+    finally:
+        PyBuffer_Release(&o)
+        PyBuffer_Release(&b)
+        PyBuffer_Release(&a)
+
+
 cdef class Lane:
     """The mailboxes of one rank, both directions, and its links' sequence numbers.
 
@@ -200,6 +268,8 @@ cdef class Lane:
     cdef public long room_waits
     cdef public long yield_waits
     cdef public long sleeps
+    #: the peer the last allreduce left on its sockets, to be woken by a frame (-1: none)
+    cdef public int wake_peer
     #: this rank (the source of what it sends); fast sends and receives allowed at all
     cdef public int rank
     cdef public bint enabled
@@ -471,6 +541,64 @@ cdef class Lane:
             return RAW
         data, self.last_payload = self.last_payload, None
         return _loads(data)
+
+    cpdef long allreduce(self, object acc, object got, int n, int tag, int ctx, int code,
+                         long timeout_ns) except -9:
+        """A small allreduce over ``n`` ranks (a power of two, every one on this host), in
+        one call: recursive doubling exactly as fastcoll.allreduce_small's Python rounds
+        (same tag, partners and operand order: the lower rank's first), each round one
+        EAGER send of ``acc`` and one receive into ``got``, combined in place into ``acc``
+        by ``code`` (COMBINE's op * 8 + dtype). -1: done, the result in ``acc``; else where
+        it stopped for the Python rounds to go on: round * 2, + 1 when that round's send
+        is out (a full or blocked mailbox, something else came first, the wait ran out,
+        a receiver on its sockets: ``wake_peer`` then names it)."""
+        cdef Py_buffer va, vg
+        cdef int k = 0, mask = 1, peer, r
+        cdef long m
+        self.wake_peer = -1
+        if not self.enabled or not self.futex_mode:
+            return 0
+        PyObject_GetBuffer(acc, &va, PyBUF_SIMPLE | PyBUF_WRITABLE)
+        try:
+            PyObject_GetBuffer(got, &vg, PyBUF_SIMPLE | PyBUF_WRITABLE)
+        except BaseException:
+            PyBuffer_Release(&va)
+            raise
+        try:
+            if vg.len != va.len or not _combine_ok(code, va.len):
+                return 0
+            while mask < n:
+                peer = self.rank ^ mask
+                if peer >= self.size or self.outp[peer] == NULL or self.inp[peer] == NULL:
+                    return k * 2
+                if self.blocked[peer]:
+                    return k * 2
+                r = self._put(peer, KIND_EAGER, ctx, 0, 0, self.rank, tag, 0, 0,
+                              <const uint8_t *>va.buf, va.len)
+                if r == 0:
+                    return k * 2
+                if r == 2:
+                    self.wake_peer = peer
+                    return k * 2 + 1
+                m = self.take_eager(peer, ctx, tag, got)
+                if m == -1:
+                    if self._wait(0, timeout_ns, peer) != 1:
+                        return k * 2 + 1
+                    m = self.take_eager(peer, ctx, tag, got)
+                if m != va.len or self.last_enc != 0:
+                    return k * 2 + 1 if m < 0 else -2
+                if peer < self.rank:
+                    _combine(code, <uint8_t *>vg.buf, <uint8_t *>va.buf, <uint8_t *>va.buf,
+                             va.len)
+                else:
+                    _combine(code, <uint8_t *>va.buf, <uint8_t *>vg.buf, <uint8_t *>va.buf,
+                             va.len)
+                mask <<= 1
+                k += 1
+            return -1
+        finally:
+            PyBuffer_Release(&vg)
+            PyBuffer_Release(&va)
 
     cdef inline int _check(self, int only) noexcept nogil:
         """1: a mailbox holds a packet; 2: a packet is on its way through a socket; 0."""

@@ -1,7 +1,9 @@
 """Collectives through the same-host lane's one-call send and receive (zpar.comm.lane):
 no requests, no schedule callbacks, for the small cases where the Python around each
 message is the cost. Each follows its general algorithm in comm.collectives exactly (same
-tags, partners and operand order), so ranks taking either path interoperate."""
+tags, partners and operand order), so ranks taking either path interoperate. A small
+allreduce of a predefined op on a plain dtype runs its rounds in one compiled call
+(Lane.allreduce), the Python rounds going on from wherever it stops."""
 
 from __future__ import annotations
 
@@ -10,7 +12,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .collectives import _flat
+from .lane import COMBINE_DTYPES, COMBINE_OPS
+from .ops import PREDEFINED
+from .p2p import FAST_WAIT_NS
 from .peerwire import CTX_COLL, ENC_RAW, INLINE
+from .requests import CommError
 
 if TYPE_CHECKING:
     from .collectives import Collectives
@@ -40,17 +46,50 @@ def allreduce_small(coll: Collectives, send: np.ndarray, recv: np.ndarray, op: O
     tag, lane, rank = coll._seq, links.lane, coll.rank
     acc = send
     got = np.empty_like(send)
-    mask = 1
+    mask, sent = 1, False
+    code = _code(op, send.dtype)
+    if code and not (
+        p2p._posted
+        or p2p._unexpected
+        or links.early
+        or p2p._busy
+        or p2p._await_sync
+        or p2p._filling
+    ):
+        acc = send.copy()  # combined in place by the lane
+        stop = lane.allreduce(acc, got, n, tag, CTX_COLL, code, FAST_WAIT_NS)
+        if stop == -1:
+            recv[...] = acc.reshape(recv.shape)
+            return True
+        if stop == -2:
+            raise CommError(
+                f"allreduce: a rank's message is not {send.nbytes} bytes (the ranks' buffers "
+                "differ in size or dtype)"
+            )
+        mask, sent = 1 << (stop >> 1), bool(stop & 1)
+        if lane.wake_peer >= 0:
+            links.wake(lane.wake_peer)
     while mask < n:
         peer = rank ^ mask
-        r = lane.send_eager(peer, acc, tag, CTX_COLL, ENC_RAW)
-        if r == 2:
-            links.wake(peer)
-        elif not r:  # mailbox full, sends queued to it: the general way
-            coll._wait([coll._isend(peer, _flat(acc))], "allreduce")
+        if not sent:
+            r = lane.send_eager(peer, acc, tag, CTX_COLL, ENC_RAW)
+            if r == 2:
+                links.wake(peer)
+            elif not r:  # mailbox full, sends queued to it: the general way
+                coll._wait([coll._isend(peer, _flat(acc))], "allreduce")
+        sent = False
         if p2p.recv_now(peer, tag, CTX_COLL, got) is None:
             coll._wait([coll._irecv(peer, got)], "allreduce")
         acc = op.combine(got, acc) if peer < rank else op.combine(acc, got)
         mask <<= 1
     recv[...] = acc.reshape(recv.shape)
     return True
+
+
+def _code(op: Op, dtype: np.dtype) -> int:
+    """Lane.allreduce's code for a predefined op on a plain little-endian dtype; 0: the
+    Python rounds combine it."""
+    if PREDEFINED.get(op.name) is not op or op.name not in COMBINE_OPS:
+        return 0
+    kind = COMBINE_DTYPES.get(dtype.str, 0)
+    return COMBINE_OPS[op.name] * 8 + kind if kind else 0

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 
-from .lanepy import KIND_EAGER
+from .lanepy import COMBINE_DTYPES, COMBINE_OPS, KIND_EAGER
 
 if os.environ.get("ZPAR_COMM_PURE") == "1":
     from .lanepy import COMPILED, NOT_TAKEN, RAW, Lane
@@ -29,4 +29,4 @@ else:
     except ImportError:  # not built (no C compiler at install): the twin
         from .lanepy import COMPILED, NOT_TAKEN, RAW, Lane  # type: ignore[assignment]
 
-__all__ = ["COMPILED", "KIND_EAGER", "NOT_TAKEN", "RAW", "Lane"]
+__all__ = ["COMBINE_DTYPES", "COMBINE_OPS", "COMPILED", "KIND_EAGER", "NOT_TAKEN", "RAW", "Lane"]

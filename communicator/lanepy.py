@@ -66,6 +66,27 @@ _syscall = _libc.syscall
 _syscall.restype = ctypes.c_long
 
 
+#: op * 8 + dtype: what Lane.allreduce combines (_lane.pyx's COMBINE_OPS / COMBINE_DTYPES)
+COMBINE_OPS = {"SUM": 1, "PROD": 2, "MAX": 3, "MIN": 4}
+COMBINE_DTYPES = {"<f8": 1, "<f4": 2, "<i8": 3, "<i4": 4}
+_DTYPE_OF = {v: np.dtype(k) for k, v in COMBINE_DTYPES.items()}
+_UFUNC_OF = {1: np.add, 2: np.multiply, 3: np.maximum, 4: np.minimum}
+
+
+def combine_ok(code: int, nbytes: int) -> bool:
+    dt = _DTYPE_OF.get(code & 7)
+    return code >> 3 in _UFUNC_OF and dt is not None and nbytes > 0 and nbytes % dt.itemsize == 0
+
+
+def combine(code: int, lower: Any, higher: Any, out: Any) -> None:
+    """``out = lower op higher`` (numpy's ufunc: the compiled lane's C does the same)."""
+    dt = _DTYPE_OF[code & 7]
+    lo, hi, o = (np.frombuffer(b, dtype=dt) for b in (lower, higher, out))
+    if not (len(lo) == len(hi) == len(o)) or not combine_ok(code, lo.nbytes):
+        raise ValueError(f"combine {code}: {lo.nbytes}, {hi.nbytes}, {o.nbytes} bytes")
+    _UFUNC_OF[code >> 3](lo, hi, out=o)
+
+
 class _Box:
     """One mapped mailbox: its counters as a u64 view, the bell's address for futexes."""
 
@@ -115,6 +136,8 @@ class Lane:
         #: the last wait's phase, and how many waits spun with room, yielded, slept
         self.last_phase = PH_NONE
         self.room_waits = self.yield_waits = self.sleeps = 0
+        #: the peer the last allreduce left on its sockets, to be woken by a frame
+        self.wake_peer = -1
         self._loadfd = hostload.open_loadavg()
         self._running_at = 0
         self._running = -1
@@ -319,6 +342,48 @@ class Lane:
             self._running = hostload.running_tasks(self._loadfd)
         return self._running
 
+    def allreduce(
+        self, acc: Any, got: Any, n: int, tag: int, ctx: int, code: int, timeout_ns: int
+    ) -> int:
+        """_lane.pyx's allreduce: the recursive-doubling rounds of a small allreduce in one
+        call, combined into ``acc``; -1 done, else round * 2 (+ 1: that round's send out)
+        where the Python rounds go on, -2 a message of another size came."""
+        self.wake_peer = -1
+        a, g = memoryview(acc).cast("B"), memoryview(got).cast("B")
+        if (
+            not (self.enabled and self.futex_mode)
+            or len(a) != len(g)
+            or not combine_ok(code, len(a))
+        ):
+            return 0
+        mask, k = 1, 0
+        while mask < n:
+            peer = self.rank ^ mask
+            if peer >= self.size or self._out[peer] is None or self._in[peer] is None:
+                return k * 2
+            if self._blocked[peer]:
+                return k * 2
+            r = self.send(peer, KIND_EAGER, ctx, 0, 0, self.rank, tag, 0, 0, a)
+            if r == 0:
+                return k * 2
+            if r == 2:
+                self.wake_peer = peer
+                return k * 2 + 1
+            m = self.take_eager(peer, ctx, tag, g)
+            if m == -1:
+                if self.wait(0, timeout_ns, peer) != 1:
+                    return k * 2 + 1
+                m = self.take_eager(peer, ctx, tag, g)
+            if m != len(a) or self.last_enc != 0:
+                return k * 2 + 1 if m < 0 else -2
+            if peer < self.rank:
+                combine(code, g, a, a)
+            else:
+                combine(code, a, g, a)
+            mask <<= 1
+            k += 1
+        return -1
+
     def _check(self, only: int) -> int:
         r = 0
         for peer in self._inlist:
@@ -403,4 +468,13 @@ class Lane:
 
 COMPILED = False
 
-__all__ = ["COMPILED", "KIND_EAGER", "NOT_TAKEN", "RAW", "Lane"]
+__all__ = [
+    "COMBINE_DTYPES",
+    "COMBINE_OPS",
+    "COMPILED",
+    "KIND_EAGER",
+    "NOT_TAKEN",
+    "RAW",
+    "Lane",
+    "combine",
+]

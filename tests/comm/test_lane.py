@@ -271,3 +271,89 @@ def test_recv_object_unpickles_or_says_why_not(lane_impl):
         assert rx.recv_object(0, 3, 0, 0) is lane_impl.NOT_TAKEN  # no mailbox from rank 0
     finally:
         _close(tx, rx, boxes)
+
+
+def test_the_compiled_combine_is_numpys():
+    """Lane.allreduce's C combine gives numpy's ufunc results bit for bit: NaNs win MAX and
+    MIN, ties of signed zeros go to the higher operand, integers wrap."""
+    if compiled is None:
+        pytest.skip("the compiled lane was not built (no C compiler at install)")
+    ufuncs = {"SUM": np.add, "PROD": np.multiply, "MAX": np.maximum, "MIN": np.minimum}
+    for op, k in lanepy.COMBINE_OPS.items():
+        for dt, d in lanepy.COMBINE_DTYPES.items():
+            rng = np.random.default_rng(k * 8 + d)
+            lo = (rng.standard_normal(11) * 1e8).astype(dt)
+            hi = (rng.standard_normal(11) * 1e8).astype(dt)
+            if lo.dtype.kind == "f":
+                lo[:4], hi[:4] = [np.nan, 1.0, -0.0, 0.0], [1.0, np.nan, 0.0, -0.0]
+            else:
+                info = np.iinfo(lo.dtype)
+                lo[:2], hi[:2] = [info.max, info.min], [info.max, -1]  # wrap both ways
+            out = np.empty_like(lo)
+            compiled.combine(k * 8 + d, lo, hi, out)
+            with np.errstate(over="ignore"):
+                want = ufuncs[op](lo, hi)
+            assert out.tobytes() == want.tobytes(), (op, dt)
+    assert compiled.COMBINE_OPS == lanepy.COMBINE_OPS
+    assert compiled.COMBINE_DTYPES == lanepy.COMBINE_DTYPES
+    with pytest.raises(ValueError, match="combine"):
+        compiled.combine(8 + 1, np.zeros(2), np.zeros(3), np.zeros(2))
+
+
+def _ring_of_two(mod0, mod1):
+    """Ranks 0 and 1 (lanes of mod0 and mod1), a mailbox each way, waiting on futexes."""
+    a, b = Mailbox.create(), Mailbox.create()  # a: 0 -> 1, b: 1 -> 0
+    a_in, b_in = Mailbox.attach(a.path), Mailbox.attach(b.path)
+    l0, l1 = mod0.Lane(2), mod1.Lane(2)
+    l0.rank, l1.rank = 0, 1
+    l0.set_out(1, a.mapping, mailbox.SLOTS, mailbox.SLOT_SIZE)
+    l1.set_in(0, a_in.mapping, mailbox.SLOTS, mailbox.SLOT_SIZE)
+    l1.set_out(0, b.mapping, mailbox.SLOTS, mailbox.SLOT_SIZE)
+    l0.set_in(1, b_in.mapping, mailbox.SLOTS, mailbox.SLOT_SIZE)
+    for lane in (l0, l1):
+        lane.futex_mode = True
+        lane.set_state(mailbox.ST_BUSY)
+    return l0, l1, (a, b, a_in, b_in)
+
+
+@pytest.mark.parametrize("pair", ["compiled", "twin", "mixed"])
+def test_an_allreduce_in_one_call_each_side_across_lanes(pair):
+    """Two ranks' Lane.allreduce (compiled, twin, or one of each) exchange and combine in
+    one call each, the lower rank's operand first; a blocked peer stops it before its
+    send (round 0, nothing sent) for the Python rounds to go on."""
+    if compiled is None and pair != "twin":
+        pytest.skip("the compiled lane was not built (no C compiler at install)")
+    mods = {"compiled": (compiled, compiled), "twin": (lanepy, lanepy), "mixed": (compiled, lanepy)}
+    l0, l1, boxes = _ring_of_two(*mods[pair])
+    sum_f8 = lanepy.COMBINE_OPS["SUM"] * 8 + lanepy.COMBINE_DTYPES["<f8"]
+    max_i4 = lanepy.COMBINE_OPS["MAX"] * 8 + lanepy.COMBINE_DTYPES["<i4"]
+    try:
+        for code, x0, x1, want in (
+            (
+                sum_f8,
+                np.array([0.1, 2.0]),
+                np.array([0.2, -1.0]),
+                np.array([0.1, 2.0]) + [0.2, -1.0],
+            ),
+            (max_i4, np.array([5, -7], np.int32), np.array([3, 9], np.int32), [5, 9]),
+        ):
+            got0, out = np.empty_like(x0), {}
+
+            def rank0(x0=x0, got0=got0, code=code, out=out):
+                out[0] = l0.allreduce(x0, got0, 2, 7, 1, code, 10_000_000_000)
+
+            th = threading.Thread(target=rank0)
+            th.start()
+            assert l1.allreduce(x1, np.empty_like(x1), 2, 7, 1, code, 10_000_000_000) == -1
+            th.join()
+            assert out[0] == -1
+            assert x0.tobytes() == x1.tobytes() == np.asarray(want, x0.dtype).tobytes()
+        l0.block(1, True)
+        assert l0.allreduce(np.ones(1), np.ones(1), 2, 8, 1, sum_f8, 0) == 0
+        assert l1.unread_out(0) == 0 and l0.unread_out(1) == 0  # nothing sent
+        assert l0.allreduce(np.ones(1), np.ones(2), 2, 8, 1, sum_f8, 0) == 0  # sizes differ
+    finally:
+        l0.close()
+        l1.close()
+        for b in boxes:
+            b.close()

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from procranks import run_processes
 
-from zpar.comm import lane, mailbox
+from zpar.comm import MAX, lane, mailbox
 
 pytestmark = [
     pytest.mark.cluster,
@@ -40,8 +40,14 @@ def crowd(c):
             c.Send(np.full(1, float(r)), dest=peer, tag=i)
             c.send({**c.recv(source=peer, tag=1), "back": r}, dest=peer, tag=2)
         out = np.empty(1)
-        c.Allreduce(np.full(1, float(r)), out)
+        c.Allreduce(np.full(1, float(r)), out)  # the lane's one call, SUM on float64
         total += int(out[0]) + c.allreduce(1)
+        top = np.empty(2, dtype=np.int32)
+        c.Allreduce(np.array([r, -r], dtype=np.int32), top, op=MAX)  # int32 MAX: the lane
+        assert top.tolist() == [n - 1, 0]
+        z = np.empty(1, dtype=complex)
+        c.Allreduce(np.array([1j * r]), z)  # complex: the Python rounds combine it
+        assert z[0] == 1j * sum(range(n))
         assert c.bcast(i if r == 3 else None, root=3) == i
         c.Barrier()
     big = np.arange(100_000, dtype=float) * r  # long messages take the socket or CMA
