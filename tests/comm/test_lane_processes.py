@@ -71,3 +71,47 @@ def test_eight_ranks_on_two_cores_sleep_on_futexes_and_finish(pure):
         assert futex and not spins  # all on one host, oversubscribed: never pause-spin
         assert room == 0 and yields > 0 and sleeps > 0  # yield, then sleep
         assert module.endswith("lanepy" if pure else "_lane")
+
+
+def quartet(c):
+    """A 4-rank round of what the lane carries: Allreduce in one call, ping-pongs, bcast."""
+    r = c.rank
+    out = np.empty(1)
+    c.Allreduce(np.full(1, float(r + 1)), out)
+    peer = r ^ 1
+    if r < peer:
+        c.send(("hi", r), dest=peer)
+        got = c.recv(source=peer)
+    else:
+        got = c.recv(source=peer)
+        c.send(("hi", r), dest=peer)
+    lane = c._links.lane
+    return out[0], got, c.bcast(r if r == 2 else None, root=2), type(lane).__module__
+
+
+def test_zpar_comm_pure_chooses_the_twin_for_every_rank():
+    """ZPAR_COMM_PURE=1 in the environment (as CI's twin run sets it) makes zpar.comm.lane
+    the pure-Python twin, and a communicator of rank processes works on it end to end."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import json, sys; sys.path.insert(0, sys.argv[1]);"
+        "from zpar.comm import lane; from procranks import run_processes;"
+        "from test_lane_processes import quartet;"
+        "res = run_processes(4, quartet, cpus=2, timeout=60);"
+        "print(json.dumps([lane.COMPILED, [[a, list(b), c, d] for a, b, c, d in res]]))"
+    )
+    here = os.path.dirname(__file__)
+    env = {**os.environ, "ZPAR_COMM_PURE": "1"}
+    run = subprocess.run(
+        [sys.executable, "-c", script, here], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    compiled, results = json.loads(run.stdout.strip().splitlines()[-1])
+    assert compiled is False
+    for r, (total, got, root, module) in enumerate(results):
+        assert total == 10.0 and got == ["hi", r ^ 1] and root == 2
+        assert module.endswith("lanepy")
