@@ -25,29 +25,31 @@ if TYPE_CHECKING:
 
 def allreduce_small(coll: Collectives, send: np.ndarray, recv: np.ndarray, op: Op) -> bool:
     """Allreduce of a small array over ranks all on this host, a power of two of them,
-    through the lane's one-call send and receive (no requests, no schedule callbacks):
-    recursive doubling exactly as allreduce_arr's (same tag, same partners, lower
-    rank's operand first), so ranks taking either path interoperate. False, having
-    done nothing, when it does not apply."""
+    through the lane (its one-call allreduce, else its one-call send and receive; no
+    requests, no schedule callbacks): recursive doubling exactly as allreduce_arr's (same
+    tag, same partners, lower rank's operand first), so ranks taking either path
+    interoperate. ``send`` and ``recv`` are C-contiguous, of one dtype and size. False,
+    having done nothing, when it does not apply. Its Python is kept short: with more ranks
+    than CPUs, or a busy host, the ranks' calls run one after the other on a CPU, and each
+    microsecond here is one per rank on the critical path."""
     n, p2p = coll.size, coll.p2p
     links = p2p.links
+    nbytes = send.nbytes
     if (
         n < 2
         or n & (n - 1)
-        or coll.topo.nhosts != 1
-        or not op.commute
         or not links.futex
-        or send.nbytes >= coll.xsize
-        or send.nbytes > INLINE
+        or nbytes >= coll.xsize
+        or nbytes > INLINE
+        or not op.commute
+        or coll.topo.nhosts != 1
         or p2p.broken is not None
     ):
         return False
     coll._begin("recursive_doubling", "short", True)
     tag, lane, rank = coll._seq, links.lane, coll.rank
-    acc = send
-    got = np.empty_like(send)
     mask, sent = 1, False
-    code = _code(op, send.dtype)
+    code = _CODES.get((op, send.dtype.str), 0)
     if code and not (
         p2p._posted
         or p2p._unexpected
@@ -56,19 +58,24 @@ def allreduce_small(coll: Collectives, send: np.ndarray, recv: np.ndarray, op: O
         or p2p._await_sync
         or p2p._filling
     ):
-        acc = send.copy()  # combined in place by the lane
-        stop = lane.allreduce(acc, got, n, tag, CTX_COLL, code, FAST_WAIT_NS)
-        if stop == -1:
-            recv[...] = acc.reshape(recv.shape)
+        if recv is not send:
+            np.copyto(recv, send.reshape(recv.shape), casting="no")
+        got = coll.scratch[:nbytes]
+        stop = lane.allreduce(recv, got, n, tag, CTX_COLL, code, FAST_WAIT_NS)
+        if stop == -1:  # combined in place into recv by the lane
             return True
         if stop == -2:
             raise CommError(
-                f"allreduce: a rank's message is not {send.nbytes} bytes (the ranks' buffers "
+                f"allreduce: a rank's message is not {nbytes} bytes (the ranks' buffers "
                 "differ in size or dtype)"
             )
         mask, sent = 1 << (stop >> 1), bool(stop & 1)
         if lane.wake_peer >= 0:
             links.wake(lane.wake_peer)
+        acc = recv.copy()  # what the rounds done so far left
+    else:
+        acc = send
+    got = np.empty_like(acc)
     while mask < n:
         peer = rank ^ mask
         if not sent:
@@ -86,10 +93,10 @@ def allreduce_small(coll: Collectives, send: np.ndarray, recv: np.ndarray, op: O
     return True
 
 
-def _code(op: Op, dtype: np.dtype) -> int:
-    """Lane.allreduce's code for a predefined op on a plain little-endian dtype; 0: the
-    Python rounds combine it."""
-    if PREDEFINED.get(op.name) is not op or op.name not in COMBINE_OPS:
-        return 0
-    kind = COMBINE_DTYPES.get(dtype.str, 0)
-    return COMBINE_OPS[op.name] * 8 + kind if kind else 0
+#: Lane.allreduce's code for (a predefined op, a plain little-endian dtype's str); others
+#: combine in the Python rounds
+_CODES = {
+    (PREDEFINED[name], dt): k * 8 + d
+    for name, k in COMBINE_OPS.items()
+    for dt, d in COMBINE_DTYPES.items()
+}

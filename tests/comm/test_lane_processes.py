@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from procranks import run_processes
 
-from zpar.comm import MAX, lane, mailbox
+from zpar.comm import IN_PLACE, MAX, lane, mailbox
 
 pytestmark = [
     pytest.mark.cluster,
@@ -48,6 +48,9 @@ def crowd(c):
         z = np.empty(1, dtype=complex)
         c.Allreduce(np.array([1j * r]), z)  # complex: the Python rounds combine it
         assert z[0] == 1j * sum(range(n))
+        m = np.full((2, 2), r, dtype=np.int64)
+        c.Allreduce(IN_PLACE, m)  # in place, 2-D: combined into m by the lane
+        assert (m == sum(range(n))).all()
         assert c.bcast(i if r == 3 else None, root=3) == i
         c.Barrier()
     big = np.arange(100_000, dtype=float) * r  # long messages take the socket or CMA
