@@ -7,8 +7,9 @@ Each of the R rounds runs ``python -m bench.comm --quick`` (zpar, mpi4py + MPICH
 floor, in the same minutes) first in the base checkout, then in this one, so both sides
 share the machine's drift; the table gives each figure's min-max over the rounds for the
 base's zpar, this tree's zpar and mpi4py (from both sides' runs), with the load averages
-seen. Microsecond figures on a loaded host say little: quote the load beside them. Each
-run also appends to its own tree's bench/results.jsonl, as bench.comm does.
+seen. Microsecond figures on a loaded host say little: quote the load beside them. This
+tree's runs append to its bench/results.jsonl, as bench.comm does; the base's append
+nowhere (its checkout is not this run's to change).
 """
 
 from __future__ import annotations
@@ -25,9 +26,12 @@ from .comm import ROWS, _span
 HERE = Path(__file__).resolve().parent
 
 
-def run_once(tree: Path, python: str, quick: bool) -> dict:
-    """One bench.comm run in ``tree``: {"zpar": {n: figures}, "mpi4py": ..., "floor": ...}."""
+def run_once(tree: Path, python: str, quick: bool, record: bool) -> dict:
+    """One bench.comm run in ``tree``: {"zpar": {n: figures}, "mpi4py": ..., "floor": ...};
+    its rows go to tree's bench/results.jsonl only when ``record``."""
     cmd = [python, "-m", "bench.comm", "--runs", "1"] + (["--quick"] if quick else [])
+    if not record:
+        cmd += ["--json-out", ""]
     r = subprocess.run(cmd, cwd=tree, capture_output=True, text=True, timeout=1800)
     if r.returncode:
         raise RuntimeError(f"bench.comm in {tree} failed:\n{r.stderr[-3000:]}")
@@ -47,8 +51,9 @@ def main(argv: list[str] | None = None) -> None:
     loads = []
     for _ in range(args.runs):
         loads.append(os.getloadavg()[0])
-        sides["base"].append(run_once(base, args.base_python, not args.full))
-        sides["this"].append(run_once(mine, sys.executable, not args.full))
+        # the other checkout's files are not ours to change: its runs are not recorded
+        sides["base"].append(run_once(base, args.base_python, not args.full, False))
+        sides["this"].append(run_once(mine, sys.executable, not args.full, True))
     sizes = ["2", "4"]
     head = " | ".join(f"base n={n} | this n={n} | mpi4py n={n}" for n in sizes)
     lines = [f"| figure (min-max, {args.runs} rounds) | {head} |", "|---" * 7 + "|"]
