@@ -9,7 +9,10 @@ use: `pip install mpi4py mpich numpy`). Each of the R runs measures zpar, then m
 the C floor (bench/shmfloor.py: two C processes bouncing 8 bytes through a shared page,
 spinning and through a futex), so the three share the same minutes of a noisy machine.
 Figures are rank 0's medians per run; the table gives min-max over the runs, and each run
-appends its figures to bench/results.jsonl (workloads "comm n=2", "comm n=4", "comm floor").
+appends its figures to bench/results.jsonl (workloads "comm n=2", "comm n=4", "comm floor"),
+zpar's with rank 0's waits over the run by phase (lane_room_waits: pause-spun with room,
+lane_yield_waits: yielded, lane_sleeps: slept on the futex), which say how busy the host
+was for the figures.
 """
 
 from __future__ import annotations
@@ -65,7 +68,16 @@ def run_zpar(sizes: list[int], quick: bool, params: dict[str, int], runs: int, b
                 def run(name=f"bench{n}", quick=quick):
                     from zpar.namespace import current
 
-                    return comm_kernels.suite(current()[name], quick)
+                    comm = current()[name]
+                    lane = comm._links.lane
+                    kinds = ("room_waits", "yield_waits", "sleeps")
+                    before = [getattr(lane, k, 0) for k in kinds]
+                    figs = comm_kernels.suite(comm, quick)
+                    # how rank 0's waits went (docs/communicator.md, "The spin is chosen by
+                    # the host's runnable tasks"): spun with room, yielded, slept
+                    for k, b in zip(kinds, before, strict=True):
+                        figs[f"lane_{k}"] = getattr(lane, k, 0) - b
+                    return figs
 
                 figs[n] = views[n].apply_sync(run)[0]
                 figs[n]["lane_compiled"] = views[n].apply_sync(_compiled)[0]

@@ -51,6 +51,18 @@ cdef extern from "<errno.h>" nogil:
     int errno
     int ENOSYS
 
+cdef extern from "<fcntl.h>" nogil:
+    int c_open "open"(const char *path, int flags)
+    int O_RDONLY
+    int O_CLOEXEC
+
+cdef extern from "<unistd.h>" nogil:
+    ssize_t pread(int fd, void *buf, size_t n, long off)
+    int c_close "close"(int fd)
+
+cdef extern from "<sched.h>" nogil:
+    int sched_yield()
+
 cdef extern from *:
     """
     #include <stdint.h>
@@ -114,10 +126,106 @@ DEF ST_BUSY = 3
 
 DEF KIND_EAGER = 13  # zpar.comm.peerwire.Kind.EAGER
 
+#: how long a reading of the host's runnable tasks (/proc/loadavg) stands, ns
+DEF ROOM_CHECK_NS = 1000000
+
+# the phases of a wait (Lane.last_phase): what it did before it slept, if it slept
+DEF PH_NONE = 0
+DEF PH_SPIN = 1  # the caller's spin_ns alone
+DEF PH_ROOM = 2
+DEF PH_YIELD = 3
+
+
+cdef int _running_tasks(int fd) noexcept nogil:
+    """The host's runnable tasks now (the fourth field of /proc/loadavg, "running/total":
+    the caller counts among them); -1 when it cannot be read."""
+    cdef char buf[128]
+    cdef ssize_t n = pread(fd, buf, 127, 0)
+    cdef int i = 0, spaces = 0, v = 0, digits = 0
+    if n <= 0:
+        return -1
+    while i < n and spaces < 3:
+        if buf[i] == 32:
+            spaces += 1
+        i += 1
+    while i < n and 48 <= buf[i] <= 57:
+        v = v * 10 + (buf[i] - 48)
+        digits += 1
+        i += 1
+    return v if digits else -1
+
 cdef inline uint64_t _now_ns() noexcept nogil:
     cdef timespec ts
     clock_gettime(CLOCK_MONOTONIC, &ts)
     return <uint64_t>ts.tv_sec * 1000000000ULL + <uint64_t>ts.tv_nsec
+
+
+# -- the combine of allreduce: predefined ops on plain dtypes, numpy's results exactly ----
+
+#: op * 8 + dtype: the ops and dtypes Lane.allreduce combines in C (fastcoll maps numpy's)
+COMBINE_OPS = {"SUM": 1, "PROD": 2, "MAX": 3, "MIN": 4}
+COMBINE_DTYPES = {"<f8": 1, "<f4": 2, "<i8": 3, "<i4": 4}
+
+cdef extern from *:
+    """
+    #include <stdint.h>
+    #include <string.h>
+    /* out = lo op hi, element-wise, as numpy's add/multiply/maximum/minimum compute it:
+       integers wrap (unsigned arithmetic), a NaN wins max/min, ties give the higher's */
+    #define ZP_COMBINE(T, U, lo, hi, out, n, op) do { \
+        const T *a = (const T *)(lo), *b = (const T *)(hi); T *o = (T *)(out); \
+        for (Py_ssize_t i = 0; i < (n); i++) { T x = a[i], y = b[i], z; \
+            switch (op) { \
+            case 1: z = (T)((U)x + (U)y); break; \
+            case 2: z = (T)((U)x * (U)y); break; \
+            case 3: z = (x != x) ? x : (y != y) ? y : (x > y ? x : y); break; \
+            default: z = (x != x) ? x : (y != y) ? y : (x < y ? x : y); break; } \
+            o[i] = z; } } while (0)
+    static int zp_combine_size(int code) {
+        switch (code & 7) { case 1: case 3: return 8; case 2: case 4: return 4; }
+        return 0;
+    }
+    static void zp_combine(int code, const uint8_t *lo, const uint8_t *hi, uint8_t *out,
+                           Py_ssize_t nbytes) {
+        int op = code >> 3;
+        switch (code & 7) {
+        case 1: ZP_COMBINE(double, double, lo, hi, out, nbytes / 8, op); break;
+        case 2: ZP_COMBINE(float, float, lo, hi, out, nbytes / 4, op); break;
+        case 3: ZP_COMBINE(int64_t, uint64_t, lo, hi, out, nbytes / 8, op); break;
+        case 4: ZP_COMBINE(int32_t, uint32_t, lo, hi, out, nbytes / 4, op); break;
+        }
+    }
+    """
+    int zp_combine_size(int code) nogil
+    void zp_combine(int code, const uint8_t *lo, const uint8_t *hi, uint8_t *out,
+                    Py_ssize_t nbytes) nogil
+
+
+cdef inline bint _combine_ok(int code, Py_ssize_t nbytes) noexcept:
+    cdef int size = zp_combine_size(code)
+    return 1 <= (code >> 3) <= 4 and size > 0 and nbytes > 0 and nbytes % size == 0
+
+
+cdef inline void _combine(int code, const uint8_t *lo, const uint8_t *hi, uint8_t *out,
+                          Py_ssize_t nbytes) noexcept:
+    zp_combine(code, lo, hi, out, nbytes)
+
+
+def combine(int code, object lower, object higher, object out):
+    """``out = lower op higher`` as Lane.allreduce combines (tests hold it to numpy's)."""
+    cdef Py_buffer a, b, o
+    PyObject_GetBuffer(lower, &a, PyBUF_SIMPLE)
+    PyObject_GetBuffer(higher, &b, PyBUF_SIMPLE)
+    PyObject_GetBuffer(out, &o, PyBUF_SIMPLE | PyBUF_WRITABLE)
+    try:
+        if not (a.len == b.len == o.len and _combine_ok(code, a.len)):
+            raise ValueError(f"combine {code}: {a.len}, {b.len}, {o.len} bytes")
+        zp_combine(code, <const uint8_t *>a.buf, <const uint8_t *>b.buf, <uint8_t *>o.buf,
+                   a.len)
+    finally:
+        PyBuffer_Release(&o)
+        PyBuffer_Release(&b)
+        PyBuffer_Release(&a)
 
 
 cdef class Lane:
@@ -147,13 +255,27 @@ cdef class Lane:
     cdef public bint futex_mode
     #: whether the last wait went to sleep (its spin found nothing)
     cdef public bint last_slept
-    #: the adaptive spin of the fast receive and its bound (ns); waits that slept
-    cdef public long spin_ns
-    cdef public long spin_max_ns
+    #: the wait's spin (docs/decisions.md, "A blocking receive spins while the host has
+    #: room"): ``spin_room_ns`` of pause-spinning while the host has a CPU for every
+    #: runnable task (0: never; only when this communicator's ranks here fit its CPUs),
+    #: else ``yield_ns`` of sched_yield calls, so ranks that share a CPU take turns; then
+    #: the futex. ``host_cpus``: the CPUs the runnable tasks are counted against
+    cdef public long spin_room_ns
+    cdef public long yield_ns
+    cdef public int host_cpus
+    #: the last wait's phase (PH_*), and how many waits spun with room, yielded, slept
+    cdef public int last_phase
+    cdef public long room_waits
+    cdef public long yield_waits
     cdef public long sleeps
+    #: the peer the last allreduce left on its sockets, to be woken by a frame (-1: none)
+    cdef public int wake_peer
     #: this rank (the source of what it sends); fast sends and receives allowed at all
     cdef public int rank
     cdef public bint enabled
+    cdef int _loadfd
+    cdef uint64_t _running_at
+    cdef int _running
     cdef uint8_t blocked[MAXPEERS]
     cdef int nin
     cdef int inlist[MAXPEERS]
@@ -169,10 +291,17 @@ cdef class Lane:
         self._keep = []
         self.nin = 0
         self.enabled = True
+        self._loadfd = c_open(b"/proc/loadavg", O_RDONLY | O_CLOEXEC)
+        self._running_at = 0
+        self._running = -1
         for i in range(size):
             self.outp[i] = NULL
             self.inp[i] = NULL
             self.blocked[i] = 0
+
+    def __dealloc__(self):
+        if self._loadfd >= 0:
+            c_close(self._loadfd)
 
     cdef uint8_t *_addr(self, object mapping) except NULL:
         cdef Py_buffer view
@@ -381,7 +510,7 @@ cdef class Lane:
     cpdef long recv_eager(self, int source, int tag, int ctx, object buf, long timeout_ns):
         """The fast receive: the next message from ``source`` (a rank of this host) if it
         is a small one matching (tag, ctx), into ``buf`` (or, None, ``last_payload``),
-        waiting for it up to ``timeout_ns`` with the GIL released (the adaptive spin, then
+        waiting for it up to ``timeout_ns`` with the GIL released (``wait``'s spin, then
         the futex). Its length, with last_tag / last_enc set; -1: nothing came in time,
         -2: something else came first, or a bad buffer, -3: not a same-host peer: the
         general path takes over (and says what is wrong)."""
@@ -394,10 +523,8 @@ cdef class Lane:
             n = self.take_eager(source, ctx, tag, buf)
             if n != -1:
                 return n
-            if self._wait(self.spin_ns, timeout_ns, source) != 1:
-                self._adapt()
+            if self._wait(0, timeout_ns, source) != 1:
                 return -1
-            self._adapt()
             return self.take_eager(source, ctx, tag, buf)
         except Exception:
             return -2
@@ -415,22 +542,63 @@ cdef class Lane:
         data, self.last_payload = self.last_payload, None
         return _loads(data)
 
-    cdef void _adapt(self) noexcept:
-        """A spin that had to sleep halves the next one (on a loaded host the peer is not
-        running, and spinning keeps it off the CPU); one that found the packet doubles it,
-        up to spin_max_ns; from 0 a short spin is tried again every 64 sleeps."""
-        if self.last_slept:
-            self.sleeps += 1
-            if self.spin_ns >= 1000:
-                self.spin_ns //= 2
-            else:
-                self.spin_ns = 4000 if self.sleeps % 64 == 0 and self.spin_max_ns else 0
-        elif self.spin_max_ns:
-            self.spin_ns = min(self.spin_max_ns, max(self.spin_ns * 2, 1000))
-
-    def adapt(self):
-        """Adapt the spin after a ``wait`` (recv_eager does it itself)."""
-        self._adapt()
+    cpdef long allreduce(self, object acc, object got, int n, int tag, int ctx, int code,
+                         long timeout_ns) except -9:
+        """A small allreduce over ``n`` ranks (a power of two, every one on this host), in
+        one call: recursive doubling exactly as fastcoll.allreduce_small's Python rounds
+        (same tag, partners and operand order: the lower rank's first), each round one
+        EAGER send of ``acc`` and one receive into ``got``, combined in place into ``acc``
+        by ``code`` (COMBINE's op * 8 + dtype). -1: done, the result in ``acc``; else where
+        it stopped for the Python rounds to go on: round * 2, + 1 when that round's send
+        is out (a full or blocked mailbox, something else came first, the wait ran out,
+        a receiver on its sockets: ``wake_peer`` then names it)."""
+        cdef Py_buffer va, vg
+        cdef int k = 0, mask = 1, peer, r
+        cdef long m
+        self.wake_peer = -1
+        if not self.enabled or not self.futex_mode:
+            return 0
+        PyObject_GetBuffer(acc, &va, PyBUF_SIMPLE | PyBUF_WRITABLE)
+        try:
+            PyObject_GetBuffer(got, &vg, PyBUF_SIMPLE | PyBUF_WRITABLE)
+        except BaseException:
+            PyBuffer_Release(&va)
+            raise
+        try:
+            if vg.len != va.len or not _combine_ok(code, va.len):
+                return 0
+            while mask < n:
+                peer = self.rank ^ mask
+                if peer >= self.size or self.outp[peer] == NULL or self.inp[peer] == NULL:
+                    return k * 2
+                if self.blocked[peer]:
+                    return k * 2
+                r = self._put(peer, KIND_EAGER, ctx, 0, 0, self.rank, tag, 0, 0,
+                              <const uint8_t *>va.buf, va.len)
+                if r == 0:
+                    return k * 2
+                if r == 2:
+                    self.wake_peer = peer
+                    return k * 2 + 1
+                m = self.take_eager(peer, ctx, tag, got)
+                if m == -1:
+                    if self._wait(0, timeout_ns, peer) != 1:
+                        return k * 2 + 1
+                    m = self.take_eager(peer, ctx, tag, got)
+                if m != va.len or self.last_enc != 0:
+                    return k * 2 + 1 if m < 0 else -2
+                if peer < self.rank:
+                    _combine(code, <uint8_t *>vg.buf, <uint8_t *>va.buf, <uint8_t *>va.buf,
+                             va.len)
+                else:
+                    _combine(code, <uint8_t *>va.buf, <uint8_t *>vg.buf, <uint8_t *>va.buf,
+                             va.len)
+                mask <<= 1
+                k += 1
+            return -1
+        finally:
+            PyBuffer_Release(&vg)
+            PyBuffer_Release(&va)
 
     cdef inline int _check(self, int only) noexcept nogil:
         """1: a mailbox holds a packet; 2: a packet is on its way through a socket; 0."""
@@ -449,9 +617,25 @@ cdef class Lane:
 
     def wait(self, long spin_ns, long timeout_ns, int only=-1):
         """Wait for a packet from any peer (or from ``only``) with the GIL released: spin
-        ``spin_ns``, then sleep on the mailboxes' futex words (state SLEEPING, so senders
-        ring) until ``timeout_ns``. 1: a mailbox packet, 2: one through a socket, 0."""
+        (``spin_room_ns`` while the host has a CPU for every runnable task, else
+        ``yield_ns`` of sched_yield calls; at least ``spin_ns`` either way), then sleep on
+        the mailboxes' futex words (state SLEEPING, so senders ring) until ``timeout_ns``.
+        1: a mailbox packet, 2: one through a socket, 0."""
         return self._wait(spin_ns, timeout_ns, only)
+
+    def running_tasks(self):
+        """The host's runnable tasks as the last wait read them (-1: not read, or no
+        /proc/loadavg)."""
+        return self._running
+
+    cdef int _tasks(self, uint64_t now) noexcept nogil:
+        """The host's runnable tasks, read at most every ROOM_CHECK_NS."""
+        if self._loadfd < 0:
+            return -1
+        if self._running_at == 0 or now - self._running_at >= ROOM_CHECK_NS:
+            self._running = _running_tasks(self._loadfd)
+            self._running_at = now
+        return self._running
 
     cdef int _wait(self, long spin_ns, long timeout_ns, int only):
         cdef int r, k, nw = 0
@@ -461,22 +645,36 @@ cdef class Lane:
         cdef timespec ts
         cdef uint8_t *box
         cdef long rc
+        cdef int phase, tasks
         if self.nin == 0:
             return 0
         self.last_slept = False
+        self.last_phase = PH_NONE
         with nogil:
             r = self._check(only)
-            if r == 0 and spin_ns > 0:
+            if r == 0 and (spin_ns > 0 or self.spin_room_ns > 0 or self.yield_ns > 0):
                 start = _now_ns()
+                phase = PH_SPIN
+                tasks = self._tasks(start) if self.spin_room_ns > 0 else -1
+                if 0 < tasks <= self.host_cpus:
+                    phase, spin_ns = PH_ROOM, max(spin_ns, self.spin_room_ns)
+                elif self.yield_ns > 0:
+                    phase, spin_ns = PH_YIELD, max(spin_ns, self.yield_ns)
+                self.last_phase = phase
                 end = start + spin_ns
                 while True:
                     r = self._check(only)
                     if r:
                         break
                     spins += 1
-                    if spins % 64 == 0 and _now_ns() >= end:
-                        break
-                    zp_pause()
+                    if phase == PH_YIELD:
+                        sched_yield()
+                        if _now_ns() >= end:
+                            break
+                    else:
+                        if spins % 64 == 0 and _now_ns() >= end:
+                            break
+                        zp_pause()
             if r == 0 and timeout_ns > 0:
                 self.last_slept = True
                 deadline = _now_ns() + timeout_ns
@@ -515,10 +713,18 @@ cdef class Lane:
                 zp_fence()
                 if r == 0:
                     r = self._check(only)
+        if self.last_phase == PH_ROOM:
+            self.room_waits += 1
+        elif self.last_phase == PH_YIELD:
+            self.yield_waits += 1
+        self.sleeps += self.last_slept
         return r
 
     def close(self):
         self.enabled = False
+        if self._loadfd >= 0:
+            c_close(self._loadfd)
+            self._loadfd = -1
         for i in range(self.size):
             self.outp[i] = NULL
             self.inp[i] = NULL

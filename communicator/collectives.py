@@ -23,7 +23,7 @@ import numpy as np
 
 from .ops import Op
 from .p2p import P2P, unpickle
-from .peerwire import CTX_COLL, ENC_PICKLE, ENC_RAW
+from .peerwire import CTX_COLL, ENC_PICKLE, ENC_RAW, INLINE
 from .schedules import blocks as _blocks
 from .schedules import recursive_doubling as _recursive_doubling
 from .schedules import subtree_span as _subtree_span
@@ -50,6 +50,9 @@ class Collectives:
         self.rank, self.size = p2p.rank, p2p.size
         self.xsize, self.maxlinear, self.chunk = coll_xsize, coll_maxlinear, max(1, chunk)
         self._seq = 0
+        #: the receive buffer of the lane's one-call allreduce (fastcoll): a collective's
+        #: calls never overlap, so one serves them all
+        self.scratch = memoryview(bytearray(INLINE))
         self.last_algorithm = ""
         self.last_protocol = ""
         self.last_two_phase = False

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 import pickle
 import struct
 import time
@@ -17,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from . import hostload
 from . import mailbox as mb
 from .peerwire import HEADER as _HDR
 from .peerwire import Kind
@@ -39,6 +41,11 @@ except ImportError:  # not built: the twin's own
 _SYS_FUTEX = 202  # x86-64; the mailbox is x86-64 only (mailbox.SUPPORTED)
 _SYS_FUTEX_WAITV = 449
 _FUTEX_WAIT, _FUTEX_WAKE = 0, 1
+#: how long a reading of the host's runnable tasks stands, ns (_lane.pyx's ROOM_CHECK_NS)
+ROOM_CHECK_NS = 1_000_000
+#: the phases of a wait (Lane.last_phase, as _lane.pyx's): none (a packet was there), the
+#: caller's spin alone, the spin with room, the yields
+PH_NONE, PH_SPIN, PH_ROOM, PH_YIELD = 0, 1, 2, 3
 
 
 class _Timespec(ctypes.Structure):
@@ -57,6 +64,27 @@ class _Waitv(ctypes.Structure):
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 _syscall = _libc.syscall
 _syscall.restype = ctypes.c_long
+
+
+#: op * 8 + dtype: what Lane.allreduce combines (_lane.pyx's COMBINE_OPS / COMBINE_DTYPES)
+COMBINE_OPS = {"SUM": 1, "PROD": 2, "MAX": 3, "MIN": 4}
+COMBINE_DTYPES = {"<f8": 1, "<f4": 2, "<i8": 3, "<i4": 4}
+_DTYPE_OF = {v: np.dtype(k) for k, v in COMBINE_DTYPES.items()}
+_UFUNC_OF = {1: np.add, 2: np.multiply, 3: np.maximum, 4: np.minimum}
+
+
+def combine_ok(code: int, nbytes: int) -> bool:
+    dt = _DTYPE_OF.get(code & 7)
+    return code >> 3 in _UFUNC_OF and dt is not None and nbytes > 0 and nbytes % dt.itemsize == 0
+
+
+def combine(code: int, lower: Any, higher: Any, out: Any) -> None:
+    """``out = lower op higher`` (numpy's ufunc: the compiled lane's C does the same)."""
+    dt = _DTYPE_OF[code & 7]
+    lo, hi, o = (np.frombuffer(b, dtype=dt) for b in (lower, higher, out))
+    if not (len(lo) == len(hi) == len(o)) or not combine_ok(code, lo.nbytes):
+        raise ValueError(f"combine {code}: {lo.nbytes}, {hi.nbytes}, {o.nbytes} bytes")
+    _UFUNC_OF[code >> 3](lo, hi, out=o)
 
 
 class _Box:
@@ -102,8 +130,17 @@ class Lane:
         self.futex_mode = False
         #: whether the last wait went to sleep (its spin found nothing)
         self.last_slept = False
-        #: the adaptive spin of the fast receive and its bound (ns); waits that slept
-        self.spin_ns = self.spin_max_ns = self.sleeps = 0
+        #: the wait's spin: pause with room, else yield, then the futex (see _lane.pyx)
+        self.spin_room_ns = self.yield_ns = 0
+        self.host_cpus = 0
+        #: the last wait's phase, and how many waits spun with room, yielded, slept
+        self.last_phase = PH_NONE
+        self.room_waits = self.yield_waits = self.sleeps = 0
+        #: the peer the last allreduce left on its sockets, to be woken by a frame
+        self.wake_peer = -1
+        self._loadfd = hostload.open_loadavg()
+        self._running_at = 0
+        self._running = -1
         #: this rank (the source of what it sends); fast sends and receives allowed at all
         self.rank = 0
         self.enabled = True
@@ -277,8 +314,7 @@ class Lane:
             n = self.take_eager(source, ctx, tag, buf)
             if n != -1:
                 return n
-            r = self.wait(self.spin_ns, timeout_ns, source)
-            self.adapt()
+            r = self.wait(0, timeout_ns, source)
             return self.take_eager(source, ctx, tag, buf) if r == 1 else -1
         except (TypeError, ValueError, BufferError):
             return -2
@@ -293,15 +329,60 @@ class Lane:
         data, self.last_payload = self.last_payload, None
         return pickle.loads(data)  # type: ignore[arg-type]
 
-    def adapt(self) -> None:
-        if self.last_slept:
-            self.sleeps += 1
-            if self.spin_ns >= 1000:
-                self.spin_ns //= 2
+    def running_tasks(self) -> int:
+        return self._running
+
+    def _tasks(self, now: int) -> int:
+        """The host's runnable tasks (/proc/loadavg's "running/total"), read at most every
+        ROOM_CHECK_NS; -1 when it cannot be read."""
+        if self._loadfd < 0:
+            return -1
+        if self._running_at == 0 or now - self._running_at >= ROOM_CHECK_NS:
+            self._running_at = now
+            self._running = hostload.running_tasks(self._loadfd)
+        return self._running
+
+    def allreduce(
+        self, acc: Any, got: Any, n: int, tag: int, ctx: int, code: int, timeout_ns: int
+    ) -> int:
+        """_lane.pyx's allreduce: the recursive-doubling rounds of a small allreduce in one
+        call, combined into ``acc``; -1 done, else round * 2 (+ 1: that round's send out)
+        where the Python rounds go on, -2 a message of another size came."""
+        self.wake_peer = -1
+        a, g = memoryview(acc).cast("B"), memoryview(got).cast("B")
+        if (
+            not (self.enabled and self.futex_mode)
+            or len(a) != len(g)
+            or not combine_ok(code, len(a))
+        ):
+            return 0
+        mask, k = 1, 0
+        while mask < n:
+            peer = self.rank ^ mask
+            if peer >= self.size or self._out[peer] is None or self._in[peer] is None:
+                return k * 2
+            if self._blocked[peer]:
+                return k * 2
+            r = self.send(peer, KIND_EAGER, ctx, 0, 0, self.rank, tag, 0, 0, a)
+            if r == 0:
+                return k * 2
+            if r == 2:
+                self.wake_peer = peer
+                return k * 2 + 1
+            m = self.take_eager(peer, ctx, tag, g)
+            if m == -1:
+                if self.wait(0, timeout_ns, peer) != 1:
+                    return k * 2 + 1
+                m = self.take_eager(peer, ctx, tag, g)
+            if m != len(a) or self.last_enc != 0:
+                return k * 2 + 1 if m < 0 else -2
+            if peer < self.rank:
+                combine(code, g, a, a)
             else:
-                self.spin_ns = 4000 if self.sleeps % 64 == 0 and self.spin_max_ns else 0
-        elif self.spin_max_ns:
-            self.spin_ns = min(self.spin_max_ns, max(self.spin_ns * 2, 1000))
+                combine(code, a, g, a)
+            mask <<= 1
+            k += 1
+        return -1
 
     def _check(self, only: int) -> int:
         r = 0
@@ -319,14 +400,30 @@ class Lane:
         self.last_slept = False
         if not self._inlist:
             return 0
+        self.last_phase = PH_NONE
         r = self._check(only)
-        if r == 0 and spin_ns > 0:
-            end = time.perf_counter_ns() + spin_ns
-            while not (r := self._check(only)) and time.perf_counter_ns() < end:
-                pass
+        if r == 0 and (spin_ns > 0 or self.spin_room_ns > 0 or self.yield_ns > 0):
+            start = time.monotonic_ns()
+            tasks = self._tasks(start) if self.spin_room_ns > 0 else -1
+            if 0 < tasks <= self.host_cpus:
+                self.room_waits += 1
+                self.last_phase, spin_ns = PH_ROOM, max(spin_ns, self.spin_room_ns)
+            elif self.yield_ns > 0:
+                self.yield_waits += 1
+                self.last_phase, spin_ns = PH_YIELD, max(spin_ns, self.yield_ns)
+            else:
+                self.last_phase = PH_SPIN
+            end = start + spin_ns
+            if self.last_phase == PH_YIELD:
+                while not (r := self._check(only)) and time.monotonic_ns() < end:
+                    os.sched_yield()
+            else:
+                while not (r := self._check(only)) and time.monotonic_ns() < end:
+                    pass
         if r or timeout_ns <= 0:
             return r
         self.last_slept = True
+        self.sleeps += 1
         deadline = time.monotonic_ns() + timeout_ns
         peers = [p for p in self._inlist if only < 0 or p == only][:64]
         waiters = (_Waitv * len(peers))()
@@ -358,6 +455,9 @@ class Lane:
 
     def close(self) -> None:
         self.enabled = False
+        if self._loadfd >= 0:
+            os.close(self._loadfd)
+            self._loadfd = -1
         for box in [*self._out, *self._in]:
             if box is not None:
                 box.release()
@@ -368,4 +468,13 @@ class Lane:
 
 COMPILED = False
 
-__all__ = ["COMPILED", "KIND_EAGER", "NOT_TAKEN", "RAW", "Lane"]
+__all__ = [
+    "COMBINE_DTYPES",
+    "COMBINE_OPS",
+    "COMPILED",
+    "KIND_EAGER",
+    "NOT_TAKEN",
+    "RAW",
+    "Lane",
+    "combine",
+]

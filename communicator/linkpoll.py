@@ -23,12 +23,17 @@ if TYPE_CHECKING:
 #: the receiver's spin before it blocks on its sockets, microseconds: adaptive between these
 SPIN_MIN_US = 20
 SPIN_MAX_US = 400
-#: the spin of a receiver whose peers are all on this host before it sleeps on its futex
-#: words (the lane), microseconds: adaptive between 0 and this (a spin that found nothing
-#: halves it, one that found the packet doubles it); the second bound when ranks outnumber
-#: CPUs, starting from 0 (the peer that would answer may need this very CPU)
-FUTEX_SPIN_US = 50
-FUTEX_SPIN_CROWDED_US = 10
+#: the spin of a receiver whose peers are all on this host, before it sleeps on its futex
+#: words (the lane; docs/decisions.md, "A blocking receive spins while the host has room"),
+#: microseconds. While the host has a CPU for every runnable task (the lane reads the count
+#: from /proc/loadavg at most every millisecond) and this communicator's ranks here fit the
+#: CPUs, it pause-spins: the CPU is nobody else's, and a futex wake-up of an idle CPU costs
+#: 15-17 us on this VM against 0.2-0.3 us spinning (bench/shmfloor.py). Longer than most
+#: waits between two messages, short beside the compute a long wait covers.
+FUTEX_SPIN_ROOM_US = 200
+#: otherwise it calls sched_yield for this long, so ranks that share a CPU take turns
+#: without a wake-up (MPICH ch4's progress wait yields on every empty poll); then the futex
+FUTEX_YIELD_US = 50
 #: mailbox polls between looks at the sockets and the clock
 SPIN_SYSCALL_EVERY = 32
 #: a poll that found mailbox packets looks at the sockets only every this many times
@@ -101,13 +106,12 @@ class LinkPolling:
             yield from self._from_inboxes()
 
     def _poll_futex(self, timeout_ms: int) -> Iterator[tuple[int, Packet]]:
-        """Every peer on this host: the lane waits (GIL released: spin, then sleep on the
-        mailboxes' futex words), then the mailboxes are read; the sockets only when the lane
+        """Every peer on this host: the lane waits (GIL released: spin or yield, then sleep
+        on the mailboxes' futex words), then the mailboxes are read; the sockets only when the lane
         says a packet took one (too big for a slot, or a full mailbox), and now and then."""
         ready = self._from_inboxes()
         if not ready and timeout_ms:
-            r = self.lane.wait(self.lane.spin_ns, timeout_ms * 1_000_000)
-            self.lane.adapt()
+            r = self.lane.wait(0, timeout_ms * 1_000_000)
             ready = self._from_inboxes() if r == 1 else []
             if r == 2 and not ready:  # announced on a socket: it is on its way
                 yield from self._poll_sockets(min(timeout_ms, 100))

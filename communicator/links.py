@@ -40,7 +40,7 @@ from zpar.wire.listenguard import ListenerGuard
 
 from . import mailbox
 from .lane import Lane
-from .linkpoll import FUTEX_SPIN_CROWDED_US, FUTEX_SPIN_US, SPIN_MAX_US, LinkPolling
+from .linkpoll import FUTEX_SPIN_ROOM_US, FUTEX_YIELD_US, SPIN_MAX_US, LinkPolling
 from .mailbox import Mailbox
 from .peerwire import ENC_PICKLE, INLINE, Kind, Packet, PeerSigner
 
@@ -225,8 +225,11 @@ class PeerLinks(LinkPolling):
         if self.futex:
             self.lane.set_state(mailbox.ST_BUSY)
             self.lane.futex_mode = True
-            self.lane.spin_max_ns = 1000 * (FUTEX_SPIN_US if self.spins else FUTEX_SPIN_CROWDED_US)
-            self.lane.spin_ns = self.lane.spin_max_ns if self.spins else 0
+            # each wait spins while the host has a CPU for every runnable task, else takes
+            # turns with sched_yield, then sleeps (linkpoll's FUTEX_* say why)
+            self.lane.host_cpus = os.cpu_count() or 1
+            self.lane.spin_room_ns = 1000 * FUTEX_SPIN_ROOM_US if self.spins else 0
+            self.lane.yield_ns = 1000 * FUTEX_YIELD_US
         log.debug("comm %s rank %d: %d links open", self.comm_id, self.rank, self.size - 1)
 
     # -- traffic --------------------------------------------------------------------------

@@ -164,6 +164,50 @@ def test_a_wait_times_out_asleep_and_a_send_wakes_it(lane_impl):
         _close(tx, rx, boxes)
 
 
+def test_a_wait_spins_with_room_yields_without_then_sleeps(lane_impl):
+    """The phase of a wait before the futex: the pause-spin while the host's runnable tasks
+    fit its CPUs (host_cpus as large as can be: always room), else the sched_yield calls,
+    else straight to sleep; each bounded, each counted."""
+    tx, rx, boxes = _pair(lane_impl, lane_impl)
+    ROOM, YIELD = 2, 3  # Lane.last_phase (_lane.pyx's PH_*)
+    try:
+        rx.set_state(mailbox.ST_BUSY)
+        rx.spin_room_ns, rx.host_cpus, rx.yield_ns = 5_000_000, 1 << 30, 1_000_000
+        t = time.monotonic()
+        assert rx.wait(0, 1_000_000) == 0  # 5 ms spin, then 1 ms asleep
+        assert time.monotonic() - t >= 0.005
+        assert rx.last_phase == ROOM and rx.last_slept
+        assert rx.room_waits == 1 and rx.yield_waits == 0 and rx.sleeps == 1
+        assert rx.running_tasks() >= 1  # this process is running: /proc/loadavg says so
+
+        rx.host_cpus = 0  # no CPU for anyone: no room, so it yields
+        assert rx.wait(0, 1_000_000) == 0
+        assert rx.last_phase == YIELD and rx.yield_waits == 1 and rx.sleeps == 2
+
+        def sender():
+            time.sleep(0.05)  # the wait has begun (its spin: 2 s), unless the host stalled us
+            tx.send(0, EAGER, 0, 0, 0, 1, 0, 0, 0, b"ping")
+
+        rx.host_cpus, rx.yield_ns = 1 << 30, 0
+        rx.spin_room_ns = 2_000_000_000  # the packet comes during the spin: no sleep
+        for _ in range(5):  # a wait that began after the packet came never spun: again
+            th = threading.Thread(target=sender)
+            th.start()
+            assert rx.wait(0, 10_000_000_000) == 1 and not rx.last_slept
+            th.join()
+            assert rx.take_eager(1, 0, -1, None) == 4
+            if rx.last_phase == ROOM:
+                break
+        assert rx.last_phase == ROOM and rx.sleeps == 2
+
+        rooms = rx.room_waits
+        rx.spin_room_ns = rx.yield_ns = 0  # neither: asleep at once
+        assert rx.wait(0, 1_000_000) == 0 and rx.last_slept and rx.last_phase == 0
+        assert rx.room_waits == rooms and rx.yield_waits == 1 and rx.sleeps == 3
+    finally:
+        _close(tx, rx, boxes)
+
+
 def test_a_packet_sent_through_the_socket_is_announced(lane_impl):
     tx, rx, boxes = _pair(lane_impl, lane_impl)
     try:
@@ -231,3 +275,89 @@ def test_recv_object_unpickles_or_says_why_not(lane_impl):
         assert rx.recv_object(0, 3, 0, 0) is lane_impl.NOT_TAKEN  # no mailbox from rank 0
     finally:
         _close(tx, rx, boxes)
+
+
+def test_the_compiled_combine_is_numpys():
+    """Lane.allreduce's C combine gives numpy's ufunc results bit for bit: NaNs win MAX and
+    MIN, ties of signed zeros go to the higher operand, integers wrap."""
+    if compiled is None:
+        pytest.skip("the compiled lane was not built (no C compiler at install)")
+    ufuncs = {"SUM": np.add, "PROD": np.multiply, "MAX": np.maximum, "MIN": np.minimum}
+    for op, k in lanepy.COMBINE_OPS.items():
+        for dt, d in lanepy.COMBINE_DTYPES.items():
+            rng = np.random.default_rng(k * 8 + d)
+            lo = (rng.standard_normal(11) * 1e8).astype(dt)
+            hi = (rng.standard_normal(11) * 1e8).astype(dt)
+            if lo.dtype.kind == "f":
+                lo[:4], hi[:4] = [np.nan, 1.0, -0.0, 0.0], [1.0, np.nan, 0.0, -0.0]
+            else:
+                info = np.iinfo(lo.dtype)
+                lo[:2], hi[:2] = [info.max, info.min], [info.max, -1]  # wrap both ways
+            out = np.empty_like(lo)
+            compiled.combine(k * 8 + d, lo, hi, out)
+            with np.errstate(over="ignore"):
+                want = ufuncs[op](lo, hi)
+            assert out.tobytes() == want.tobytes(), (op, dt)
+    assert compiled.COMBINE_OPS == lanepy.COMBINE_OPS
+    assert compiled.COMBINE_DTYPES == lanepy.COMBINE_DTYPES
+    with pytest.raises(ValueError, match="combine"):
+        compiled.combine(8 + 1, np.zeros(2), np.zeros(3), np.zeros(2))
+
+
+def _ring_of_two(mod0, mod1):
+    """Ranks 0 and 1 (lanes of mod0 and mod1), a mailbox each way, waiting on futexes."""
+    a, b = Mailbox.create(), Mailbox.create()  # a: 0 -> 1, b: 1 -> 0
+    a_in, b_in = Mailbox.attach(a.path), Mailbox.attach(b.path)
+    l0, l1 = mod0.Lane(2), mod1.Lane(2)
+    l0.rank, l1.rank = 0, 1
+    l0.set_out(1, a.mapping, mailbox.SLOTS, mailbox.SLOT_SIZE)
+    l1.set_in(0, a_in.mapping, mailbox.SLOTS, mailbox.SLOT_SIZE)
+    l1.set_out(0, b.mapping, mailbox.SLOTS, mailbox.SLOT_SIZE)
+    l0.set_in(1, b_in.mapping, mailbox.SLOTS, mailbox.SLOT_SIZE)
+    for lane in (l0, l1):
+        lane.futex_mode = True
+        lane.set_state(mailbox.ST_BUSY)
+    return l0, l1, (a, b, a_in, b_in)
+
+
+@pytest.mark.parametrize("pair", ["compiled", "twin", "mixed"])
+def test_an_allreduce_in_one_call_each_side_across_lanes(pair):
+    """Two ranks' Lane.allreduce (compiled, twin, or one of each) exchange and combine in
+    one call each, the lower rank's operand first; a blocked peer stops it before its
+    send (round 0, nothing sent) for the Python rounds to go on."""
+    if compiled is None and pair != "twin":
+        pytest.skip("the compiled lane was not built (no C compiler at install)")
+    mods = {"compiled": (compiled, compiled), "twin": (lanepy, lanepy), "mixed": (compiled, lanepy)}
+    l0, l1, boxes = _ring_of_two(*mods[pair])
+    sum_f8 = lanepy.COMBINE_OPS["SUM"] * 8 + lanepy.COMBINE_DTYPES["<f8"]
+    max_i4 = lanepy.COMBINE_OPS["MAX"] * 8 + lanepy.COMBINE_DTYPES["<i4"]
+    try:
+        for code, x0, x1, want in (
+            (
+                sum_f8,
+                np.array([0.1, 2.0]),
+                np.array([0.2, -1.0]),
+                np.array([0.1, 2.0]) + [0.2, -1.0],
+            ),
+            (max_i4, np.array([5, -7], np.int32), np.array([3, 9], np.int32), [5, 9]),
+        ):
+            got0, out = np.empty_like(x0), {}
+
+            def rank0(x0=x0, got0=got0, code=code, out=out):
+                out[0] = l0.allreduce(x0, got0, 2, 7, 1, code, 10_000_000_000)
+
+            th = threading.Thread(target=rank0)
+            th.start()
+            assert l1.allreduce(x1, np.empty_like(x1), 2, 7, 1, code, 10_000_000_000) == -1
+            th.join()
+            assert out[0] == -1
+            assert x0.tobytes() == x1.tobytes() == np.asarray(want, x0.dtype).tobytes()
+        l0.block(1, True)
+        assert l0.allreduce(np.ones(1), np.ones(1), 2, 8, 1, sum_f8, 0) == 0
+        assert l1.unread_out(0) == 0 and l0.unread_out(1) == 0  # nothing sent
+        assert l0.allreduce(np.ones(1), np.ones(2), 2, 8, 1, sum_f8, 0) == 0  # sizes differ
+    finally:
+        l0.close()
+        l1.close()
+        for b in boxes:
+            b.close()

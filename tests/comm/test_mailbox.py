@@ -97,3 +97,41 @@ def test_cma_reads_a_described_buffer_and_refuses_a_gone_process():
     assert np.array_equal(src, dst)
     gone = cma.DESC.pack(2**22 + 12345, cma.address(memoryview(src).cast("B")))  # no such pid
     assert not cma.read(gone, memoryview(dst).cast("B"))
+
+
+@pytest.mark.skipif(not cma.SUPPORTED, reason="process_vm_readv is Linux's")
+def test_a_long_cma_read_is_split_across_threads_and_arrives_whole(monkeypatch):
+    """A read of several parts (forced here: 64 KiB parts, four of them, whatever the CPUs
+    and the load)
+    lands every byte where it belongs, an odd length included; a refusal of any part
+    fails the whole read."""
+    monkeypatch.setattr(cma, "PART_MIN", 64 << 10)
+    monkeypatch.setattr(cma, "_cpus", lambda: 4)
+    monkeypatch.setattr(cma, "_room", lambda: True)  # a CPU for each part, whatever the load
+    src = np.random.default_rng(1).integers(0, 255, (1 << 20) + 12345, dtype=np.uint8)
+    dst = np.zeros_like(src)
+    desc = cma.describe(os.getpid(), memoryview(src))
+    assert cma.read(desc, memoryview(dst))
+    assert np.array_equal(src, dst)
+    calls = []
+    real = cma._read_part
+
+    def flaky(pid, local, remote, n):
+        calls.append(n)
+        return real(pid, local, remote, n) and len(calls) != 3  # the third part refused
+
+    monkeypatch.setattr(cma, "_read_part", flaky)
+    assert not cma.read(desc, memoryview(dst))
+    assert len(calls) == 4 and sum(calls) == len(src)
+
+
+@pytest.mark.skipif(not cma.SUPPORTED, reason="process_vm_readv is Linux's")
+def test_a_long_cma_read_on_a_busy_host_is_one_part(monkeypatch):
+    monkeypatch.setattr(cma, "PART_MIN", 64 << 10)
+    monkeypatch.setattr(cma, "_cpus", lambda: 4)
+    monkeypatch.setattr(cma, "_room", lambda: False)
+    calls = []
+    monkeypatch.setattr(cma, "_read_part", lambda pid, local, remote, n: calls.append(n) or True)
+    src = np.zeros(1 << 20, dtype=np.uint8)
+    assert cma.read(cma.describe(os.getpid(), memoryview(src)), memoryview(src.copy()))
+    assert calls == [1 << 20]
