@@ -15,7 +15,7 @@ from typing import Any
 
 import msgpack
 
-from zpar.elements import PART_SEP, origin_of
+from zpar.elements import PART_SEP, TIMES, origin_of, times_as_text
 
 from .elementparts import MAP_QUEUE, PART_QUEUE, Elements, part_row_id
 
@@ -305,6 +305,9 @@ class TaskTable:
         part.status = status
         part.stdout = str(metadata.pop("stdout", "") or "")
         part.stderr = str(metadata.pop("stderr", "") or "")
+        times = metadata.get(TIMES)
+        if isinstance(times, bytes):  # stored as base64: a JSON store escapes raw bytes
+            metadata[TIMES] = times_as_text(times)
         part.metadata = metadata
         part.result_content = content
         self.dirty[part.msg_id] = part

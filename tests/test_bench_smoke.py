@@ -92,3 +92,19 @@ def test_clientfloor_sends_and_reads_back_every_task():
         figures = clientfloor.run(count=40, b=b, repeat=1)
         assert figures["send"] > 0 and figures["receive"] > 0
         assert figures["total"] == figures["send"] + figures["receive"]
+
+
+@pytest.mark.timeout(120)
+def test_mapcpu_gives_every_process_its_cpu_per_map(zpar_dir):
+    """bench.mapcpu: per map and per task, the CPU of the client, the hub, the scheduler
+    and each engine (tiny counts: only that every process is there and the maps ran)."""
+    env = dict(os.environ, ZPAR_DIR=str(zpar_dir))
+    cmd = [sys.executable, "-m", "bench.mapcpu", "--maps", "10", "--tasks", "50"]
+    cmd += ["--repeat", "1", "--json"]
+    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=110)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    for row in ("W4", "W4 chunksize=100", "W3"):
+        assert {"client", "hub", "scheduler", "engine 0", "engine 1"} <= set(res[row]), res[row]
+        assert res[row]["per_s"] > 0 and res[row]["total"] >= 0
+    assert res["controller_pss_mb"] > 0

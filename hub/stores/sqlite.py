@@ -283,19 +283,26 @@ def _record(keys: Iterable[str], row: tuple[Any, ...]) -> dict[str, Any]:
     return out
 
 
-def _refuse(value: Any) -> Any:
+def _latin1(value: Any) -> Any:
+    """The encoder's default: bytes as latin-1 text, as records.jsonable makes them (a
+    map's part carries its elements' times as bytes, zpar.elements.TIMES); any other type
+    is refused."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).decode("latin-1")
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 def _json_encoder() -> Any:
-    """json.dumps(value, allow_nan=False) as one reused C encoder: JSONEncoder.encode
-    builds its C encoder anew on every call, half the cost of a small map (the hub encodes
-    three per record). Falls back to JSONEncoder where the C speedups are missing."""
+    """json.dumps(value, allow_nan=False) as one reused C encoder, bytes taken as
+    latin-1 text on the way: JSONEncoder.encode builds its C encoder anew on every call,
+    half the cost of a small map (the hub encodes three per record), and a TypeError on
+    bytes sent the whole value through jsonable() and json.dumps again. Falls back to
+    JSONEncoder where the C speedups are missing."""
     make = json.encoder.c_make_encoder
     if make is None:
-        return json.JSONEncoder(allow_nan=False).encode
+        return json.JSONEncoder(allow_nan=False, default=_latin1).encode
     chunks = make(
-        None, _refuse, json.encoder.encode_basestring_ascii, None, ": ", ", ", False, False, False
+        None, _latin1, json.encoder.encode_basestring_ascii, None, ": ", ", ", False, False, False
     )
 
     def encode(value: Any) -> str:
@@ -308,8 +315,8 @@ _encode = _json_encoder()
 
 
 def _json(value: Any) -> str:
-    """json.dumps of msgpack-decoded data; the slower jsonable() only for what JSON cannot
-    take as it is (bytes, NaN)."""
+    """json.dumps of msgpack-decoded data; the slower jsonable() only for what the encoder
+    cannot take as it is (NaN, keys that are not text)."""
     try:
         return _encode(value)
     except (TypeError, ValueError):
