@@ -604,14 +604,19 @@ cdef class Lane:
         """1: a mailbox holds a packet; 2: a packet is on its way through a socket; 0."""
         cdef int k, peer, r = 0
         cdef uint8_t *box
+        cdef int64_t sent
         for k in range(self.nin):
             peer = self.inlist[k]
             if only >= 0 and peer != only:
                 continue
             box = self.inp[peer]
+            # ``sent`` first: a sender stores WRITTEN before SENT, so a SENT read here that
+            # counts a mailbox packet comes with its WRITTEN (read second, it is not taken
+            # for a packet on a socket when the sender wrote both between the two reads)
+            sent = <int64_t>zp_load(<uint64_t *>(box + O_SENT))
             if zp_load(<uint64_t *>(box + O_WRITTEN)) != zp_load(<uint64_t *>(box + O_READ)):
                 return 1
-            if <int64_t>zp_load(<uint64_t *>(box + O_SENT)) > self._recv[peer]:
+            if sent > self._recv[peer]:
                 r = 2
         return r
 

@@ -390,9 +390,10 @@ class Lane:
             if only >= 0 and peer != only:
                 continue
             ctl = self._in[peer].ctl  # type: ignore[union-attr]
+            sent = ctl[_SENT]  # first: the compiled lane's _check says why
             if ctl[_W] != ctl[_R]:
                 return 1
-            if ctl[_SENT] > self.recv_seq[peer]:
+            if sent > self.recv_seq[peer]:
                 r = 2
         return r
 
