@@ -793,7 +793,8 @@ cdef class Lane:
     def wait(self, long spin_ns, long timeout_ns, int only=-1):
         """Wait for a packet from any peer (or from ``only``) with the GIL released: spin
         (``spin_room_ns`` while the host has a CPU for every runnable task, else
-        ``yield_ns`` of sched_yield calls; at least ``spin_ns`` either way), then sleep on
+        ``yield_ns`` of sched_yield calls; at least ``spin_ns`` either way; none when
+        ``spin_ns`` < 0: a long wait's, leaving the CPUs to others), then sleep on
         the mailboxes' futex words (state SLEEPING, so senders ring) until ``timeout_ns``.
         1: a mailbox packet, 2: one through a socket, 0."""
         return self._wait(spin_ns, timeout_ns, only)
@@ -827,7 +828,7 @@ cdef class Lane:
         self.last_phase = PH_NONE
         with nogil:
             r = self._check(only)
-            if r == 0 and (spin_ns > 0 or self.spin_room_ns > 0 or self.yield_ns > 0):
+            if r == 0 and spin_ns >= 0 and (spin_ns > 0 or self.spin_room_ns > 0 or self.yield_ns > 0):
                 start = _now_ns()
                 phase = PH_SPIN
                 tasks = self._tasks(start) if self.spin_room_ns > 0 else -1

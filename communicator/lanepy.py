@@ -419,7 +419,7 @@ class Lane:
             return 0
         self.last_phase = PH_NONE
         r = self._check(only)
-        if r == 0 and (spin_ns > 0 or self.spin_room_ns > 0 or self.yield_ns > 0):
+        if r == 0 and spin_ns >= 0 and (spin_ns > 0 or self.spin_room_ns > 0 or self.yield_ns > 0):
             start = time.monotonic_ns()
             tasks = self._tasks(start) if self.spin_room_ns > 0 else -1
             if 0 < tasks <= self.host_cpus:

@@ -209,6 +209,23 @@ def test_a_wait_spins_with_room_yields_without_then_sleeps(lane_impl):
         _close(tx, rx, boxes)
 
 
+def test_a_long_wait_sleeps_at_once_whatever_the_room(lane_impl):
+    """wait(-1, ...): a long message's sender waiting for its reader neither spins nor
+    yields, even with room, so a split read has the CPUs; a packet is still seen."""
+    tx, rx, boxes = _pair(lane_impl, lane_impl)
+    try:
+        rx.set_state(mailbox.ST_BUSY)
+        rx.spin_room_ns, rx.host_cpus, rx.yield_ns = 5_000_000_000, 1 << 30, 1_000_000_000
+        assert rx.wait(-1, 1_000_000) == 0  # not 5 s of spin: asleep at once, 1 ms
+        assert rx.last_slept and rx.last_phase == 0
+        assert rx.room_waits == rx.yield_waits == 0 and rx.sleeps == 1
+        tx.send(0, EAGER, 0, 0, 0, 1, 0, 0, 0, b"done")
+        assert rx.wait(-1, 1_000_000) == 1 and not rx.last_slept
+        assert rx.take_eager(1, 0, -1, None) == 4
+    finally:
+        _close(tx, rx, boxes)
+
+
 def test_a_packet_sent_through_the_socket_is_announced(lane_impl):
     tx, rx, boxes = _pair(lane_impl, lane_impl)
     try:
