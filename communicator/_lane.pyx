@@ -311,7 +311,7 @@ cdef object _unpickle_small(const uint8_t *p, Py_ssize_t n):
         return NOT_TAKEN
     if n == 5 and p[2] == 0x4B:
         return PyLong_FromLong(p[3])
-    if n < 15 or p[2] != 0x95 or <Py_ssize_t>zp_le64get(p + 3) != n - 12:
+    if n < 15 or p[2] != 0x95 or <Py_ssize_t>zp_le64get(p + 3) != n - 11:
         return NOT_TAKEN
     k = 11
     if n == 21 and p[k] == 0x47:
@@ -323,6 +323,21 @@ cdef object _unpickle_small(const uint8_t *p, Py_ssize_t n):
     if n == 17 and p[k] == 0x4A:
         return PyLong_FromLong(<int32_t>zp_le32get(p + k + 1))
     return NOT_TAKEN
+
+
+def loads_small(object data):
+    """The object of a pickle the lane writes itself (None, bools, floats, 32-bit ints),
+    read as recv_object reads it from a slot; NOT_TAKEN for any other bytes."""
+    cdef const uint8_t[::1] v = data
+    return _unpickle_small(&v[0], v.shape[0]) if v.shape[0] else NOT_TAKEN
+
+
+def dumps_small(object obj):
+    """The bytes send_object writes itself for ``obj`` (pickle.dumps(obj, 5)'s), or None
+    when it leaves ``obj`` to pickle."""
+    cdef uint8_t out[32]
+    cdef Py_ssize_t k = _pickle_small(obj, out)
+    return PyBytes_FromStringAndSize(<char *>out, k) if k > 0 else None
 
 
 cdef class Lane:

@@ -491,3 +491,37 @@ def test_recv_object_consumes_a_bad_pickle_before_raising(lane_impl):
         assert rx.recv_object(1, 3, 0, 0) is lane_impl.NOT_TAKEN  # nothing left
     finally:
         _close(tx, rx, boxes)
+
+
+def test_the_compiled_small_pickles_are_pickles_own_both_ways():
+    """The compiled writer and reader of small pickles: pickle.dumps(obj, 5)'s bytes for
+    exactly None, bools, floats and 32-bit ints, read back without pickle (NaN's bits and
+    -0.0's sign kept); anything else is left to pickle either way."""
+    if compiled is None:
+        pytest.skip("the compiled lane was not built (no C compiler at install)")
+    import struct
+
+    small = [None, True, False, 0, 1, 255, 256, 65535, 65536, -1, -256, 2**31 - 1, -(2**31)]
+    small += [1.0, -0.0, 0.1, float("inf"), float("-inf"), 1e308, 5e-324, float("nan")]
+    small += [struct.unpack("<d", struct.pack("<Q", 0x7FF0000000000123))[0]]  # a NaN payload
+    for obj in small:
+        data = pickle.dumps(obj, 5)
+        assert compiled.dumps_small(obj) == data, obj
+        got = compiled.loads_small(data)
+        assert type(got) is type(obj) and repr(got) == repr(obj), (obj, got)
+        if isinstance(obj, float):
+            assert struct.pack("<d", got) == struct.pack("<d", obj)
+    for obj in [2**31, -(2**31) - 1, 2**70, _Float(2.5), np.float64(3.0), "x", b"", (1,), 1j]:
+        assert compiled.dumps_small(obj) is None, obj
+        assert compiled.loads_small(pickle.dumps(obj, 5)) is compiled.NOT_TAKEN, obj
+    for bad in [
+        b"",
+        b"\x80\x05",
+        b"\x80\x04K\x01.",
+        b"\x80\x05K\x01",
+        b"\x80\x05G.",
+        pickle.dumps(1.0, 5)[:-1] + b"\x00",
+        pickle.dumps(1.0, 4),
+    ]:
+        got = compiled.loads_small(bad)
+        assert got is compiled.NOT_TAKEN or got == pickle.loads(bad), bad
