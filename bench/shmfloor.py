@@ -21,6 +21,9 @@ What moving data between two processes of one host costs before any design is on
   spinning on the other's counter (half round trip, ns): the floor of a same-host
   mailbox; and the same where the receiver sleeps on a futex and is woken by the sender
   (the cost a blocking receive pays once its spin gave up). Needs a C compiler (cc);
+- ``cma``: process_vm_readv of M MB from another process's buffer (touched before) into
+  one of ours, in one part and split in two page-aligned parts on two threads (what
+  zpar.comm.cma does for a long same-host message), beside ``memcpy`` in the same loop;
 - ``python pingpong``: the same 8 bytes through the communicator's shared-memory mailboxes
   (zpar.comm.mailbox: put, spin on peek, consume), both sides in Python and nothing else
   (no header, no HMAC, no matching): Python's own floor per message on this path.
@@ -235,13 +238,69 @@ def python_pingpong(runs: int, n: int = 20_000) -> dict[str, str]:
     return {"Python mailbox ping-pong, spin, 8 B half round trip (ns)": _range(figs, "{:.0f}")}
 
 
+def cma_reads(mb: int, runs: int) -> dict[str, str]:
+    """process_vm_readv of ``mb`` MB from a child's buffer, one part and two (threads),
+    alternating with a memcpy of the same size; GB/s."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from zpar.comm import cma
+
+    n = mb * 2**20
+    src = np.random.default_rng(0).integers(0, 255, n, dtype=np.uint8)
+    dst = np.empty_like(src)
+    dst[:] = 1
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the sender: its buffer stays put until the parent closes the pipe
+        os.close(wfd)
+        os.read(rfd, 1)
+        os._exit(0)
+    os.close(rfd)
+    addr, local = cma.address(memoryview(src)), cma.address(memoryview(dst))
+    half = (n // 2 + 4095) & ~4095
+    one, two, copy = [], [], []
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            for _ in range(runs):
+                t = time.perf_counter()
+                np.copyto(dst, src)
+                copy.append(n / (time.perf_counter() - t) / 1e9)
+                t = time.perf_counter()
+                if not cma._read_part(pid, local, addr, n):
+                    return {"cma": "refused by the kernel"}
+                one.append(n / (time.perf_counter() - t) / 1e9)
+                t = time.perf_counter()
+                f = pool.submit(cma._read_part, pid, local + half, addr + half, n - half)
+                ok = cma._read_part(pid, local, addr, half) and f.result()
+                two.append(n / (time.perf_counter() - t) / 1e9)
+                if not ok:
+                    return {"cma": "refused by the kernel"}
+    finally:
+        os.close(wfd)
+        os.waitpid(pid, 0)
+    return {
+        f"cma: memcpy {mb} MB, same loop (GB/s)": _range(copy),
+        f"cma: process_vm_readv {mb} MB, one part (GB/s)": _range(one),
+        f"cma: process_vm_readv {mb} MB, two parts on two threads (GB/s)": _range(two),
+    }
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--mb", type=int, default=100)
     ap.add_argument("--json", action="store_true", help="one JSON object instead of lines")
+    ap.add_argument("--cma", action="store_true", help="only the process_vm_readv figures")
     args = ap.parse_args(argv)
-    figures = {**copies(args.mb, args.runs), **pingpong(args.runs), **python_pingpong(args.runs)}
+    if args.cma:
+        figures = cma_reads(args.mb, args.runs)
+    else:
+        figures = {
+            **copies(args.mb, args.runs),
+            **cma_reads(args.mb, args.runs),
+            **pingpong(args.runs),
+            **python_pingpong(args.runs),
+        }
     figures["load average"] = " ".join(f"{x:.1f}" for x in os.getloadavg())
     if args.json:
         print(json.dumps(figures))

@@ -15,7 +15,9 @@ from cpython.buffer cimport (
     PyObject_GetBuffer,
 )
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
-from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
+from cpython.float cimport PyFloat_AS_DOUBLE, PyFloat_FromDouble
+from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_FromLong
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
 import pickle
@@ -23,6 +25,7 @@ import pickle
 import numpy as np
 
 _loads = pickle.loads
+_dumps = pickle.dumps
 
 #: recv_object's answer when the general path must take over (lanepy.NOT_TAKEN's twin)
 NOT_TAKEN = object()
@@ -89,6 +92,10 @@ cdef extern from *:
     static inline uint64_t zp_be64(const uint8_t *p) { return __builtin_bswap64(*(const uint64_t *)p); }
     static inline void zp_put32(uint8_t *p, uint32_t v) { *(uint32_t *)p = __builtin_bswap32(v); }
     static inline void zp_put64(uint8_t *p, uint64_t v) { *(uint64_t *)p = __builtin_bswap64(v); }
+    static inline void zp_le32(uint8_t *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i)); }
+    static inline void zp_le64(uint8_t *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i)); }
+    static inline uint32_t zp_le32get(const uint8_t *p) { uint32_t v = 0; for (int i = 3; i >= 0; i--) v = (v << 8) | p[i]; return v; }
+    static inline uint64_t zp_le64get(const uint8_t *p) { uint64_t v = 0; for (int i = 7; i >= 0; i--) v = (v << 8) | p[i]; return v; }
     """
     void zp_pause() nogil
     uint64_t zp_load(volatile uint64_t *p) nogil
@@ -106,6 +113,10 @@ cdef extern from *:
     uint64_t zp_be64(const uint8_t *p) nogil
     void zp_put32(uint8_t *p, uint32_t v) nogil
     void zp_put64(uint8_t *p, uint64_t v) nogil
+    void zp_le32(uint8_t *p, uint32_t v) nogil
+    void zp_le64(uint8_t *p, uint64_t v) nogil
+    uint32_t zp_le32get(const uint8_t *p) nogil
+    uint64_t zp_le64get(const uint8_t *p) nogil
 
 # the mailbox layout (zpar.comm.mailbox): counters each on a cache line, then the slots
 DEF O_WRITTEN = 0
@@ -228,6 +239,107 @@ def combine(int code, object lower, object higher, object out):
         PyBuffer_Release(&a)
 
 
+cdef enum:
+    ENC_PICKLE = 1  # zpar.comm.peerwire.ENC_PICKLE
+
+
+cdef Py_ssize_t _frame(uint8_t *out, Py_ssize_t body) noexcept:
+    """PROTO 5 and, for a body of 4 bytes or more, FRAME (pickle's _FRAME_SIZE_MIN)."""
+    out[0], out[1] = 0x80, 5
+    if body < 4:
+        return 2
+    out[2] = 0x95
+    zp_le64(out + 3, <uint64_t>body)
+    return 11
+
+
+cdef Py_ssize_t _pickle_small(object obj, uint8_t *out) except -2:
+    """pickle.dumps(obj, 5)'s exact bytes for None, True, False, a float or an int in
+    [-2**31, 2**31) (each type exactly, not a subclass), written into ``out`` (>= 21
+    bytes); their length, or -1 for anything else."""
+    cdef Py_ssize_t k
+    cdef double d
+    cdef long long v
+    cdef int overflow = 0
+    if obj is None or obj is True or obj is False:
+        k = _frame(out, 2)
+        out[k] = 0x4E if obj is None else (0x88 if obj is True else 0x89)
+        out[k + 1] = 0x2E  # STOP
+        return k + 2
+    if type(obj) is float:
+        d = PyFloat_AS_DOUBLE(obj)
+        k = _frame(out, 10)
+        out[k] = 0x47  # BINFLOAT, big-endian
+        zp_put64(out + k + 1, (<uint64_t *>&d)[0])
+        out[k + 9] = 0x2E
+        return k + 10
+    if type(obj) is int:
+        v = PyLong_AsLongLongAndOverflow(obj, &overflow)
+        if overflow or v < -2147483648LL or v > 2147483647LL:
+            return -1
+        if 0 <= v <= 0xFF:
+            k = _frame(out, 3)
+            out[k], out[k + 1], out[k + 2] = 0x4B, <uint8_t>v, 0x2E  # BININT1
+            return k + 3
+        if 0 <= v <= 0xFFFF:
+            k = _frame(out, 4)
+            out[k], out[k + 1], out[k + 2], out[k + 3] = 0x4D, v & 0xFF, v >> 8, 0x2E
+            return k + 4
+        k = _frame(out, 6)
+        out[k] = 0x4A  # BININT, little-endian signed
+        zp_le32(out + k + 1, <uint32_t>(<int>v))
+        out[k + 5] = 0x2E
+        return k + 6
+    return -1
+
+
+cdef object _unpickle_small(const uint8_t *p, Py_ssize_t n):
+    """The object of a pickle _pickle_small writes, read without pickle's machinery;
+    NOT_TAKEN for any other bytes (then pickle.loads reads them)."""
+    cdef Py_ssize_t k
+    cdef uint64_t bits
+    cdef double d
+    if n < 4 or p[0] != 0x80 or p[1] != 5 or p[n - 1] != 0x2E:
+        return NOT_TAKEN
+    if n == 4:
+        if p[2] == 0x4E:
+            return None
+        if p[2] == 0x88:
+            return True
+        if p[2] == 0x89:
+            return False
+        return NOT_TAKEN
+    if n == 5 and p[2] == 0x4B:
+        return PyLong_FromLong(p[3])
+    if n < 15 or p[2] != 0x95 or <Py_ssize_t>zp_le64get(p + 3) != n - 11:
+        return NOT_TAKEN
+    k = 11
+    if n == 21 and p[k] == 0x47:
+        bits = zp_be64(p + k + 1)
+        memcpy(&d, &bits, 8)
+        return PyFloat_FromDouble(d)
+    if n == 15 and p[k] == 0x4D:
+        return PyLong_FromLong(p[k + 1] | (<long>p[k + 2] << 8))
+    if n == 17 and p[k] == 0x4A:
+        return PyLong_FromLong(<int32_t>zp_le32get(p + k + 1))
+    return NOT_TAKEN
+
+
+def loads_small(object data):
+    """The object of a pickle the lane writes itself (None, bools, floats, 32-bit ints),
+    read as recv_object reads it from a slot; NOT_TAKEN for any other bytes."""
+    cdef const uint8_t[::1] v = data
+    return _unpickle_small(&v[0], v.shape[0]) if v.shape[0] else NOT_TAKEN
+
+
+def dumps_small(object obj):
+    """The bytes send_object writes itself for ``obj`` (pickle.dumps(obj, 5)'s), or None
+    when it leaves ``obj`` to pickle."""
+    cdef uint8_t out[32]
+    cdef Py_ssize_t k = _pickle_small(obj, out)
+    return PyBytes_FromStringAndSize(<char *>out, k) if k > 0 else None
+
+
 cdef class Lane:
     """The mailboxes of one rank, both directions, and its links' sequence numbers.
 
@@ -251,6 +363,7 @@ cdef class Lane:
     cdef public int last_acks
     cdef public int last_src
     cdef public object last_payload
+    cdef public object last_pickle
     cdef public long last_n
     cdef public bint futex_mode
     #: whether the last wait went to sleep (its spin found nothing)
@@ -356,6 +469,35 @@ cdef class Lane:
         cdef int r = self._put(dest, KIND_EAGER, ctx, enc, 0, self.rank, tag, 0, 0,
                                <const uint8_t *>view.buf, view.len)
         PyBuffer_Release(&view)
+        return r
+
+    cpdef int send_object(self, int dest, object obj, int tag, int ctx) except -9:
+        """send_eager of ``obj`` pickled (protocol 5), in one call: None, bools, floats and
+        32-bit ints are written here as the exact bytes pickle.dumps(obj, 5) makes, others
+        pickled by it. 0 when not taken: ``last_pickle`` then holds the pickle if one was
+        made (None: nothing was, the message is not for this lane), for the general path."""
+        cdef uint8_t small[32]
+        cdef Py_ssize_t k
+        cdef Py_buffer view
+        cdef int r
+        self.last_pickle = None
+        if not self.enabled or dest < 0 or dest >= self.size or self.blocked[dest]:
+            return 0
+        if self.outp[dest] == NULL:
+            return 0
+        k = _pickle_small(obj, small)
+        if k > 0:
+            r = self._put(dest, KIND_EAGER, ctx, ENC_PICKLE, 0, self.rank, tag, 0, 0, small, k)
+            if r == 0:
+                self.last_pickle = PyBytes_FromStringAndSize(<char *>small, k)
+            return r
+        data = _dumps(obj, 5)
+        PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+        r = self._put(dest, KIND_EAGER, ctx, ENC_PICKLE, 0, self.rank, tag, 0, 0,
+                      <const uint8_t *>view.buf, view.len)
+        PyBuffer_Release(&view)
+        if r == 0:
+            self.last_pickle = data
         return r
 
     cdef int _put(self, int peer, int kind, int ctx, int enc, int acks, int src, int tag,
@@ -530,17 +672,60 @@ cdef class Lane:
             return -2
 
     def recv_object(self, int source, int tag, int ctx, long timeout_ns):
-        """recv_eager for a pickled message, unpickled here: the object, RAW when the
-        message is a raw buffer (the caller's error to raise), NOT_TAKEN for the general
-        path. ``last_tag`` / ``last_n`` tell the status."""
-        cdef long n = self.recv_eager(source, tag, ctx, None, timeout_ns)
-        if n < 0:
+        """recv_eager for a pickled message, unpickled here (the pickles send_object writes
+        itself are read straight from the slot, others copied out and unpickled after the
+        packet is consumed, so what unpickling runs never sees the slot): the object, RAW
+        when the message is a raw buffer (the caller's error to raise), NOT_TAKEN for the
+        general path. ``last_tag`` / ``last_n`` tell the status."""
+        cdef uint8_t *slot
+        cdef uint8_t *p
+        cdef uint32_t n
+        cdef int ptag
+        if not self.enabled or not self.futex_mode or source < 0 or source >= self.size:
             return NOT_TAKEN
+        if self.inp[source] == NULL:
+            return NOT_TAKEN
+        slot = self._eager_head(source, ctx, tag)
+        if slot == NULL:
+            if self._head(source) != NULL:  # something else is next
+                return NOT_TAKEN
+            if self._wait(0, timeout_ns, source) != 1:
+                return NOT_TAKEN
+            slot = self._eager_head(source, ctx, tag)
+            if slot == NULL:
+                return NOT_TAKEN
+        p = slot + 4
+        n = (<uint32_t *>slot)[0] - HDR
+        ptag = <int>zp_be32(p + 8)
+        self.last_tag, self.last_enc, self.last_acks = ptag, p[2], p[3]
+        self.last_src = source
         self.last_n = n
-        if self.last_enc != 1:  # zpar.comm.peerwire.ENC_PICKLE
+        if p[2] != ENC_PICKLE:
+            self._consume(source)
             return RAW
-        data, self.last_payload = self.last_payload, None
+        obj = _unpickle_small(p + HDR, n)
+        if obj is not NOT_TAKEN:
+            self._consume(source)
+            return obj
+        data = PyBytes_FromStringAndSize(<char *>p + HDR, n)
+        self._consume(source)
         return _loads(data)
+
+    cdef uint8_t *_eager_head(self, int peer, int ctx, int tag) noexcept:
+        """take_eager's match without the take: the slot of the link's next packet if it
+        is an EAGER message of (ctx, tag) from ``peer``, else NULL."""
+        cdef uint8_t *slot = self._head(peer)
+        if slot == NULL:
+            return NULL
+        cdef uint32_t n = (<uint32_t *>slot)[0]
+        cdef uint8_t *p = slot + 4
+        if n + 4 > self.islot_size[peer] or n < HDR:
+            return NULL
+        if <int64_t>zp_be64(p + SEQ_AT) != self._recv[peer] or <int>zp_be32(p + 4) != peer:
+            return NULL
+        if p[0] != KIND_EAGER or p[1] != ctx or (tag != -1 and <int>zp_be32(p + 8) != tag):
+            return NULL
+        return slot
 
     cpdef long allreduce(self, object acc, object got, int n, int tag, int ctx, int code,
                          long timeout_ns) except -9:
@@ -623,7 +808,8 @@ cdef class Lane:
     def wait(self, long spin_ns, long timeout_ns, int only=-1):
         """Wait for a packet from any peer (or from ``only``) with the GIL released: spin
         (``spin_room_ns`` while the host has a CPU for every runnable task, else
-        ``yield_ns`` of sched_yield calls; at least ``spin_ns`` either way), then sleep on
+        ``yield_ns`` of sched_yield calls; at least ``spin_ns`` either way; none when
+        ``spin_ns`` < 0: a long wait's, leaving the CPUs to others), then sleep on
         the mailboxes' futex words (state SLEEPING, so senders ring) until ``timeout_ns``.
         1: a mailbox packet, 2: one through a socket, 0."""
         return self._wait(spin_ns, timeout_ns, only)
@@ -657,7 +843,7 @@ cdef class Lane:
         self.last_phase = PH_NONE
         with nogil:
             r = self._check(only)
-            if r == 0 and (spin_ns > 0 or self.spin_room_ns > 0 or self.yield_ns > 0):
+            if r == 0 and spin_ns >= 0 and (spin_ns > 0 or self.spin_room_ns > 0 or self.yield_ns > 0):
                 start = _now_ns()
                 phase = PH_SPIN
                 tasks = self._tasks(start) if self.spin_room_ns > 0 else -1

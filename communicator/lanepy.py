@@ -20,8 +20,8 @@ import numpy as np
 
 from . import hostload
 from . import mailbox as mb
+from .peerwire import ENC_PICKLE, Kind
 from .peerwire import HEADER as _HDR
-from .peerwire import Kind
 
 _HDR_SIZE = _HDR.size
 _LEN = struct.Struct("<I")
@@ -126,6 +126,8 @@ class Lane:
         self._inlist: list[int] = []
         self.last_tag = self.last_enc = self.last_acks = self.last_src = 0
         self.last_payload: bytes | None = None
+        #: send_object's pickle when the lane did not take it (for the general path)
+        self.last_pickle: bytes | None = None
         self.last_n = 0
         self.futex_mode = False
         #: whether the last wait went to sleep (its spin found nothing)
@@ -175,6 +177,20 @@ class Lane:
             return self.send(dest, KIND_EAGER, ctx, enc, 0, self.rank, tag, 0, 0, data)
         except (TypeError, ValueError, BufferError):
             return 0
+
+    def send_object(self, dest: int, obj: Any, tag: int, ctx: int) -> int:
+        """send_eager of ``obj`` pickled (protocol 5: the compiled lane's bytes); 0 when
+        not taken, ``last_pickle`` then holding the pickle if one was made."""
+        self.last_pickle = None
+        if not self.enabled or not 0 <= dest < self.size or self._blocked[dest]:
+            return 0
+        if self._out[dest] is None:
+            return 0
+        data = pickle.dumps(obj, 5)
+        r = self.send(dest, KIND_EAGER, ctx, ENC_PICKLE, 0, self.rank, tag, 0, 0, data)
+        if not r:
+            self.last_pickle = data
+        return r
 
     def send(
         self,
@@ -324,7 +340,7 @@ class Lane:
         if n < 0:
             return NOT_TAKEN
         self.last_n = n
-        if self.last_enc != 1:  # zpar.comm.peerwire.ENC_PICKLE
+        if self.last_enc != ENC_PICKLE:
             return RAW
         data, self.last_payload = self.last_payload, None
         return pickle.loads(data)  # type: ignore[arg-type]
@@ -403,7 +419,7 @@ class Lane:
             return 0
         self.last_phase = PH_NONE
         r = self._check(only)
-        if r == 0 and (spin_ns > 0 or self.spin_room_ns > 0 or self.yield_ns > 0):
+        if r == 0 and spin_ns >= 0 and (spin_ns > 0 or self.spin_room_ns > 0 or self.yield_ns > 0):
             start = time.monotonic_ns()
             tasks = self._tasks(start) if self.spin_room_ns > 0 else -1
             if 0 < tasks <= self.host_cpus:

@@ -51,6 +51,9 @@ class LinkPolling:
     dealers: dict[int, zmq.Socket]
     spins: bool
     spin_us: int
+    #: the wait is a long one (a long message's sender waiting for its reader): sleep at
+    #: once, no spin or yield, so the reader's split copy finds the CPU idle
+    sleep_first: bool = False
     signer: Any
     finished: set[int]
     _inbox: dict[int, mailbox.Mailbox]
@@ -111,7 +114,7 @@ class LinkPolling:
         says a packet took one (too big for a slot, or a full mailbox), and now and then."""
         ready = self._from_inboxes()
         if not ready and timeout_ms:
-            r = self.lane.wait(0, timeout_ms * 1_000_000)
+            r = self.lane.wait(-1 if self.sleep_first else 0, timeout_ms * 1_000_000)
             ready = self._from_inboxes() if r == 1 else []
             if r == 2 and not ready:  # announced on a socket: it is on its way
                 yield from self._poll_sockets(min(timeout_ms, 100))

@@ -223,15 +223,26 @@ class P2P:
         and TimeoutError past ``self.timeout``."""
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
         pending = [op for op in ops if not op.complete()]
-        while pending:
-            for op in pending:
-                if op.error is not None:
-                    raise op.error
-            self._check_alive()
-            if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"rank {self.rank}: {what} not complete after {self.timeout} s")
-            self._progress_or_check(100)
-            pending = [op for op in pending if not op.complete()]
+        try:
+            while pending:
+                for op in pending:
+                    if op.error is not None:
+                        raise op.error
+                self._check_alive()
+                if deadline is not None and time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"rank {self.rank}: {what} not complete after {self.timeout} s"
+                    )
+                # only long sends whose reader copies from our memory (CMASYNC out): that
+                # takes milliseconds, so sleep at once and leave the CPUs to its split read
+                self.links.sleep_first = all(
+                    type(op) is _Send and op.cma == 1 and op.msgid in self._await_sync
+                    for op in pending
+                )
+                self._progress_or_check(100)
+                pending = [op for op in pending if not op.complete()]
+        finally:
+            self.links.sleep_first = False
         for op in ops:
             if op.error is not None:
                 raise op.error

@@ -560,3 +560,46 @@ def test_small_allreduce_on_one_host_matches_numpy_on_either_path(n):
         assert o["max"] == [n - 1, 0, 7]
         assert o["prod"] == [[prod, prod], [prod, prod]]
         assert o["big"] == sum(range(n))
+
+
+def test_a_long_sends_wait_for_its_reader_sleeps_at_once():
+    """The sender of a long same-host message, waiting for the reader's CMADONE, sleeps
+    without a spin or a yield (the reader's split copy may use every CPU); its other waits
+    and the receiver's keep theirs."""
+    import time
+
+    class Spy:
+        def __init__(self, lane, log):
+            self._lane, self._log = lane, log
+
+        def wait(self, spin_ns, timeout_ns, only=-1):
+            self._log.append(spin_ns)
+            return self._lane.wait(spin_ns, timeout_ns, only)
+
+        def __getattr__(self, name):
+            return getattr(self._lane, name)
+
+    def run(c):
+        log: list[int] = []
+        c._links.lane = Spy(c._links.lane, log)
+        a = np.arange(500_000, dtype=np.float64)  # 4 MB: a CMASYNC offer
+        if c.rank == 0:
+            c.Send(a, dest=1, tag=5)
+            waits = list(log)
+            time.sleep(0.2)  # rank 1 is waiting for this one by now
+            c.send("ok", dest=1, tag=6)
+        else:
+            time.sleep(0.3)  # rank 0 is waiting for the read by now
+            b = np.empty_like(a)
+            c.Recv(b, source=0, tag=5)
+            assert b[-1] == a[-1]
+            del log[:]
+            assert c.irecv(source=0, tag=6).wait() == "ok"  # the general path's wait
+            waits = list(log)
+        return waits, c._p2p.links.futex
+
+    (sender, futex0), (receiver, _) = run_ranks(2, run)
+    if not futex0:
+        pytest.skip("the ranks' links did not wait on futexes here (mailboxes unsupported)")
+    assert sender and all(s == -1 for s in sender), sender
+    assert receiver and all(s >= 0 for s in receiver), receiver

@@ -4,6 +4,7 @@ and its wake-ups, the announcement of socket packets, and the two writing the sa
 
 from __future__ import annotations
 
+import pickle
 import threading
 import time
 
@@ -208,6 +209,23 @@ def test_a_wait_spins_with_room_yields_without_then_sleeps(lane_impl):
         _close(tx, rx, boxes)
 
 
+def test_a_long_wait_sleeps_at_once_whatever_the_room(lane_impl):
+    """wait(-1, ...): a long message's sender waiting for its reader neither spins nor
+    yields, even with room, so a split read has the CPUs; a packet is still seen."""
+    tx, rx, boxes = _pair(lane_impl, lane_impl)
+    try:
+        rx.set_state(mailbox.ST_BUSY)
+        rx.spin_room_ns, rx.host_cpus, rx.yield_ns = 5_000_000_000, 1 << 30, 1_000_000_000
+        assert rx.wait(-1, 1_000_000) == 0  # not 5 s of spin: asleep at once, 1 ms
+        assert rx.last_slept and rx.last_phase == 0
+        assert rx.room_waits == rx.yield_waits == 0 and rx.sleeps == 1
+        tx.send(0, EAGER, 0, 0, 0, 1, 0, 0, 0, b"done")
+        assert rx.wait(-1, 1_000_000) == 1 and not rx.last_slept
+        assert rx.take_eager(1, 0, -1, None) == 4
+    finally:
+        _close(tx, rx, boxes)
+
+
 def test_a_packet_sent_through_the_socket_is_announced(lane_impl):
     tx, rx, boxes = _pair(lane_impl, lane_impl)
     try:
@@ -361,3 +379,149 @@ def test_an_allreduce_in_one_call_each_side_across_lanes(pair):
         l1.close()
         for b in boxes:
             b.close()
+
+
+class _Float(float):
+    """A float subclass: pickled by pickle itself, never by the lane's own writer."""
+
+
+#: what send_object pickles itself (its exact types), their edges, and what it leaves to pickle
+OBJECTS = [
+    None,
+    True,
+    False,
+    0,
+    1,
+    255,
+    256,
+    65535,
+    65536,
+    -1,
+    2**31 - 1,
+    -(2**31),
+    2**31,
+    -(2**31) - 1,
+    2**70,
+    1.0,
+    -0.0,
+    0.1,
+    float("inf"),
+    float("-inf"),
+    1e308,
+    5e-324,
+    _Float(2.5),
+    "text",
+    b"bytes",
+    (1, 2.0),
+    {"x": [1]},
+    np.float64(3.0),
+]
+
+
+def _same(a, b):
+    if isinstance(a, float) and a != a:
+        return isinstance(b, float) and b != b
+    return type(a) is type(b) and a == b and repr(a) == repr(b)  # -0.0 and 0.0 differ
+
+
+@pytest.mark.parametrize("pair", ["compiled", "twin", "compiled->twin", "twin->compiled"])
+def test_send_object_writes_pickles_bytes_and_recv_object_reads_them_back(pair):
+    """send_object's packet holds exactly pickle.dumps(obj, 5) (the lane's own writer for
+    None, bools, floats and 32-bit ints is pickle's bytes), and recv_object gives back the
+    object pickle.loads gives, its type and sign included, from either lane."""
+    if compiled is None and pair != "twin":
+        pytest.skip("the compiled lane was not built (no C compiler at install)")
+    mods = {
+        "compiled": (compiled, compiled),
+        "twin": (lanepy, lanepy),
+        "compiled->twin": (compiled, lanepy),
+        "twin->compiled": (lanepy, compiled),
+    }[pair]
+    tx, rx, boxes = _pair(*mods)
+    tx.rank = 1
+    rx.futex_mode = True
+    rx.set_state(mailbox.ST_BUSY)
+    try:
+        for obj in OBJECTS + [float("nan")]:
+            assert tx.send_object(0, obj, 7, 0) == 1 and tx.last_pickle is None
+            n, _ = rx.peek(1)
+            raw = rx.take(1)
+            assert raw[HEADER.size :] == pickle.dumps(obj, 5), obj
+            assert len(raw) == n
+            assert tx.send_object(0, obj, 7, 0) == 1
+            got = rx.recv_object(1, 7, 0, 0)
+            assert _same(got, pickle.loads(pickle.dumps(obj, 5))), (obj, got)
+            assert rx.last_tag == 7 and rx.last_n == len(pickle.dumps(obj, 5))
+    finally:
+        _close(tx, rx, boxes)
+
+
+def test_send_object_not_taken_leaves_its_pickle_for_the_general_path(lane_impl):
+    tx, rx, boxes = _pair(lane_impl, lane_impl, slots=2, slot_size=64)
+    tx.rank = 1
+    rx.set_state(mailbox.ST_BUSY)
+    try:
+        assert tx.send_object(1, 1.0, 0, 0) == 0 and tx.last_pickle is None  # no mailbox
+        big = "x" * 100  # 4 + 36 + its pickle > 64
+        assert tx.send_object(0, big, 0, 0) == 0 and tx.last_pickle == pickle.dumps(big, 5)
+        assert tx.send_object(0, 1.5, 0, 0) == 1 and tx.send_object(0, 7, 0, 0) == 1
+        assert tx.send_object(0, 2.5, 0, 0) == 0  # full: the small writer's bytes, kept
+        assert tx.last_pickle == pickle.dumps(2.5, 5)
+        tx.block(0, True)
+        assert tx.send_object(0, 1.0, 0, 0) == 0 and tx.last_pickle is None
+        assert list(tx.send_seq) == [2, 0]
+        with pytest.raises((pickle.PicklingError, TypeError, AttributeError)):
+            tx.block(0, False)
+            tx.send_object(0, lambda: 0, 0, 0)  # unpicklable: pickle's own error
+    finally:
+        _close(tx, rx, boxes)
+
+
+def test_recv_object_consumes_a_bad_pickle_before_raising(lane_impl):
+    """A pickle that fails to load raises from recv_object, and the packet is gone: the
+    next receive gets the next message."""
+    tx, rx, boxes = _pair(lane_impl, lane_impl)
+    rx.futex_mode = True
+    try:
+        tx.send(0, EAGER, 0, 1, 0, 1, 3, 0, 0, b"\x80\x05\x95\xff")  # truncated
+        tx.send(0, EAGER, 0, 1, 0, 1, 3, 0, 0, pickle.dumps(4.5, 5))
+        with pytest.raises(Exception):  # noqa: B017 - pickle's own error, whichever it is
+            rx.recv_object(1, 3, 0, 0)
+        assert rx.recv_object(1, 3, 0, 0) == 4.5
+        assert rx.recv_object(1, 3, 0, 0) is lane_impl.NOT_TAKEN  # nothing left
+    finally:
+        _close(tx, rx, boxes)
+
+
+def test_the_compiled_small_pickles_are_pickles_own_both_ways():
+    """The compiled writer and reader of small pickles: pickle.dumps(obj, 5)'s bytes for
+    exactly None, bools, floats and 32-bit ints, read back without pickle (NaN's bits and
+    -0.0's sign kept); anything else is left to pickle either way."""
+    if compiled is None:
+        pytest.skip("the compiled lane was not built (no C compiler at install)")
+    import struct
+
+    small = [None, True, False, 0, 1, 255, 256, 65535, 65536, -1, -256, 2**31 - 1, -(2**31)]
+    small += [1.0, -0.0, 0.1, float("inf"), float("-inf"), 1e308, 5e-324, float("nan")]
+    small += [struct.unpack("<d", struct.pack("<Q", 0x7FF0000000000123))[0]]  # a NaN payload
+    for obj in small:
+        data = pickle.dumps(obj, 5)
+        assert compiled.dumps_small(obj) == data, obj
+        got = compiled.loads_small(data)
+        assert type(got) is type(obj) and repr(got) == repr(obj), (obj, got)
+        if isinstance(obj, float):
+            assert struct.pack("<d", got) == struct.pack("<d", obj)
+    for obj in [2**31, -(2**31) - 1, 2**70, _Float(2.5), np.float64(3.0), "x", b"", (1,), 1j]:
+        assert compiled.dumps_small(obj) is None, obj
+        assert compiled.loads_small(pickle.dumps(obj, 5)) is compiled.NOT_TAKEN, obj
+    for bad in [
+        b"",
+        b"\x80\x05",
+        b"\x80\x04K\x01.",
+        b"\x80\x05K\x01",
+        b"\x80\x05G.",
+        pickle.dumps(1.0, 5)[:-1] + b"\x00",
+        pickle.dumps(1.0, 4),
+    ]:
+        got = compiled.loads_small(bad)
+        assert got is compiled.NOT_TAKEN or got == pickle.loads(bad), bad
