@@ -115,6 +115,15 @@ class Parts:
 
     # -- user threads ---------------------------------------------------------------------
 
+    def unanswered(self) -> list[int]:
+        """Positions no part has answered yet (none once the request failed)."""
+        if self.error is not None:
+            return []
+        owner = self.owner
+        if self.answered == 0:
+            return list(range(self.n))
+        return [i for i, o in enumerate(owner) if o == _NONE]
+
     def done(self, pos: int) -> bool:
         return self.owner[pos] != _NONE or self.error is not None
 
