@@ -16,7 +16,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from zpar.elements import ELEMENTS, ERRORS, RETRYING, element_range, with_own_dates
+from zpar.elements import ELEMENTS, ERRORS, RETRYING, element_range, with_own_metadata
 from zpar.errors import RemoteError, TaskAborted
 from zpar.serialize import deserialize_object
 from zpar.wire import LazyReply, Message
@@ -275,7 +275,7 @@ class ElementReply:
         ok = not isinstance(value, Exception)
         self.metadata = {**part.metadata, "status": "ok" if ok else "error"}
         if pos is not None:  # its own dates, as its own task's (ipyparallel)
-            with_own_dates(self.metadata, part.content, pos)
+            with_own_metadata(self.metadata, part.content, pos)
         self.content = {"status": "ok" if ok else "error"}
         self.parent_header = part.parent_header
         self.header = part.header
