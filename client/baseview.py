@@ -10,7 +10,6 @@ import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from zpar.elements import origin_of
 from zpar.errors import SerializationError
 from zpar.tasklimits import parse_time_limit
 from zpar.wire.messages import SchedulingFlags
@@ -228,12 +227,10 @@ class View:
     @property
     def outstanding(self) -> set[str]:
         """msg_ids this view sent that have no reply yet."""
-        pending = self.client.outstanding
+        pending = self.client.outstanding  # a map's elements by element id, as in history
         if not pending:
             return set()
-        # a map's elements are in the history under their element ids: pending with their
-        # request
-        return {m for m in self.history if m in pending or origin_of(m) in pending}
+        return {m for m in self.history if m in pending}
 
     @property
     def results(self) -> dict[str, Any]:

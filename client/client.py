@@ -26,7 +26,7 @@ from zpar.cluster.connection import (
     wait_for_connection_file,
 )
 from zpar.constants import DEFAULT_PROFILE, HUB_TIMEOUT, WINDOW_BYTES, WINDOW_REQUESTS
-from zpar.elements import origin_of
+from zpar.elements import origin_of, split_element_id
 from zpar.errors import (
     NoEnginesRegistered,
     TimeoutError,
@@ -51,6 +51,7 @@ from .enginecontrol import EngineControl
 from .hubsync import HubCatchUp
 from .ioloop import ClientIO
 from .localresults import LocalResults
+from .mapparts import ElementFuture
 from .sender import RequestSender
 from .taskstore import HubRecords, msg_ids_of
 from .view import BroadcastView, DirectView, LoadBalancedView
@@ -364,7 +365,11 @@ class Client:
 
     @property
     def outstanding(self) -> set[str]:
-        return self._io.outstanding()
+        """msg_ids awaiting their reply, as ``ar.msg_ids`` names them (a load-balanced
+        map's elements one by one, as they finish): any of them can be given to ``wait``,
+        ``get_result``, ``abort`` or a view's ``outstanding`` (client.request's
+        PendingTable.msg_ids). A new set each time."""
+        return self._io.pending.msg_ids()
 
     @property
     def results(self) -> dict[str, Any]:
@@ -410,7 +415,13 @@ class Client:
             elif isinstance(j, str):
                 sent, j = j, origin_of(j)  # an element of a map: its request
                 request = self._io.request(j)
-                if request is not None:
+                element = split_element_id(sent) if request is not None else None
+                if element is not None and request.parts is not None:
+                    if not element[1] < request.parts.n:
+                        raise KeyError(f"no job {sent!r} was sent by this client")
+                    # that element alone, as ipyparallel's task of its own
+                    futures.append(ElementFuture(request.parts, element[1]))
+                elif request is not None:
                     futures.extend(request.reply_futures())
                 elif (
                     j not in self.sender.handles

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from zpar.elements import ELEMENTS, ERRORS, RETRYING, element_range, with_own_dates
+from zpar.elements import ELEMENTS, ERRORS, RETRYING, element_range, with_own_metadata
 from zpar.errors import RemoteError, TaskAborted
 from zpar.serialize import deserialize_object
 from zpar.wire import LazyReply, Message
@@ -114,6 +114,15 @@ class Parts:
             self.fail(error)
 
     # -- user threads ---------------------------------------------------------------------
+
+    def unanswered(self) -> list[int]:
+        """Positions no part has answered yet (none once the request failed)."""
+        if self.error is not None:
+            return []
+        owner = self.owner
+        if self.answered == 0:
+            return list(range(self.n))
+        return [i for i, o in enumerate(owner) if o == _NONE]
 
     def done(self, pos: int) -> bool:
         return self.owner[pos] != _NONE or self.error is not None
@@ -266,7 +275,7 @@ class ElementReply:
         ok = not isinstance(value, Exception)
         self.metadata = {**part.metadata, "status": "ok" if ok else "error"}
         if pos is not None:  # its own dates, as its own task's (ipyparallel)
-            with_own_dates(self.metadata, part.content, pos)
+            with_own_metadata(self.metadata, part.content, pos)
         self.content = {"status": "ok" if ok else "error"}
         self.parent_header = part.parent_header
         self.header = part.header

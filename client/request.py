@@ -243,6 +243,20 @@ class PendingTable:
         if request.windowed:
             self.admitted.extend(self.windows.answered(request))
 
+    def msg_ids(self) -> set[str]:
+        """The msg_ids awaiting a reply as their user knows them (``ar.msg_ids``, as
+        ipyparallel's ``Client.outstanding``): an element request's (zpar.elements)
+        unanswered elements by element id, any other request by its own msg_id."""
+        out: set[str] = set()
+        for msg_id, request in list(self.requests.items()):
+            parts = request.parts
+            if parts is None:
+                out.add(msg_id)
+            else:
+                prefix = msg_id + PART_SEP
+                out.update(prefix + str(pos) for pos in parts.unanswered())
+        return out
+
     def owed_by(self, engine_uuid: str) -> bool:
         """Whether a request to this engine awaits its reply."""
         return bool(self.by_engine.get(engine_uuid))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from zpar.elements import split_element_id, with_own_dates
+from zpar.elements import split_element_id, with_own_metadata
 from zpar.util import as_datetime
 from zpar.wire.messages import ExecuteResult
 
@@ -134,7 +134,7 @@ def element_metadata(
         md.update(reply.metadata)
         split = split_element_id(msg_id)
         if split is not None:
-            with_own_dates(md, reply.content, split[1])
+            with_own_metadata(md, reply.content, split[1])
         failed = isinstance(value, Exception)
         md["status"] = "error" if failed else "ok"
         if failed:

@@ -1,7 +1,9 @@
 """stdout/stderr of a task: kept for the reply's metadata and streamed live on IOPub.
 
 The reply carries its own output (capped), so a result never depends on IOPub timing; the
-IOPub stream is for watching a long task. Publishing touches a zmq socket, which only the
+IOPub stream is for watching a long task. A map's element run (engine.elements) has each
+element's own text read back per part (``track``, ``take``), as ipyparallel's one task per
+element has its own stdout. Publishing touches a zmq socket, which only the
 main thread may use: writes from other threads only accumulate, and are published by the
 next main-thread flush (at the latest when the task ends).
 """
@@ -51,6 +53,10 @@ class CapturedStream(io.TextIOBase):
         self._truncated = False
         self._pending: list[str] = []
         self._last = 0.0
+        #: while an element run tracks its writes: the position of the element running
+        self._position: Callable[[], int] | None = None
+        #: (position, offset in the kept text) where each tracked element's text starts
+        self._marks: list[tuple[int, int]] = []
 
     @property
     def name(self) -> str:  # type: ignore[override]
@@ -70,13 +76,20 @@ class CapturedStream(io.TextIOBase):
         """Forget everything: called at the start of each task (a no-op if nothing was
         written since the last one: most tasks print nothing)."""
         self._last = time.monotonic()
-        if not (self._size or self._truncated or self._pending):
+        self._position = None
+        if not (self._size or self._truncated or self._pending or self._marks):
             return
         with self._lock:
             self._kept.clear()
             self._size = 0
             self._truncated = False
             self._pending.clear()
+            self._marks.clear()
+
+    def track(self, position: Callable[[], int] | None) -> None:
+        """Note at each write the element it belongs to, ``position()`` (None: stop
+        noting); read back with ``take``. Costs nothing per element, only per write."""
+        self._position = position
 
     def write(self, s: str) -> int:
         if not isinstance(s, str):
@@ -84,6 +97,11 @@ class CapturedStream(io.TextIOBase):
         if not s:
             return 0
         with self._lock:
+            if self._position is not None:
+                pos = self._position()
+                marks = self._marks
+                if not marks or marks[-1][0] != pos:
+                    marks.append((pos, self._size))
             room = self._limit - self._size
             if room > 0:
                 kept = s if len(s) <= room else s[:room]
@@ -113,6 +131,40 @@ class CapturedStream(io.TextIOBase):
             self._pending.clear()
         self._last = time.monotonic()
         self._publish(self._name, text)
+
+    def take(self, before: int | None) -> tuple[str, dict[str, str]]:
+        """The text kept so far, up to where element ``before``'s starts (None: all of it),
+        and each tracked element's own part of it by position (str, as msgpack keys go),
+        forgotten here: the next ``take`` starts after it, and the cap counts from there.
+        Text lost to the cap ends with a note."""
+        if not (self._size or self._truncated):
+            return "", {}
+        with self._lock:
+            text = "".join(self._kept)
+            end, marks = len(text), self._marks
+            if before is not None:
+                for pos, at in marks:
+                    if pos >= before:
+                        end = at
+                        break
+            taken = [(p, a) for p, a in marks if a < end]
+            self._marks = [(p, a - end) for p, a in marks[len(taken) :]]
+            rest = text[end:]
+            self._kept[:] = [rest] if rest else []
+            self._size = len(rest)
+            # the cap cut the newest writer's text: this take's, unless later text is kept
+            truncated = self._truncated and not rest
+            self._truncated = self._truncated and bool(rest)
+        own: dict[str, str] = {}
+        for k, (pos, at) in enumerate(taken):
+            stop = taken[k + 1][1] if k + 1 < len(taken) else end
+            own[str(pos)] = own.get(str(pos), "") + text[at:stop]
+        text = text[:end]
+        if truncated:
+            text += TRUNCATED_NOTE
+            if taken:
+                own[str(taken[-1][0])] += TRUNCATED_NOTE
+        return text, own
 
     def getvalue(self) -> str:
         if not (self._size or self._truncated):
@@ -149,6 +201,8 @@ class Capture:
         if self._saved is not None:
             sys.stdout, sys.stderr = self._saved
             self._saved = None
+        self.stdout.track(None)
+        self.stderr.track(None)
         self.stdout.flush()
         self.stderr.flush()
         return self.stdout.getvalue(), self.stderr.getvalue()

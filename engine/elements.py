@@ -28,7 +28,15 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from zpar.elements import ELEMENTS, TIMES, element_range, origin_of, pack_times
+from zpar.elements import (
+    ELEMENTS,
+    STDERRS,
+    STDOUTS,
+    TIMES,
+    element_range,
+    origin_of,
+    pack_times,
+)
 from zpar.errors import SerializationError, TaskAborted, error_content
 from zpar.mapchunk import _as_numpy_scalars, _bound, _numpy_scalar_types
 from zpar.serialize import serialize_object, unpack_apply
@@ -83,10 +91,16 @@ class ElementRun:
 
     # -- parts --------------------------------------------------------------------------
 
-    def take(self, final: bool = False, stdout: str = "", stderr: str = "") -> None:
+    def position(self) -> int:
+        """The position of the element running (or next to run): what its prints belong
+        to (engine.capture's ``track``)."""
+        return self.base + len(self.pending)
+
+    def take(self, final: bool = False) -> None:
         """Make the values not in a part yet a part among the held replies (the
         ReplySender's flush calls this first, on whichever thread flushes); ``final``: the
-        last part of this placement, made even with nothing pending."""
+        last part of this placement, made even with nothing pending. The part carries
+        what its elements printed, each element's own text under STDOUTS / STDERRS."""
         pending = self.pending
         n = len(pending)  # a snapshot: the main thread may append meanwhile
         t = self.taken
@@ -112,17 +126,29 @@ class ElementRun:
             clock = time.time() - time.monotonic()
             times = pack_times(clock, ends[t] if start is None else start, ends[t:n])
             self.first_start = ends[n - 1]  # the next one started when this one ended
+        capture = self.kernel._capture
+        upto = None if final else last
+        stdout, stdouts = capture.stdout.take(upto)
+        stderr, stderrs = capture.stderr.take(upto)
         now = time.time()
-        self._hold(content, buffers, self.started or now, now, stdout, stderr, times)
+        own = {}
+        if stdouts:  # no field when no element printed (most maps)
+            own[STDOUTS] = stdouts
+        if stderrs:
+            own[STDERRS] = stderrs
+        self._hold(content, buffers, self.started or now, now, stdout, stderr, times, own)
         self.started = None
 
-    def finish(self, stop: int, end: int, stdout: str, stderr: str) -> None:
+    def finish(self, stop: int, end: int) -> None:
         """The last part: what is pending, then [stop, end) answered aborted (an abort
         of the map reached them; nothing if ``end == stop``: the rest was given back)."""
         if stop >= end:
-            self.take(True, stdout, stderr)
+            self.take(True)
             return
         self.take()
+        capture = self.kernel._capture
+        stdout, _ = capture.stdout.take(None)  # printed outside the elements taken
+        stderr, _ = capture.stderr.take(None)
         now = time.time()
         content = error_content(
             TaskAborted,
@@ -145,6 +171,7 @@ class ElementRun:
         stdout: str = "",
         stderr: str = "",
         times: bytes | None = None,
+        own: dict[str, Any] | None = None,
     ) -> None:
         md = {
             "engine_id": self.kernel.engine_id,
@@ -157,6 +184,8 @@ class ElementRun:
         }
         if times is not None:
             md[TIMES] = times
+        if own:
+            md.update(own)
         self.replies.hold_frames(
             self.sock, self.msg, KernelReply(MsgType.APPLY_REPLY, content, md, buffers)
         )
@@ -201,6 +230,8 @@ class ElementRun:
             publish(MsgType.STATUS, _BUSY, msg.header)
         capture = kernel._capture
         capture.start(msg.header)
+        capture.stdout.track(self.position)
+        capture.stderr.track(self.position)
         rng = element_range(msg.metadata.get(ELEMENTS))
         lo, hi = rng or (0, 0)
         try:
@@ -224,7 +255,7 @@ class ElementRun:
         finally:
             if gate is not None:
                 gate.end()
-            stdout, stderr = capture.stop()
+            capture.stop()  # the parts read their text from it (take)
         end = stop + len(positions)  # what was not given back nor run: aborted
         if kernel.aborted and self.origin in kernel.aborted:
             # kept in the set: another part of this request may come here later
@@ -232,7 +263,7 @@ class ElementRun:
         if not aborted and stop < end:  # the sequences ended early: answered, never lost
             self._short(stop, end)
             stop = end
-        self.finish(stop, end if aborted else stop, stdout, stderr)
+        self.finish(stop, end if aborted else stop)
         self._end(publish)
 
     def _short(self, stop: int, end: int) -> None:

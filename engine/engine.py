@@ -437,6 +437,8 @@ class Engine:
         if self.monitor is not None:
             self.monitor.stop()  # its last copies out before the context ends
         self.watched.close()
+        if self.kernel is not None:
+            self.kernel.close()
         ping = server.sockets.ping if server is not None else None
         for s in self._sockets:
             s.close(linger=self.state.linger if s is not ping else 0)

@@ -286,6 +286,17 @@ def make_shell(
     return shell
 
 
+def release_shell(shell: EngineShell) -> None:
+    """Let go of ``shell`` as the process's InteractiveShell singleton if it is that: a
+    program that embedded the engine (a test, a notebook, the in-process cluster) gets a
+    fresh shell from its next ``InteractiveShell.instance()``, not the stopped engine's
+    (whose display hook keeps values for the engine's replies and whose namespace is the
+    engine's). Cleared through the shell's own class: ``InteractiveShell.clear_instance()``
+    alone leaves the subclasses' references to it in place."""
+    if InteractiveShell.initialized() and InteractiveShell.instance() is shell:
+        type(shell).clear_instance()
+
+
 def _ipython_version() -> str:
     import IPython
 

@@ -292,6 +292,13 @@ class Kernel:
             self._ipython = shell
         return shell or None
 
+    def close(self) -> None:
+        """Let go of the IPython shell (engine.ipyshell.release_shell): a program that
+        ran this kernel inside it gets its own shell back, not this kernel's."""
+        shell, self._ipython = self._ipython, None
+        if shell:
+            importlib.import_module("zpar.engine.ipyshell").release_shell(shell)
+
     def _execute_ipython(
         self, shell: Any, code: str, silent: bool
     ) -> tuple[dict[str, Any], list[Any]]:

@@ -24,6 +24,8 @@ from zpar.elements import (
     ELEMENTS,
     ERRORS,
     FINAL,
+    STDERRS,
+    STDOUTS,
     TIMES,
     element_dates,
     element_id,
@@ -254,12 +256,15 @@ def _from_part(
     dates = element_dates(md.get(TIMES), p[0], pos)
     if dates is not None:
         rec["started"], rec["completed"] = dates
-    md = {k: v for k, v in md.items() if k != TIMES}
+    own = {stream: md.get(key) for stream, key in (("stdout", STDOUTS), ("stderr", STDERRS))}
+    md = {k: v for k, v in md.items() if k not in (TIMES, STDOUTS, STDERRS)}
     rec["metadata"] = {**rec["metadata"], **md, "status": rec["status"]}
     rec["result_size"] = part.get("result_size")
-    if pos == p[1] - 1:
-        rec["stdout"] = part.get("stdout") or ""
-        rec["stderr"] = part.get("stderr") or ""
+    for stream, texts in own.items():
+        if isinstance(texts, dict):  # each element's own text (zpar.elements.STDOUTS)
+            rec[stream] = str(texts.get(str(pos), ""))
+        elif pos == p[1] - 1:  # text no element claimed: on the part's last element
+            rec[stream] = part.get(stream) or ""
 
 
 def _owners(lo: int, hi: int, parts: list[Any]) -> list[int]:

@@ -47,6 +47,11 @@ TAILS = "tails"
 #: it on that engine, so the engine reads its clock once per element.
 TIMES = "element_times"
 _F64 = struct.Struct("<d")
+#: metadata of a part: {position (str): text} of its elements that wrote to stdout /
+#: stderr, each element's own (ipyparallel's tasks each have their own); the part's
+#: ``stdout`` / ``stderr`` hold the same text run together. Absent when none wrote.
+STDOUTS = "element_stdout"
+STDERRS = "element_stderr"
 #: between a request's msg_id and a part's suffix (never in a Session's msg_ids)
 PART_SEP = "#"
 
@@ -152,9 +157,14 @@ def pack_times(clock: float, start: float, ends: array) -> bytes:
     return times.tobytes()
 
 
-def with_own_dates(metadata: dict[str, Any], content: dict[str, Any], pos: int) -> None:
+def with_own_metadata(metadata: dict[str, Any], content: dict[str, Any], pos: int) -> None:
     """Give a part's metadata, copied for its element ``pos``, that element's own
-    started / completed (its part's when the part has no TIMES), without the TIMES."""
+    started / completed (its part's when the part has no TIMES) and stdout / stderr
+    (STDOUTS, STDERRS), without the per-element fields."""
+    for stream, own in (("stdout", STDOUTS), ("stderr", STDERRS)):
+        texts = metadata.pop(own, None)
+        if isinstance(texts, dict):
+            metadata[stream] = texts.get(str(pos), "")
     times = metadata.pop(TIMES, None)
     rng = element_range(content.get(ELEMENTS)) if times is not None else None
     dates = element_dates(times, rng[0], pos) if rng is not None else None

@@ -57,6 +57,28 @@ def test_an_element_part_is_matched_to_its_request():
     assert table.of_reply("unknown") is None
 
 
+def test_outstanding_msg_ids_name_an_element_requests_unanswered_elements():
+    """ipyparallel's Client.outstanding holds a default map's tasks, one per element: the
+    table names an element request's (zpar.elements) elements by element id, each until a
+    part answers it; other requests by their msg_id."""
+    from types import SimpleNamespace
+
+    from zpar.elements import ELEMENTS, element_id
+
+    table = PendingTable(Windows())
+    header, frames = SESSION.serialize("apply_request", {}, buffers=[b"call"])
+    m = header["msg_id"]
+    r = PendingRequest(m, "task", frames, elements=4)
+    other = _request("mux", uuid="e1")
+    table.add(r)
+    table.add(other)
+    assert table.msg_ids() == {other.msg_id, *(element_id(m, i) for i in range(4))}
+    r.parts.add(SimpleNamespace(content={"status": "ok", ELEMENTS: [1, 3]}, metadata={}))
+    assert table.msg_ids() == {other.msg_id, element_id(m, 0), element_id(m, 3)}
+    table.answered(other, other.future)
+    assert table.msg_ids() == {element_id(m, 0), element_id(m, 3)}
+
+
 def test_an_engine_death_fails_what_it_owed_and_names_the_outcomes_to_report():
     table = PendingTable(Windows())
     mine, other, watched = _request("mux", "e1"), _request("mux", "e2"), _request("mux", "e1")

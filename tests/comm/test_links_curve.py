@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import secrets
 import threading
-import time
 import uuid
 
 import pytest
 import zmq
 
-from tests.clusters import wait_until
-from tests.e2e.test_curve import _capture, _stop_capture
+from tests.loopcapture import LoopbackCapture
 from zpar.comm.communicator import Communicator
 from zpar.comm.links import LinkError, PeerLinks
 
@@ -24,17 +22,14 @@ KEY = b"k" * 32
 
 def _bcast_over_tcp(curve: bool, tmp_path, name: str) -> tuple[bytes, str, list]:
     """Three ranks on 'different hosts' (tcp links) bcast a marker; return the capture of
-    their links' traffic, the marker and each rank's socket mechanisms. Plain links: the
-    capture is read once the marker is in it (tcpdump writes a packet some time after it
-    crossed); Curve links: once it holds the bcast's traffic, with a grace for the last
-    packets (nothing there to wait for)."""
+    their links' traffic, the marker and each rank's socket mechanisms. The capture is read
+    once it holds every packet the ranks sent (LoopbackCapture.settle), plain or Curve."""
     n, cid = 3, uuid.uuid4().hex
     links = [PeerLinks(r, n, cid, KEY, curve=curve) for r in range(n)]
     table = [dict(lk.bind(), hostname=f"host{r}") for r, lk in enumerate(links)]
     ports = [int(e["tcp"].rsplit(":", 1)[1]) for e in table]
     marker = "ZPAR-PLAINTEXT-" + secrets.token_hex(8)
-    pcap = tmp_path / f"{name}.pcap"
-    cap = _capture(ports, pcap)
+    cap = LoopbackCapture(ports, tmp_path / f"{name}.pcap")
     out: list = [None] * n
 
     def rank(r: int) -> None:
@@ -56,20 +51,13 @@ def _bcast_over_tcp(curve: bool, tmp_path, name: str) -> tuple[bytes, str, list]
             t.start()
         for t in threads:
             t.join(60)
-        if curve:
-            time.sleep(0.2)  # no plaintext to wait for: a grace for the last packets
-        else:
-            wait_until(
-                lambda: pcap.exists() and marker.encode() in pcap.read_bytes(),
-                "the marker in the plain links' capture",
-                timeout=15,
-            )
+        cap.settle()  # every rank has the value: every packet that carried it is in the file
     finally:
-        _stop_capture(cap)
+        cap.stop()
     for r, o in enumerate(out):
         assert isinstance(o, tuple), f"rank {r}: {o!r}"
         assert o[0] == marker
-    return pcap.read_bytes(), marker, [o[1] for o in out]
+    return cap.read(), marker, [o[1] for o in out]
 
 
 def test_curve_links_hide_what_a_communicator_sends_between_hosts(tmp_path):

@@ -174,6 +174,60 @@ def test_display_outputs_groupby(rc, capsys):
     assert capsys.readouterr().out == ""
 
 
+def _prints(x):
+    import sys
+
+    print("elem", x)
+    if x % 3 == 0:
+        print("err", x, file=sys.stderr)
+    return x
+
+
+def _as_ipyparallel_displays(texts):
+    """What ipyparallel's display_outputs prints for (engine id, stream, text) in order
+    (its _display_stream: a header when engine or stream changes)."""
+    out, last, trailing = [], "", True
+    for eid, stream, text in texts:
+        if not text:
+            continue
+        prefix = f"[{stream}:{eid}] "
+        if prefix == last:
+            out.append(text)
+        else:
+            out.append(("" if trailing else "\n") + prefix + "\n" + text)
+            last = prefix
+        trailing = text.endswith("\n")
+    return "".join(out)
+
+
+def test_a_maps_elements_each_have_their_own_output(rc, capsys):
+    """ipyparallel's default load-balanced map is one task per element, each with its own
+    stdout and stderr (seen on ipyparallel 9.2.0: ``lv.map_async(f, range(12)).stdout ==
+    ['elem 0\\n', ..., 'elem 11\\n']``), not its run's text on every element (or on the
+    last): so are ar.stdout, ar.metadata, display_outputs and the hub's record of each."""
+    from tests.clusters import wait_until
+
+    ar = rc.load_balanced_view().map_async(_prints, range(12))
+    assert ar.get(timeout=30) == list(range(12))
+    stdout = [f"elem {i}\n" for i in range(12)]
+    stderr = [f"err {i}\n" if i % 3 == 0 else "" for i in range(12)]
+    assert ar.stdout == stdout and ar.stderr == stderr
+    assert ar.metadata[4]["stdout"] == "elem 4\n" and ar.metadata[3]["stderr"] == "err 3\n"
+    capsys.readouterr()
+    ar.display_outputs()
+    shown = capsys.readouterr()
+    eids = ar.engine_id
+    assert shown.out == _as_ipyparallel_displays(zip(eids, ["stdout"] * 12, stdout, strict=True))
+    assert shown.err == _as_ipyparallel_displays(zip(eids, ["stderr"] * 12, stderr, strict=True))
+
+    def recorded():
+        recs = rc.db_query({"msg_id": {"$in": ar.msg_ids}}, keys=["msg_id", "stdout", "stderr"])
+        return {r["msg_id"]: (r["stdout"], r["stderr"]) for r in recs if r["stdout"]}
+
+    wait_until(lambda: len(recorded()) == 12, "the hub's records of the 12 elements")
+    assert recorded() == dict(zip(ar.msg_ids, zip(stdout, stderr, strict=True), strict=True))
+
+
 def test_await_an_async_result(rc):
     import asyncio
 

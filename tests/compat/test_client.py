@@ -83,6 +83,40 @@ def test_wait_on_history_indices_and_msg_ids(rc):
     assert rc.wait()  # everything outstanding
 
 
+def _held_unless_first(x, gate):
+    """Element 0 returns at once; the others wait for ``gate`` (a file) to exist."""
+    import os
+    import time
+
+    deadline = time.monotonic() + 60
+    while x and not os.path.exists(gate) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return x
+
+
+def test_outstanding_names_a_maps_elements_one_by_one(rc, tmp_path):
+    """ipyparallel's ``Client.outstanding``: the msg_ids awaiting a reply, as ``ar.msg_ids``
+    names them. A default load-balanced map is one task per element there, so each element's
+    msg_id is outstanding until that element is done, and any of them can be given to
+    ``wait`` (which waits for that element alone), ``get_result`` and a view's
+    ``outstanding`` (seen on ipyparallel 9.2.0: after ``lv.map_async(f, range(4))``,
+    ``rc.outstanding == set(ar.msg_ids)``; waiting for the first element leaves the others)."""
+    gate = tmp_path / "gate"
+    lv = rc.load_balanced_view()
+    ar = lv.map_async(_held_unless_first, range(4), [str(gate)] * 4)
+    try:
+        assert rc.outstanding <= set(ar.msg_ids) and len(ar.msg_ids) == 4
+        first, rest = ar.msg_ids[0], ar.msg_ids[1:]
+        assert rc.wait(first, timeout=30)  # the first alone: the others wait for the gate
+        assert rc.outstanding == set(rest) and lv.outstanding == set(rest)
+        assert rc.get_result(first).get(timeout=30) == [0]
+        assert not rc.wait(rest[0], timeout=0.05)
+    finally:
+        gate.touch()
+    assert rc.wait(list(rest), timeout=30)
+    assert ar.get(timeout=30) == [0, 1, 2, 3] and not rc.outstanding and not lv.outstanding
+
+
 def test_get_result_by_index_msg_id_and_async_result(rc):
     ar = rc[:].apply_async(lambda: 2)
     again = rc.get_result(ar, block=True)

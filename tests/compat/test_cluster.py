@@ -9,6 +9,7 @@ import pytest
 
 import zpar as ipp
 from tests.clusters import under_headers, wait_until
+from tests.shells import fresh_shell
 
 pytestmark = pytest.mark.cluster
 
@@ -63,53 +64,40 @@ def test_register_joblib_backend_without_a_view_uses_the_running_cluster(zpar_di
 
 def test_magics_for_a_plain_client_in_ipython(zpar_dir, capsys):
     pytest.importorskip("IPython")
-    from IPython.core.interactiveshell import InteractiveShell
-
-    shell = InteractiveShell.instance()
-    try:
-        with ipp.Cluster(n=2) as rc:
-            plain = ipp.Client(url_file=rc.url_file)  # a Client() made in IPython
-            try:
-                # (no progress bar among the lines, however long the first execute takes)
-                shell.run_cell_magic("px", "--progress-after -1", "print('plain', 1 + 1)")
-                out = capsys.readouterr().out
-                assert under_headers(out) == {"[stdout:0]": "plain 2\n", "[stdout:1]": "plain 2\n"}
-                view = rc.activate(targets=[1], suffix="one")
-                assert view.targets == [1]
-                shell.run_line_magic("pxconfigone", "--progress-after -1")
-                shell.run_line_magic("pxone", "print('only')")
-                out = capsys.readouterr().out
-                assert under_headers(out) == {"[stdout:1]": "only\n"}
-            finally:
-                plain.close()
-    finally:
-        shell._zpar_magics = None
-        InteractiveShell.clear_instance()
+    with fresh_shell() as shell, ipp.Cluster(n=2) as rc:
+        plain = ipp.Client(url_file=rc.url_file)  # a Client() made in IPython
+        try:
+            # (no progress bar among the lines, however long the first execute takes)
+            shell.run_cell_magic("px", "--progress-after -1", "print('plain', 1 + 1)")
+            out = capsys.readouterr().out
+            assert under_headers(out) == {"[stdout:0]": "plain 2\n", "[stdout:1]": "plain 2\n"}
+            view = rc.activate(targets=[1], suffix="one")
+            assert view.targets == [1]
+            shell.run_line_magic("pxconfigone", "--progress-after -1")
+            shell.run_line_magic("pxone", "print('only')")
+            out = capsys.readouterr().out
+            assert under_headers(out) == {"[stdout:1]": "only\n"}
+        finally:
+            plain.close()
 
 
 def test_px_stream_shows_an_engines_first_lines_on_a_fresh_client(zpar_dir, capsys):
     pytest.importorskip("IPython")
-    from IPython.core.interactiveshell import InteractiveShell
-
     from zpar.client.magics import register_magics
 
-    shell = InteractiveShell.instance()
-    try:
-        with ipp.Cluster(n=2) as rc:
-            fresh = ipp.Client(url_file=rc.url_file)
-            try:
-                register_magics(shell, fresh.direct_view(fresh.ids, block=True), suffix="fresh")
-                code = "for i in range(3):\n    print('line', i, flush=True)"
-                # no progress bar among the lines, however long the engines' first
-                # execute takes (it loads IPython there)
-                shell.run_cell_magic("pxfresh", "--stream --progress-after -1", code)
-                out = capsys.readouterr().out
-                lines = "".join(f"line {i}\n" for i in range(3))
-                assert under_headers(out) == {"[stdout:0]": lines, "[stdout:1]": lines}, out
-            finally:
-                fresh.close()
-    finally:
-        InteractiveShell.clear_instance()
+    with fresh_shell() as shell, ipp.Cluster(n=2) as rc:
+        fresh = ipp.Client(url_file=rc.url_file)
+        try:
+            register_magics(shell, fresh.direct_view(fresh.ids, block=True), suffix="fresh")
+            code = "for i in range(3):\n    print('line', i, flush=True)"
+            # no progress bar among the lines, however long the engines' first
+            # execute takes (it loads IPython there)
+            shell.run_cell_magic("pxfresh", "--stream --progress-after -1", code)
+            out = capsys.readouterr().out
+            lines = "".join(f"line {i}\n" for i in range(3))
+            assert under_headers(out) == {"[stdout:0]": lines, "[stdout:1]": lines}, out
+        finally:
+            fresh.close()
 
 
 def test_step_by_step_life_cycle_as_ipyparallels_cluster(zpar_dir):

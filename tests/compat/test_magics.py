@@ -8,20 +8,17 @@ import pytest
 
 import zpar as ipp
 from tests.clusters import under_headers
+from tests.shells import fresh_shell
 
 pytest.importorskip("IPython")
 
 
 @pytest.fixture
 def shell(rc):
-    from IPython.core.interactiveshell import InteractiveShell
-
-    sh = InteractiveShell.instance()
-    view = rc.activate()  # as ipyparallel: a blocking DirectView on all engines
-    sh._zpar_magics.progress_after = -1  # no progress bar among the lines read
-    yield sh, view
-    sh._zpar_magics = None
-    InteractiveShell.clear_instance()
+    with fresh_shell() as sh:
+        view = rc.activate()  # as ipyparallel: a blocking DirectView on all engines
+        sh._zpar_magics.progress_after = -1  # no progress bar among the lines read
+        yield sh, view
 
 
 def test_out_saves_the_async_result(shell):

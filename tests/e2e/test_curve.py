@@ -1,23 +1,19 @@
 """A --curve cluster end to end: it works over tcp, strangers cannot connect, and a loopback
 capture of a push holds no plaintext of the value (while the same capture of a plain
-cluster does: the capture is proven to see it). Needs root; tcpdump is installed by
-scripts/install_capture_tools.sh when missing."""
+cluster does: the capture is proven to see it). Needs root (tests/loopcapture.py)."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
 import secrets
-import shutil
-import signal
-import subprocess
-import time
 
 import pytest
 import zmq
 
 import zpar
 from tests.e2e.conftest import FAST_HB, wait_until
+from tests.loopcapture import LoopbackCapture
 from zpar.cluster.connection import read_connection_file, write_connection_file
 from zpar.wire.curve import CurveKeys
 
@@ -39,50 +35,18 @@ def _ports(rc) -> list[int]:
     return sorted(set(ports))
 
 
-def _capture(ports, out):
-    """tcpdump on loopback for these ports, started and listening when this returns."""
-    if os.geteuid() != 0:
-        pytest.skip("a loopback capture needs root (tcpdump), and this test runs as a user")
-    if shutil.which("tcpdump") is None:
-        script = os.path.join(os.path.dirname(__file__), "..", "..", "scripts")
-        done = subprocess.run(
-            ["sh", os.path.join(script, "install_capture_tools.sh")],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        if done.returncode != 0 or shutil.which("tcpdump") is None:
-            pytest.fail(f"could not install tcpdump: {done.stderr.strip()[-500:]}")
-    flt = " or ".join(f"tcp port {p}" for p in ports)
-    proc = subprocess.Popen(
-        ["tcpdump", "-i", "lo", "--immediate-mode", "-U", "-s", "0", "-w", str(out), flt],
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-    )
-    line = proc.stderr.readline()  # "listening on lo, ..." once the filter is in place
-    assert b"listening" in line, line
-    return proc
-
-
-def _stop_capture(proc) -> None:
-    proc.send_signal(signal.SIGINT)
-    proc.wait(10)
-    proc.stderr.close()
-
-
 def _push_and_capture(rc, tmp_path, name):
     marker = "ZPAR-PLAINTEXT-" + secrets.token_hex(8)
-    pcap = tmp_path / f"{name}.pcap"
-    cap = _capture(_ports(rc), pcap)
+    cap = LoopbackCapture(_ports(rc), tmp_path / f"{name}.pcap")
     try:
         rc[:].push({"secret": marker}, block=True)
         assert rc[:].pull("secret", block=True) == [marker, marker]
         view = rc.load_balanced_view()
         assert view.apply_sync(lambda s: s.lower(), marker) == marker.lower()
-        time.sleep(0.2)  # tcpdump -U writes each packet as it comes: let the last ones land
+        cap.settle()  # every packet of those round trips is in the file
     finally:
-        _stop_capture(cap)
-    data = pcap.read_bytes()
+        cap.stop()
+    data = cap.read()
     assert len(data) > 1000, "the capture saw no traffic"
     return data, marker
 

@@ -12,6 +12,7 @@ import pytest
 
 import zpar
 from tests.clusters import module_cluster, under_headers
+from tests.shells import fresh_shell
 from zpar.client.magics import register_magics
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
@@ -31,15 +32,12 @@ def cluster(tmp_path_factory):
 
 @pytest.fixture
 def shell(rc):
-    from IPython.core.interactiveshell import InteractiveShell
-
-    sh = InteractiveShell.instance()
-    view = rc[:]
-    view.block = True  # the magics follow their view's block flag, as ipyparallel's
-    state = register_magics(sh, view)
-    state.progress_after = -1  # no progress bar among the lines read, however loaded the host
-    yield sh, state
-    InteractiveShell.clear_instance()
+    with fresh_shell() as sh:
+        view = rc[:]
+        view.block = True  # the magics follow their view's block flag, as ipyparallel's
+        state = register_magics(sh, view)
+        state.progress_after = -1  # no progress bar among the lines, however loaded the host
+        yield sh, state
 
 
 def test_px_runs_magics_shell_escapes_and_help(shell, capsys):

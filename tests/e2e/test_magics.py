@@ -6,22 +6,20 @@ import re
 
 import pytest
 
+from tests.shells import fresh_shell
 from zpar.client.magics import parse_targets, register_magics
 
 
 @pytest.fixture
 def shell(rc):
-    from IPython.core.interactiveshell import InteractiveShell
-
-    sh = InteractiveShell.instance()
-    view = rc[:]
-    view.block = True  # the magics follow their view's block flag, as ipyparallel's
-    state = register_magics(sh, view)
-    state.progress_after = -1  # no progress bar among the lines read, however loaded the host
-    yield sh, state
-    if state._autopx:
-        state.autopx()
-    InteractiveShell.clear_instance()
+    with fresh_shell() as sh:
+        view = rc[:]
+        view.block = True  # the magics follow their view's block flag, as ipyparallel's
+        state = register_magics(sh, view)
+        state.progress_after = -1  # no progress bar among the lines, however loaded the host
+        yield sh, state
+        if state._autopx:
+            state.autopx()
 
 
 def test_px_line_and_cell(shell, capsys):
@@ -128,18 +126,13 @@ def test_auto_register_in_a_shell_and_not_in_a_script(rc):
     import subprocess
     import sys
 
-    from IPython.core.interactiveshell import InteractiveShell
-
     from zpar.client.magics import auto_register
 
-    sh = InteractiveShell.instance()
-    try:
+    with fresh_shell() as sh:
         state = auto_register(rc)
         assert state is not None and sh._zpar_magics is state
         assert "px" in sh.magics_manager.magics["line"]
         assert auto_register(rc) is state  # once per shell
-    finally:
-        InteractiveShell.clear_instance()
     # a plain script never imports IPython for it (0.4 s of a cluster's start)
     code = (
         "import sys, zpar\n"

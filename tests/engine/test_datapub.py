@@ -33,6 +33,7 @@ def published():
 def kernel(published):
     k = Kernel(3, "uuid-3", publish=lambda t, c, p: published.append((t, dict(c), p)))
     yield k
+    k.close()
     namespace.set_current(None)
     set_publisher(None)
 

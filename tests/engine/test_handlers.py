@@ -39,6 +39,7 @@ def declared(monkeypatch):
 def kernel():
     k = Kernel(9, "uuid-9")
     yield k
+    k.close()
     namespace.set_current(None)
 
 

@@ -31,14 +31,10 @@ def published():
 
 @pytest.fixture
 def kernel(published):
-    from IPython.core.interactiveshell import InteractiveShell
-
     k = Kernel(2, "uuid-2", publish=lambda t, c, p: published.append((t, dict(c), p)))
     yield k
+    k.close()
     namespace.set_current(None)
-    if k._ipython:
-        type(k._ipython).clear_instance()
-        InteractiveShell.clear_instance()
 
 
 def run(kernel, code, silent=False):
@@ -167,3 +163,40 @@ def test_without_ipython_plain_python_runs_and_ipython_syntax_names_the_fix(kern
         assert "pip install 'zpar[ipython]'" in err.content["evalue"], err.content
     plain = run(kernel, "1 +")
     assert "zpar[ipython]" not in plain.content["evalue"]
+
+
+def test_a_closed_kernel_gives_the_process_its_shell_back(kernel):
+    """An embedded engine's shell is the process's InteractiveShell while it runs (display()
+    and the inline backend find it there), and not after: a later InteractiveShell.instance()
+    (a test's, a notebook's) is a plain shell, not the engine's with its display hook."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from tests.shells import clear_shell
+    from zpar.engine.ipyshell import EngineShell
+
+    clear_shell()  # whatever the process had: this test is about the kernel's own
+    ok(run(kernel, "v = 1"))
+    assert isinstance(InteractiveShell.instance(), EngineShell)
+    kernel.close()
+    assert not InteractiveShell.initialized()
+    mine = InteractiveShell.instance()
+    try:
+        assert type(mine) is InteractiveShell and "v" not in mine.user_ns
+    finally:
+        clear_shell()
+
+
+def test_a_kernel_leaves_a_shell_the_program_has_alone(published):
+    from tests.shells import fresh_shell
+
+    with fresh_shell() as mine:
+        k = Kernel(4, "uuid-4", publish=lambda t, c, p: published.append((t, dict(c), p)))
+        try:
+            ok(run(k, "w = 2"))
+            assert k._ipython is not mine and "w" not in mine.user_ns
+        finally:
+            k.close()
+            namespace.set_current(None)
+        from IPython.core.interactiveshell import InteractiveShell
+
+        assert InteractiveShell.instance() is mine

@@ -45,6 +45,7 @@ def published():
 def kernel(published):
     k = Kernel(3, "uuid-3", publish=lambda t, c, p: published.append((t, dict(c), p)))
     yield k
+    k.close()  # its IPython shell, if an execute made one, is not the next test's
     namespace.set_current(None)
 
 

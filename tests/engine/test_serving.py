@@ -117,6 +117,7 @@ def rig():
     ctx = zmq.Context()
     r = Rig(ctx)
     yield r
+    r.kernel.close()
     r.replies.watchdog.close()
     ctx.destroy(linger=0)
 

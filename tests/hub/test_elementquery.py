@@ -15,6 +15,8 @@ from zpar.elements import (
     ERRORS,
     FINAL,
     RETRYING,
+    STDERRS,
+    STDOUTS,
     TIMES,
     element_id,
     pack_times,
@@ -107,6 +109,20 @@ def test_parts_make_one_record_per_element(store):
     assert [r["msg_id"] for r in _find(store, {"msg_id": "m"})] == ids
     assert [r["msg_id"] for r in _find(store, {"msg_id": {"$ne": ""}})] == ["plain", *ids]
     assert [r["msg_id"] for r in _find(store, {"status": "error"})] == [ids[1]]
+
+
+def test_each_element_has_its_own_output(store):
+    """A part whose elements printed carries each one's text (zpar.elements.STDOUTS): each
+    element's record has its own, as ipyparallel's one task per element."""
+    table = TaskTable()
+    w = StoreWriter(store, table)
+    _request(table, n=3)
+    own = {STDOUTS: {"0": "a\n", "2": "c\n"}, STDERRS: {"2": "e\n"}}
+    _part(table, "m", 0, 3, final=True, stdout="a\nc\n", stderr="e\n", **own)
+    assert w.flush(everything=True)
+    found = _find(store, {"label": "L1"}, ["stdout", "stderr", "metadata"])
+    assert [(r["stdout"], r["stderr"]) for r in found] == [("a\n", ""), ("", ""), ("c\n", "e\n")]
+    assert not any(STDOUTS in r["metadata"] or STDERRS in r["metadata"] for r in found)
 
 
 def test_an_element_result_names_its_parts_values(store):
