@@ -22,13 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from zpar.constants import DEFAULT_PROFILE, HUB_TIMEOUT, WINDOW_BYTES, WINDOW_REQUESTS
-from zpar.elements import origin_of
 from zpar.errors import NoEnginesRegistered
 from zpar.wire import Session, framememory
 from zpar.wire.curve import keys_of
 from zpar.wire.messages import (
-    AbortRequest,
-    ClearRequest,
     ControllerStatusRequest,
     MsgType,
     QueueRequest,
@@ -45,7 +42,7 @@ from .ioloop import ClientIO
 from .jobs import futures_of
 from .localresults import LocalResults
 from .sender import RequestSender
-from .taskstore import HubRecords, msg_ids_of
+from .taskstore import HubRecords
 from .view import BroadcastView, DirectView, LoadBalancedView
 from .window import Windows
 
@@ -166,8 +163,9 @@ class Client:
             self._local,
             HubCatchUp(self.sender, self._io, self.history),
         )
-        #: engines' lives: registration waits, shutdown, restart, signals
-        self._engine_control = EngineControl(self.sender, self._io, self._control)
+        #: engines' lives and control: registration waits, shutdown, restart, signals,
+        #: abort, clear
+        self._engine_control = EngineControl(self.sender, self._io, owner=self)
         self._io.connect("query", info.registration)
         self._io.start()
         self._closed = False
@@ -264,42 +262,15 @@ class Client:
 
     # -- control ----------------------------------------------------------------------------
 
-    def _control(
-        self,
-        msg_type: str,
-        content: dict[str, Any],
-        targets: Any,
-        block: bool = True,
-        timeout: float = HUB_TIMEOUT,
-    ) -> AsyncResult:
-        ids = self.sender.resolve_targets(targets)
-        sent = [self.sender.send("control", msg_type, content, engine_id=i) for i in ids]
-        ar = AsyncResult(self, [r.msg_id for r in sent], [r.future for r in sent], fname=msg_type)
-        if block:
-            ar.get(timeout)
-        return ar
-
     def abort(self, jobs: Any = None, targets: Any = None, block: bool = True) -> AsyncResult:
         """Abort work that has not started: queued on engines (``targets``, default all) and,
         for load-balanced tasks, still held by the task scheduler. jobs: msg_ids or
         AsyncResults, None for everything this client queued. Running tasks finish."""
-        # an element of a load-balanced map is aborted with its request's unstarted ones
-        msg_ids = None if jobs is None else list(dict.fromkeys(map(origin_of, msg_ids_of(jobs))))
-        content = AbortRequest(msg_ids).as_dict()
-        ids = self.sender.resolve_targets(targets)
-        send = self.sender.send
-        self._io.abort_held(content["msg_ids"])  # still in this client: aborted here
-        sent = [send("control", MsgType.ABORT_REQUEST, content, engine_id=i) for i in ids]
-        if self._io.has_channel("task"):
-            sent.append(send("task", MsgType.ABORT_REQUEST, content))
-        ar = AsyncResult(self, [r.msg_id for r in sent], [r.future for r in sent], fname="abort")
-        if block:
-            ar.get(HUB_TIMEOUT)
-        return ar
+        return self._engine_control.abort(jobs, targets, block)
 
     def clear(self, targets: Any = None, block: bool = True) -> AsyncResult:
         """Clear the engines' namespaces."""
-        return self._control(MsgType.CLEAR_REQUEST, ClearRequest().as_dict(), targets, block)
+        return self._engine_control.clear(targets, block)
 
     def queue_status(self, targets: Any = "all", verbose: bool = False) -> dict[Any, Any]:
         """{engine_id: {'queue', 'completed', 'tasks'}, 'unassigned': n} (int and str keys,
