@@ -12,8 +12,8 @@ comparing a change before/after in the same minute, not as a target.
 - ``scheduler``: TaskScheduler's handlers (verify, book, re-sign, outbox, hub copies) fed
   batches of 8 submissions and one reply per task, its sends replaced by no-ops: the
   scheduler's Python without pyzmq.
-- ``hub``: Hub._task_batch fed the scheduler's event batches (as HubReport sends them for
-  W3), its store (an SQLite file) flushed as the controller does.
+- ``hub``: the hub's MonitorReader.task_batch fed the scheduler's event batches (as
+  HubReport sends them for W3), its store (an SQLite file) flushed as the controller does.
 - ``sqlite``: the store's floor per record: the upsert alone, the three JSON columns alone,
   the result buffer's row.
 """
@@ -280,7 +280,7 @@ def hub(tasks: int, repeat: int, per_batch: int = 30) -> dict[str, float]:
         store=store,
     )
     report = HubReport(ctx, "inproc://sm-unused")
-    report.socket.close(linger=0)
+    report.close()  # both its sockets: an open one holds ctx.term() below for ever
     packed: list[list[Any]] = []
 
     class Capture:
@@ -313,7 +313,7 @@ def hub(tasks: int, repeat: int, per_batch: int = 30) -> dict[str, float]:
         cpu = {"events": 0.0, "store": 0.0}
         for frames in batches(n):
             t = time.thread_time()
-            the_hub._task_batch(frames)
+            the_hub.monitor_reader.task_batch(frames)
             t2 = time.thread_time()
             if the_hub.writer.due:
                 the_hub.writer.flush()

@@ -2,9 +2,11 @@
 
 It owns its parts, each built with what it needs: sending requests (client.sender, also
 what views use), the hub's task store (client.taskstore's HubRecords), engines' lives
-(client.enginecontrol's EngineControl), the sockets (client.ioloop); ipyparallel's
-leftovers are functions of client.clientcompat. Client keeps every public name of
-ipyparallel's Client, as a thin method over the part that does the work."""
+(client.enginecontrol's EngineControl), the sockets (client.ioloop). Its way into the
+cluster (the connection file, the hub's addresses and engines) is client.bootstrap's, the
+jobs ``wait`` takes are read by client.jobs, and ipyparallel's leftovers are functions of
+client.clientcompat. Client keeps every public name of ipyparallel's Client, as a thin
+method over the part that does the work."""
 
 from __future__ import annotations
 
@@ -19,41 +21,28 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from zpar.cluster.connection import (
-    check_controller_alive,
-    default_url_file,
-    profile_dir,
-    wait_for_connection_file,
-)
 from zpar.constants import DEFAULT_PROFILE, HUB_TIMEOUT, WINDOW_BYTES, WINDOW_REQUESTS
-from zpar.elements import origin_of, split_element_id
-from zpar.errors import (
-    NoEnginesRegistered,
-    TimeoutError,
-)
+from zpar.errors import NoEnginesRegistered
 from zpar.wire import Session, framememory
 from zpar.wire.curve import keys_of
 from zpar.wire.messages import (
-    AbortRequest,
-    ClearRequest,
-    ConnectionRequest,
     ControllerStatusRequest,
     MsgType,
     QueueRequest,
 )
-from zpar.wire.transport import choose, direct_dir
 
 from . import clientcompat
 from .asyncresult import AsyncHubResult, AsyncResult
-from .clientcompat import History, check_unused_arguments, connection_file_of
+from .bootstrap import connection_file, join
+from .clientcompat import History, check_unused_arguments
 from .directcall import DirectCaller
 from .enginecontrol import EngineControl
 from .hubsync import HubCatchUp
 from .ioloop import ClientIO
+from .jobs import futures_of
 from .localresults import LocalResults
-from .mapparts import ElementFuture
 from .sender import RequestSender
-from .taskstore import HubRecords, msg_ids_of
+from .taskstore import HubRecords
 from .view import BroadcastView, DirectView, LoadBalancedView
 from .window import Windows
 
@@ -75,13 +64,6 @@ def newest_client() -> Client | None:
             return c
         _clients.pop()
     return None
-
-
-def cluster_url_file(profile: str, cluster_id: str | None, who: str = "client") -> Path:
-    """Where a cluster's connection file lives: per cluster id, or the profile's default."""
-    if not cluster_id:
-        return default_url_file(profile, who)
-    return profile_dir(profile) / "security" / f"cluster-{cluster_id}" / f"zpar-{who}.json"
 
 
 class Client:
@@ -148,11 +130,10 @@ class Client:
         self.debug = debug
         #: default of the views' block flag (ipyparallel's Client.block)
         self.block = False
-        path = connection_file_of(connection_info, url_file, profile_dir, cluster_id)
-        path = path or cluster_url_file(self.profile, cluster_id)
+        path, info = connection_file(
+            connection_info, url_file, profile_dir, cluster_id, self.profile, timeout
+        )
         self.url_file = path
-        info = wait_for_connection_file(path, timeout)
-        check_controller_alive(path, info)  # a stale file: say so now, not after timeout
         #: the controller's live dashboard, its token included ("" without one)
         self.dashboard_link: str = info.dashboard_link
         self.session = Session(info.key or None, allow_insecure=not info.key)
@@ -182,34 +163,14 @@ class Client:
             self._local,
             HubCatchUp(self.sender, self._io, self.history),
         )
-        #: engines' lives: registration waits, shutdown, restart, signals
-        self._engine_control = EngineControl(self.sender, self._io, self._control)
+        #: engines' lives and control: registration waits, shutdown, restart, signals,
+        #: abort, clear
+        self._engine_control = EngineControl(self.sender, self._io, owner=self)
         self._io.connect("query", info.registration)
         self._io.start()
         self._closed = False
         try:
-            reply = self.sender.query(
-                MsgType.CONNECTION_REQUEST, ConnectionRequest().as_dict(), timeout
-            )
-            c = choose(reply.content, reply.content.get("local"))
-            self._io.iopub_addr = c.get("iopub")
-            self._io.direct_dir = direct_dir(c["mux"])
-            self._io.add_channels(
-                {
-                    "mux": c["mux"],
-                    "control": c["control"],
-                    "task": c["task"],
-                    "notification": c["notification"],
-                }
-            )
-            if not self._io.subscribed.wait(timeout):
-                raise TimeoutError(f"no notification subscription from {c['notification']}")
-            # Engines registered before our subscription was live: ask again, now race-free.
-            reply = self.sender.query(
-                MsgType.CONNECTION_REQUEST, ConnectionRequest().as_dict(), timeout
-            )
-            self._io.apply_snapshot({int(k): v for k, v in reply.content["engines"].items()})
-            self.task_scheme = reply.content.get("task_scheme", "")
+            self.task_scheme = join(self.sender, self._io, timeout)
         except BaseException:
             self.close()
             raise
@@ -301,42 +262,15 @@ class Client:
 
     # -- control ----------------------------------------------------------------------------
 
-    def _control(
-        self,
-        msg_type: str,
-        content: dict[str, Any],
-        targets: Any,
-        block: bool = True,
-        timeout: float = HUB_TIMEOUT,
-    ) -> AsyncResult:
-        ids = self.sender.resolve_targets(targets)
-        sent = [self.sender.send("control", msg_type, content, engine_id=i) for i in ids]
-        ar = AsyncResult(self, [r.msg_id for r in sent], [r.future for r in sent], fname=msg_type)
-        if block:
-            ar.get(timeout)
-        return ar
-
     def abort(self, jobs: Any = None, targets: Any = None, block: bool = True) -> AsyncResult:
         """Abort work that has not started: queued on engines (``targets``, default all) and,
         for load-balanced tasks, still held by the task scheduler. jobs: msg_ids or
         AsyncResults, None for everything this client queued. Running tasks finish."""
-        # an element of a load-balanced map is aborted with its request's unstarted ones
-        msg_ids = None if jobs is None else list(dict.fromkeys(map(origin_of, msg_ids_of(jobs))))
-        content = AbortRequest(msg_ids).as_dict()
-        ids = self.sender.resolve_targets(targets)
-        send = self.sender.send
-        self._io.abort_held(content["msg_ids"])  # still in this client: aborted here
-        sent = [send("control", MsgType.ABORT_REQUEST, content, engine_id=i) for i in ids]
-        if self._io.has_channel("task"):
-            sent.append(send("task", MsgType.ABORT_REQUEST, content))
-        ar = AsyncResult(self, [r.msg_id for r in sent], [r.future for r in sent], fname="abort")
-        if block:
-            ar.get(HUB_TIMEOUT)
-        return ar
+        return self._engine_control.abort(jobs, targets, block)
 
     def clear(self, targets: Any = None, block: bool = True) -> AsyncResult:
         """Clear the engines' namespaces."""
-        return self._control(MsgType.CLEAR_REQUEST, ClearRequest().as_dict(), targets, block)
+        return self._engine_control.clear(targets, block)
 
     def queue_status(self, targets: Any = "all", verbose: bool = False) -> dict[Any, Any]:
         """{engine_id: {'queue', 'completed', 'tasks'}, 'unassigned': n} (int and str keys,
@@ -403,38 +337,13 @@ class Client:
     def _futures_of(self, jobs: Any) -> list[Any]:
         if jobs is None:
             return self._io.pending_futures()
-        jobs = jobs if isinstance(jobs, list | tuple | set) else [jobs]
-        futures = []
-        for j in jobs:
-            if isinstance(j, int) and not isinstance(j, bool):
-                j = self.history[j]  # an index into the history, as in ipyparallel
-            if isinstance(j, AsyncResult):
-                futures.extend(j._futures)
-            elif isinstance(j, concurrent.futures.Future):  # any Future, as ipyparallel
-                futures.append(j)
-            elif isinstance(j, str):
-                sent, j = j, origin_of(j)  # an element of a map: its request
-                request = self._io.request(j)
-                element = split_element_id(sent) if request is not None else None
-                if element is not None and request.parts is not None:
-                    if not element[1] < request.parts.n:
-                        raise KeyError(f"no job {sent!r} was sent by this client")
-                    # that element alone, as ipyparallel's task of its own
-                    futures.append(ElementFuture(request.parts, element[1]))
-                elif request is not None:
-                    futures.extend(request.reply_futures())
-                elif (
-                    j not in self.sender.handles
-                    and j not in self.history
-                    and sent not in self.history  # a map's element, by element id
-                    and j not in self._local.results
-                ):
-                    raise KeyError(f"no job {j!r} was sent by this client")
-            else:
-                raise TypeError(
-                    f"jobs are AsyncResults, Futures or msg_ids, not {type(j).__name__}"
-                )
-        return futures
+        handles, results = self.sender.handles, self._local.results
+        return futures_of(
+            jobs,
+            history=self.history,
+            request=self._io.request,
+            known=lambda msg_id: msg_id in handles or msg_id in results,
+        )
 
     # -- engines' lives (client.enginecontrol) ------------------------------------------------
 

@@ -1,6 +1,6 @@
 """EngineControl: the Client's hold on engines' lives (waiting for them to register,
-shutting them down or restarting them, signalling them), owned by the Client, which keeps
-ipyparallel's names for them as thin methods."""
+shutting them down or restarting them, signalling them) and its control requests (abort,
+clear), owned by the Client, which keeps ipyparallel's names for them as thin methods."""
 
 from __future__ import annotations
 
@@ -9,12 +9,22 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 from zpar.constants import HUB_TIMEOUT
+from zpar.elements import origin_of
 from zpar.errors import TimeoutError
-from zpar.wire.messages import MsgType, ShutdownHubRequest, ShutdownRequest, SignalRequest
+from zpar.wire.messages import (
+    AbortRequest,
+    ClearRequest,
+    MsgType,
+    ShutdownHubRequest,
+    ShutdownRequest,
+    SignalRequest,
+)
+
+from .callresult import AsyncResult
+from .taskstore import msg_ids_of
 
 log = logging.getLogger(__name__)
 
@@ -36,13 +46,56 @@ def signal_number(sig: int | str) -> int:
 
 class EngineControl:
     """Built with the sender (targets, uuids, hub queries), the I/O thread (the engine
-    table and its condition) and ``control``: the Client's send of a control request to
-    engines, returning its AsyncResult."""
+    table and its condition, requests still held) and ``owner``: the Client, owner of
+    the AsyncResults of its control requests."""
 
-    def __init__(self, sender: Any, io: Any, control: Callable[..., Any]) -> None:
+    def __init__(self, sender: Any, io: Any, *, owner: Any) -> None:
         self.sender = sender
         self._io = io
-        self._control = control
+        self.owner = owner
+
+    def control(
+        self,
+        msg_type: str,
+        content: dict[str, Any],
+        targets: Any,
+        block: bool = True,
+        timeout: float = HUB_TIMEOUT,
+    ) -> AsyncResult:
+        """Send a control request to each engine of ``targets``; its AsyncResult (waited
+        for ``timeout`` s with ``block``)."""
+        ids = self.sender.resolve_targets(targets)
+        sent = [self.sender.send("control", msg_type, content, engine_id=i) for i in ids]
+        ar = AsyncResult(
+            self.owner, [r.msg_id for r in sent], [r.future for r in sent], fname=msg_type
+        )
+        if block:
+            ar.get(timeout)
+        return ar
+
+    def abort(self, jobs: Any = None, targets: Any = None, block: bool = True) -> AsyncResult:
+        """Abort work that has not started: queued on engines (``targets``, default all) and,
+        for load-balanced tasks, still held by the task scheduler. jobs: msg_ids or
+        AsyncResults, None for everything this client queued. Running tasks finish."""
+        # an element of a load-balanced map is aborted with its request's unstarted ones
+        msg_ids = None if jobs is None else list(dict.fromkeys(map(origin_of, msg_ids_of(jobs))))
+        content = AbortRequest(msg_ids).as_dict()
+        ids = self.sender.resolve_targets(targets)
+        send = self.sender.send
+        self._io.abort_held(content["msg_ids"])  # still in this client: aborted here
+        sent = [send("control", MsgType.ABORT_REQUEST, content, engine_id=i) for i in ids]
+        if self._io.has_channel("task"):
+            sent.append(send("task", MsgType.ABORT_REQUEST, content))
+        ar = AsyncResult(
+            self.owner, [r.msg_id for r in sent], [r.future for r in sent], fname="abort"
+        )
+        if block:
+            ar.get(HUB_TIMEOUT)
+        return ar
+
+    def clear(self, targets: Any = None, block: bool = True) -> AsyncResult:
+        """Clear the engines' namespaces."""
+        return self.control(MsgType.CLEAR_REQUEST, ClearRequest().as_dict(), targets, block)
 
     def wait_for_engines(
         self,
@@ -119,7 +172,7 @@ class EngineControl:
         if self._io.engines and targets is not None:
             old = {i: self.sender.engine_uuid(i) for i in self.sender.resolve_targets(targets)}
             content = ShutdownRequest(restart=bool(restart)).as_dict()
-            ar = self._control(MsgType.SHUTDOWN_REQUEST, content, list(old), block=False)
+            ar = self.control(MsgType.SHUTDOWN_REQUEST, content, list(old), block=False)
             if block:
                 ar.get(timeout) if restart else ar.wait(timeout)
                 if restart:

@@ -355,7 +355,7 @@ class Controller:
         next_probe = 0.0
         trimmer = Trimmer(burst=200)
         while not hub.stopping:
-            probing = bool(hub.pending) or heart.probing
+            probing = bool(hub.registrar.pending) or heart.probing
             wake = min(next_beat, next_probe) if probing else next_beat
             timeout = max(0.0, wake - time.monotonic())
             flush_in = hub.writer.wait()
@@ -374,7 +374,7 @@ class Controller:
             else:
                 trimmer.maybe_trim()  # idle after a burst: give the pages back
             now = time.monotonic()
-            if (hub.pending or heart.probing) and now >= next_probe:
+            if (hub.registrar.pending or heart.probing) and now >= next_probe:
                 # a registering engine is in as soon as its heart is up; an engine whose
                 # heartbeat connection closed is dead unless it answers soon
                 heart.probe()
@@ -384,7 +384,7 @@ class Controller:
             if now >= next_beat:
                 heart.beat()
                 next_beat = max(next_beat + period, now)
-                hub.expire_registrations()
+                hub.registrar.expire()
                 hub.tick_services(now)
         watch.close_sentinel()
         return self.exit_code

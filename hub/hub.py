@@ -16,83 +16,38 @@ from typing import Any
 
 import zmq
 
-from zpar.constants import (
-    BAD_KEY,
-    REGISTRATION_TIMEOUT,
-    SIGNAL_SUFFIX,
-    STORE_RESULT_LIMIT,
-    WELCOME,
-)
-from zpar.errors import (
-    HubRefused,
-    RegistrationRefused,
-    RemoteProtocolError,
-    error_content,
-)
-from zpar.wire import Message, Session, envelope_and_buffers, routing, send_frames
-from zpar.wire.copybatch import unpack_copies
+from zpar.constants import BAD_KEY, REGISTRATION_TIMEOUT, SIGNAL_SUFFIX, WELCOME
+from zpar.errors import HubRefused, error_content
+from zpar.wire import Message, Session, routing, send_frames
 from zpar.wire.messages import (
-    MON_CONTROL_IN,
-    MON_CONTROL_OUT,
-    MON_COPY_BATCH,
-    MON_MUX_IN,
-    MON_MUX_OUT,
     MON_SCHEDULER,
-    MON_TASK_BATCH,
-    MON_TASK_RESULT,
     ConnectionReply,
     EngineEvent,
     MsgType,
-    QueueReply,
     RegistrationNotification,
-    RegistrationReply,
     ReplyStatus,
     ShutdownHubReply,
     SignalReply,
     SignalRequest,
     UnregistrationNotification,
 )
-from zpar.wire.monitor import (
-    TaskDest,
-    TaskIn,
-    TaskOut,
-    TaskRetry,
-    packed_body,
-    split_monitor,
-    split_task_result,
-    unpack_batch,
-)
+from zpar.wire.monitor import split_monitor
 from zpar.wire.msgtypes import reply_type_of
 from zpar.wire.refusals import merged
 from zpar.wire.sockets import recv_frames
 
 from . import launcherqueries, queries, resubmit, status
 from .heartmonitor import HeartMonitor
+from .monitorreader import MonitorReader
 from .queryapi import QueryHandler, load_queries
 from .recorder import StoreWriter
-from .records import (
-    FEED_REGISTERED,
-    FEED_UNREGISTERED,
-    EngineRecord,
-    TaskRecord,
-    TaskTable,
-    pack_request,
-)
+from .records import FEED_REGISTERED, FEED_UNREGISTERED, EngineRecord, TaskTable
+from .registration import Registrar
 from .services import HubService, load_services
 from .staleheart import StaleHearts
 from .stores import LOST_IN_RESTART, MemoryStore, TaskStore
 
 log = logging.getLogger(__name__)
-
-#: Copies of a batch checked between two yields of the GIL to the relay threads.
-COPY_YIELD_EVERY = 8
-
-#: Large results (over STORE_INLINE_LIMIT) held until their TaskOut event arrives; a batch
-#: interval's worth at most, so the oldest beyond this are surely orphans.
-LARGE_RESULTS_HELD = 256
-#: ...and at most this many bytes of them: results travel on a socket of their own and may
-#: run ahead of their events by as much as the monitor lets queue (MONITOR_RCVHWM).
-LARGE_RESULTS_BYTES = 32 * 2**20
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +59,11 @@ class Addresses:
 
 
 class Hub:
+    """The controller's hub: answers the registration ROUTER's queries, publishes
+    notifications, follows engines from registration (its Registrar) to their death
+    (heartbeats, hub/heartmonitor.py) and records tasks from the monitor pipe (its
+    MonitorReader) into the store; the controller's loop calls its ``handle_*`` methods."""
+
     def __init__(
         self,
         session: Session,
@@ -126,13 +86,21 @@ class Hub:
         heart.on_new_heart = self._on_new_heart
         heart.on_heart_failure = self._on_heart_failure
         self.addresses = addresses
-        self.registration_timeout = registration_timeout
+        #: registered engines, by id and by uuid
         self.engines: dict[int, EngineRecord] = {}
         self.by_uuid: dict[bytes, EngineRecord] = {}
-        self.pending: dict[bytes, EngineRecord] = {}
+        #: engines registering until their heart beats (hub/registration.py)
+        self.registrar = Registrar(
+            engines=self.engines,
+            by_uuid=self.by_uuid,
+            unregister=self.unregister,
+            engine_addresses=addresses.engine,
+            timeout=registration_timeout,
+        )
+        #: the registrar's engines registering, by uuid (queryapi.HubState names it)
+        self.pending = self.registrar.pending
         #: engines unregistered here, told so if their heart still beats (hub/staleheart.py)
         self.stale = StaleHearts()
-        self.next_id = 0
         store = store or MemoryStore()
         # completed records live in the store; memory keeps a few for per-engine status
         self.tasks = TaskTable(completed_limit=1000)
@@ -154,8 +122,10 @@ class Hub:
         # relay and engine copies are checked like any message, against a replay guard of
         # their own (a request's copy and the request itself are one message)
         self.copies = session.for_thread()
-        self._large_results: dict[str, list[Any]] = {}  # msg_id -> buffers, until its TaskOut
-        self._large_bytes = 0  # bytes of _large_results
+        #: records what the monitor pipe tells of tasks (hub/monitorreader.py)
+        self.monitor_reader = MonitorReader(
+            copies=self.copies, tasks=self.tasks, writer=self.writer, stale=self.stale
+        )
         #: the hub's DEALER to the task scheduler, for resubmit (set by the controller)
         self.resubmitter: resubmit.Resubmitter | None = None
         #: called with the scheduler_ready content (the controller's start-up waits on it)
@@ -163,7 +133,7 @@ class Hub:
         self._queries: dict[str, Callable[[Message], Any]] = {
             MsgType.REGISTRATION_REQUEST: self._registration_request,
             MsgType.CONNECTION_REQUEST: self._connection_request,
-            MsgType.QUEUE_REQUEST: self._queue_request,
+            MsgType.QUEUE_REQUEST: lambda m: queries.queue_request(self, m),
             MsgType.RESULT_REQUEST: lambda m: queries.result_request(self, m),
             MsgType.PURGE_REQUEST: lambda m: queries.purge_request(self, m),
             MsgType.DB_REQUEST: lambda m: queries.db_request(self, m),
@@ -187,13 +157,7 @@ class Hub:
         #: records the store refused for their data (hub/recorder.py)
         self.refusals.add_part("store", lambda: self.writer.refused)
         self._monitor_handlers: dict[bytes, Callable[[list[Any]], None]] = {
-            MON_MUX_IN: self._mux_in,
-            MON_MUX_OUT: self._mux_out,
-            MON_COPY_BATCH: self._copy_batch,
-            MON_CONTROL_IN: _ignore,
-            MON_CONTROL_OUT: _ignore,
-            MON_TASK_BATCH: self._task_batch,
-            MON_TASK_RESULT: self._task_result,
+            **self.monitor_reader.handlers,
             MON_SCHEDULER: self._scheduler_message,
         }
         #: capabilities added through the zpar.hub_services entry points (hub/services.py),
@@ -361,94 +325,11 @@ class Hub:
     # -- queries ------------------------------------------------------------------------------
 
     def _registration_request(self, msg: Message) -> dict[str, Any]:
-        c = msg.content
-        uuid = c.get("uuid")
-        if not isinstance(uuid, str) or not uuid or len(uuid) > 255:
-            return error_content(RegistrationRefused, f"invalid engine uuid {uuid!r}")
-        key = uuid.encode()
-        retry = self._registration_retry(key, c)
-        if retry is not None:
-            return retry
-        if key in self.by_uuid or key in self.pending:
-            state = "registered" if key in self.by_uuid else "registering"
-            log.warning("registration refused: uuid %s is already %s", uuid, state)
-            return error_content(
-                RegistrationRefused,
-                f"identity {uuid} is already in use by an engine that is {state}",
-            )
-        fields = registration_fields(c)
-        if isinstance(fields, str):
-            log.warning("registration of %s refused: %s", uuid[:64], fields)
-            return error_content(RegistrationRefused, fields)
-        hostname, pid = fields
-        eid = self._engine_id_for(c.get("id", -1), hostname, pid)
-        rec = EngineRecord(
-            eid, uuid, hostname, pid, deadline=time.monotonic() + self.registration_timeout
-        )
-        rec.rank = c.get("rank", -1) if isinstance(c.get("rank"), int) else -1
-        self.pending[key] = rec
-        log.info("engine %d (uuid %s, %s pid %d) registering", eid, uuid, rec.hostname, rec.pid)
-        return RegistrationReply(ReplyStatus.OK, id=eid, **self.addresses.engine).as_dict()
-
-    def _registration_retry(self, key: bytes, c: dict[str, Any]) -> dict[str, Any] | None:
-        """The same reply again for an engine asking anew under a uuid still registering,
-        from the same host and pid: its first reply went to a socket it had closed (a
-        controller too busy to answer within the engine's timeout), and the id it was
-        given must not be held by a request nobody waits for."""
-        rec = self.pending.get(key)
-        fields = registration_fields(c)
-        if rec is None or isinstance(fields, str) or (rec.hostname, rec.pid) != fields:
-            return None
-        rec.deadline = time.monotonic() + self.registration_timeout
-        log.info("engine %d (uuid %s) asked again while registering; same reply", rec.id, rec.uuid)
-        return RegistrationReply(ReplyStatus.OK, id=rec.id, **self.addresses.engine).as_dict()
-
-    def _engine_id_for(self, wanted: Any, hostname: str, pid: int) -> int:
-        """The id asked for when it is free (an engine restarting itself asks for its old
-        one; its old record, same host and pid, is replaced), else the next new one."""
-        if isinstance(wanted, int) and not isinstance(wanted, bool) and wanted >= 0:
-            old = self.engines.get(wanted)
-            if old is not None and (old.hostname, old.pid) == (hostname, pid):
-                self.unregister(old.uuid.encode(), "restarted")
-                old = None
-            if old is None and all(r.id != wanted for r in self.pending.values()):
-                self.next_id = max(self.next_id, wanted + 1)
-                return wanted
-            log.info("engine id %d asked for is taken; giving a new one", wanted)
-        eid = self.next_id
-        self.next_id += 1
-        return eid
+        return self.registrar.request(msg.content)
 
     def _connection_request(self, msg: Message) -> dict[str, Any]:
         engines = {e.id: e.uuid for e in self.engines.values()}
         return ConnectionReply(ReplyStatus.OK, **self.addresses.client, engines=engines).as_dict()
-
-    def _queue_request(self, msg: Message) -> dict[str, Any]:
-        verbose = bool(msg.content.get("verbose", False))
-        ids = self._target_ids(msg.content.get("targets"))
-        if isinstance(ids, str):
-            return error_content(HubRefused, ids)
-        queues = {i: self.tasks.queue_status(self.engines[i].uuid, verbose) for i in ids}
-        unassigned = self.tasks.unassigned
-        return QueueReply(
-            ReplyStatus.OK,
-            queues=queues,
-            unassigned=sorted(unassigned) if verbose else len(unassigned),
-            store=self.writer.status(),
-        ).as_dict()
-
-    def _target_ids(self, targets: Any) -> list[int] | str:
-        """Registered engine ids from a query's targets (None: all), or what is wrong."""
-        if targets is None:
-            return sorted(self.engines)
-        if not isinstance(targets, list) or not all(
-            isinstance(t, int) and not isinstance(t, bool) for t in targets
-        ):
-            return f"targets must be ints, got {targets!r}"
-        unknown = [t for t in targets if t not in self.engines]
-        if unknown:
-            return f"no such engines: {unknown}"
-        return list(dict.fromkeys(targets))
 
     def _signal_request(self, msg: Message) -> dict[str, Any]:
         """Relay a signal to each target engine's signal thread (engine/signals.py)."""
@@ -459,7 +340,7 @@ class Hub:
             or signum not in signal.valid_signals()
         ):
             return error_content(HubRefused, f"{signum!r} is not a signal number")
-        ids = self._target_ids(targets)
+        ids = queries.target_ids(self.engines, targets)
         if isinstance(ids, str):
             return error_content(HubRefused, ids)
         for i in ids:
@@ -482,7 +363,7 @@ class Hub:
     # -- engines ------------------------------------------------------------------------------
 
     def _on_new_heart(self, uuid: bytes) -> None:
-        rec = self.pending.pop(uuid, None)
+        rec = self.registrar.admit(uuid)
         if rec is None:
             if uuid in self.stale:  # declared dead, yet it beats: tell it to re-register
                 self.stale.tell(self.session, self.query, uuid)
@@ -539,165 +420,12 @@ class Hub:
             UnregistrationNotification(rec.id, rec.uuid, reason).as_dict(),
         )
 
-    def expire_registrations(self) -> None:
-        now = time.monotonic()
-        for uuid, rec in list(self.pending.items()):
-            if rec.deadline < now:
-                del self.pending[uuid]
-                log.warning(
-                    "engine %d (uuid %s) registered but never heartbeat; dropped", rec.id, rec.uuid
-                )
-
     def _tell_scheduler(self, event: str, rec: EngineRecord) -> None:
         self.session.send(
             self.events, MsgType.ENGINE_EVENT, EngineEvent(event, rec.id, rec.uuid).as_dict()
         )
 
     # -- monitor ------------------------------------------------------------------------------
-
-    def _copy(self, frames: list[Any], where: str) -> Message | None:
-        """A relay's or an engine's copy of a message, checked as its receiver checks it
-        (the small result buffers the store keeps included); None if refused."""
-        framed = routing(frames)
-        if framed is None or len(framed[0]) != 2:
-            log.warning("%s copy without two identities dropped", where)
-            return None
-        # the signature covers the small buffers; large ones are checked below when stored
-        return self.copies.feed(frames, where, buffers=False, private=True)
-
-    def _copy_batch(self, frames: list[Any]) -> None:
-        # [msgpack list of copies] from an engine's copy thread (zpar.wire.copybatch.pack_copies):
-        # each copy checked and recorded as if it had come alone; a bad one is refused there
-        try:
-            copies = unpack_copies(packed_body(frames))
-        except ValueError as e:
-            log.warning("malformed copy batch dropped: %s", e)
-            return
-        handlers = self._monitor_handlers
-        for i, copy in enumerate(copies, 1):
-            try:
-                handlers[copy[0]](copy[1:])
-            except Exception as e:  # garbage on the monitor must not kill the hub
-                log.warning("malformed %r copy in a batch ignored: %s", copy[0], e)
-            if i % COPY_YIELD_EVERY == 0:
-                # the relay threads share this GIL: without a yield a batch held a relayed
-                # message up to the 5 ms switch interval (docs/decisions.md, W2)
-                time.sleep(0)
-
-    def _mux_in(self, frames: list[Any]) -> None:
-        # [engine_uuid, client_ident, <ZPAR|MSG>, signature, envelope, buffers…] (buffers
-        # when all of them fit what the store keeps: the request is kept for resubmit)
-        msg = self._copy(frames, "monitor (mux in)")
-        if msg is None:
-            return
-        engine, client = msg.idents
-        engine_uuid = engine.decode("ascii", "replace")
-        if msg.dest != engine_uuid:
-            return  # not for this engine: refused there, so not recorded here
-        request = None
-        if len(msg.buffers) == len(msg.tags):  # large buffers: checked if ever resubmitted
-            request = pack_request(envelope_and_buffers(msg.frames))
-        self.tasks.submitted(msg.header, "mux", client, engine_uuid, msg.metadata, request)
-        if engine in self.stale:  # taken by an engine declared dead: lost, whatever it says
-            self.tasks.engine_died(engine_uuid)
-
-    def _mux_out(self, frames: list[Any]) -> None:
-        # [client_ident, engine_uuid, <ZPAR|MSG>, signature, envelope, buffers…]
-        msg = self._copy(frames, "monitor (mux out)")
-        if msg is None:
-            return
-        engine = msg.idents[1].decode("ascii", "replace")
-        msg_id = msg.parent_header.get("msg_id")
-        if msg_id is None or msg.parent_header.get("dest") != engine:
-            return  # an answer to nothing, or from an engine the request was not bound to
-        metadata = dict(msg.metadata)
-        status = str(metadata.get("status", ""))
-        buffers = msg.buffers if len(msg.buffers) == len(msg.tags) else []  # large left out
-        if buffers and not self._checked(msg, "monitor (mux out)"):
-            return
-        if self.tasks.finished(msg_id, engine, metadata, status, msg.content):
-            self._result_buffers(msg_id, buffers)
-
-    def _checked(self, msg: Message, where: str) -> bool:
-        """Whether a copy's large buffers (not covered by the signature) check out."""
-        try:
-            self.copies.check_buffers(msg.tags, msg.buffers, private=True)
-        except RemoteProtocolError as e:
-            self.copies.refuse(e, where)
-            return False
-        return True
-
-    def _task_batch(self, frames: list[Any]) -> None:
-        # [msgpack list of events] (zpar.wire.monitor), dispatched on their exact type
-        tasks, large_results = self.tasks, self._large_results
-        for event in unpack_batch(packed_body(frames)):
-            if type(event) is TaskIn:
-                request = event.request
-                if request is not None:
-                    request = pack_request(request)
-                tasks.submitted(event.header, "task", event.client, None, event.metadata, request)
-                if event.engine:  # its TaskDest, folded in (zpar.wire.monitor): as if it followed
-                    tasks.assigned(event.header["msg_id"], event.engine)
-            elif type(event) is TaskOut:
-                md, msg_id = event.metadata, event.msg_id  # decoded for this call: no copy
-                status = str(md.get("status", ""))
-                large = self._forget_large(msg_id) if large_results else None
-                rec = tasks.finished(msg_id, event.engine or None, md, status, event.content)
-                if rec is not None:
-                    buffers = event.buffers if event.buffers is not None else large
-                    if buffers:  # a map's part: under its own row's id
-                        self._result_buffers(rec.msg_id, buffers, rec)
-            elif type(event) is TaskDest and event.engine:
-                tasks.assigned(event.msg_id, event.engine)
-            elif type(event) is TaskDest:  # taken back from its engine unstarted (prefetch)
-                tasks.requeued(event.msg_id)
-            elif type(event) is TaskRetry:
-                log.info("task %s retried after %s", event.msg_id, event.why)
-                tasks.retried(event.msg_id)
-            else:
-                log.warning("task event ignored: %s", event)
-
-    def _task_result(self, frames: list[Any]) -> None:
-        # [msg_id, buffers…]: a large load-balanced result (the scheduler checked its tags),
-        # usually ahead of its TaskOut event; stored only if that reply finishes the record
-        held = self._large_results
-        msg_id, buffers = split_task_result(frames)
-        rec = self.tasks.records.get(msg_id)
-        if rec is not None and rec.elements is not None:
-            rec = None  # a map's part: its values are its part row's, held for its TaskOut
-        if rec is not None and rec.completed is not None and rec.result_size is None:
-            # it travels on a socket of its own (schedulers/hubreport.py) and may come
-            # after its TaskOut: stored now, the record written again with its size
-            self._result_buffers(msg_id, buffers)
-            if rec.result_size is not None:
-                self.tasks.dirty[msg_id] = rec
-            return
-        held[msg_id] = buffers
-        self._large_bytes += sum(len(f.buffer if isinstance(f, zmq.Frame) else f) for f in buffers)
-        while held and (len(held) > LARGE_RESULTS_HELD or self._large_bytes > LARGE_RESULTS_BYTES):
-            self._forget_large(next(iter(held)))
-
-    def _forget_large(self, msg_id: str) -> list[Any] | None:
-        bufs = self._large_results.pop(msg_id, None)
-        if bufs is not None:
-            self._large_bytes -= sum(len(f.buffer if isinstance(f, zmq.Frame) else f) for f in bufs)
-        return bufs
-
-    def _result_buffers(
-        self, msg_id: Any, buffers: list[Any], rec: TaskRecord | None = None
-    ) -> None:
-        if not buffers or not isinstance(msg_id, str):
-            return
-        size = sum(len(b.buffer if isinstance(b, zmq.Frame) else b) for b in buffers)
-        if rec is None:
-            rec = self.tasks.records.get(msg_id)
-        if size > STORE_RESULT_LIMIT:
-            return  # recorded without its result (result_size stays None)
-        kept = self.writer.add_buffers(
-            msg_id, [b.bytes if isinstance(b, zmq.Frame) else b for b in buffers]
-        )
-        if rec is not None and kept:  # not kept: the store is behind (recorder.py)
-            rec.result_size = size
 
     def flush_store(self) -> None:
         if self.writer.due:
@@ -711,32 +439,6 @@ class Hub:
             self.on_scheduler_ready(msg.content)
         elif msg.msg_type == MsgType.REFUSED_REPORT:
             self.refusals.record("scheduler", msg.content)
-
-
-def _ignore(frames: list[Any]) -> None:
-    pass
-
-
-#: Longest hostname an engine may register with (POSIX HOST_NAME_MAX is 255).
-MAX_HOSTNAME = 255
-#: Largest pid an engine may give (Linux's pid_max is at most 2**22; a 32-bit pid_t).
-MAX_PID = 2**31 - 1
-
-
-def registration_fields(c: dict[str, Any]) -> tuple[str, int] | str:
-    """(hostname, pid) of a registration_request, or what is wrong with its fields."""
-    hostname, pid = c.get("hostname", ""), c.get("pid", 0)
-    if not isinstance(hostname, str) or len(hostname) > MAX_HOSTNAME:
-        return f"hostname must be a str of at most {MAX_HOSTNAME} chars, got {hostname!r:.80}"
-    if pid is None:
-        pid = 0
-    if not isinstance(pid, int) or isinstance(pid, bool) or not 0 <= pid <= MAX_PID:
-        return f"pid must be an int in 0..{MAX_PID}, got {pid!r:.80}"
-    for key in ("id", "rank"):
-        v = c.get(key)
-        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or abs(v) > MAX_PID):
-            return f"{key} must be an int, got {v!r:.80}"
-    return hostname, pid
 
 
 def _reply_type(msg_type: str) -> str:

@@ -1,19 +1,30 @@
-"""Client queries about tasks: result_request, purge_request, db_request, hub_history.
+"""Client queries about tasks: queue_request, result_request, purge_request, db_request,
+hub_history.
 
 Each takes the hub (typed as hub.queryapi.HubState) and the request and returns the reply
-content, or (content, buffers). The store is flushed first, so a query sees every task the hub has heard of.
+content, or (content, buffers). Those that read the store flush it first, so they see every
+task the hub has heard of.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from zpar.errors import HubRefused, error_content
 from zpar.wire import Message
-from zpar.wire.messages import DbReply, HubHistoryReply, PurgeReply, ReplyStatus, ResultReply
+from zpar.wire.messages import (
+    DbReply,
+    HubHistoryReply,
+    PurgeReply,
+    QueueReply,
+    ReplyStatus,
+    ResultReply,
+)
 
 from . import elementquery
 from .queryapi import HubState
+from .records import EngineRecord
 from .stores import check_keys, check_query
 
 #: Keys of a stored record a result_reply carries for each completed task.
@@ -53,6 +64,37 @@ def _sync(hub: HubState) -> str | None:
     if not hub.writer.flush(everything=True):
         return f"the task store {hub.store.url} is failing: {hub.store.error}"
     return None
+
+
+def target_ids(engines: Mapping[int, EngineRecord], targets: Any) -> list[int] | str:
+    """Registered engine ids from a query's targets (None: all), or what is wrong."""
+    if targets is None:
+        return sorted(engines)
+    if not isinstance(targets, list) or not all(
+        isinstance(t, int) and not isinstance(t, bool) for t in targets
+    ):
+        return f"targets must be ints, got {targets!r}"
+    unknown = [t for t in targets if t not in engines]
+    if unknown:
+        return f"no such engines: {unknown}"
+    return list(dict.fromkeys(targets))
+
+
+def queue_request(hub: HubState, msg: Message) -> dict[str, Any]:
+    """Each target engine's queue (msg_ids when verbose, else counts), the unassigned tasks
+    and the store's state."""
+    verbose = bool(msg.content.get("verbose", False))
+    ids = target_ids(hub.engines, msg.content.get("targets"))
+    if isinstance(ids, str):
+        return _error(ids)
+    queues = {i: hub.tasks.queue_status(hub.engines[i].uuid, verbose) for i in ids}
+    unassigned = hub.tasks.unassigned
+    return QueueReply(
+        ReplyStatus.OK,
+        queues=queues,
+        unassigned=sorted(unassigned) if verbose else len(unassigned),
+        store=hub.writer.status(),
+    ).as_dict()
 
 
 def result_request(hub: HubState, msg: Message) -> Any:

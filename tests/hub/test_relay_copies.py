@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import time
 
+import msgpack
 import pytest
 import zmq
 
+from tests.wirerig import batch_of, framed_batch
 from zpar.schedulers.relays import RelayCopies, relay_one
-from zpar.wire import Session
+from zpar.wire import Session, batch
 from zpar.wire.copybatch import COPY_PACK_MAX, unpack_copies
 from zpar.wire.messages import MON_COPY_BATCH, MON_MUX_IN, MON_MUX_OUT
 
@@ -92,3 +94,27 @@ def test_relay_one_copies_through_it(monitor, pair):
     assert not pull.poll(50)  # the second waits for the interval's end
     copies.flush()
     assert pull.recv_multipart() == first
+
+
+def test_the_relay_forwards_a_batch_whole_and_copies_each_message_to_the_hub(pair):
+    ctx = zmq.Context.instance()
+    mon_out, mon_in = ctx.socket(zmq.PAIR), ctx.socket(zmq.PAIR)
+    mon_out.bind(f"inproc://wire-mon-{id(mon_out):x}")
+    mon_in.connect(f"inproc://wire-mon-{id(mon_out):x}")
+    try:
+        out, engine = pair
+        messages = batch_of(3)
+        frames = [b"client", b"engine-uuid", *batch(messages)]
+        assert relay_one([zmq.Frame(f) for f in frames], out, mon_out, b"mux_in", False)
+        forwarded = engine.recv_multipart()
+        assert forwarded == [b"engine-uuid", b"client", *batch(messages)]
+        copies = [mon_in.recv_multipart() for _ in messages]
+        assert [c[:3] for c in copies] == [[b"mux_in", b"engine-uuid", b"client"]] * 3
+        assert [c[3:] for c in copies] == messages  # small buffers: all kept
+        lying = framed_batch(messages)
+        lying[1] = msgpack.packb([0, 0])
+        assert not relay_one([b"client", b"engine-uuid", *lying], out, mon_out, b"m", False)
+        assert engine.poll(50) == 0 and mon_in.poll(0) == 0  # dropped whole
+    finally:
+        mon_out.close(linger=0)
+        mon_in.close(linger=0)

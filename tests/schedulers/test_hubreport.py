@@ -85,12 +85,12 @@ def test_the_hub_records_a_folded_task_in_as_submitted_and_placed():
             TaskIn(b"c", {**header, "msg_id": "a"}, {}, "e0"),
             TaskIn(b"c", {**header, "msg_id": "b"}, {}, "e1"),
         ]
-        hub._task_batch([pack_batch(placed)[1]])
+        hub.monitor_reader.task_batch([pack_batch(placed)[1]])
         assert hub.tasks.records["a"].engine_uuid == "e0"
         assert hub.tasks.tasks == {"e0": {"a"}, "e1": {"b"}}
         assert not hub.tasks.unassigned
         out = TaskOut("e0", b"c", "a", {"status": "ok", "completed": 2.0}, {"status": "ok"})
-        hub._task_batch([pack_batch([out])[1]])
+        hub.monitor_reader.task_batch([pack_batch([out])[1]])
         rec = hub.tasks.records["a"]
         assert rec.status == "ok" and not rec.pending
         assert hub.tasks.tasks["e0"] == set()
@@ -102,10 +102,10 @@ def test_a_folded_placement_moves_a_resubmitted_task_to_its_new_engine():
     completes the record (as TaskIn then TaskDest did)."""
     with hub_rig(b"key") as (hub, _, _):
         header = {"msg_id": "a", "msg_type": "apply_request", "date": 1.0}
-        hub._task_batch([pack_batch([TaskIn(b"c", header, {}, "old")])[1]])
-        hub._task_batch([pack_batch([TaskIn(b"c2", header, {}, "new")])[1]])
+        hub.monitor_reader.task_batch([pack_batch([TaskIn(b"c", header, {}, "old")])[1]])
+        hub.monitor_reader.task_batch([pack_batch([TaskIn(b"c2", header, {}, "new")])[1]])
         assert hub.tasks.records["a"].engine_uuid == "new"
         assert hub.tasks.tasks["old"] == set() and hub.tasks.tasks["new"] == {"a"}
         out = TaskOut("new", b"c2", "a", {"status": "ok", "completed": 2.0}, {"status": "ok"})
-        hub._task_batch([pack_batch([out])[1]])
+        hub.monitor_reader.task_batch([pack_batch([out])[1]])
         assert not hub.tasks.records["a"].pending
