@@ -8,12 +8,14 @@ import pytest
 
 from zpar.client.callresult import AsyncResult
 from zpar.client.jobs import futures_of
+from zpar.client.mapparts import Parts
 from zpar.elements import element_ids
 
 
 class _Request:
-    def __init__(self, *futures: concurrent.futures.Future) -> None:
+    def __init__(self, *futures: concurrent.futures.Future, parts: Parts | None = None) -> None:
         self.futures = list(futures)
+        self.parts = parts  # an element request's (a load-balanced map's)
 
     def reply_futures(self) -> list[concurrent.futures.Future]:
         return self.futures
@@ -46,6 +48,17 @@ def test_a_maps_element_is_waited_on_through_its_request():
     element = element_ids("a", 2)[1]
     assert _read(element, pending={"a": _Request(f)}) == [f]
     assert _read(element, history=(element,)) == []  # answered, sent under its own id
+
+
+def test_an_element_of_a_request_in_parts_is_waited_on_alone():
+    """rc.wait(element id) of a load-balanced map waits for that element, not its request
+    (ipyparallel: one task per element)."""
+    f = concurrent.futures.Future()
+    pending = {"a": _Request(f, parts=Parts(2))}
+    (one,) = _read(element_ids("a", 2)[1], pending=pending)
+    assert one is not f and not one.done()
+    with pytest.raises(KeyError, match="#5"):
+        _read(element_ids("a", 6)[5], pending=pending)  # past the request's 2 elements
 
 
 def test_an_unknown_msg_id_or_a_wrong_type_is_named():
