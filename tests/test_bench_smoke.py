@@ -79,7 +79,12 @@ def test_directfloor_runs_every_way():
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=110)
     assert r.returncode == 0, r.stderr
     rows = [json.loads(line) for line in r.stdout.splitlines()]
-    assert [row["way"] for row in rows] == ["plain", "engine-shaped", "engine-shaped+hmac"]
+    assert [row["way"] for row in rows] == [
+        "plain",
+        "engine-shaped",
+        "engine-shaped+hmac",
+        "shm+eventfd+hmac",
+    ]
     assert all(0 < row["min_us"] <= row["median_us"] <= row["p99_us"] for row in rows)
 
 
