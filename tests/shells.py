@@ -34,3 +34,21 @@ def fresh_shell() -> Iterator[Any]:
         yield InteractiveShell.instance()
     finally:
         clear_shell()
+
+
+@contextmanager
+def px_shell(view: Any) -> Iterator[tuple[Any, Any]]:
+    """(shell, magics state): a fresh shell whose ``%px`` drives ``view`` blocking (the
+    magics follow their view's block flag, as ipyparallel's), no progress bar among the
+    lines however loaded the host, ``%autopx`` off again on the way out."""
+    from zpar.client.magics import register_magics
+
+    with fresh_shell() as sh:
+        view.block = True
+        state = register_magics(sh, view)
+        state.progress_after = -1
+        try:
+            yield sh, state
+        finally:
+            if state._autopx:
+                state.autopx()

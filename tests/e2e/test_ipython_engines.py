@@ -12,8 +12,7 @@ import pytest
 
 import zpar
 from tests.clusters import module_cluster, under_headers
-from tests.shells import fresh_shell
-from zpar.client.magics import register_magics
+from tests.shells import px_shell
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
 
@@ -32,11 +31,7 @@ def cluster(tmp_path_factory):
 
 @pytest.fixture
 def shell(rc):
-    with fresh_shell() as sh:
-        view = rc[:]
-        view.block = True  # the magics follow their view's block flag, as ipyparallel's
-        state = register_magics(sh, view)
-        state.progress_after = -1  # no progress bar among the lines, however loaded the host
+    with px_shell(rc[:]) as (sh, state):
         yield sh, state
 
 

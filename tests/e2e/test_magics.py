@@ -6,20 +6,14 @@ import re
 
 import pytest
 
-from tests.shells import fresh_shell
-from zpar.client.magics import parse_targets, register_magics
+from tests.shells import fresh_shell, px_shell
+from zpar.client.magics import parse_targets
 
 
 @pytest.fixture
 def shell(rc):
-    with fresh_shell() as sh:
-        view = rc[:]
-        view.block = True  # the magics follow their view's block flag, as ipyparallel's
-        state = register_magics(sh, view)
-        state.progress_after = -1  # no progress bar among the lines, however loaded the host
+    with px_shell(rc[:]) as (sh, state):
         yield sh, state
-        if state._autopx:
-            state.autopx()
 
 
 def test_px_line_and_cell(shell, capsys):
