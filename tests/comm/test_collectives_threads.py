@@ -566,14 +566,19 @@ def test_a_long_sends_wait_for_its_reader_sleeps_at_once():
     """The sender of a long same-host message, waiting for the reader's CMADONE, sleeps
     without a spin or a yield (the reader's split copy may use every CPU); its other waits
     and the receiver's keep theirs."""
-    import time
+    import threading
+
+    # each rank's first wait (and rank 1's first after its read): the other rank acts only
+    # once it is seen waiting, however the host schedules the two threads
+    waiting = [threading.Event(), threading.Event()]
 
     class Spy:
-        def __init__(self, lane, log):
-            self._lane, self._log = lane, log
+        def __init__(self, lane, log, seen):
+            self._lane, self._log, self.seen = lane, log, seen
 
         def wait(self, spin_ns, timeout_ns, only=-1):
             self._log.append(spin_ns)
+            self.seen.set()
             return self._lane.wait(spin_ns, timeout_ns, only)
 
         def __getattr__(self, name):
@@ -581,19 +586,21 @@ def test_a_long_sends_wait_for_its_reader_sleeps_at_once():
 
     def run(c):
         log: list[int] = []
-        c._links.lane = Spy(c._links.lane, log)
+        first = waiting[0] if c.rank == 0 else threading.Event()  # rank 1: not its read's
+        spy = c._links.lane = Spy(c._links.lane, log, first)
         a = np.arange(500_000, dtype=np.float64)  # 4 MB: a CMASYNC offer
         if c.rank == 0:
             c.Send(a, dest=1, tag=5)
             waits = list(log)
-            time.sleep(0.2)  # rank 1 is waiting for this one by now
+            assert waiting[1].wait(30), "rank 1 never waited for the second message"
             c.send("ok", dest=1, tag=6)
         else:
-            time.sleep(0.3)  # rank 0 is waiting for the read by now
+            assert waiting[0].wait(30), "rank 0 never waited for the read"
             b = np.empty_like(a)
             c.Recv(b, source=0, tag=5)
             assert b[-1] == a[-1]
             del log[:]
+            spy.seen = waiting[1]  # rank 0 sends once this rank waits for it
             assert c.irecv(source=0, tag=6).wait() == "ok"  # the general path's wait
             waits = list(log)
         return waits, c._p2p.links.futex
