@@ -253,7 +253,7 @@ def _from_part(
     else:
         rec["result_content"] = {"status": "ok"}
     md = part.get("metadata") or {}
-    dates = element_dates(md.get(TIMES), p[0], pos)
+    dates = element_dates(md.get(TIMES), p[0], p[1], pos)
     if dates is not None:
         rec["started"], rec["completed"] = dates
     own = {stream: md.get(key) for stream, key in (("stdout", STDOUTS), ("stderr", STDERRS))}
