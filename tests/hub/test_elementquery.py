@@ -145,6 +145,40 @@ def test_an_element_result_names_its_parts_values(store):
     assert "map's request" in request["result_content"]["evalue"] and request["buffers"] == []
 
 
+def test_a_request_answered_by_one_part_is_one_row(store):
+    """Its part (the common case: a run of elements answered at once) is kept in the
+    request's own row (elementparts.INLINE): one row and its buffers, and every element's
+    record as with a part row: its dates, status, error, output and its part's values."""
+    table = TaskTable()
+    w = StoreWriter(store, table)
+    _request(table, n=3)
+    err = {"status": "error", "ename": "KeyError", "evalue": "k", "traceback": []}
+    clock = 1_795_000_000.0
+    times = pack_times(clock, 1.0, array("d", [1.5, 2.0, 2.25]))
+    part = _part(
+        table, "m", 0, 3, errors={"1": err}, final=True, element_times=times,
+        stdout="a\n", **{STDOUTS: {"0": "a\n"}},
+    )  # fmt: skip
+    assert part is table.records["m"]  # its buffers go with the request's row
+    w.add_buffers(part.msg_id, [b"values 0-2"])
+    assert w.flush(everything=True)
+    rows = store.find(check_query({}), check_keys(["queue"]))
+    assert [r["queue"] for r in rows] == [MAP_QUEUE]
+    found = _find(store, {"label": "L1"})
+    assert [(r["started"], r["completed"]) for r in found] == [
+        (clock + 1.0, clock + 1.5),
+        (clock + 1.5, clock + 2.0),
+        (clock + 2.0, clock + 2.25),
+    ]
+    assert [r["status"] for r in found] == ["ok", "error", "ok"]
+    assert found[1]["result_content"]["ename"] == "KeyError"
+    assert [r["stdout"] for r in found] == ["a\n", "", ""]
+    assert not any(TIMES in r["metadata"] or STDOUTS in r["metadata"] for r in found)
+    got = elementquery.get(store, [element_id("m", 2)], True)[element_id("m", 2)]
+    assert got["buffers"] == [b"values 0-2"] and got[ELEMENTS] == [0, 3]
+    assert elementquery.get(store, ["m"], True)["m"]["buffers"] == []
+
+
 def test_pending_elements_and_retried_ones(store):
     table = TaskTable()
     w = StoreWriter(store, table)
@@ -165,16 +199,22 @@ def test_pending_elements_and_retried_ones(store):
 
 
 def test_a_map_is_purged_whole(store):
+    """With its part rows; a request answered by one part has none (its row holds it)."""
     table = TaskTable()
     w = StoreWriter(store, table)
     _request(table, n=3)
     _part(table, "m", 0, 3, final=True)
+    _request(table, "two", n=3)
+    _part(table, "two", 0, 1)
+    _part(table, "two", 1, 3, final=True)
     assert w.flush(everything=True)
     ids = [element_id("m", j) for j in range(3)]
     assert "purged together" in elementquery.purge_ids(store, ids[:2])
     doomed = elementquery.purge_ids(store, ids)
-    assert sorted(doomed) == ["m", "m#p0"]
-    store.delete(doomed, None)
+    assert sorted(doomed) == ["m"]
+    two = elementquery.purge_ids(store, [element_id("two", j) for j in range(3)])
+    assert sorted(two) == ["two", "two#p0", "two#p1"]
+    store.delete([*doomed, *two], None)
     assert store.count() == 0 and elementquery.history(store) == []
 
 
