@@ -20,7 +20,8 @@ Rows, in the store's one table:
 A request answered by one part, the common case (a map's run of elements on one engine
 answered at once), has no part row: the part's metadata and content are the summary's
 ``INLINE``, its stdout, stderr, result_size and buffers the request row's own (unused
-otherwise). That halves the rows a map writes (docs/decisions.md, "Element times").
+otherwise). That halves the rows a map writes (docs/decisions.md, "A map's elements are
+records").
 """
 
 from __future__ import annotations

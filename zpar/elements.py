@@ -46,8 +46,8 @@ TAILS = "tails"
 #: each element the microseconds it ran, as a little-endian unsigned of ``w`` bytes (the
 #: narrowest that holds the longest). An element's start is the end of the one before it
 #: on that engine, so the engine reads its clock once per element, and a map of quick
-#: calls costs a byte per element on the wire and in the store (8 as float64s: the hub's
-#: CPU per map of 2,000 elements went with it, docs/decisions.md "Element times").
+#: calls costs a byte per element on the wire and in the store (8 as float64s; the hub's
+#: CPU per map went with it: docs/decisions.md, "A map's elements are records").
 #: Element ``a + i`` of a part answering [a, b) ran from ``epoch + sum(d[:i])`` to
 #: ``epoch + sum(d[:i + 1])`` µs. Parts stored before this format (float64s ``clock, t0,
 #: ..., tn``, 16 + 8n bytes, never the length of this one for the same n) still read.
