@@ -1,4 +1,4 @@
-"""zpar/elements.py: a part's element times (TIMES), packed on the engine and read per
+"""zpar/elements.py's element times (TIMES): a part's, packed on the engine and read per
 element by the hub's queries and the client's metadata."""
 
 from __future__ import annotations
