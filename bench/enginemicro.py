@@ -135,6 +135,46 @@ def _cpu_per_task(hold: bool, number: int, repeat: int) -> tuple[float, float]:
     return best, per_multipart
 
 
+def _ident(x: Any) -> Any:
+    return x
+
+
+def _cpu_per_map(maps: int, repeat: int, size: int = 1000) -> float:
+    """Best us of CPU per element request of ``size`` identity calls (an engine's half of
+    a W4 map of 2,000), the whole engine loop: run, parts (values, dates), sends."""
+    best = float("inf")
+    for r in range(repeat):
+        ctx = zmq.Context()
+        rig = Rig(ctx, 500 + r)
+        buffers = pack_apply(_noop, (_ident, list(range(size))), {})
+
+        def queue(n: int, rig: Rig = rig, buffers: list[Any] = buffers) -> None:
+            for _ in range(n):
+                _, frames = rig.client.serialize(
+                    MsgType.APPLY_REQUEST,
+                    {},
+                    metadata={"elements": [0, size]},
+                    buffers=buffers,
+                    dest=ENGINE,
+                )
+                rig.scheduler.send_multipart([ENGINE.encode(), b"client", *batch([frames])])
+
+        queue(3)
+        rig.serve(3)  # warm
+        rig.drain()
+        rig.server.taken_requests = 0
+        queue(maps)
+        t = time.process_time()
+        rig.serve(maps)
+        rig.replies.flush()
+        cpu = time.process_time() - t
+        assert rig.drain() >= maps
+        best = min(best, cpu / maps * 1e6)
+        rig.replies.watchdog.close()
+        ctx.destroy(linger=0)
+    return best
+
+
 def _parts(number: int, repeat: int) -> dict[str, float]:
     """us per task of the steps the engine loop takes for each task."""
     ctx = zmq.Context()
@@ -197,6 +237,9 @@ def run(number: int = 4000, repeat: int = 5) -> dict[str, float]:
         "engine loop per task, replies one by one": alone,
         "replies per multipart, one by one": one,
     }
+    figures["engine loop per element request of 1,000 (W4's half)"] = _cpu_per_map(
+        max(20, number // 100), repeat
+    )
     figures.update(_parts(number, repeat))
     return figures
 

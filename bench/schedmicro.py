@@ -27,6 +27,7 @@ import sqlite3
 import tempfile
 import time
 import uuid
+from array import array
 from collections.abc import Callable
 from typing import Any
 
@@ -44,6 +45,11 @@ from zpar.serialize import pack_apply, serialize_object
 from zpar.wire import Session, batch, recv_message, send_frames, split_messages
 from zpar.wire.messages import ApplyReply, ReplyStatus
 from zpar.wire.monitor import TaskDest, TaskIn, TaskOut
+
+try:  # per-element dates: not in the trees before issue 24 (compared in paired runs)
+    from zpar.elements import ELEMENTS, TIMES, pack_times
+except ImportError:
+    ELEMENTS, TIMES, pack_times = "elements", "element_times", None
 
 KEY = b"benchmark-key-0123456789abcdef"
 BATCH = 8
@@ -244,8 +250,10 @@ def scheduler(tasks: int, repeat: int) -> dict[str, float]:
 # -- the hub --------------------------------------------------------------------------------
 
 
-def hub(tasks: int, repeat: int, per_batch: int = 30) -> dict[str, float]:
-    """us per task: the events (unpack, check, records) and the store (flush to SQLite)."""
+def hub(tasks: int, repeat: int, per_batch: int = 30, map_of: int = 0) -> dict[str, float]:
+    """us per task: the events (unpack, check, records) and the store (flush to SQLite).
+    ``map_of``: each task is instead a map of that many elements on 2 engines (W4's), two
+    element requests answered in one part each, as the scheduler reports them."""
     ctx = zmq.Context()
     socks: list[zmq.Socket] = []
 
@@ -293,8 +301,33 @@ def hub(tasks: int, repeat: int, per_batch: int = 30) -> dict[str, float]:
     result = [bytes(b) for b in serialize_object(None)]
     client = b"\x00k\x8b\x45\x67"
 
+    def map_events(size: int) -> None:
+        half = size // 2
+        for lo, hi in ((0, half), (half, size)):
+            m = client_s.unpack(
+                client_s.serialize(
+                    "apply_request", {}, metadata={ELEMENTS: [lo, hi]}, buffers=buffers, dest="task"
+                )[1]
+            )
+            msg_id = m.header["msg_id"]
+            report.event(TaskIn(client, m.header, m.metadata))
+            report.event(TaskDest(msg_id, ENGINE))
+            content = {**ApplyReply(ReplyStatus.OK).as_dict(), ELEMENTS: [lo, hi], "final": True}
+            md = _reply_metadata()
+            if pack_times is not None:  # per-element dates (the engine's, since issue 24)
+                t0 = time.monotonic()
+                ends = array("d", (t0 + 3e-6 * (i + 1) for i in range(hi - lo)))
+                md[TIMES] = pack_times(time.time() - t0, t0, ends)
+            values = [bytes(b) for b in serialize_object(list(range(lo, hi)))]
+            report.event(TaskOut(ENGINE, client, msg_id, md, content, values))
+        report.flush()
+
     def batches(n: int) -> list[list[Any]]:
         packed.clear()
+        if map_of:
+            for _ in range(n):
+                map_events(map_of)
+            return list(packed)
         for i in range(n):
             m = client_s.unpack(
                 client_s.serialize("apply_request", {}, buffers=buffers, dest="task")[1]
@@ -417,6 +450,7 @@ def measure(tasks: int = 2000, repeat: int = 5) -> dict[str, Any]:
         "floor_replies_batched": floor(tasks, repeat, replies_batched=True),
         "scheduler": scheduler(tasks, repeat),
         "hub": hub(tasks, repeat),
+        "hub_map": hub(max(20, tasks // 20), repeat, map_of=2000),
         "sqlite": sqlite_floor(5 * tasks, repeat),
     }
 
@@ -443,6 +477,11 @@ def main() -> None:
     )
     h = res["hub"]
     print(f"{h['total']:8.1f} us/task  hub (events {h['events']:.1f}, store {h['store']:.1f})")
+    h = res["hub_map"]
+    print(
+        f"{h['total']:8.1f} us/map   hub, a W4 map of 2,000 (events {h['events']:.1f}, "
+        f"store {h['store']:.1f})"
+    )
     q = res["sqlite"]
     print(
         f"{q['upsert'] + q['json'] + q['buffer']:8.1f} us/record  SQLite floor (upsert "

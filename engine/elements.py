@@ -25,7 +25,7 @@ import logging
 import time
 from array import array
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from zpar.elements import (
@@ -239,8 +239,10 @@ class ElementRun:
                 raise ValueError(f"metadata 'elements' must be [lo, hi], got {msg.metadata}")
             self.base = lo
             f, args, _ = unpack_apply(msg.buffers)
-            fn = _bound(args[0])
-            items = zip(*(s[lo:hi] for s in args[1:]), strict=False)
+            # map() calls fn in C with each element's arguments: no tuple nor star-call
+            # per element (~50 ns of ~300 for a quick call); it goes on past a call that
+            # raised, and stops with the shortest sequence (StopIteration, as zip did)
+            calls = map(_bound(args[0]), *(s[lo:hi] for s in args[1:]))
         except USER_ERRORS as e:  # the request as a whole cannot run: one error part
             now = time.time()
             content = self._error(e, elements=[lo, hi], final=True)
@@ -251,7 +253,7 @@ class ElementRun:
         positions = gate.begin(msg.msg_id, lo, hi) if gate is not None else deque(range(lo, hi))
         stop, aborted = lo, False
         try:
-            stop, aborted = self._loop(fn, items, positions, look_at_control)
+            stop, aborted = self._loop(calls, positions, look_at_control)
         finally:
             if gate is not None:
                 gate.end()
@@ -274,10 +276,11 @@ class ElementRun:
         self._hold(content, [], now, now)
 
     def _loop(
-        self, fn: Any, items: Any, positions: deque[int], look_at_control: Callable[[], bool]
+        self, calls: Iterator[Any], positions: deque[int], look_at_control: Callable[[], bool]
     ) -> tuple[int, bool]:
-        """Run elements in bursts until none is left (run, or given back) or an abort;
-        returns (the position after the last run, whether an abort stopped it)."""
+        """Run elements (``next(calls)``: the next one's value) in bursts until none is
+        left (run, or given back) or an abort; returns (the position after the last run,
+        whether an abort stopped it)."""
         kernel, replies = self.kernel, self.replies
         watchdog = replies.watchdog
         monotonic = time.monotonic
@@ -305,7 +308,7 @@ class ElementRun:
                     except IndexError:  # the last one ran, or the rest was given back
                         break
                     try:
-                        value = fn(*next(items))
+                        value = next(calls)
                     except USER_ERRORS as e:
                         value = None
                         errors[j] = e

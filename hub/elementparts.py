@@ -16,6 +16,12 @@ Rows, in the store's one table:
                                      bytes (resubmit); result_content = the summary
     <msg_id>#p<k>  queue PART_QUEUE  its k-th part: engine_uuid, started, completed,
                                      status, result_content (errors), stdout, stderr, buffers
+
+A request answered by one part, the common case (a map's run of elements on one engine
+answered at once), has no part row: the part's metadata and content are the summary's
+``INLINE``, its stdout, stderr, result_size and buffers the request row's own (unused
+otherwise). That halves the rows a map writes (docs/decisions.md, "A map's elements are
+records").
 """
 
 from __future__ import annotations
@@ -45,6 +51,9 @@ SUMMARY_FIELDS = (
 )
 #: the summary's key for resubmitted elements: {position (str): new element msg_id}
 RESUBMITTED = "resubmitted"
+#: the summary's key for the only part of a request answered at once: {"metadata": ...,
+#: "result_content": ...} of that part, which has no row of its own
+INLINE = "inline"
 
 
 def part_row_id(origin: str, k: int) -> str:
@@ -61,7 +70,7 @@ class Elements:
     """What the hub keeps of one element request while it runs: its positions, the parts
     received (their summaries) and which positions are answered (one byte each)."""
 
-    __slots__ = ("lo", "hi", "parts", "answered", "left", "resubmitted")
+    __slots__ = ("lo", "hi", "parts", "answered", "left", "resubmitted", "inline")
 
     def __init__(self, lo: int, hi: int) -> None:
         self.lo = lo
@@ -70,6 +79,8 @@ class Elements:
         self.answered = bytearray(hi - lo)
         self.left = hi - lo
         self.resubmitted: dict[str, str] = {}
+        #: the only part's metadata and content, when it answered every element (INLINE)
+        self.inline: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, metadata: dict[str, Any] | None) -> Elements | None:
@@ -124,6 +135,8 @@ class Elements:
         out: dict[str, Any] = {"status": status, ELEMENTS: [self.lo, self.hi], PARTS: self.parts}
         if self.resubmitted:
             out[RESUBMITTED] = self.resubmitted
+        if self.inline is not None:
+            out[INLINE] = self.inline
         return out
 
     def outcome(self) -> tuple[float | None, float | None, str]:

@@ -35,7 +35,15 @@ from zpar.elements import (
 )
 from zpar.errors import HubRefused, error_content
 
-from .elementparts import MAP_QUEUE, PART_QUEUE, PARTS, RESUBMITTED, is_part_row, part_row_id
+from .elementparts import (
+    INLINE,
+    MAP_QUEUE,
+    PART_QUEUE,
+    PARTS,
+    RESUBMITTED,
+    is_part_row,
+    part_row_id,
+)
 from .stores import TaskStore
 from .stores.base import RECORD_KEYS, matches
 
@@ -58,6 +66,10 @@ _REQUEST_KEYS = [
     "retries",
     "completed",
     "status",
+    # a request's only part's, when it has no row of its own (INLINE)
+    "stdout",
+    "stderr",
+    "result_size",
 ]
 _HIDDEN = (MAP_QUEUE, PART_QUEUE)
 
@@ -153,7 +165,7 @@ def get(store: TaskStore, msg_ids: Iterable[str], with_buffers: bool) -> dict[st
             row["buffers"] = []
     if not by_origin:
         return out
-    requests = store.get(list(by_origin), with_buffers=False)
+    requests = store.get(list(by_origin), with_buffers)  # a request's only part's (INLINE)
     for origin, wanted in by_origin.items():
         row = requests.get(origin)
         if row is None or row.get("queue") != MAP_QUEUE:
@@ -175,8 +187,20 @@ def get(store: TaskStore, msg_ids: Iterable[str], with_buffers: bool) -> dict[st
 
 
 def _part_rows(store: TaskStore, row: dict[str, Any], with_buffers: bool) -> list[Any]:
-    """The part rows of a request row, by index (None for one the store lost)."""
-    parts = (row.get("result_content") or {}).get(PARTS) or []
+    """The part rows of a request row, by index (None for one the store lost); the only
+    part of a request answered at once is read from the request's own row (INLINE)."""
+    summary = row.get("result_content") or {}
+    parts = summary.get(PARTS) or []
+    inline = summary.get(INLINE)
+    if isinstance(inline, dict) and len(parts) == 1:
+        part = {k: row.get(k) for k in ("stdout", "stderr", "result_size")}
+        part["metadata"] = inline.get("metadata")
+        part["result_content"] = inline.get("result_content")
+        if with_buffers:
+            if "buffers" not in row:
+                row = store.get([row["msg_id"]], True).get(row["msg_id"]) or {}
+            part["buffers"] = row.get("buffers") or []
+        return [part]
     ids = [part_row_id(row["msg_id"], k) for k in range(len(parts))]
     found = store.get(ids, with_buffers) if ids else {}
     return [found.get(m) for m in ids]
@@ -253,7 +277,7 @@ def _from_part(
     else:
         rec["result_content"] = {"status": "ok"}
     md = part.get("metadata") or {}
-    dates = element_dates(md.get(TIMES), p[0], pos)
+    dates = element_dates(md.get(TIMES), p[0], p[1], pos)
     if dates is not None:
         rec["started"], rec["completed"] = dates
     own = {stream: md.get(key) for stream, key in (("stdout", STDOUTS), ("stderr", STDERRS))}
@@ -327,5 +351,8 @@ def purge_ids(store: TaskStore, msg_ids: list[str]) -> list[str] | str:
 
 
 def _part_ids(row: dict[str, Any]) -> list[str]:
-    parts = (row.get("result_content") or {}).get(PARTS) or []
+    summary = row.get("result_content") or {}
+    parts = summary.get(PARTS) or []
+    if isinstance(summary.get(INLINE), dict) and len(parts) == 1:
+        return []  # its only part is in its own row
     return [part_row_id(row["msg_id"], k) for k in range(len(parts))]

@@ -285,9 +285,10 @@ class TaskTable:
         content: dict[str, Any] | None,
     ) -> TaskRecord | None:
         """A part of an element request (hub/elementparts.py): its own row, written at the
-        next flush and not kept here, and a line of the request's summary; the request is
-        finished once every element is answered. Returns the part's record (for its
-        result buffers); None for a part of a request already finished."""
+        next flush and not kept here (none for a part that answers every element: the
+        request's row holds it), and a line of the request's summary; the request is
+        finished once every element is answered. Returns the record the part's result
+        buffers go with; None for a part of a request already finished."""
         elements = rec.elements
         assert elements is not None
         if not rec.pending:
@@ -297,21 +298,27 @@ class TaskTable:
         started = _stamp(_float(metadata.get("started")))
         completed = _stamp(_float(metadata.get("completed"))) or received
         k = elements.add(engine_uuid, metadata, content, started, completed, status, received)
-        part = TaskRecord(part_row_id(rec.msg_id, k), rec.msg_type, PART_QUEUE)
-        part.client, part.session, part.label = rec.client, rec.session, rec.label
-        part.engine_uuid = engine_uuid
-        part.submitted = rec.submitted
-        part.started, part.completed, part.received = started, completed, received
-        part.status = status
-        part.stdout = str(metadata.pop("stdout", "") or "")
-        part.stderr = str(metadata.pop("stderr", "") or "")
         times = metadata.get(TIMES)
         if isinstance(times, bytes):  # stored as base64: a JSON store escapes raw bytes
             metadata[TIMES] = times_as_text(times)
-        part.metadata = metadata
-        part.result_content = content
-        self.dirty[part.msg_id] = part
+        stdout = str(metadata.pop("stdout", "") or "")
+        stderr = str(metadata.pop("stderr", "") or "")
         self.dirty[rec.msg_id] = rec
+        if k == 0 and elements.done:  # the only part: in the request's row (elementparts)
+            elements.inline = {"metadata": metadata, "result_content": content}
+            rec.stdout, rec.stderr = stdout, stderr
+            part = rec
+        else:
+            part = TaskRecord(part_row_id(rec.msg_id, k), rec.msg_type, PART_QUEUE)
+            part.client, part.session, part.label = rec.client, rec.session, rec.label
+            part.engine_uuid = engine_uuid
+            part.submitted = rec.submitted
+            part.started, part.completed, part.received = started, completed, received
+            part.status = status
+            part.stdout, part.stderr = stdout, stderr
+            part.metadata = metadata
+            part.result_content = content
+            self.dirty[part.msg_id] = part
         if elements.done:
             if rec.engine_uuid is None and engine_uuid:
                 self._assign(rec, engine_uuid)

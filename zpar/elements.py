@@ -23,6 +23,8 @@ Every process reads these names from here.
 from __future__ import annotations
 
 import binascii
+import functools
+import itertools
 import struct
 import sys
 from array import array
@@ -39,14 +41,20 @@ FINAL = "final"
 RETRYING = "retrying"
 #: revoke_request / revoke_reply content: {part id: elements to keep} / {part id: [a, b]}
 TAILS = "tails"
-#: metadata of a part: when each of its elements ran, as little-endian float64s
-#: ``clock, t0, t1, ..., tn`` in bytes (one copy, no per-element work to pack, unpack or
-#: store): element ``a + i`` of a part answering [a, b) ran from ``clock + t_i`` to
-#: ``clock + t_(i+1)`` (epoch seconds; t are the engine's monotonic clock, clock its offset
-#: to the epoch when the part was made). An element's start is the end of the one before
-#: it on that engine, so the engine reads its clock once per element.
+#: metadata of a part: when each of its elements ran, in bytes: a width byte ``w`` (1, 2,
+#: 4 or 8), the little-endian float64 epoch second its first element started, then for
+#: each element the microseconds it ran, as a little-endian unsigned of ``w`` bytes (the
+#: narrowest that holds the longest). An element's start is the end of the one before it
+#: on that engine, so the engine reads its clock once per element, and a map of quick
+#: calls costs a byte per element on the wire and in the store (8 as float64s; the hub's
+#: CPU per map went with it: docs/decisions.md, "A map's elements are records").
+#: Element ``a + i`` of a part answering [a, b) ran from ``epoch + sum(d[:i])`` to
+#: ``epoch + sum(d[:i + 1])`` µs. Parts stored before this format (float64s ``clock, t0,
+#: ..., tn``, 16 + 8n bytes, never the length of this one for the same n) still read.
 TIMES = "element_times"
-_F64 = struct.Struct("<d")
+_HEAD = struct.Struct("<Bd")
+#: a part's TIMES width byte -> the array typecode of that width (native order)
+_WIDTHS = {1: "B", 2: "H", 4: "I", 8: "Q"}
 #: metadata of a part: {position (str): text} of its elements that wrote to stdout /
 #: stderr, each element's own (ipyparallel's tasks each have their own); the part's
 #: ``stdout`` / ``stderr`` hold the same text run together. Absent when none wrote.
@@ -110,25 +118,47 @@ def split_element_id(msg_id: str) -> tuple[str, int] | None:
     return msg_id[:i], int(tail)
 
 
-def element_dates(times: Any, lo: int, pos: int) -> tuple[float, float] | None:
-    """(started, completed) of element ``pos`` of a part answering from ``lo``, from the
-    part's TIMES; None when the part carries no times for it."""
+def element_dates(times: Any, lo: int, hi: int, pos: int) -> tuple[float, float] | None:
+    """(started, completed) of element ``pos`` of a part answering [lo, hi), from the
+    part's TIMES (bytes, or a store's text); None when the part carries no times for it."""
+    if not lo <= pos < hi:
+        return None
     if isinstance(times, str):
         times = times_from_text(times)
-    if not isinstance(times, bytes | bytearray | memoryview) or len(times) % 8:
+    if not isinstance(times, bytes | bytearray | memoryview):
         return None
-    i = pos - lo  # t_i at float (i + 1)
-    if not 0 <= i < len(times) // 8 - 2:
+    decoded = _decoded(bytes(times), hi - lo)
+    if decoded is None:
         return None
-    clock = _F64.unpack_from(times, 0)[0]
-    start = _F64.unpack_from(times, 8 * (i + 1))[0]
-    return clock + start, clock + _F64.unpack_from(times, 8 * (i + 2))[0]
+    epoch, offsets = decoded
+    i = pos - lo
+    return epoch + offsets[i], epoch + offsets[i + 1]
+
+
+@functools.lru_cache(maxsize=16)
+def _decoded(times: bytes, n: int) -> tuple[float, tuple[float, ...]] | None:
+    """(epoch of the first start, n + 1 offsets in seconds) of a part's TIMES for n
+    elements, None if they are not that; cached: a part's elements ask one after another."""
+    if len(times) == 16 + 8 * n:  # float64s clock, t0 .. tn (parts stored before the width)
+        ts = array("d", times)
+        if sys.byteorder == "big":
+            ts.byteswap()
+        return 0.0, tuple(ts[0] + t for t in ts[1:])
+    if len(times) < _HEAD.size:
+        return None
+    width, epoch = _HEAD.unpack_from(times)
+    code = _WIDTHS.get(width)
+    if code is None or len(times) != _HEAD.size + width * n:
+        return None
+    runs = array(code, times[_HEAD.size :])
+    if sys.byteorder == "big":
+        runs.byteswap()
+    return epoch, tuple(us * 1e-6 for us in itertools.accumulate(runs, initial=0))
 
 
 def times_as_text(times: bytes) -> str:
-    """A part's TIMES as the hub stores them: base64 (a JSON store escapes the latin-1
-    text of raw float64s to ~4 bytes per byte: 31 kB per part of 1,000 elements, the hub's
-    CPU per map of 2,000 elements x2.6 at f83279c; base64 is 11 kB and ASCII)."""
+    """A part's TIMES as the hub stores them: base64, ASCII at 4/3 of the bytes (a JSON
+    store escapes the latin-1 text of raw bytes to ~4 characters a byte)."""
     return binascii.b2a_base64(times, newline=False).decode("ascii")
 
 
@@ -148,13 +178,38 @@ def times_from_text(text: str) -> bytes | None:
 
 
 def pack_times(clock: float, start: float, ends: array) -> bytes:
-    """A part's TIMES: ``ends`` (float64 array of its elements' end times) after clock
-    and start."""
-    times = array("d", (clock, start))
-    times += ends
-    if sys.byteorder == "big":
-        times.byteswap()
-    return times.tobytes()
+    """A part's TIMES from its elements' end times ``ends`` (a float64 array, the
+    engine's monotonic clock), the first one's ``start`` on that clock and ``clock``, the
+    clock's offset to the epoch. Offsets are rounded to the µs from ``start`` before they
+    are differenced, so no rounding accumulates along a part. A few elements in Python,
+    more in numpy (loaded by the engine's serializer already): ~5 µs either way."""
+    if len(ends) <= _FEW:
+        us = [round((e - start) * 1e6) for e in ends]
+        runs = [b - a for a, b in zip([0, *us], us, strict=False)]
+        width = _width(max(runs, default=0))
+        packed = array(_WIDTHS[width], runs)
+        if sys.byteorder == "big":
+            packed.byteswap()
+        return _HEAD.pack(width, clock + start) + packed.tobytes()
+    import numpy as np
+
+    f = np.frombuffer(ends, dtype=np.float64) - start
+    f *= 1e6
+    np.rint(f, out=f)
+    runs = f.astype(np.int64)
+    runs[1:] -= runs[:-1].copy()
+    width = _width(int(runs.max()) if len(runs) else 0)
+    return _HEAD.pack(width, clock + start) + runs.astype(f"<u{width}").tobytes()
+
+
+#: parts of at most this many elements are packed without numpy (its calls cost more)
+_FEW = 16
+
+
+def _width(longest: int) -> int:
+    """The bytes of the narrowest unsigned that holds ``longest`` (a monotonic clock's
+    runs are never negative)."""
+    return 1 if longest < 1 << 8 else 2 if longest < 1 << 16 else 4 if longest < 1 << 32 else 8
 
 
 def with_own_metadata(metadata: dict[str, Any], content: dict[str, Any], pos: int) -> None:
@@ -167,7 +222,7 @@ def with_own_metadata(metadata: dict[str, Any], content: dict[str, Any], pos: in
             metadata[stream] = texts.get(str(pos), "")
     times = metadata.pop(TIMES, None)
     rng = element_range(content.get(ELEMENTS)) if times is not None else None
-    dates = element_dates(times, rng[0], pos) if rng is not None else None
+    dates = element_dates(times, rng[0], rng[1], pos) if rng is not None else None
     if dates is not None:
         metadata["started"], metadata["completed"] = dates
 
