@@ -289,11 +289,12 @@ class ElementRun:
         pending, errors = self.pending, self.errors
         append, take_position = pending.append, positions.popleft
         append_end = self.ends.append
-        j = self.base
+        last = self.base - 1  # the position run last (per element: no j += 1)
         while positions:
             if kernel.aborted and self.origin in kernel.aborted:
-                return j, True  # an abort read before this request (or by the last look)
+                return last + 1, True  # an abort read before this request (or the last look)
             start = monotonic()
+            deadline = start + burst  # per element: one comparison, no subtraction
             if self.started is None:
                 self.started = time.time()
             if self.first_start is None:
@@ -304,24 +305,23 @@ class ElementRun:
             try:
                 while True:
                     try:
-                        j = take_position()
+                        last = take_position()
                     except IndexError:  # the last one ran, or the rest was given back
                         break
                     try:
                         value = next(calls)
                     except USER_ERRORS as e:
                         value = None
-                        errors[j] = e
+                        errors[last] = e
                     now = monotonic()
                     append_end(now)  # before the value: take() reads ends of what it takes
                     append(value)
-                    j += 1
-                    if now - start >= burst:
+                    if now >= deadline:
                         break
             finally:
                 watchdog.leave()
             if look_at_control():
-                return j, True
+                return last + 1, True
             since = replies.held_since
             if len(pending) > self.taken and since is not None and monotonic() - since >= limit:
                 replies.flush()
@@ -330,7 +330,7 @@ class ElementRun:
                 del self.ends[: self.taken]
                 self.base += self.taken
                 self.taken = 0
-        return j, False
+        return last + 1, False
 
     def _end(self, publish: Any) -> None:
         self.replies.flush()

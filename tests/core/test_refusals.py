@@ -23,6 +23,9 @@ def test_a_report_goes_only_when_counts_changed_and_the_interval_passed():
     assert r.due(0.3) is None  # within the interval
     assert r.due(0.7) == {"refused": {"bad-signature": 5}}
     assert r.due(5.0) is None  # unchanged
+    counts["bad-signature"] = 6
+    assert r.due(5.01) is None  # unchanged at 5.0: looked at again a tenth of an interval later
+    assert r.due(5.06) == {"refused": {"bad-signature": 6}}
 
 
 @pytest.mark.parametrize(

@@ -59,14 +59,17 @@ class RefusalReporter:
         self.counts = counts
         self.interval = interval
         self._sent: dict[str, int] = {}
-        self._last = float("-inf")
+        self._next_look = float("-inf")
 
     def due(self, now: float) -> dict[str, Any] | None:
-        if now - self._last < self.interval:
+        if now < self._next_look:
             return None
         counts = self.counts()
         if counts == self._sent:
+            # unchanged: looked at again a tenth of an interval later (a loop that calls
+            # this per message copied and compared the counts each time)
+            self._next_look = now + self.interval / 10
             return None
         self._sent = counts
-        self._last = now
+        self._next_look = now + self.interval
         return RefusedReport(counts).as_dict()
