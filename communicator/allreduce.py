@@ -2,7 +2,7 @@
 one (Collectives.allreduce_obj / allreduce_arr): recursive doubling (short arrays, and
 Python objects), the ring (long arrays: reduce-scatter then allgather), and the two
 phases' local steps (a host's ranks to their master and back). Each runs on the rank's
-Collectives: its tag, its sends and receives on the collective context, and its labels
+Collectives, ``coll`` (not imported: it imports us): its tag, its sends and receives on the collective context, and its labels
 (``last_algorithm``...), so both ends of an exchange agree on tags and partners.
 """
 
@@ -20,11 +20,10 @@ from .requests import unpickle
 from .schedules import recursive_doubling as _recursive_doubling
 
 if TYPE_CHECKING:
-    from .collectives import Collectives
     from .ops import Op
 
 
-def local_reduce(coll: Collectives, arr: np.ndarray, op: Op) -> tuple[list[int], np.ndarray] | None:
+def local_reduce(coll: Any, arr: np.ndarray, op: Op) -> tuple[list[int], np.ndarray] | None:
     """Two-phase first step: local ranks to their master. (masters, partial) on a
     master, None elsewhere."""
     coll._begin("linear", two_phase=coll.topo.shared)
@@ -40,7 +39,7 @@ def local_reduce(coll: Collectives, arr: np.ndarray, op: Op) -> tuple[list[int],
     return coll.topo.masters, np.ascontiguousarray(acc)
 
 
-def local_bcast(coll: Collectives, acc: np.ndarray | None, like: np.ndarray) -> np.ndarray:
+def local_bcast(coll: Any, acc: np.ndarray | None, like: np.ndarray) -> np.ndarray:
     master = coll.topo.master_of(coll.rank)
     if coll.rank != master:
         out = np.empty_like(like)
@@ -52,9 +51,7 @@ def local_bcast(coll: Collectives, acc: np.ndarray | None, like: np.ndarray) -> 
     return acc
 
 
-def recursive_doubling_arr(
-    coll: Collectives, arr: np.ndarray, op: Op, group: list[int]
-) -> np.ndarray:
+def recursive_doubling_arr(coll: Any, arr: np.ndarray, op: Op, group: list[int]) -> np.ndarray:
     coll._label("recursive_doubling", "short", coll.topo.shared)
 
     def exchange(peer: int, val: np.ndarray) -> np.ndarray:
@@ -73,11 +70,11 @@ def recursive_doubling_arr(
     )
 
 
-def _send_wait(coll: Collectives, dest: int, val: Any) -> None:
+def _send_wait(coll: Any, dest: int, val: Any) -> None:
     coll._wait([coll._isend(dest, _flat(val))], "allreduce")
 
 
-def _recv_like(coll: Collectives, like: np.ndarray) -> Callable[[int], np.ndarray]:
+def _recv_like(coll: Any, like: np.ndarray) -> Callable[[int], np.ndarray]:
     def recv(src: int) -> np.ndarray:
         out = np.empty_like(like)
         if coll.p2p.recv_now(src, coll._seq, CTX_COLL, out) is None:
@@ -87,7 +84,7 @@ def _recv_like(coll: Collectives, like: np.ndarray) -> Callable[[int], np.ndarra
     return recv
 
 
-def recursive_doubling_obj(coll: Collectives, obj: Any, op: Op) -> Any:
+def recursive_doubling_obj(coll: Any, obj: Any, op: Op) -> Any:
     coll._begin("recursive_doubling", "short", False)
     group = list(range(coll.size))
 
@@ -108,7 +105,7 @@ def recursive_doubling_obj(coll: Collectives, obj: Any, op: Op) -> Any:
     return _recursive_doubling(group, coll.rank, obj, exchange, op, send, recv)
 
 
-def ring_allreduce(coll: Collectives, arr: np.ndarray, op: Op, group: list[int]) -> np.ndarray:
+def ring_allreduce(coll: Any, arr: np.ndarray, op: Op, group: list[int]) -> np.ndarray:
     """Reduce-scatter then allgather around the ring of ``group`` (each rank sends
     2(n-1)/n of the array in all: the bandwidth-optimal choice for long arrays)."""
     coll._label("ring", "long", coll.topo.shared)
