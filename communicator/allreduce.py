@@ -2,8 +2,8 @@
 one (Collectives.allreduce_obj / allreduce_arr): recursive doubling (short arrays, and
 Python objects), the ring (long arrays: reduce-scatter then allgather), and the two
 phases' local steps (a host's ranks to their master and back). Each runs on the rank's
-Collectives, ``coll`` (not imported: it imports us): its tag, its sends and receives on the collective context, and its labels
-(``last_algorithm``...), so both ends of an exchange agree on tags and partners.
+Collectives, ``coll`` (not imported: it imports us): its tag, its sends and receives on
+the collective context, its labels (``last_algorithm``...).
 """
 
 from __future__ import annotations
