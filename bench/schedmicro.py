@@ -217,7 +217,7 @@ def scheduler(tasks: int, repeat: int) -> dict[str, float]:
         cpu = {"submit": 0.0, "reply": 0.0}
         for i in range(0, n, BATCH):
             t = time.thread_time()
-            sched._on_submission([b"client", *batch(reqs[i : i + BATCH])])
+            sched._feed(*sched.intake.submissions([b"client", *batch(reqs[i : i + BATCH])]))
             sched._carry_out()
             cpu["submit"] += time.thread_time() - t
             while sent:
@@ -225,7 +225,7 @@ def scheduler(tasks: int, repeat: int) -> dict[str, float]:
                 sent.clear()
                 t = time.thread_time()
                 for r in replies:
-                    sched._on_reply(r)
+                    sched._feed(*sched.intake.replies(r))
                     sched._carry_out()
                 sched.hub.flush()
                 cpu["reply"] += time.thread_time() - t
