@@ -65,13 +65,16 @@ def recursive_doubling_arr(coll: Any, arr: np.ndarray, op: Op, group: list[int])
         arr,
         exchange,
         lambda lo, hi: np.ascontiguousarray(op.combine(lo, hi)),
-        lambda dest, val: _send_wait(coll, dest, val),
+        _send_wait(coll),
         _recv_like(coll, arr),
     )
 
 
-def _send_wait(coll: Any, dest: int, val: Any) -> None:
-    coll._wait([coll._isend(dest, _flat(val))], "allreduce")
+def _send_wait(coll: Any) -> Callable[[int, Any], None]:
+    def send(dest: int, val: Any) -> None:
+        coll._wait([coll._isend(dest, _flat(val))], "allreduce")
+
+    return send
 
 
 def _recv_like(coll: Any, like: np.ndarray) -> Callable[[int], np.ndarray]:
