@@ -240,7 +240,8 @@ class AsyncResult(concurrent.futures.Future):
             return self._result
         if return_when is not None:
             check_return_when(return_when)
-        timeout = timeout_of(timeout)
+        if timeout is not None and timeout < 0:  # timeout_of, inlined: once per task
+            timeout = None
         if self._single and not return_exceptions and return_when is None:
             return self._get_one(timeout)
         return self._get(timeout, return_exceptions, return_when)
