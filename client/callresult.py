@@ -27,6 +27,7 @@ from .futurewait import (
     check_return_when,
     condition_met,
     failed,
+    timeout_of,
     wait_all,
     wait_first_exception,
     wait_for,
@@ -40,12 +41,12 @@ from .outputs import (
     html_summary,
     wait_with_progress,
 )
-from .replyvalue import not_ready, raise_errors, value_or_error
+from .replyvalue import by_engine, not_ready, raise_errors, value_or_error
 from .request import first_submitted, sent_of
 from .resultmeta import (
     METADATA_DEFAULTS,
     Metadata,
-    call_metadata,
+    calls_metadata,
     serial_time,
 )
 from .resultmeta import timedelta as _timedelta
@@ -54,11 +55,6 @@ __all__ = ["AsyncResult"]
 
 #: ``_result`` before get() has a value to keep (None is a value)
 _UNSET = object()
-
-
-def timeout_of(timeout: float | None) -> float | None:
-    """ipyparallel's convention: a negative timeout (the default -1) waits forever."""
-    return None if timeout is None or timeout < 0 else timeout
 
 
 class AsyncResult(concurrent.futures.Future):
@@ -244,7 +240,8 @@ class AsyncResult(concurrent.futures.Future):
             return self._result
         if return_when is not None:
             check_return_when(return_when)
-        timeout = timeout_of(timeout)
+        if timeout is not None and timeout < 0:  # timeout_of, inlined: once per task
+            timeout = None
         if self._single and not return_exceptions and return_when is None:
             return self._get_one(timeout)
         return self._get(timeout, return_exceptions, return_when)
@@ -320,11 +317,9 @@ class AsyncResult(concurrent.futures.Future):
     def get_dict(self, timeout: float | None = -1) -> dict[int, Any]:
         """{engine_id: result}; an error if one engine has several results here."""
         values = self.get(timeout)
-        values = [values] if self._single else values
-        ids = self.engine_id if not self._single else [self.engine_id]
-        if len(set(ids)) != len(ids):
-            raise ValueError(f"engines {ids} ran more than one of these calls: no dict")
-        return dict(zip(ids, values, strict=True))
+        if self._single:
+            return by_engine([values], [self.engine_id])
+        return by_engine(values, self.engine_id)
 
     def _value_or_error(self, f: concurrent.futures.Future) -> Any:
         """A done call's value or its error (client.replyvalue); TypedResult decodes its
@@ -398,11 +393,7 @@ class AsyncResult(concurrent.futures.Future):
 
     def _metadatas(self) -> list[Metadata]:
         """One metadata dict per message, as known now (never waits)."""
-        live, submitted = self._live_data(), self._submitted
-        return [
-            call_metadata(m, f, submitted, live)
-            for m, f in zip(self.msg_ids, self._futures, strict=True)
-        ]
+        return calls_metadata(self.msg_ids, self._futures, self._submitted, self._client)
 
     def _meta(self, key: str) -> Any:
         mds = self._metadatas()
@@ -410,11 +401,6 @@ class AsyncResult(concurrent.futures.Future):
             raise KeyError(key)  # not a metadata key, as ipyparallel
         values = [md[key] for md in mds]
         return values[0] if self._single else values
-
-    def _live_data(self) -> Any:
-        """The client's LiveData once some ``ar.data`` was read while its task ran."""
-        sender = getattr(self._client, "sender", None)
-        return None if sender is None else sender.__dict__.get("live_data")
 
     @property
     def metadata(self) -> Any:
@@ -498,12 +484,8 @@ class AsyncResult(concurrent.futures.Future):
     @contextlib.contextmanager
     def stream_output(self) -> Iterator[None]:
         """``with ar.stream_output(): ar.wait()``: engines' output shown as it is printed."""
-        stream = self.stream_outputs()
-        try:
+        with self.stream_outputs().until(self.ready):
             yield
-        finally:
-            if self.ready():
-                stream.finish()
 
     def stream_outputs(
         self, callback: Callable[[int | None, str, str], Any] | None = None
@@ -517,10 +499,9 @@ class AsyncResult(concurrent.futures.Future):
         holds all of it)."""
         if self._client is None:
             raise RuntimeError("this AsyncResult has no client to stream through")
-        stream = OutputStream(self.msg_ids, self._client.sender, self._metadatas, callback)
-        stream.start()
-        self.add_done_callback(stream.stop_later)
-        return stream
+        return OutputStream.started(
+            self.msg_ids, self._client.sender, self._metadatas, callback, self._futures
+        )
 
     def wait_interactive(
         self,
@@ -547,13 +528,15 @@ class AsyncResult(concurrent.futures.Future):
         )
 
     def _repr_html_(self) -> str:
-        state, engine_ids = "pending", None
-        if self.ready():
-            state = "finished" if self.successful() else "failed"
-            engine_ids = self.engine_id
+        engine_ids = self.engine_id if self.ready() else None
         return html_summary(
-            type(self).__name__, self._fname, state, self.progress, len(self), engine_ids
+            type(self).__name__, self._fname, self._status(), self.progress, len(self), engine_ids
         )
+
+    def _status(self) -> str:
+        if not self.ready():
+            return "pending"
+        return "finished" if self.successful() else "failed"
 
     # -- splitting and joining --------------------------------------------------------------
 
@@ -611,7 +594,4 @@ class AsyncResult(concurrent.futures.Future):
         return self.get()
 
     def __repr__(self) -> str:
-        state = "pending"
-        if self.ready():
-            state = "finished" if self.successful() else "failed"
-        return f"<{type(self).__name__}({self._fname}): {state}>"
+        return f"<{type(self).__name__}({self._fname}): {self._status()}>"

@@ -4,8 +4,8 @@ failure, until they are sent, or a callback once all are done.
 Functions of a list of concurrent.futures.Future (one per message, client.request's), so
 that AsyncResult (client.callresult) holds the futures and says what to wait for, and this
 module alone knows how. Timeouts are seconds or None (forever): ipyparallel's -1 is read by
-AsyncResult (client.callresult.timeout_of). Each waits on the futures' own conditions: no waiter object per
-call, no polling except for ``wait_sent``, whose trackers (zmq's) offer no callback.
+AsyncResult (``timeout_of``). Each waits on the futures' own conditions: no waiter object
+per call, no polling except for ``wait_sent``, whose trackers (zmq's) offer no callback.
 """
 
 from __future__ import annotations
@@ -27,6 +27,11 @@ RETURN_WHEN = (ALL_COMPLETED, FIRST_COMPLETED, FIRST_EXCEPTION)
 #: seconds between two looks at whether the I/O thread has sent a message (wait_sent):
 #: a message leaves within microseconds of its submission unless the socket is full
 SENT_POLL = 0.0005
+
+
+def timeout_of(timeout: float | None) -> float | None:
+    """ipyparallel's convention: a negative timeout (the default -1) waits forever."""
+    return None if timeout is None or timeout < 0 else timeout
 
 
 def check_return_when(return_when: str | None) -> None:

@@ -7,15 +7,19 @@ call them, so the result handle's own module stays about waiting and values.
 
 from __future__ import annotations
 
+import contextlib
 import html
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
 from typing import Any
 
 from zpar.util import progress as progress_bar
 from zpar.wire import Message
+
+from .futurewait import when_all_done
 
 #: how display_outputs may group what it shows
 GROUPBY = ("engine", "order", "type")
@@ -249,8 +253,34 @@ class OutputStream:
         self.done = threading.Event()
         self._lock = threading.Lock()
 
+    @classmethod
+    def started(
+        cls,
+        msg_ids: list[str],
+        io: Any,
+        metadatas: Callable[[], Sequence[dict[str, Any]]],
+        callback: Callable[[int | None, str, str], Any] | None,
+        futures: Sequence[Future],
+    ) -> OutputStream:
+        """A stream of these calls' output, shown from now on, that stops by itself once
+        their ``futures`` are all done."""
+        stream = cls(msg_ids, io, metadatas, callback)
+        stream.start()
+        when_all_done(futures, stream.stop_later)
+        return stream
+
     def start(self) -> None:
         self.io.watch_output(self.msg_ids, self._on_output)
+
+    @contextlib.contextmanager
+    def until(self, done: Callable[[], bool]) -> Iterator[None]:
+        """Streams for the ``with`` block; ``finish`` at its end if the calls are then
+        ``done()`` (``with ar.stream_output(): ar.wait()``)."""
+        try:
+            yield
+        finally:
+            if done():
+                self.finish()
 
     def stop_later(self, *_: Any) -> None:
         """The calls are done: stop watching a bit later (a reply can overtake its last

@@ -79,6 +79,13 @@ def raise_errors(values: Sequence[Any], *, one_call: bool, fname: str, what: str
     )
 
 
+def by_engine(values: Sequence[Any], engine_ids: Sequence[int]) -> dict[int, Any]:
+    """``get_dict``: {engine_id: value}; an error if one engine ran several of the calls."""
+    if len(set(engine_ids)) != len(engine_ids):
+        raise ValueError(f"engines {engine_ids} ran more than one of these calls: no dict")
+    return dict(zip(engine_ids, values, strict=True))
+
+
 def not_ready(done: int, total: int, fname: str, timeout: float | None) -> TimeoutError:
     """The error of a ``get`` whose calls were not all done within ``timeout``."""
     return TimeoutError(

@@ -96,6 +96,16 @@ def call_metadata(msg_id: str, future: Any, submitted: float, live: Any = None) 
     return md
 
 
+def calls_metadata(
+    msg_ids: list[str], futures: list[Any], submitted: float, client: Any
+) -> list[Metadata]:
+    """One metadata dict per call, as known now (never waits); what a running call
+    published once some ``ar.data`` was read while it ran (``client``'s LiveData)."""
+    sender = getattr(client, "sender", None)
+    live = None if sender is None else sender.__dict__.get("live_data")
+    return [call_metadata(m, f, submitted, live) for m, f in zip(msg_ids, futures, strict=True)]
+
+
 def serial_time(mds: list[Metadata]) -> float:
     """Sum of the engines' compute times (completed - started): what a serial run would
     have taken."""

@@ -16,27 +16,27 @@ successive collectives never match each other. Python objects travel pickled; ar
 from __future__ import annotations
 
 import pickle
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from .allreduce import (
+    local_bcast,
+    local_reduce,
+    recursive_doubling_arr,
+    recursive_doubling_obj,
+    ring_allreduce,
+)
 from .ops import Op
-from .p2p import P2P, unpickle
+from .p2p import P2P
 from .peerwire import CTX_COLL, ENC_PICKLE, ENC_RAW, INLINE
+from .pending import flat as _flat
+from .requests import dumps as _dumps
+from .requests import unpickle
 from .schedules import blocks as _blocks
-from .schedules import recursive_doubling as _recursive_doubling
 from .schedules import subtree_span as _subtree_span
 from .topology import Topology, group_tree
 from .twophase import TwoPhase
-
-
-def _dumps(obj: Any) -> bytes:
-    return pickle.dumps(obj, protocol=5)
-
-
-def _flat(a: np.ndarray) -> memoryview:
-    return memoryview(a.reshape(-1).view(np.uint8))
 
 
 class Collectives:
@@ -211,7 +211,7 @@ class Collectives:
 
     def allreduce_obj(self, obj: Any, op: Op) -> Any:
         if (self.logarithmic or self._one_host(op)) and op.commute:
-            out = self._recursive_doubling_obj(obj, op)
+            out = recursive_doubling_obj(self, obj, op)
             self.last_two_phase = self.topo.shared
             return out
         acc = self.reduce_obj(obj, op, 0)
@@ -227,25 +227,25 @@ class Collectives:
             self._begin("recursive_doubling", "long" if long else "short", True)
             group = list(range(self.size))
             if long and arr.size >= self.size and self.size > 2:  # two: one exchange is less
-                out = self._ring_allreduce(arr, op, group)
+                out = ring_allreduce(self, arr, op, group)
             else:
-                out = self._recursive_doubling_arr(np.ascontiguousarray(arr), op, group)
+                out = recursive_doubling_arr(self, np.ascontiguousarray(arr), op, group)
             self._label(self.last_algorithm, "long" if long else "short", True)
             return out
         if self.logarithmic and op.commute:
             # one tag for all three phases: ranks outside the masters' phase stay in step
             self._begin("recursive_doubling", "short", self.topo.shared)
-            local = self._local_reduce_arr(arr, op)
+            local = local_reduce(self, arr, op)
             acc = None
             if local is not None:
                 masters, partial = local
                 if long and arr.size >= len(masters) and len(masters) > 2:
-                    acc = self._ring_allreduce(partial, op, masters)
+                    acc = ring_allreduce(self, partial, op, masters)
                 else:
-                    acc = self._recursive_doubling_arr(partial, op, masters)
+                    acc = recursive_doubling_arr(self, partial, op, masters)
                     self.last_protocol = "long" if long else "short"
             name, proto = self.last_algorithm, self.last_protocol
-            acc = self._local_bcast_arr(acc, arr)
+            acc = local_bcast(self, acc, arr)
             self._label(name, proto, self.topo.shared)
             return acc
         acc = self.reduce_arr(arr, op, 0)
@@ -254,102 +254,6 @@ class Collectives:
         self.bcast_arr(out, 0)
         self._label(*labels)  # the reduction's: it decides the order operands meet
         return out
-
-    def _local_reduce_arr(self, arr: np.ndarray, op: Op) -> tuple[list[int], np.ndarray] | None:
-        """Two-phase first step: local ranks to their master. (masters, partial) on a
-        master, None elsewhere."""
-        self._begin("linear", two_phase=self.topo.shared)
-        master = self.topo.master_of(self.rank)
-        if self.rank != master:
-            self._wait([self._isend(master, _flat(np.ascontiguousarray(arr)))], "local reduce")
-            return None
-        acc = arr
-        for r in self.topo.local_ranks(self.rank)[1:]:
-            b = np.empty_like(arr)
-            self._wait([self._irecv(r, b)], "local reduce")
-            acc = op.combine(acc, b)
-        return self.topo.masters, np.ascontiguousarray(acc)
-
-    def _local_bcast_arr(self, acc: np.ndarray | None, like: np.ndarray) -> np.ndarray:
-        master = self.topo.master_of(self.rank)
-        if self.rank != master:
-            out = np.empty_like(like)
-            self._wait([self._irecv(master, out)], "local bcast")
-            return out
-        assert acc is not None
-        sends = [self._isend(r, _flat(acc)) for r in self.topo.local_ranks(self.rank)[1:]]
-        self._wait(sends, "local bcast")
-        return acc
-
-    def _recursive_doubling_arr(self, arr: np.ndarray, op: Op, group: list[int]) -> np.ndarray:
-        self._label("recursive_doubling", "short", self.topo.shared)
-
-        def exchange(peer: int, val: np.ndarray) -> np.ndarray:
-            got = np.empty_like(val)
-            self._sendrecv_arr(peer, _flat(val), peer, got)
-            return got
-
-        return _recursive_doubling(
-            group,
-            self.rank,
-            arr,
-            exchange,
-            lambda lo, hi: np.ascontiguousarray(op.combine(lo, hi)),
-            self._isend_arr_wait,
-            self._recv_like(arr),
-        )
-
-    def _isend_arr_wait(self, dest: int, val: Any) -> None:
-        self._wait([self._isend(dest, _flat(val))], "allreduce")
-
-    def _recv_like(self, like: np.ndarray) -> Callable[[int], np.ndarray]:
-        def recv(src: int) -> np.ndarray:
-            out = np.empty_like(like)
-            if self.p2p.recv_now(src, self._seq, CTX_COLL, out) is None:
-                self._wait([self._irecv(src, out)], "allreduce")
-            return out
-
-        return recv
-
-    def _recursive_doubling_obj(self, obj: Any, op: Op) -> Any:
-        self._begin("recursive_doubling", "short", False)
-        group = list(range(self.size))
-
-        def exchange(peer: int, val: Any) -> Any:
-            r = self._irecv(peer)
-            s = self._isend(peer, _dumps(val), ENC_PICKLE)
-            self._wait([r, s], "allreduce")
-            return unpickle(r)
-
-        def send(dest: int, val: Any) -> None:
-            self._wait([self._isend(dest, _dumps(val), ENC_PICKLE)], "allreduce")
-
-        def recv(src: int) -> Any:
-            r = self._irecv(src)
-            self._wait([r], "allreduce")
-            return unpickle(r)
-
-        return _recursive_doubling(group, self.rank, obj, exchange, op, send, recv)
-
-    def _ring_allreduce(self, arr: np.ndarray, op: Op, group: list[int]) -> np.ndarray:
-        """Reduce-scatter then allgather around the ring of ``group`` (each rank sends
-        2(n-1)/n of the array in all: the bandwidth-optimal choice for long arrays)."""
-        self._label("ring", "long", self.topo.shared)
-        n = len(group)
-        i = group.index(self.rank)
-        right, left = group[(i + 1) % n], group[(i - 1) % n]
-        acc = np.ascontiguousarray(arr).reshape(-1).copy()
-        cuts = np.linspace(0, acc.size, n + 1).astype(int)
-        seg = [acc[cuts[k] : cuts[k + 1]] for k in range(n)]
-        for step in range(n - 1):
-            s, r = (i - step) % n, (i - step - 1) % n
-            got = np.empty_like(seg[r])
-            self._sendrecv_arr(right, _flat(seg[s]), left, got)
-            seg[r][...] = op.combine(got, seg[r])
-        for step in range(n - 1):
-            s, r = (i + 1 - step) % n, (i - step) % n
-            self._sendrecv_arr(right, _flat(seg[s]), left, seg[r])
-        return acc.reshape(arr.shape)
 
     # -- gather / scatter / allgather / alltoall --------------------------------------------
 

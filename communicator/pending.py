@@ -12,6 +12,11 @@ from .peerwire import ENC_RAW, Kind, Packet
 from .requests import ANY_SOURCE, ANY_TAG, Status
 
 
+def flat(a: np.ndarray) -> memoryview:
+    """A C-contiguous array's bytes, without a copy (what a collective sends of it)."""
+    return memoryview(a.reshape(-1).view(np.uint8))
+
+
 def as_bytes_view(buf: Any, writable: bool = False) -> memoryview:
     """A flat byte view of a buffer spec: an array, or mpi4py's ``[array, ...]`` forms."""
     if isinstance(buf, (list, tuple)):

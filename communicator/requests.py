@@ -126,6 +126,11 @@ class Request:
         return all(r.Test() for r in requests)
 
 
+def dumps(obj: Any) -> bytes:
+    """An object as it travels pickled (protocol 5: its buffers out of band)."""
+    return pickle.dumps(obj, protocol=5)
+
+
 def unpickle(op: Any) -> Any:
     if op.enc != ENC_PICKLE:
         raise CommError(

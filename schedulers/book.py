@@ -12,8 +12,9 @@ cannot place (``failing``: the book's recommendations) answered by the book befo
 
 The book owns its parts, each built here with explicit arguments: Placement (engines with
 room, the queues; schedulers/placement.py), Gates (flags, timeouts, dependencies;
-schedulers/gating.py), ElementParts (a map's element requests; schedulers/elements.py) and
-Prefetch (depths and steal-back; schedulers/prefetch.py). It ties them: submissions,
+schedulers/gating.py), ElementParts (a map's element requests; schedulers/elements.py),
+Prefetch (depths and steal-back; schedulers/prefetch.py) and Broadcasts (a request's copy
+for each target engine; schedulers/broadcasts.py). It ties them: submissions,
 replies, aborts and timeouts, clients, engines. When an engine dies its tasks are retried
 or answered with EngineError, and queued tasks that only a dead engine could run fail with
 ImpossibleDependency.
@@ -44,6 +45,7 @@ from zpar.wire import Message
 from zpar.wire.messages import TASK_REQUESTS, MsgType, ReplyStatus, abort_ids
 from zpar.wire.monitor import TaskIn, TaskRetry, request_parts
 
+from .broadcasts import Broadcasts
 from .elements import ElementParts
 from .events import (
     ClientGone,
@@ -69,27 +71,16 @@ from .instructions import (
     Instruction,
     Refuse,
     RelayReply,
-    SendTask,
 )
 from .ledger import Ledger, OpenLedger
-from .placement import CONNECT_GRACE, Failing, Placement
+from .placement import Failing, Placement
 from .prefetch import Prefetch
 from .schemes import EngineSlot, get_scheme
 from .state import DONE, HELD, QUEUED, RUNNING, WAITING, Task
 
 log = logging.getLogger(__name__)
 
-__all__ = [
-    "CONNECT_GRACE",
-    "DONE",
-    "HELD",
-    "QUEUED",
-    "RUNNING",
-    "TASK_DEST_NAME",
-    "WAITING",
-    "Task",
-    "TaskBook",
-]
+__all__ = ["TASK_DEST_NAME", "TaskBook"]
 
 #: The ``dest`` a client binds a load-balanced request to (the driver then binds each
 #: placement to its engine: see TaskScheduler._send_task).
@@ -115,7 +106,6 @@ class TaskBook:
         self.engines: dict[bytes, EngineSlot] = {}  # registration order
         self.ids: dict[int, bytes] = {}
         self.live: dict[str, Task] = {}  # every task not answered yet, whatever its state
-        self.broadcasts: dict[tuple[str, bytes], Task] = {}  # (msg_id, engine): not answered
         self._out: list[Instruction] = []
         #: tasks a part could not place and the book must answer (see ``_settle``)
         self._failing: deque[Failing] = deque()
@@ -123,6 +113,7 @@ class TaskBook:
         self._released: deque[tuple[Task, str]] = deque()  # dependents to settle
         self._releasing = False
         out, failing = self._out, self._failing
+        self.broadcasts = Broadcasts(self.engines, out)
         self.placement = Placement(
             self.engines, get_scheme(scheme), self.ledger, clock, out, failing
         )
@@ -192,8 +183,7 @@ class TaskBook:
         """Does the book still hold ``msg_id`` in any form (a broadcast's engines included)?"""
         if msg_id in self.live:
             return True
-        broadcasts = self.broadcasts
-        return bool(broadcasts) and any((msg_id, u) in broadcasts for u in self.engines)
+        return bool(self.broadcasts.copies) and self.broadcasts.holds(msg_id)
 
     @property
     def paused(self) -> set[bytes]:
@@ -259,13 +249,7 @@ class TaskBook:
         if isinstance(uuids, str):
             self._fail(task, ImpossibleDependency, uuids)
             return
-        for uuid in sorted(uuids, key=lambda u: self.engines[u].id):
-            engine = self.engines[uuid]
-            copy = Task(task.msg_id, task.client, task.msg, None, engine, RUNNING, broadcast=True)
-            engine.load += 1
-            engine.tasks.add(task.msg_id)
-            self.broadcasts[(task.msg_id, uuid)] = copy
-            self._out.append(SendTask(copy, engine))
+        self.broadcasts.place(task, uuids)
 
     def _outcomes(self, content: dict[str, Any]) -> None:
         """A client's word on tasks it saw finish elsewhere (direct tasks it depends on)."""
@@ -334,15 +318,11 @@ class TaskBook:
         msg_id = reply.parent_header.get("msg_id")
         task = self.live.get(msg_id) if isinstance(msg_id, str) else None
         if task is None:
-            copy = self.broadcasts.pop((msg_id, uuid), None) if self.broadcasts else None
-            if copy is None:  # not ours to relay: its task was answered, or never existed
+            engine = self.broadcasts.answered(msg_id, uuid)  # a broadcast's copy
+            if engine is None:  # not ours to relay: its task was answered, or never existed
                 log.warning("reply from %s to unknown task %r dropped", uuid, msg_id)
                 return
-            engine = copy.engine
-            assert engine is not None
             self.prefetch.answered_by(engine)
-            engine.load -= 1
-            engine.tasks.discard(msg_id)  # type: ignore[arg-type]
             self._out.append(RelayReply(client, uuid, reply))
             self.placement.drain()
             return
@@ -374,9 +354,7 @@ class TaskBook:
                 self._after_answer(task.client)
                 return
             if task.retries > 0:
-                task.retries -= 1
-                task.avoid = (task.avoid or set()) | {uuid}
-                self._retry(task, f"{content.get('ename')} on engine {engine.id}")
+                self._retry(task, f"{content.get('ename')} on engine {engine.id}", avoid=uuid)
                 self._after_answer(task.client)
                 return
         del self.live[msg_id]  # type: ignore[arg-type]
@@ -442,7 +420,11 @@ class TaskBook:
             placement.release(client)
         placement.drain()
 
-    def _retry(self, task: Task, why: str) -> None:
+    def _retry(self, task: Task, why: str, avoid: bytes | None = None) -> None:
+        """Place ``task`` again; ``avoid``: an engine it failed on (a retry spent)."""
+        if avoid is not None:
+            task.retries -= 1
+            task.avoid = (task.avoid or set()) | {avoid}
         log.info("task %s sent to another engine: %s", task.msg_id, why)
         left = task.engine.uuid.decode() if task.engine else ""
         self._out.append(HubEvent(TaskRetry(task.msg_id, left, why)))
@@ -511,9 +493,7 @@ class TaskBook:
         if not self.still_placed(task, engine):
             return
         if task.broadcast:
-            engine.load -= 1
-            engine.tasks.discard(task.msg_id)
-            self.broadcasts.pop((task.msg_id, engine.uuid), None)
+            self.broadcasts.undeliverable(task, engine)
             self._fail(task, EngineError, f"engine {engine.id} is not connected")
             return
         placement.unplace(task, engine)
@@ -538,7 +518,7 @@ class TaskBook:
         self.placement.paused.discard(uuid)
         running = sorted(engine.tasks)
         lost = [self.live[m] for m in running if m in self.live]
-        lost += [self.broadcasts.pop((m, uuid)) for m in running if (m, uuid) in self.broadcasts]
+        lost += self.broadcasts.lost(uuid, running)
         log.warning(
             "engine %d left (%s): %d unfinished task(s) to retry or fail",
             engine.id,
@@ -549,9 +529,7 @@ class TaskBook:
             if self.placement.counting and not task.broadcast:
                 self.ledger.answered(task.client)
             if task.state == RUNNING and task.retries > 0 and task.msg_id in self.live:
-                task.retries -= 1
-                task.avoid = (task.avoid or set()) | {uuid}
-                self._retry(task, f"engine {engine.id} died: {reason}")
+                self._retry(task, f"engine {engine.id} died: {reason}", avoid=uuid)
                 continue
             self._fail(
                 task,

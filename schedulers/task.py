@@ -10,9 +10,9 @@
     hub PUSH ──[engine_event]──► PULL events          monitor PUSH ──► hub (task events)
 
 A thin poll loop around the TaskBook (schedulers/book.py), which makes every decision: the
-loop checks what arrives (signatures, fields, its quota), feeds it to the book as events
-(schedulers/events.py) through ``TaskBook.handle``, and carries out the instructions the
-book returns (schedulers/instructions.py): sign and send a task to an engine, relay or
+loop has what arrives checked (signatures, fields, its quota: schedulers/intake.py), feeds
+it to the book as events (schedulers/events.py) through ``TaskBook.handle``, and carries
+out the instructions the book returns (schedulers/instructions.py): sign and send a task to an engine, relay or
 answer a reply, report to the hub. What a send finds (no engine there, an engine reached)
 goes back to the book as an event too: the loop never writes the book's state.
 """
@@ -30,18 +30,16 @@ import zmq
 from zpar.constants import (
     PARK_RETRY,
     REVOKE_SUFFIX,
-    STORE_RESULT_LIMIT,
     TASK_HWM,
     TASK_SCHEME,
 )
-from zpar.elements import ELEMENTS, RETRYING, TAILS, origin_of
+from zpar.elements import ELEMENTS, RETRYING, origin_of
 from zpar.errors import RemoteProtocolError
 from zpar.memory import Trimmer
-from zpar.wire import Message, Session, buffers_size, recv_message, send_frames, split_messages
+from zpar.wire import Session, recv_message, send_frames
 from zpar.wire.curve import secure
 from zpar.wire.listenguard import ListenerGuard
 from zpar.wire.messages import (
-    TASK_REQUESTS,
     AbortReply,
     MsgType,
     ReplyStatus,
@@ -57,14 +55,9 @@ from .events import (
     ClientGone,
     ClientReady,
     Delivered,
-    EngineJoined,
-    EngineLeft,
     Event,
-    QuotaRefused,
-    Replied,
     RetryConnections,
     Revoked,
-    Submitted,
     Tick,
     Undeliverable,
 )
@@ -79,9 +72,10 @@ from .instructions import (
     RevokeTasks,
     SendTask,
 )
+from .intake import Intake
 from .ledger import Ledger
 from .outbox import Outbox
-from .quota import OVER_WINDOW, QueueQuota
+from .quota import QueueQuota
 from .replies import error_reply
 from .schemes import EngineSlot
 
@@ -174,6 +168,13 @@ class TaskScheduler:
         self._unpause_at = 0.0
         self.stopping = False
         self._trimmer = Trimmer()
+        self.intake = Intake(
+            session,
+            self.quota,
+            self.book.live,
+            is_gone=self.link.is_gone,
+            counted=self._trimmer.count,
+        )
         self.engine_batches = engine_batches
         #: sends gathered during a pass, by route (schedulers/outbox.py)
         self._tasks_out: Outbox[tuple[Task, EngineSlot]] = Outbox()
@@ -225,7 +226,7 @@ class TaskScheduler:
         client, engine, events = self.client, self.engine, self.events
         for s in (client, engine, events, self.link.monitor):
             poller.register(s, zmq.POLLIN)
-        book = self.book
+        book, intake = self.book, self.intake
         log.info(
             "task scheduler (%s, hwm %s) at %s / %s",
             self.scheme_name,
@@ -266,11 +267,11 @@ class TaskScheduler:
                 self.hub.flush()
                 continue
             if events in ready:
-                self._drain(events, self._on_event)
+                self._drain(events, intake.engine_events)
             if engine in ready:
-                self._drain(engine, self._on_reply)
+                self._drain(engine, intake.replies)
             if client in ready:
-                self._drain(client, self._on_submission, self._recv_submission)
+                self._drain(client, intake.submissions, self._recv_submission)
             self.hub.flush_due(time.monotonic())
             if not book.live:
                 self._trimmer.maybe_trim()  # idle after a burst: give the pages back
@@ -292,11 +293,13 @@ class TaskScheduler:
             wait = min(wait, int(PARK_RETRY * 1000))
         return wait
 
-    def _drain(self, sock: zmq.Socket, handler: Any, recv: Any = None) -> None:
-        """Handle what ``sock`` has (DRAIN_MAX messages at most); what the book asks is
-        carried out after each, its sends gathered and sent as batches when the socket is
-        empty or every FLUSH_EVERY messages."""
+    def _drain(self, sock: zmq.Socket, intake: Any, recv: Any = None) -> None:
+        """Handle what ``sock`` has (DRAIN_MAX messages at most): ``intake`` checks each
+        (schedulers/intake.py), the book is fed the events it makes, and what the book asks
+        is carried out after each, its sends gathered and sent as batches when the socket
+        is empty or every FLUSH_EVERY messages."""
         recv = recv or (lambda flags: recv_message(sock, flags))
+        book, todo = self.book, self._todo
         try:
             for n in range(1, DRAIN_MAX + 1):
                 try:
@@ -304,7 +307,9 @@ class TaskScheduler:
                 except zmq.Again:
                     return
                 try:
-                    handler(frames)  # one message or a batch: each handler splits (feed_all)
+                    events = intake(frames)  # one message or a batch: each splits (feed_all)
+                    if events:
+                        todo.extend(book.handle(*events))  # _feed, inlined: once per message
                 except Exception:  # one bad message must never stop the scheduler
                     log.exception("error handling a message of %d frames; dropped", len(frames))
                 self._carry_out(flush=not n % FLUSH_EVERY)
@@ -343,104 +348,10 @@ class TaskScheduler:
     def _client_gone(self, client: bytes) -> None:
         self._feed(ClientGone(client))
 
-    def _on_submission(self, frames: list[Any]) -> None:
-        # one message, or a batch of them (zpar.wire.batch), each checked on its own and
-        # fed to the book together
-        client = None
-        events: list[Event] = []
-        for msg in self.session.feed_all(frames, "task scheduler (client)"):
-            client = msg.idents[0] if msg.idents else b""
-            why = self._over_quota(client, msg)
-            events.append(Submitted(client, msg) if why is None else QuotaRefused(client, msg, why))
-        if client is not None and self.link.is_gone(client):  # sent just before it closed
-            events.append(ClientGone(client))
-        if events:
-            self._todo.extend(self.book.handle(*events))  # _feed, inlined: once per message
-
-    def _over_quota(self, client: bytes, msg: Message) -> str | None:
-        """Charge a new task to its client's quota; why it is refused (counted as
-        ``over_window``; the book answers it with SubmissionRefused), or None. Duplicates
-        and misrouted requests are the book's to refuse, uncharged."""
-        header = msg.header
-        if (
-            header.get("msg_type") not in TASK_REQUESTS
-            or msg.dest != TASK_DEST_NAME
-            or header["msg_id"] in self.book.live
-            or self.quota.holds(header["msg_id"])
-        ):
-            return None
-        why = self.quota.charge(client, header["msg_id"], sum(map(len, msg.frames)))
-        if why is not None:
-            self.session.refuse(RemoteProtocolError(OVER_WINDOW, why), "task scheduler (client)")
-        return why
-
     def _release(self, msg_id: Any) -> None:
         """The book no longer holds ``msg_id`` in any form: its quota is free again."""
         if isinstance(msg_id, str) and self.quota.holds(msg_id) and not self.book.holds(msg_id):
             self.quota.release(msg_id)
-
-    def _on_reply(self, frames: list[Any]) -> None:
-        # [engine_uuid, client_ident, <ZPAR|MSG>, signature, envelope, buffers…], or a batch
-        # of replies to one client: [engine_uuid, client_ident, <ZPAR|BATCH>, index, …]
-        where = "task scheduler (engine)"
-        try:
-            idents, messages = split_messages(frames)
-        except RemoteProtocolError as e:
-            self.session.refuse(e, where)
-            return
-        if len(idents) == 1:
-            self._on_revoke_reply(frames)
-            return
-        if len(idents) != 2:
-            why = f"a reply from an engine of {len(frames)} frames is not [engine, client, message]"
-            self.session.refuse(RemoteProtocolError("misframed", why), where)
-            return
-        uuid, client = idents
-        events = []
-        for m in messages:
-            # result buffers the hub may store are checked here; larger ones by the client
-            small = buffers_size(m) <= STORE_RESULT_LIMIT
-            try:
-                reply = self.session.unpack(m, [uuid, client], buffers=small)
-            except RemoteProtocolError as e:
-                self.session.refuse(e, where)
-                continue
-            self._trimmer.count()
-            events.append(Replied(uuid, client, reply))
-        if events:
-            self._todo.extend(self.book.handle(*events))  # _feed, inlined: once per message
-
-    def _on_revoke_reply(self, frames: list[Any]) -> None:
-        for msg in self.session.feed_all(frames, "task scheduler (engine revoke)"):
-            self._revoke_reply(msg)
-
-    def _revoke_reply(self, msg: Message) -> None:
-        ident = msg.idents[0]
-        revoked = msg.content.get("revoked")
-        if (
-            msg.msg_type != MsgType.REVOKE_REPLY
-            or not ident.endswith(REVOKE_SUFFIX)
-            or not isinstance(revoked, list)
-        ):
-            log.warning("malformed %r from %r dropped", msg.msg_type, ident)
-            return
-        tails = msg.content.get(TAILS)
-        self._feed(
-            Revoked(ident[: -len(REVOKE_SUFFIX)], revoked, tails if isinstance(tails, dict) else {})
-        )
-
-    def _on_event(self, frames: list[Any]) -> None:
-        msg = self.session.feed(frames, "task scheduler (hub events)")
-        if msg is None or msg.msg_type != MsgType.ENGINE_EVENT:
-            return
-        c = msg.content
-        uuid = str(c["uuid"]).encode()
-        if c["event"] == "registered":
-            self._feed(EngineJoined(int(c["id"]), uuid))
-        elif c["event"] == "unregistered":
-            self._feed(EngineLeft(uuid, "it stopped heartbeating"))
-        else:
-            log.warning("unknown engine event %r ignored", c["event"])
 
     # -- instructions out -------------------------------------------------------------------
 

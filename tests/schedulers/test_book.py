@@ -8,7 +8,7 @@ import pytest
 
 from tests.schedulers.bookrig import BookRig
 from zpar.dependency import Dependency
-from zpar.schedulers.book import HELD, QUEUED, RUNNING, TaskBook
+from zpar.schedulers.book import TaskBook
 from zpar.schedulers.events import EngineJoined, EngineLeft, QuotaRefused, Replied, Submitted
 from zpar.schedulers.instructions import (
     AnswerAbort,
@@ -18,6 +18,7 @@ from zpar.schedulers.instructions import (
     RelayReply,
     SendTask,
 )
+from zpar.schedulers.state import HELD, QUEUED, RUNNING
 from zpar.wire import Message
 from zpar.wire.messages import MsgType, ReplyStatus
 from zpar.wire.monitor import TaskIn, TaskRetry
@@ -337,7 +338,7 @@ def test_broadcast_sends_one_copy_to_each_target_and_relays_each_reply():
     book.reply(A, b"client", reply("bc"))
     book.reply(B, b"client", reply("bc"))
     assert [r.engine for r in take(book, RelayReply)] == [A, B]
-    assert not book.broadcasts and book.engines[A].load == book.engines[B].load == 0
+    assert not book.broadcasts.copies and book.engines[A].load == book.engines[B].load == 0
 
 
 class OneAtATime:

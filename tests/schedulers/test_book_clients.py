@@ -8,10 +8,10 @@ from tests.schedulers.bookrig import BookRig
 from tests.schedulers.test_book import A, B, reply, request, sends, take, two_engines
 from tests.schedulers.test_clientledger import deliver, flush
 from zpar.dependency import Dependency
-from zpar.schedulers.book import HELD, QUEUED, RUNNING, WAITING
 from zpar.schedulers.clientledger import ClientLedger
 from zpar.schedulers.clientlink import Send
 from zpar.schedulers.instructions import FailTask, RelayReply
+from zpar.schedulers.state import HELD, QUEUED, RUNNING, WAITING
 from zpar.wire.messages import ReplyStatus
 
 SLOW, FAST = b"slow", b"fast"

@@ -9,9 +9,9 @@ import itertools
 
 from tests.schedulers.bookrig import BookRig
 from zpar.elements import ELEMENTS, FINAL, TAILS, origin_of
-from zpar.schedulers.book import QUEUED
 from zpar.schedulers.elements import IDLE_STEAL_AFTER
 from zpar.schedulers.instructions import FailTask, RelayReply, RevokeTasks, SendTask
+from zpar.schedulers.state import QUEUED
 from zpar.wire import Message
 from zpar.wire.messages import MsgType, ReplyStatus
 

@@ -11,14 +11,13 @@ import pytest
 from tests.schedulers.bookrig import BookRig
 from tests.schedulers.test_book import A, B, Clock, reply, request, sends, take
 from zpar.constants import TASK_HWM_LOADED
-from zpar.schedulers.book import QUEUED, RUNNING
 from zpar.schedulers.elements import ElementParts
 from zpar.schedulers.instructions import HubEvent, RevokeTasks, SendTask
 from zpar.schedulers.ledger import OpenLedger
 from zpar.schedulers.placement import Placement
 from zpar.schedulers.prefetch import Prefetch
 from zpar.schedulers.schemes import EngineSlot, leastload
-from zpar.schedulers.state import Task
+from zpar.schedulers.state import QUEUED, RUNNING, Task
 from zpar.wire.monitor import TaskDest
 
 
