@@ -16,7 +16,7 @@ from .callresult import AsyncResult
 from .elementorder import as_answered, first_error, in_order
 from .futurewait import wait_all
 from .mapparts import ElementFuture, MapWaiters, Parts
-from .replyvalue import decode_reply, not_ready, raise_errors
+from .replyvalue import decode_reply, has_exception, not_ready, raise_errors
 from .request import submitted_of
 from .resultmeta import Metadata, element_metadata
 
@@ -165,7 +165,7 @@ class AsyncMapResult(AsyncResult):
             return super().successful()
         if not self.ready():
             raise NotReadyError(f"{self!r} is not finished: cannot check successful()")
-        return not any(isinstance(v, Exception) for v in self._element_values())
+        return not has_exception(self._element_values())
 
     def _metadatas(self) -> list[Metadata]:
         if self._parts is None:
