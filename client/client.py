@@ -42,7 +42,7 @@ from .ioloop import ClientIO
 from .jobs import futures_of
 from .localresults import LocalResults
 from .sender import RequestSender
-from .taskstore import HubRecords
+from .taskstore import HubRecords, msg_ids_of
 from .view import BroadcastView, DirectView, LoadBalancedView
 from .window import Windows
 
@@ -265,7 +265,21 @@ class Client:
     def abort(self, jobs: Any = None, targets: Any = None, block: bool = True) -> AsyncResult:
         """Abort work that has not started: queued on engines (``targets``, default all) and,
         for load-balanced tasks, still held by the task scheduler. jobs: msg_ids or
-        AsyncResults, None for everything this client queued. Running tasks finish."""
+        AsyncResults, None for everything this client queued. Running tasks finish, finished
+        ones stay as they are; an element of a map (``ar.msg_ids[i]``) is aborted alone. A
+        msg_id this client did not send is a KeyError naming it, a job neither a msg_id nor
+        an AsyncResult a TypeError."""
+        if jobs is not None:
+            msg_ids_of(jobs)  # TypeError for anything else
+            for j in jobs if isinstance(jobs, list | tuple) else [jobs]:
+                if isinstance(j, str):
+                    try:
+                        self._futures_of(j)
+                    except KeyError:
+                        raise KeyError(
+                            f"cannot abort {j!r}: this client sent no task or map element "
+                            "of that id (another client's tasks are that client's to abort)"
+                        ) from None
         return self._engine_control.abort(jobs, targets, block)
 
     def clear(self, targets: Any = None, block: bool = True) -> AsyncResult:
