@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from zpar.constants import DEFAULT_PROFILE, HUB_TIMEOUT, WINDOW_BYTES, WINDOW_REQUESTS
+from zpar.elements import split_element_id
 from zpar.errors import NoEnginesRegistered
 from zpar.wire import Session, framememory
 from zpar.wire.curve import keys_of
@@ -272,15 +273,26 @@ class Client:
         if jobs is not None:
             msg_ids_of(jobs)  # TypeError for anything else
             for j in jobs if isinstance(jobs, list | tuple) else [jobs]:
-                if isinstance(j, str):
-                    try:
-                        self._futures_of(j)
-                    except KeyError:
-                        raise KeyError(
-                            f"cannot abort {j!r}: this client sent no task or map element "
-                            "of that id (another client's tasks are that client's to abort)"
-                        ) from None
+                if isinstance(j, str) and not self._sent_here(j):
+                    raise KeyError(
+                        f"cannot abort {j!r}: this client sent no task or map element of "
+                        "that id (another client's tasks are that client's to abort)"
+                    )
         return self._engine_control.abort(jobs, targets, block)
+
+    def _sent_here(self, msg_id: str) -> bool:
+        """Did this client send ``msg_id`` (a task, or an element of one of its maps)?"""
+        try:
+            self._futures_of(msg_id)
+        except KeyError:
+            return False
+        element = split_element_id(msg_id)
+        if element is None or self._io.request(element[0]) is not None:
+            return True  # a task, or an element of a map still running (position checked)
+        if msg_id in self.history:
+            return True
+        handle = self.sender.handles.get(element[0])  # the map's result, if still held
+        return handle is not None and msg_id in handle.msg_ids
 
     def clear(self, targets: Any = None, block: bool = True) -> AsyncResult:
         """Clear the engines' namespaces."""
