@@ -236,7 +236,14 @@ class TaskBook:
                 if verdict is not False:
                     self._fail(task, *verdict)
                 return
-        if not self.elements.cut(task):  # (elements its client aborted: cut out)
+        self._place(task)
+
+    def _place(self, task: Task) -> None:
+        """Place a task just in or released: a map's request holding elements its client
+        aborted goes as parts without them (ElementParts.cut)."""
+        if self.elements.cut(task):
+            self.placement.drain()
+        else:
             self.placement.submit(task)
 
     def _on_quota_refused(self, event: QuotaRefused) -> None:
@@ -604,8 +611,7 @@ class TaskBook:
                 if why:
                     self._fail(task, ImpossibleDependency, why)
                     continue
-                if not self.elements.cut(task):
-                    self.placement.submit(task)
+                self._place(task)
                 if self._failing:
                     self._settle()
         finally:

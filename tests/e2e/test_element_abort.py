@@ -78,6 +78,51 @@ def test_abort_of_one_element_aborts_it_alone(rc, tmp_path):
     wait_until(lambda: statuses(rc, ar.msg_ids) == want, "records of the elements", 30)
 
 
+def test_the_hub_answers_for_an_aborted_element_and_runs_it_again(rc, tmp_path, cluster):
+    gate = Gate(tmp_path / "gate")
+    try:
+        _, ar = started_map(rc, gate, n=4)
+        rc.abort(ar.msg_ids[2])
+        assert rc.wait(ar.msg_ids[2], timeout=SAFETY)
+    finally:
+        gate.close()
+    assert aborted_at(ar.get(timeout=60, return_exceptions=True)) == [2]
+    want = {m: ("aborted" if i == 2 else "ok") for i, m in enumerate(ar.msg_ids)}
+    wait_until(lambda: statuses(rc, ar.msg_ids) == want, "records of the elements", 30)
+    other = zpar.Client(cluster.url_file)  # results from the hub's records, not this client's
+    try:
+        with pytest.raises(TaskAborted):
+            other.get_result(ar.msg_ids[2]).get(timeout=30)
+        assert other.get_result(ar.msg_ids[3]).get(timeout=30) is not None
+    finally:
+        other.close()
+    # an aborted task can be resubmitted (ipyparallel's test_resubmit_aborted)
+    assert rc.resubmit(ar.msg_ids[2]).get(timeout=30) in (2, [2], [[2]])  # shape: resubmit's
+
+
+def test_an_element_of_a_map_still_held_in_the_clients_window(cluster, tmp_path):
+    """The map has not reached the scheduler when the abort does: the scheduler keeps the
+    positions named until it comes."""
+    client = zpar.Client(cluster.url_file, window=1)
+    gate = Gate(tmp_path / "gate")
+    try:
+        client.wait_for_engines(2, timeout=30)
+        lv = client.load_balanced_view(targets=[0])
+        first = lv.apply_async(blocked_if, gate.path, 1, 1)  # the window's one request
+        wait_for_files(gate.path + ".started")
+        ar = lv.map_async(abs, range(6))  # held in this client until ``first`` answers
+        client.abort(ar.msg_ids[3])
+        assert not ar.ready()
+        gate.close()
+        assert first.get(timeout=60) == 1
+        out = ar.get(timeout=60, return_exceptions=True)
+        assert aborted_at(out) == [3], out
+        assert [v for i, v in enumerate(out) if i != 3] == [0, 1, 2, 4, 5]
+    finally:
+        gate.close()
+        client.close()
+
+
 def test_several_ids_a_view_and_a_result_of_some_elements(rc, tmp_path):
     gate = Gate(tmp_path / "gate")
     try:

@@ -138,6 +138,14 @@ def test_an_abort_before_its_map_arrives_applies_when_it_comes():
     assert not book.elements.early
 
 
+def test_a_map_cut_on_arrival_is_placed_at_once():
+    book = book_of(Clock(), hwm=1)
+    abort(book, m=[0, 5])
+    book.submission(b"client", request("m", 6, targets=None))
+    assert sorted(e for _, e, _ in fails(book)) == [[0, 1], [5, 6]]
+    assert sorted(el for _, _, el in sends(book)) == [[1, 5]]
+
+
 def test_the_aborts_kept_for_maps_not_come_are_bounded():
     book = book_of(Clock(), hwm=1)
     for i in range(EARLY_ABORTS + 10):
