@@ -450,7 +450,8 @@ class TaskBook:
         task.attempt += 1  # signed into the next placement (see TaskScheduler._send_task)
         if task.timeout:
             self.gates.arm(task)
-        self.placement.submit(task)  # no queue drain here: callers drain when it is safe
+        if not self.elements.cut(task):  # (a map's elements its client aborted: cut out)
+            self.placement.submit(task)  # no queue drain here: callers drain when it is safe
 
     # -- clients (the ledger's: schedulers/clientledger.py) ----------------------------------
 

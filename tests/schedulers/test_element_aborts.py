@@ -146,6 +146,18 @@ def test_a_map_cut_on_arrival_is_placed_at_once():
     assert sorted(el for _, _, el in sends(book)) == [[1, 5]]
 
 
+def test_a_map_retried_after_its_engine_died_is_cut():
+    book = book_of(Clock(), hwm=1)
+    book.submission(b"client", request("m", 6, targets=None, retries=1))
+    ((_, on, _),) = sends(book)
+    book.reply(on, b"client", part("m", 0, 1))
+    abort(book, m=[4])
+    take(book, RevokeTasks)  # the engine dies before it gives the unstarted ones back
+    book.engine_down(on, "gone")
+    assert [e for _, e, _ in fails(book)] == [[4, 5]]
+    assert sorted(t.elements for t in book.live.values()) == [[1, 4], [5, 6]]
+
+
 def test_the_aborts_kept_for_maps_not_come_are_bounded():
     book = book_of(Clock(), hwm=1)
     for i in range(EARLY_ABORTS + 10):
