@@ -267,18 +267,30 @@ class Client:
         """Abort work that has not started: queued on engines (``targets``, default all) and,
         for load-balanced tasks, still held by the task scheduler. jobs: msg_ids or
         AsyncResults, None for everything this client queued. Running tasks finish, finished
-        ones stay as they are; an element of a map (``ar.msg_ids[i]``) is aborted alone. A
-        msg_id this client did not send is a KeyError naming it, a job neither a msg_id nor
-        an AsyncResult a TypeError."""
+        ones stay as they are; an element of a map (``ar.msg_ids[i]``) is aborted alone.
+        Another client's tasks may be named (as in ipyparallel). A job neither a msg_id nor
+        an AsyncResult is a TypeError; a msg_id neither sent here nor in the hub's records
+        gets a warning naming it, and is sent on all the same (the hub has no record of a
+        direct task still queued: only the engines and the scheduler know it)."""
+        foreign: set[str] = set()
         if jobs is not None:
             msg_ids_of(jobs)  # TypeError for anything else
-            for j in jobs if isinstance(jobs, list | tuple) else [jobs]:
-                if isinstance(j, str) and not self._sent_here(j):
-                    raise KeyError(
-                        f"cannot abort {j!r}: this client sent no task or map element of "
-                        "that id (another client's tasks are that client's to abort)"
+            named = jobs if isinstance(jobs, list | tuple) else [jobs]
+            foreign = {j for j in named if isinstance(j, str) and not self._sent_here(j)}
+            if foreign:
+                rows = self.db_query({"msg_id": {"$in": sorted(foreign)}}, keys=["msg_id"])
+                unknown = sorted(foreign - {r.get("msg_id") for r in rows})
+                if unknown:
+                    warnings.warn(
+                        f"abort: {', '.join(map(repr, unknown[:5]))}"
+                        f"{' and more' if len(unknown) > 5 else ''}: neither sent by this "
+                        "client nor in the hub's records (a typo? another client's task "
+                        "still queued?); sent on to the engines and the task scheduler, "
+                        "which abort what they hold",
+                        UserWarning,
+                        stacklevel=2,
                     )
-        return self._engine_control.abort(jobs, targets, block)
+        return self._engine_control.abort(jobs, targets, block, foreign=foreign)
 
     def _sent_here(self, msg_id: str) -> bool:
         """Did this client send ``msg_id`` (a task, or an element of one of its maps)?"""

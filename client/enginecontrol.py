@@ -73,16 +73,25 @@ class EngineControl:
             ar.get(timeout)
         return ar
 
-    def abort(self, jobs: Any = None, targets: Any = None, block: bool = True) -> AsyncResult:
+    def abort(
+        self,
+        jobs: Any = None,
+        targets: Any = None,
+        block: bool = True,
+        *,
+        foreign: set[str] | frozenset[str] = frozenset(),
+    ) -> AsyncResult:
         """Abort work that has not started: queued on engines (``targets``, default all) and,
         for load-balanced tasks, still held by the task scheduler. jobs: msg_ids or
         AsyncResults, None for everything this client queued. Running tasks finish. An
         element of a load-balanced map (``<msg_id>#<pos>``) is a task of its own: just the
-        elements named are aborted, as ipyparallel's tasks of a chunksize=1 map."""
+        elements named are aborted, as ipyparallel's tasks of a chunksize=1 map.
+        ``foreign``: ids of other clients' tasks among ``jobs`` (their maps' state is not
+        known here: their elements are named to the scheduler whatever it is)."""
         if jobs is None:
             msg_ids, named = None, None
         else:
-            msg_ids, named = self._elements_apart(msg_ids_of(jobs))
+            msg_ids, named = self._elements_apart(msg_ids_of(jobs), foreign)
         content = AbortRequest(msg_ids, named or None).as_dict()
         ids = self.sender.resolve_targets(targets)
         send = self.sender.send
@@ -99,10 +108,12 @@ class EngineControl:
             ar.get(HUB_TIMEOUT)
         return ar
 
-    def _elements_apart(self, msg_ids: list[str]) -> tuple[list[str], dict[str, list[int]]]:
+    def _elements_apart(
+        self, msg_ids: list[str], foreign: set[str] | frozenset[str]
+    ) -> tuple[list[str], dict[str, list[int]]]:
         """(whole tasks' msg_ids, {element request: unanswered positions named}): an
-        element id names its element alone; one of a map already answered is left out
-        (aborting a finished task does nothing, as in ipyparallel)."""
+        element id names its element alone; one of this client's maps already answered is
+        left out (aborting a finished task does nothing, as in ipyparallel)."""
         whole: dict[str, None] = {}
         named: dict[str, set[int]] = {}
         for m in msg_ids:
@@ -112,7 +123,9 @@ class EngineControl:
                 continue
             origin, pos = element
             request = self._io.request(origin)
-            if request is None or request.parts is None or request.parts.done(pos):
+            if m in foreign:
+                pass  # another client's map: the scheduler knows what is left of it
+            elif request is None or request.parts is None or request.parts.done(pos):
                 continue  # answered: nothing left to abort
             named.setdefault(origin, set()).add(pos)
         return list(whole), {o: sorted(p) for o, p in named.items()}

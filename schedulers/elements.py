@@ -348,20 +348,20 @@ class ElementParts:
             self.out.append(RevokeTasks(engine, held, tails))
 
     def abort_elements(self, client: bytes, named: dict[str, set[int]]) -> list[str]:
-        """A client's abort named elements of its element requests (``{msg_id:
-        positions}``): each placement still here is cut at once (``cut``), each one on an
+        """A client's abort named elements of element requests (``{msg_id: positions}``;
+        another client's too, as a whole task's abort): each placement still here is cut at once (``cut``), each one on an
         engine is asked for its unstarted elements, which are cut as they come back; the
         rest of each request runs. Requests not here yet keep the names until they come.
         The element ids answered aborted at once."""
         aborted: list[str] = []
-        mine = [t for t in self.live.values() if t.elements is not None and t.client == client]
         by_origin: dict[str, list[Task]] = {}
-        for t in mine:
-            by_origin.setdefault(origin_of(t.msg_id), []).append(t)
+        for t in self.live.values():  # any client's, as a whole task's abort (ipyparallel)
+            if t.elements is not None:
+                by_origin.setdefault(origin_of(t.msg_id), []).append(t)
         revoke: dict[bytes, tuple[EngineSlot, list[str], dict[str, int]]] = {}
         for origin, positions in named.items():
             tasks = by_origin.get(origin)
-            if not tasks:  # not here yet (or answered just now): kept for it, bounded
+            if not tasks:  # not here yet, or answered: kept for it, bounded
                 key = (client, origin)
                 self.early[key] = self.early.get(key, set()) | positions
                 while len(self.early) > EARLY_ABORTS:

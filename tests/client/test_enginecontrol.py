@@ -81,6 +81,13 @@ def test_elements_of_a_finished_map_abort_nothing():
     assert channel == "task" and content == {"msg_ids": []}
 
 
+def test_elements_of_another_clients_map_are_named_whatever_their_state():
+    ec, sender, _ = control({})
+    ec.abort(["theirs#3", "theirs#1"], block=False, foreign={"theirs#3", "theirs#1"})
+    ((channel, _, content, _),) = sender.sent
+    assert channel == "task" and content == {"msg_ids": [], "positions": {"theirs": [1, 3]}}
+
+
 def test_no_jobs_aborts_everything_queued():
     ec, sender, io = control({})
     ec.abort(None, block=False)

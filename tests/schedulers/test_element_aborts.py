@@ -166,14 +166,17 @@ def test_the_aborts_kept_for_maps_not_come_are_bounded():
     assert (b"client", "gone0") not in book.elements.early
 
 
-def test_another_clients_abort_does_not_touch_a_map():
+def test_another_clients_abort_names_elements_too():
+    """As a whole task's abort (and ipyparallel's, and the dashboard's): any client may."""
     book = book_of(Clock(), hwm=1)
     busy(book)
     book.submission(b"client", request("m", 4))
-    assert abort(book, b"other", m=[1]).aborted == []
-    assert not fails(book) and book.live["m"].state == QUEUED
-    book.submission(b"client", request("m2", 2))  # nor what that client sends later
-    assert book.live["m2"].state == QUEUED and not fails(book)
+    assert abort(book, b"other", m=[1]).aborted == ["m#1"]
+    assert [e for _, e, _ in fails(book)] == [[1, 2]]
+    assert sorted(t.elements for t in book.live.values() if t.msg_id.startswith("m#")) == [
+        [0, 1],
+        [2, 4],
+    ]
 
 
 def test_a_map_waiting_for_its_dependencies_is_cut_when_released():
