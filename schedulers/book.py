@@ -465,6 +465,7 @@ class TaskBook:
         """The client's connection closed: its tasks not on an engine yet (waiting, queued,
         held) are cancelled, not run for nobody; running ones finish (and are stored)."""
         client = event.client
+        self.elements.forget_client(client)
         doomed = {
             t.msg_id: t
             for t in self.live.values()

@@ -347,6 +347,12 @@ class ElementParts:
             engine.revoking = True
             self.out.append(RevokeTasks(engine, held, tails))
 
+    def forget_client(self, client: bytes) -> None:
+        """The client is gone: the names it kept for requests not here yet go too."""
+        if self.early:
+            for key in [k for k in self.early if k[0] == client]:
+                del self.early[key]
+
     def abort_elements(self, client: bytes, named: dict[str, set[int]]) -> list[str]:
         """A client's abort named elements of element requests (``{msg_id: positions}``;
         another client's too, as a whole task's abort): each placement still here is cut at once (``cut``), each one on an

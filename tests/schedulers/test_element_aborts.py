@@ -11,6 +11,7 @@ from tests.schedulers.bookrig import BookRig
 from tests.schedulers.test_elements import A, B, Clock, book_of, part, request, sends, take
 from zpar.schedulers.book import QUEUED, WAITING
 from zpar.schedulers.elements import EARLY_ABORTS, runs_of
+from zpar.schedulers.events import ClientGone
 from zpar.schedulers.instructions import (
     AnswerAbort,
     FailTask,
@@ -164,6 +165,14 @@ def test_the_aborts_kept_for_maps_not_come_are_bounded():
         abort(book, **{f"gone{i}": [0]})
     assert len(book.elements.early) == EARLY_ABORTS
     assert (b"client", "gone0") not in book.elements.early
+
+
+def test_a_gone_clients_names_for_maps_not_come_go_with_it():
+    book = book_of(Clock(), hwm=1)
+    abort(book, m=[1])
+    abort(book, b"other", n=[0])
+    book.feed(ClientGone(b"client"))
+    assert list(book.elements.early) == [(b"other", "n")]
 
 
 def test_another_clients_abort_names_elements_too():
