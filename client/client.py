@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from zpar.constants import DEFAULT_PROFILE, HUB_TIMEOUT, WINDOW_BYTES, WINDOW_REQUESTS
+from zpar.elements import split_element_id
 from zpar.errors import NoEnginesRegistered
 from zpar.wire import Session, framememory
 from zpar.wire.curve import keys_of
@@ -42,7 +43,7 @@ from .ioloop import ClientIO
 from .jobs import futures_of
 from .localresults import LocalResults
 from .sender import RequestSender
-from .taskstore import HubRecords
+from .taskstore import HubRecords, msg_ids_of
 from .view import BroadcastView, DirectView, LoadBalancedView
 from .window import Windows
 
@@ -265,8 +266,45 @@ class Client:
     def abort(self, jobs: Any = None, targets: Any = None, block: bool = True) -> AsyncResult:
         """Abort work that has not started: queued on engines (``targets``, default all) and,
         for load-balanced tasks, still held by the task scheduler. jobs: msg_ids or
-        AsyncResults, None for everything this client queued. Running tasks finish."""
-        return self._engine_control.abort(jobs, targets, block)
+        AsyncResults, None for everything this client queued. Running tasks finish, finished
+        ones stay as they are; an element of a map (``ar.msg_ids[i]``) is aborted alone.
+        Another client's tasks may be named (as in ipyparallel). A job neither a msg_id nor
+        an AsyncResult is a TypeError; a msg_id neither sent here nor in the hub's records
+        gets a warning naming it, and is sent on all the same (the hub has no record of a
+        direct task still queued: only the engines and the scheduler know it)."""
+        foreign: set[str] = set()
+        if jobs is not None:
+            msg_ids_of(jobs)  # TypeError for anything else
+            named = jobs if isinstance(jobs, list | tuple) else [jobs]
+            foreign = {j for j in named if isinstance(j, str) and not self._sent_here(j)}
+            if foreign:
+                rows = self.db_query({"msg_id": {"$in": sorted(foreign)}}, keys=["msg_id"])
+                unknown = sorted(foreign - {r.get("msg_id") for r in rows})
+                if unknown:
+                    warnings.warn(
+                        f"abort: {', '.join(map(repr, unknown[:5]))}"
+                        f"{' and more' if len(unknown) > 5 else ''}: neither sent by this "
+                        "client nor in the hub's records (a typo? another client's task "
+                        "still queued?); sent on to the engines and the task scheduler, "
+                        "which abort what they hold",
+                        UserWarning,
+                        stacklevel=2,
+                    )
+        return self._engine_control.abort(jobs, targets, block, foreign=foreign)
+
+    def _sent_here(self, msg_id: str) -> bool:
+        """Did this client send ``msg_id`` (a task, or an element of one of its maps)?"""
+        try:
+            self._futures_of(msg_id)
+        except KeyError:
+            return False
+        element = split_element_id(msg_id)
+        if element is None or self._io.request(element[0]) is not None:
+            return True  # a task, or an element of a map still running (position checked)
+        if msg_id in self.history:
+            return True
+        handle = self.sender.handles.get(element[0])  # the map's result, if still held
+        return handle is not None and msg_id in handle.msg_ids
 
     def clear(self, targets: Any = None, block: bool = True) -> AsyncResult:
         """Clear the engines' namespaces."""

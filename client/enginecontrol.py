@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from zpar.constants import HUB_TIMEOUT
-from zpar.elements import origin_of
+from zpar.elements import origin_of, split_element_id
 from zpar.errors import TimeoutError
 from zpar.wire.messages import (
     AbortRequest,
@@ -73,17 +73,32 @@ class EngineControl:
             ar.get(timeout)
         return ar
 
-    def abort(self, jobs: Any = None, targets: Any = None, block: bool = True) -> AsyncResult:
+    def abort(
+        self,
+        jobs: Any = None,
+        targets: Any = None,
+        block: bool = True,
+        *,
+        foreign: set[str] | frozenset[str] = frozenset(),
+    ) -> AsyncResult:
         """Abort work that has not started: queued on engines (``targets``, default all) and,
         for load-balanced tasks, still held by the task scheduler. jobs: msg_ids or
-        AsyncResults, None for everything this client queued. Running tasks finish."""
-        # an element of a load-balanced map is aborted with its request's unstarted ones
-        msg_ids = None if jobs is None else list(dict.fromkeys(map(origin_of, msg_ids_of(jobs))))
-        content = AbortRequest(msg_ids).as_dict()
+        AsyncResults, None for everything this client queued. Running tasks finish. An
+        element of a load-balanced map (``<msg_id>#<pos>``) is a task of its own: just the
+        elements named are aborted, as ipyparallel's tasks of a chunksize=1 map.
+        ``foreign``: ids of other clients' tasks among ``jobs`` (their maps' state is not
+        known here: their elements are named to the scheduler whatever it is)."""
+        if jobs is None:
+            msg_ids, named = None, None
+        else:
+            msg_ids, named = self._elements_apart(msg_ids_of(jobs), foreign)
+        content = AbortRequest(msg_ids, named or None).as_dict()
         ids = self.sender.resolve_targets(targets)
         send = self.sender.send
-        self._io.abort_held(content["msg_ids"])  # still in this client: aborted here
-        sent = [send("control", MsgType.ABORT_REQUEST, content, engine_id=i) for i in ids]
+        sent = []
+        if msg_ids is None or msg_ids:  # engines run no element requests' parts alone
+            self._io.abort_held(msg_ids)  # still in this client: aborted here
+            sent = [send("control", MsgType.ABORT_REQUEST, content, engine_id=i) for i in ids]
         if self._io.has_channel("task"):
             sent.append(send("task", MsgType.ABORT_REQUEST, content))
         ar = AsyncResult(
@@ -92,6 +107,28 @@ class EngineControl:
         if block:
             ar.get(HUB_TIMEOUT)
         return ar
+
+    def _elements_apart(
+        self, msg_ids: list[str], foreign: set[str] | frozenset[str]
+    ) -> tuple[list[str], dict[str, list[int]]]:
+        """(whole tasks' msg_ids, {element request: unanswered positions named}): an
+        element id names its element alone; one of this client's maps already answered is
+        left out (aborting a finished task does nothing, as in ipyparallel)."""
+        whole: dict[str, None] = {}
+        named: dict[str, set[int]] = {}
+        for m in msg_ids:
+            element = split_element_id(m)
+            if element is None:
+                whole[origin_of(m)] = None  # a part id: its request (never a user's id)
+                continue
+            origin, pos = element
+            request = self._io.request(origin)
+            if m in foreign:
+                pass  # another client's map: the scheduler knows what is left of it
+            elif request is None or request.parts is None or request.parts.done(pos):
+                continue  # answered: nothing left to abort
+            named.setdefault(origin, set()).add(pos)
+        return list(whole), {o: sorted(p) for o, p in named.items()}
 
     def clear(self, targets: Any = None, block: bool = True) -> AsyncResult:
         """Clear the engines' namespaces."""

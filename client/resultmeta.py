@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from zpar.elements import split_element_id, with_own_metadata
+from zpar.errors import TaskAborted
 from zpar.util import as_datetime
 from zpar.wire.messages import ExecuteResult
 
@@ -146,7 +147,10 @@ def element_metadata(
         if split is not None:
             with_own_metadata(md, reply.content, split[1])
         failed = isinstance(value, Exception)
-        md["status"] = "error" if failed else "ok"
+        # an aborted element's status is its reply's, as ipyparallel's aborted task's
+        md["status"] = (
+            ("aborted" if isinstance(value, TaskAborted) else "error") if failed else "ok"
+        )
         if failed:
             md["error"] = value
         md["received"] = md.get("received") or md.get("completed")

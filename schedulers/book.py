@@ -42,7 +42,13 @@ from zpar.errors import (
     ZparError,
 )
 from zpar.wire import Message
-from zpar.wire.messages import TASK_REQUESTS, MsgType, ReplyStatus, abort_ids
+from zpar.wire.messages import (
+    TASK_REQUESTS,
+    MsgType,
+    ReplyStatus,
+    abort_ids,
+    abort_positions,
+)
 from zpar.wire.monitor import TaskIn, TaskRetry, request_parts
 
 from .broadcasts import Broadcasts
@@ -230,7 +236,15 @@ class TaskBook:
                 if verdict is not False:
                     self._fail(task, *verdict)
                 return
-        self.placement.submit(task)
+        self._place(task)
+
+    def _place(self, task: Task) -> None:
+        """Place a task just in or released: a map's request holding elements its client
+        aborted goes as parts without them (ElementParts.cut)."""
+        if self.elements.cut(task):
+            self.placement.drain()
+        else:
+            self.placement.submit(task)
 
     def _on_quota_refused(self, event: QuotaRefused) -> None:
         """Refused by the driver's quota: the hub records it, the client gets the refusal."""
@@ -265,6 +279,7 @@ class TaskBook:
         engines' to abort. msg_ids None: every such task of this client."""
         try:
             msg_ids = abort_ids(content)
+            named = abort_positions(content)
         except ValueError as e:  # signed, yet malformed: refused, not fatal
             self._out.append(Refuse("malformed", str(e)))
             return
@@ -287,6 +302,9 @@ class TaskBook:
                     ReplyStatus.ABORTED,
                 )
                 aborted.append(task.msg_id)
+        if named:  # elements of maps, each a task of its own: just those
+            aborted += self.elements.abort_elements(client, named)
+            self._settle()
         log.info("aborted %d queued task(s) for a client", len(aborted))
         self._out.append(AnswerAbort(client, header, aborted))
         self.placement.drain()
@@ -432,7 +450,8 @@ class TaskBook:
         task.attempt += 1  # signed into the next placement (see TaskScheduler._send_task)
         if task.timeout:
             self.gates.arm(task)
-        self.placement.submit(task)  # no queue drain here: callers drain when it is safe
+        if not self.elements.cut(task):  # (a map's elements its client aborted: cut out)
+            self.placement.submit(task)  # no queue drain here: callers drain when it is safe
 
     # -- clients (the ledger's: schedulers/clientledger.py) ----------------------------------
 
@@ -446,6 +465,7 @@ class TaskBook:
         """The client's connection closed: its tasks not on an engine yet (waiting, queued,
         held) are cancelled, not run for nobody; running ones finish (and are stored)."""
         client = event.client
+        self.elements.forget_client(client)
         doomed = {
             t.msg_id: t
             for t in self.live.values()
@@ -592,9 +612,9 @@ class TaskBook:
                 why = f"task {task.msg_id}: {verdict}" if verdict else self.gates.follow(task)
                 if why:
                     self._fail(task, ImpossibleDependency, why)
-                else:
-                    self.placement.submit(task)
-                    if self._failing:
-                        self._settle()
+                    continue
+                self._place(task)
+                if self._failing:
+                    self._settle()
         finally:
             self._releasing = False

@@ -27,19 +27,19 @@ request counts as finished for tasks that depend on it once its last placement a
 from __future__ import annotations
 
 import logging
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any
 
 from zpar.constants import STEAL_AFTER
-from zpar.elements import ELEMENTS, ERRORS, element_range, origin_of, part_id
+from zpar.elements import ELEMENTS, ERRORS, element_id, element_range, origin_of, part_id
 from zpar.errors import TaskAborted
 from zpar.wire.messages import ReplyStatus
 
 from .instructions import Instruction, RevokeTasks
 from .placement import Failing, Placement
 from .schemes import EngineSlot
-from .state import DONE, RUNNING, Task, placed_on
+from .state import DONE, RUNNING, WAITING, Task, placed_on
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +47,29 @@ log = logging.getLogger(__name__)
 #: its unstarted elements: a map of quick elements ends before (no revoke round trip for
 #: it), one of long elements rebalances at its end within a few of them.
 IDLE_STEAL_AFTER = 0.005
+#: aborts of elements of requests not here yet kept at most (the oldest are dropped): a
+#: client names only requests it still awaits, so these arrive, or ended just before
+EARLY_ABORTS = 1024
+
+
+def runs_of(lo: int, hi: int, named: set[int] | None) -> list[tuple[int, int, bool]]:
+    """[lo, hi) cut into runs (a, b, aborted): the positions ``named`` (None: all) and
+    those between them."""
+    if named is None:
+        return [(lo, hi, True)] if lo < hi else []
+    out: list[tuple[int, int, bool]] = []
+    a = lo
+    for p in sorted(p for p in named if lo <= p < hi):
+        if out and out[-1][2] and out[-1][1] == p:
+            out[-1] = (out[-1][0], p + 1, True)
+        else:
+            if a < p:
+                out.append((a, p, False))
+            out.append((p, p + 1, True))
+        a = p + 1
+    if a < hi:
+        out.append((a, hi, False))
+    return out
 
 
 class ElementParts:
@@ -79,8 +102,11 @@ class ElementParts:
         #: element requests (zpar.elements) by msg_id: how many placements of each are live
         self.placements: dict[str, int] = {}
         self._parts_made = 0
-        #: element requests aborted by their client: what their engines give back fails
-        self.aborting: set[str] = set()
+        #: element requests aborted by their client, by msg_id: the positions named (None:
+        #: all); what of them comes back or waits here is answered aborted
+        self.aborting: dict[str, set[int] | None] = {}
+        #: positions named by a client for its requests not here yet (held in its window)
+        self.early: OrderedDict[tuple[bytes, str], set[int]] = OrderedDict()
 
     def start(self, task: Task, md: dict[str, Any]) -> None:
         """A submission's ``elements`` metadata: its positions, counted as one placement
@@ -90,6 +116,10 @@ class ElementParts:
             return
         task.elements = list(rng)
         self.placements[task.msg_id] = 1
+        if self.early:
+            named = self.early.pop((task.client, task.msg_id), None)
+            if named is not None:
+                self.aborting[task.msg_id] = named
 
     @staticmethod
     def retried(task: Task, content: dict[str, Any]) -> list[int] | None:
@@ -118,8 +148,25 @@ class ElementParts:
         avoid: set[bytes] | None = None,
     ) -> None:
         """Place positions [lo, hi) of ``task``'s request anew, first in the queue (or
-        answer them aborted, their map being aborted)."""
+        answer those its client aborted aborted, in parts of their own)."""
         origin = origin_of(task.msg_id)
+        if origin not in self.aborting:
+            self._new_part(task, origin, lo, hi, retries, avoid, False)
+            return
+        runs = runs_of(lo, hi, self.aborting[origin])
+        for a, b, aborted in reversed(runs):  # each enqueued first: the lowest ends first
+            self._new_part(task, origin, a, b, retries, avoid, aborted)
+
+    def _new_part(
+        self,
+        task: Task,
+        origin: str,
+        lo: int,
+        hi: int,
+        retries: int | None,
+        avoid: set[bytes] | None,
+        aborted: bool,
+    ) -> None:
         self._parts_made += 1
         part = Task(
             part_id(origin, lo, self._parts_made),
@@ -134,12 +181,37 @@ class ElementParts:
         )
         self.live[part.msg_id] = part
         self.placements[origin] = self.placements.get(origin, 0) + 1
-        if origin in self.aborting:  # given back after its map was aborted
-            why = f"elements {lo}..{hi - 1} of task {origin} were aborted before they ran"
+        if aborted:  # named by an abort of its client (or its whole map aborted)
+            why = (
+                f"element {lo} of task {origin} was aborted before it ran"
+                if hi - lo == 1
+                else f"elements {lo}..{hi - 1} of task {origin} were aborted before they ran"
+            )
             self.failing.append((part, TaskAborted, why, ReplyStatus.ABORTED))
             return
         log.info("elements %d..%d of %s placed anew as %s", lo, hi - 1, origin, part.msg_id)
         self.placement.enqueue(part, front=True)
+
+    def cut(self, task: Task) -> bool:
+        """A placement not on an engine (about to be placed, or queued: withdrawn by the
+        caller) holding positions its client aborted: placed again as parts without them,
+        those answered aborted. False (nothing done) when it holds none."""
+        elements = task.elements
+        if elements is None or not self.aborting:
+            return False
+        origin = origin_of(task.msg_id)
+        if origin not in self.aborting:
+            return False
+        named = self.aborting[origin]
+        lo, hi = elements
+        if named is not None and not any(lo <= p < hi for p in named):
+            return False
+        self.live.pop(task.msg_id, None)
+        task.state = DONE
+        self.placements[origin] = self.placements.get(origin, 1) - 1
+        self.new_part(task, lo, hi)
+        task.msg = None
+        return True
 
     def placement_done(self, origin: str) -> bool:
         """A placement of ``origin`` answered its last: True once none is left (the
@@ -149,7 +221,7 @@ class ElementParts:
             self.placements[origin] = left
             return False
         self.placements.pop(origin, None)
-        self.aborting.discard(origin)
+        self.aborting.pop(origin, None)
         return True
 
     def parts_of(self, msg_ids: set[str]) -> list[Task]:
@@ -266,7 +338,7 @@ class ElementParts:
         for task in tasks:
             if task.elements is None or task.state != RUNNING or task.engine is None:
                 continue
-            self.aborting.add(origin_of(task.msg_id))
+            self.aborting[origin_of(task.msg_id)] = None
             engine = task.engine
             _, held, tails = by_engine.setdefault(engine.uuid, (engine, [], {}))
             held.append(task.msg_id)
@@ -274,3 +346,54 @@ class ElementParts:
         for engine, held, tails in by_engine.values():
             engine.revoking = True
             self.out.append(RevokeTasks(engine, held, tails))
+
+    def forget_client(self, client: bytes) -> None:
+        """The client is gone: the names it kept for requests not here yet go too."""
+        if self.early:
+            for key in [k for k in self.early if k[0] == client]:
+                del self.early[key]
+
+    def abort_elements(self, client: bytes, named: dict[str, set[int]]) -> list[str]:
+        """A client's abort named elements of element requests (``{msg_id: positions}``;
+        another client's too, as a whole task's abort): each placement still here is cut at once (``cut``), each one on an
+        engine is asked for its unstarted elements, which are cut as they come back; the
+        rest of each request runs. Requests not here yet keep the names until they come.
+        The element ids answered aborted at once."""
+        aborted: list[str] = []
+        by_origin: dict[str, list[Task]] = {}
+        for t in self.live.values():  # any client's, as a whole task's abort (ipyparallel)
+            if t.elements is not None:
+                by_origin.setdefault(origin_of(t.msg_id), []).append(t)
+        revoke: dict[bytes, tuple[EngineSlot, list[str], dict[str, int]]] = {}
+        for origin, positions in named.items():
+            tasks = by_origin.get(origin)
+            if not tasks:  # not here yet, or answered: kept for it, bounded
+                key = (client, origin)
+                self.early[key] = self.early.get(key, set()) | positions
+                while len(self.early) > EARLY_ABORTS:
+                    self.early.popitem(last=False)
+                continue
+            if origin in self.aborting:
+                before = self.aborting[origin]
+                if before is None:
+                    continue  # its whole map is aborted already
+                positions = before | positions
+            self.aborting[origin] = positions
+            for task in tasks:
+                lo, hi = task.elements  # type: ignore[misc]
+                hit = sorted(p for p in positions if lo <= p < hi)
+                if not hit:
+                    continue
+                if task.state == RUNNING and task.engine is not None:
+                    engine = task.engine
+                    _, held, tails = revoke.setdefault(engine.uuid, (engine, [], {}))
+                    held.append(task.msg_id)
+                    tails[task.msg_id] = 0
+                elif task.state != WAITING:  # queued or held; waiting ones: when released
+                    self.placement.withdraw(task)
+                    self.cut(task)
+                    aborted.extend(element_id(origin, p) for p in hit)
+        for engine, held, tails in revoke.values():
+            engine.revoking = True
+            self.out.append(RevokeTasks(engine, held, tails))
+        return aborted

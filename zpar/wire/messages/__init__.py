@@ -39,6 +39,7 @@ from zpar.wire.messages.control import (
     SignalReply,
     SignalRequest,
     abort_ids,
+    abort_positions,
 )
 from zpar.wire.messages.enums import (
     MsgType,
@@ -171,6 +172,7 @@ MON_COPY_BATCH = b"copy_batch"
 
 __all__ = [
     "abort_ids",
+    "abort_positions",
     "AbortReply",
     "AbortRequest",
     "ApplyReply",

@@ -44,6 +44,9 @@ class ClearReply(Content):
 class AbortRequest(Content):
     msg_type = MsgType.ABORT_REQUEST
     msg_ids: list | None = None  # None aborts everything queued
+    #: {request msg_id: [position, ...]}: just those elements of load-balanced maps'
+    #: element requests (zpar.elements), each a task of its own for its user
+    positions: dict | None = optional(None)
 
 
 def abort_ids(content: dict) -> list[str] | None:
@@ -65,6 +68,34 @@ def abort_ids(content: dict) -> list[str] | None:
             f"abort_request's msg_ids holds {len(wrong)} non-string id(s), e.g. {wrong[0]!r:.60}"
         )
     return msg_ids
+
+
+def abort_positions(content: dict) -> dict[str, set[int]]:
+    """The elements an abort_request names, {request msg_id: positions} (empty: none);
+    ValueError naming what is wrong otherwise (as abort_ids)."""
+    given = content.get("positions")
+    if given is None:
+        return {}
+    if not isinstance(given, dict):
+        raise ValueError(
+            f"abort_request's positions is {type(given).__name__}, not a map of "
+            "request msg_id to element positions"
+        )
+    out: dict[str, set[int]] = {}
+    for msg_id, positions in given.items():
+        if not isinstance(msg_id, str) or not isinstance(positions, list):
+            raise ValueError(
+                f"abort_request's positions maps {msg_id!r:.60} to "
+                f"{type(positions).__name__}, not a msg_id to a list of positions"
+            )
+        wrong = [p for p in positions if type(p) is not int or p < 0]
+        if wrong:
+            raise ValueError(
+                f"abort_request's positions of {msg_id:.60} hold {len(wrong)} that are "
+                f"not positions (ints >= 0), e.g. {wrong[0]!r:.60}"
+            )
+        out[msg_id] = set(positions)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
