@@ -272,12 +272,15 @@ def test_no_error_names_typed_as_strings():
 #: zpar/ modules that sit on top of every room: the public façade (lazy re-exports of the
 #: client's names) and the command line, which hands a sub-command to a process's main and
 #: waits for engines through a Client (docs/decisions.md, "Floor plan"), its smoke jobs
-#: (`zpar smoke`, `zpar smoke --job full`: a client's job, with a communicator), and the
+#: (`zpar smoke`, `zpar smoke --job full`: a client's job, with a communicator), the
 #: in-process cluster for tests, which assembles every process's parts as threads
-#: (zpar.testing)
+#: (zpar.testing), and ipyparallel's paths to client classes (``ipyparallel.cluster``'s
+#: Cluster, ``ipyparallel.joblib``'s backend), each imported when first asked for
 FACADE = {
     "zpar",
     "zpar.cli",
+    "zpar.cluster",
+    "zpar.joblib",
     "zpar.cluster.commands",
     "zpar.cluster.smoke",
     "zpar.cluster.smokejob",
