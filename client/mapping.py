@@ -33,7 +33,7 @@ AUTO_CHUNKS_PER_ENGINE = 4
 #: ...of at least this many elements each, except that every engine gets a chunk while
 #: there are elements for each (a map of n <= engines elements: one task per element, as
 #: ipyparallel's chunksize=1). About the number of no-op elements that cost as much CPU as
-#: a chunk's message does today (1.6 ms vs 0.17 us each): lower it as the task path gets
+#: a chunk's message does now (1.6 ms vs 0.17 us each): lower it as the task path gets
 #: cheaper. chunksize=1 gives ipyparallel's one task per element.
 AUTO_MIN_CHUNK = 4000
 

@@ -5,7 +5,7 @@ The rendezvous (``zpar.comm.rendezvous``) is the IMPI server's role, driven by t
 (``zpar.comm.impi_server``); engines join it through ``zpar.comm.member``.
 """
 
-# -- the communicator's public names (communicator engineer), imported on first use ----------
+# -- the communicator's public names, imported on first use ---------------------------------
 
 _LAZY = {
     **{

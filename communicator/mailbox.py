@@ -122,6 +122,12 @@ class Mailbox:
 
     # -- receiver -------------------------------------------------------------------------
 
+    @property
+    def receiver_state(self) -> int:
+        """What the receiver is doing (ST_SOCKET, ST_SPINNING, ST_SLEEPING, ST_BUSY), as a
+        sender reads it before deciding how to wake it."""
+        return self._ctl[O_STATE // 8]
+
     def ready(self) -> bool:
         return self._ctl[0] != self._ctl[8]
 

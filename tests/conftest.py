@@ -71,16 +71,29 @@ def pytest_runtestloop(session):
 
 
 def _forbid_processes() -> None:
-    """In the fast tier, a test that starts a process fails at once, saying why."""
+    """In the fast tier, a test that starts a process fails at once, saying why: through
+    subprocess, and through the os calls beneath multiprocessing and os.system."""
 
-    def refuse(self, args, *rest, **kw):
-        raise RuntimeError(
-            f"the fast tier starts no process, and this test started {args!r:.120}: "
+    def refusal(what: object) -> RuntimeError:
+        return RuntimeError(
+            f"the fast tier starts no process, and this test started {what!r:.120}: "
             "mark it (or its module) with pytest.mark.cluster, or use a fixture of "
             "tests/conftest.py's PROCESS_FIXTURES"
         )
 
+    def refuse(self, args, *rest, **kw):
+        raise refusal(args)
+
+    def refuse_os(name: str):
+        def refused(*args, **kw):
+            raise refusal(f"os.{name}{args!r:.100}")
+
+        return refused
+
     subprocess.Popen._execute_child = refuse  # type: ignore[attr-defined]
+    for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp", "system"):
+        if hasattr(os, name):
+            setattr(os, name, refuse_os(name))
 
 
 @pytest.fixture(autouse=True)

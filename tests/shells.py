@@ -18,10 +18,16 @@ def clear_shell() -> None:
     through ``InteractiveShell`` alone leaves a subclass' reference to it in place)."""
     from IPython.core.interactiveshell import InteractiveShell
 
+    from zpar.engine.ipyshell import forget_at_exit
+
     if InteractiveShell.initialized():
         shell = InteractiveShell.instance()
         shell._zpar_magics = None  # zpar.client.magics' state: its view, its last result
         type(shell).clear_instance()
+        # IPython keeps every shell it made for an exit-time reset (a full garbage
+        # collection each): a test's shell ends with its test
+        forget_at_exit(shell)
+        shell.history_manager.end_session()
 
 
 @contextmanager

@@ -11,6 +11,7 @@ import time
 import numpy as np
 import pytest
 
+from tests.clusters import wait_until
 from zpar.comm import lanepy, mailbox
 from zpar.comm.mailbox import Mailbox
 from zpar.comm.peerwire import HEADER, Kind, PeerSigner
@@ -152,7 +153,8 @@ def test_a_wait_times_out_asleep_and_a_send_wakes_it(lane_impl):
         woke = []
 
         def sender():
-            time.sleep(0.1)
+            # once the reader is seen asleep on its bell, however the host schedules us
+            wait_until(lambda: boxes[0].receiver_state == mailbox.ST_SLEEPING, "the reader asleep")
             woke.append(tx.send(0, EAGER, 0, 0, 0, 1, 0, 0, 0, b"ping"))
 
         th = threading.Thread(target=sender)

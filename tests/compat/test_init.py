@@ -109,6 +109,35 @@ def test_same_objects_from_the_submodule_paths():
     )
 
 
+def test_the_ipyparallel_module_paths_users_import():
+    """The paths ipyparallel's users and examples import from, beside ``import ipyparallel
+    as ipp``: the same objects under zpar."""
+    from zpar import error, util
+    from zpar.client._joblib import IPythonParallelBackend as Backend
+    from zpar.cluster import Cluster
+    from zpar.controller.dependency import Dependency, depend, dependent, require
+    from zpar.datapub import publish_data
+    from zpar.joblib import IPythonParallelBackend, register
+    from zpar.serialize import pack_apply_message, serialize_object, unpack_apply_message
+
+    assert error.TaskAborted is ipp.error.TaskAborted is ipp.TaskAborted
+    assert util.interactive is ipp.interactive and Cluster is ipp.Cluster
+    assert (Dependency, depend, dependent, require) == (
+        ipp.Dependency,
+        ipp.depend,
+        ipp.dependent,
+        ipp.require,
+    )
+    assert (pack_apply_message, unpack_apply_message, serialize_object) == (
+        ipp.pack_apply_message,
+        ipp.unpack_apply_message,
+        ipp.serialize_object,
+    )
+    assert IPythonParallelBackend is Backend and callable(register) and callable(publish_data)
+    with pytest.raises(ImportError, match="ClusterManager"):
+        from zpar.cluster import ClusterManager  # noqa: F401  (n/a: docs/api.md)
+
+
 def test_bind_kernel_outside_an_engine_says_where_to_call_it():
     """As ipyparallel's: a RuntimeError outside an engine (the cluster test binds one)."""
     with pytest.raises(RuntimeError, match="must be called on an engine"):

@@ -17,7 +17,7 @@ import time
 import pytest
 
 import zpar as ipp
-from tests.clusters import FAST_HB
+from tests.clusters import FAST_HB, module_cluster
 from zpar import error
 
 pytestmark = pytest.mark.cluster
@@ -55,14 +55,9 @@ def conditional_crash(condition):
 
 @pytest.fixture(scope="module")
 def cluster3(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    mp.setenv("ZPAR_DIR", str(tmp_path_factory.mktemp("zpar-failures")))
-    c = ipp.Cluster(n=3, controller_args=FAST_HB, timeout=60)
-    c.start()
-    c.client.wait_for_engines(3, timeout=60)
-    yield c
-    c.stop()
-    mp.undo()
+    yield from module_cluster(
+        tmp_path_factory, "zpar-failures", 3, controller_args=FAST_HB, timeout=60, wait_timeout=60
+    )
 
 
 @pytest.fixture

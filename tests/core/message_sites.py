@@ -14,8 +14,8 @@ message's content; the content is
 - ``passed``: anything else (a parameter, a helper's result): built elsewhere, where the
   second scan looks.
 
-A *content-shaped dict* is a dict literal anywhere in that code whose keys are all fields of
-one content class and include every field of it without a default: a content built by hand
+A *content-shaped dict* is a dict literal (or a ``dict(key=...)`` call) anywhere in that code
+whose keys are all fields of one content class and include every field of it without a default: a content built by hand
 whichever way it then travels. ``python -m tests.core.message_sites [checkout]`` prints
 both, per type.
 """
@@ -199,7 +199,7 @@ def scan_source(source: str, path: str = "<string>") -> tuple[list[Site], list[S
     shaped = [
         Site(path, node.lineno, types[0], "shaped", ast.unparse(node)[:80])
         for node in nodes
-        if isinstance(node, ast.Dict) and len(types := _shaped_as(node)) == 1
+        if isinstance(node, ast.Dict | ast.Call) and len(types := _shaped_as(node)) == 1
     ]
     built = (
         [
@@ -278,14 +278,26 @@ def _fields(cls: type) -> tuple[set[str], set[str]]:
 _SHAPES = {t: _fields(cls) for t, cls in CONTENT.items()}
 
 
-def _shaped_as(node: ast.Dict) -> list[str]:
-    """The types whose content ``node`` is, by its keys (all fields of the type, every
-    required one among them, at least one)."""
+def _literal_keys(node: ast.Dict | ast.Call) -> list[str]:
+    """The keys a dict literal or a ``dict(key=...)`` call spells, or [] when one is not
+    literal (``**``, a computed key, a positional argument: not a literal content)."""
+    if isinstance(node, ast.Call):
+        if not (isinstance(node.func, ast.Name) and node.func.id == "dict") or node.args:
+            return []
+        keys = [kw.arg for kw in node.keywords]
+        return [] if None in keys else keys  # type: ignore[return-value]
     keys = []
     for k in node.keys:
         if not (isinstance(k, ast.Constant) and isinstance(k.value, str)):
-            return []  # ** or a computed key: not a literal content
+            return []
         keys.append(k.value)
+    return keys
+
+
+def _shaped_as(node: ast.Dict | ast.Call) -> list[str]:
+    """The types whose content ``node`` is, by its keys (all fields of the type, every
+    required one among them, at least one)."""
+    keys = _literal_keys(node)
     if not keys:
         return []
     got = set(keys)

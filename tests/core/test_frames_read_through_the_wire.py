@@ -168,3 +168,72 @@ def test_the_wire_functions_refuse_what_is_not_a_message():
         packed_body([b"a", b"b"])
     with pytest.raises(ValueError, match="msg_id"):
         split_task_result([])
+
+
+def _wire_private_methods() -> set[str]:
+    """Names of the private methods zpar/wire's classes define (``_verify``, ``_tags``...)."""
+    names = set()
+    for path in (ROOT / WIRE).rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                names.update(
+                    b.name
+                    for b in node.body
+                    if isinstance(b, ast.FunctionDef | ast.AsyncFunctionDef)
+                    and b.name.startswith("_")
+                    and not b.name.startswith("__")
+                )
+    return names
+
+
+def wire_internals_used(source: str, private: set[str]) -> list[tuple[int, str]]:
+    """(line, expression) of each reach into zpar.wire's insides in ``source``: a private
+    name imported from it, or one of its classes' private methods called on another object
+    (``session._refuse(...)``); ``self._x`` and ``cls._x`` are the object's own."""
+    tree = ast.parse(source)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and "wire" in (node.module or "").split("."):
+            found += [
+                (node.lineno, f"import {a.name}") for a in node.names if a.name.startswith("_")
+            ]
+        elif (
+            isinstance(node, ast.Attribute)
+            and node.attr in private
+            and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+        ):
+            found.append((node.lineno, ast.unparse(node)))
+    return found
+
+
+def test_no_module_outside_the_wire_reaches_into_its_insides():
+    """zpar.wire is used through its public functions (issue 25: ``Session._refuse`` was
+    called from 27 places outside it)."""
+    private = _wire_private_methods()
+    assert "_verify" in private  # the scan sees the wire's private methods
+    found = [
+        f"{rel}:{line} {expr}"
+        for rel, source in _product().items()
+        for line, expr in wire_internals_used(source, private)
+    ]
+    assert not found, "zpar.wire's insides used outside it:\n" + "\n".join(found)
+
+
+def test_the_insides_scan_catches_a_reach_and_leaves_the_objects_own_alone():
+    src = textwrap.dedent(
+        """
+        from zpar.wire.session import _sign, Session
+        from ..wire.frames import nbytes as _nbytes
+
+        class Mine:
+            def _verify(self):
+                return self._verify()
+
+        def f(session):
+            return session._verify(b"x"), session.verify(b"x")
+        """
+    )
+    assert wire_internals_used(src, {"_verify", "_tags"}) == [
+        (2, "import _sign"),
+        (10, "session._verify"),
+    ]

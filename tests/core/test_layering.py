@@ -272,12 +272,15 @@ def test_no_error_names_typed_as_strings():
 #: zpar/ modules that sit on top of every room: the public façade (lazy re-exports of the
 #: client's names) and the command line, which hands a sub-command to a process's main and
 #: waits for engines through a Client (docs/decisions.md, "Floor plan"), its smoke jobs
-#: (`zpar smoke`, `zpar smoke --job full`: a client's job, with a communicator), and the
+#: (`zpar smoke`, `zpar smoke --job full`: a client's job, with a communicator), the
 #: in-process cluster for tests, which assembles every process's parts as threads
-#: (zpar.testing)
+#: (zpar.testing), and ipyparallel's paths to client classes (``ipyparallel.cluster``'s
+#: Cluster, ``ipyparallel.joblib``'s backend), each imported when first asked for
 FACADE = {
     "zpar",
     "zpar.cli",
+    "zpar.cluster",
+    "zpar.joblib",
     "zpar.cluster.commands",
     "zpar.cluster.smoke",
     "zpar.cluster.smokejob",
@@ -300,10 +303,94 @@ def test_no_arrow_from_the_core_up_into_a_process_or_capability_folder():
 
 
 def test_no_class_is_defined_twice():
+    """Nested classes count: two ``Reply`` classes are two names for a reader to tell apart."""
     seen: dict[str, list[str]] = {}
     for module, path in MODULES.items():
-        for node in parsed(path).body:
+        for node in ast.walk(parsed(path)):
             if isinstance(node, ast.ClassDef):
                 seen.setdefault(node.name, []).append(module)
     twice = {name: where for name, where in seen.items() if len(where) > 1}
     assert not twice, f"class names defined in more than one module: {twice}"
+
+
+def test_no_class_is_assembled_from_mixins():
+    """One object per role (issue 25): a class that needs another's job owns an instance of
+    it, built with explicit arguments, instead of inheriting its half of a host's state.
+    Mixins a third-party base class asks for (joblib's AutoBatchingMixin) are theirs."""
+    found = [
+        f"{module}.{node.name}"
+        for module, path in MODULES.items()
+        for node in ast.walk(parsed(path))
+        if isinstance(node, ast.ClassDef) and node.name.endswith("Mixin")
+    ]
+    assert not found, f"mixin classes: {found}"
+
+
+_MUTATORS = frozenset(
+    {"append", "appendleft", "extend", "add", "clear", "discard", "insert", "pop", "popleft"}
+    | {"remove", "setdefault", "update"}
+)
+
+
+def _attribute_chain(node: ast.expr) -> list[str]:
+    """``self.book.live[k]`` -> ["self", "book", "live"]."""
+    names = []
+    while isinstance(node, ast.Attribute | ast.Subscript):
+        if isinstance(node, ast.Attribute):
+            names.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        names.append(node.id)
+    return names[::-1]
+
+
+def writes_through(tree: ast.AST, owner: str) -> list[tuple[int, str]]:
+    """(line, expression) of each write into ``owner``'s state: an assignment to, a del of,
+    or a mutating call on something reached through an attribute or name ``owner``."""
+    found = []
+    for node in ast.walk(tree):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign | ast.Delete):
+            targets = node.targets
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+            targets = [node.target]
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in _MUTATORS
+            and owner in _attribute_chain(node.func.value)
+        ):
+            found.append((node.lineno, ast.unparse(node.func)))
+        found += [
+            (node.lineno, ast.unparse(t)) for t in targets if owner in _attribute_chain(t)[:-1]
+        ]
+    return sorted(found)
+
+
+def test_only_the_task_book_writes_its_state():
+    """The task scheduler's loop feeds the TaskBook events and carries out the instructions
+    it returns (``TaskBook.handle(*events) -> list[Instruction]``); what the loop learns (a
+    quota refusal, a task no engine took) goes back as an event, never as a write."""
+    found = [
+        f"{module}:{line} {expr}"
+        for module, path in MODULES.items()
+        if not module.startswith("zpar.schedulers.book")
+        for line, expr in writes_through(parsed(path), "book")
+    ]
+    assert not found, f"the task book's state written from outside it: {found}"
+
+
+def test_the_write_scan_sees_writes_and_leaves_reads_alone():
+    tree = ast.parse(
+        "def loop(self, events):\n"
+        "    self._todo.extend(self.book.handle(*events))\n"
+        "    n = len(self.book.live)\n"
+        "    self.book.out.append(1)\n"
+        "    self.book.paused = set()\n"
+        "    del self.book.live['m']\n"
+    )
+    assert writes_through(tree, "book") == [
+        (4, "self.book.out.append"),
+        (5, "self.book.paused"),
+        (6, "self.book.live['m']"),
+    ]

@@ -135,8 +135,25 @@ def test_a_content_shaped_dict_is_caught_wherever_it_goes():
             return {"refused": counts}
 
         _BUSY = {"execution_state": "busy"}
+
+        def purged(n):
+            return dict(status="ok", purged=n)
         """
-    ) == [(3, "refused_report", "shaped"), (5, "status", "shaped")]
+    ) == [(3, "refused_report", "shaped"), (5, "status", "shaped"), (8, "purge_reply", "shaped")]
+
+
+def test_a_dict_call_with_a_spread_or_a_positional_is_left_to_the_send_scan():
+    """``dict(**x)`` and ``dict(pairs)`` spell no keys; sent with a type, they are hand."""
+    assert (
+        _hand(
+            """
+        def f(x, pairs):
+            a = dict(**x, purged=1)
+            b = dict(pairs)
+        """
+        )
+        == []
+    )
 
 
 def test_contents_built_from_their_definitions_pass():

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 import zpar
+from tests.clusters import module_cluster
 from tests.dashboard.chromium import Browser
 
 pytestmark = pytest.mark.cluster
@@ -28,11 +29,9 @@ TASKS = 24
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    c = zpar.Cluster(n=3)
-    rc = c.start()
-    yield c, rc
-    c.stop()
+def cluster(tmp_path_factory):
+    """Three engines in a ZPAR_DIR of the module's own (the autouse one is per test)."""
+    yield from ((c, c.client) for c in module_cluster(tmp_path_factory, "zpar-browser", 3))
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import zmq
 
-import zpar
+from tests.clusters import module_cluster
 from zpar.cluster.launchers.hubquery import HubLine
 from zpar.errors import ZparError
 
@@ -41,18 +41,17 @@ def install_demo(site: Path) -> None:
 def cluster(tmp_path_factory):
     site = tmp_path_factory.mktemp("site")
     install_demo(site)
-    mp = pytest.MonkeyPatch()
-    mp.setenv("ZPAR_DIR", str(tmp_path_factory.mktemp("zpar-ext")))
     # the controller and engines are other processes: they find it on their path
     path = [str(site), str(EXTPKG), *filter(None, [os.environ.get("PYTHONPATH")])]
-    mp.setenv("PYTHONPATH", os.pathsep.join(path))
-    mp.syspath_prepend(str(EXTPKG))
-    c = zpar.Cluster(n=2)
-    c.start()
-    c.client.wait_for_engines(2, timeout=60)
-    yield c
-    c.stop()
-    mp.undo()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(EXTPKG))
+        yield from module_cluster(
+            tmp_path_factory,
+            "zpar-ext",
+            2,
+            env={"PYTHONPATH": os.pathsep.join(path)},
+            wait_timeout=60,
+        )
     sys.modules.pop("zpar_ext_demo", None)
 
 

@@ -3,6 +3,7 @@ not before, and says so when disarmed; a stuck task reaches on_stuck."""
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 
@@ -24,7 +25,17 @@ def test_absent_limit_and_numbers():
     assert parse_time_limit(None) is None
 
 
-def test_the_main_thread_is_interrupted_at_its_limit():
+@pytest.fixture
+def sigint_raises():
+    """Python's own SIGINT handler, as an engine has it (Engine installs its own): a test
+    process started in the background by a shell without job control inherits SIGINT
+    ignored, and Python then keeps it ignored, so the watchdog's interrupt would vanish."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+
+def test_the_main_thread_is_interrupted_at_its_limit(sigint_raises):
     dog = TimeLimitWatchdog()
     try:
         dog.arm("t1", 0.2)
@@ -41,7 +52,7 @@ def test_the_main_thread_is_interrupted_at_its_limit():
         dog.close()
 
 
-def test_a_task_ignoring_its_interrupt_reaches_on_stuck():
+def test_a_task_ignoring_its_interrupt_reaches_on_stuck(sigint_raises):
     stuck = []
     seen = threading.Event()
 

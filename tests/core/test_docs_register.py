@@ -1,0 +1,75 @@
+"""docs/decisions.md is a register (issue 25): one ``### entry`` per decision, each with its
+date and its parts in one form, no title twice; and the project's docs and code speak of
+the project, by dates and commits, not of who worked on it or when ("today")."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+DECISIONS = ROOT / "docs" / "decisions.md"
+#: words of a journal, not of a reference: a reader cannot tell when "today" was
+JOURNAL = re.compile(
+    r"\b(?:[Tt]oday|[Yy]esterday|this session|[Ss]itting|[Ee]ngineers?|[Ww]e did)\b"
+)
+#: where the rule applies: the docs, the README, and the product's code and comments
+PLACES = (
+    ("docs", "README.md", "bench/README.md")
+    + tuple(f"{d}/" for d in ("zpar", "hub", "engine", "client", "schedulers", "typed"))
+    + ("communicator/", "darray/", "dashboard/")
+)
+
+
+def entries(text: str) -> dict[str, str]:
+    """title -> body of each ``### `` entry (up to the next entry or room)."""
+    out: dict[str, str] = {}
+    for chunk in re.split(r"\n(?=### )", text)[1:]:
+        title, _, body = chunk.partition("\n")
+        out.setdefault(title, "")
+        out[title] += "\n" + body.split("\n## ")[0]
+    return out
+
+
+def test_every_decision_has_its_date():
+    undated = [t for t, body in entries(DECISIONS.read_text()).items() if "**Date.**" not in body]
+    assert not undated, f"entries without a '- **Date.**' bullet: {undated}"
+
+
+def test_the_parts_are_written_one_way():
+    """``**Decision.**``, not ``**Decision:**`` nor a bare date: one form to search for."""
+    text = DECISIONS.read_text()
+    odd = re.findall(
+        r"^- \*\*(?:Decision|Why|Evidence|Date):\*\*.*$|^- \d{4}-\d\d-\d\d.*$", text, re.M
+    )
+    assert not odd, f"parts written another way: {odd}"
+
+
+def test_no_title_twice():
+    titles = re.findall(r"^### (.+)$", DECISIONS.read_text(), re.M)
+    assert len(titles) == len(set(titles)), sorted({t for t in titles if titles.count(t) > 1})
+
+
+def _journal_lines() -> list[str]:
+    found = []
+    for place in PLACES:
+        path = ROOT / place
+        files = (
+            [path] if path.is_file() else sorted(path.rglob("*.md" if place == "docs" else "*.py"))
+        )
+        for f in files:
+            for n, line in enumerate(f.read_text().splitlines(), 1):
+                if JOURNAL.search(line):
+                    found.append(f"{f.relative_to(ROOT)}:{n}: {line.strip()[:100]}")
+    return found
+
+
+def test_the_docs_and_code_speak_of_the_project_only():
+    assert _journal_lines() == []
+
+
+def test_the_journal_check_sees_a_journal_line():
+    assert JOURNAL.search("measured today at load 3")
+    assert JOURNAL.search("the engineer's sections")
+    assert not JOURNAL.search("This Session's key signs it")
+    assert not JOURNAL.search("measured on 2026-11-28 at 6d9ee9b")
