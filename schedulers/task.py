@@ -247,15 +247,19 @@ class TaskScheduler:
                     self.quota.total,
                     self.quota.budget,
                 )
-            ready = dict(poller.poll(self._wait_ms()))
+            # the book's next deadline, once a turn: only its events move it (the drains
+            # below, a closed link, an unpause), and computing it walks the engines
+            deadline = book.next_deadline()
+            ready = dict(poller.poll(self._wait_ms(deadline)))
             if self.link.busy:
                 self._flush_parked()
             if self.link.monitor in ready:
                 self.link.poll_closed()
                 self._carry_out()
+                deadline = book.next_deadline()
             if book.paused:
                 self._unpause(time.monotonic())
-            deadline = book.next_deadline()
+                deadline = book.next_deadline()
             if deadline is not None and deadline <= time.monotonic():
                 self._feed(Tick())
                 self._carry_out()
@@ -276,12 +280,12 @@ class TaskScheduler:
             if not book.live:
                 self._trimmer.maybe_trim()  # idle after a burst: give the pages back
 
-    def _wait_ms(self) -> int:
-        """How long the poll may sleep: until a task's timeout, the hub's batch, or the next
-        try of a held engine, at most a second (the parent check)."""
+    def _wait_ms(self, deadline: float | None) -> int:
+        """How long the poll may sleep: until the book's ``deadline`` (a task's timeout, a
+        stalled engine), the hub's batch, or the next try of a held engine, at most a second
+        (the parent check)."""
         now = time.monotonic()
         wait = 1000
-        deadline = self.book.next_deadline()
         if deadline is not None:
             wait = max(0, min(wait, int((deadline - now) * 1000) + 1))
         due = self.hub.wait_ms(now)
