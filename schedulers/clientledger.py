@@ -89,8 +89,8 @@ class ClientLedger:
             if sock is not None and was == sock:
                 return None  # previous's socket, open: this message came on an earlier one
             del self._conn_of[previous]
-            if sock is not None and was is not None:
-                displaced = previous  # the number names another socket: previous's closed
+            if sock is not None:  # the number names another socket: previous's closed
+                displaced = previous
         old = self._conn_of.get(client)
         if old is not None and old[0] != fd:
             self._by_fd.pop(old[0], None)

@@ -256,3 +256,10 @@ def test_a_message_queued_from_a_closed_connection_does_not_take_the_live_ones_n
     assert ledger.seen(A, 7, 101) is None  # A's message came on 7 before B's socket had it
     assert ledger.owner(7) == B and not ledger.known(A, 7)
     assert not ledger.is_gone(A) and not ledger.is_gone(B)
+
+
+def test_a_client_whose_socket_was_closed_when_seen_is_gone_once_its_number_is_reused():
+    ledger = ClientLedger()
+    ledger.seen(A, 7, None)  # its message was read after its connection had closed
+    assert ledger.seen(B, 7, 101) == A
+    assert ledger.owner(7) == B
