@@ -264,8 +264,9 @@ class HeartMonitor:
         if fd is None or fd < 0:
             return
         ident = self.identity(fd)
-        if ident is None:
-            return  # closed already: its heart echoes again on a new connection, or dies
+        if ident is None:  # closed already (its event may name nobody): probe it
+            self._lost(uuid, self.clock())
+            return
         owner = self._uuid_of_fd.get(fd)
         if owner is not None and owner != uuid:
             if self._conn_of[owner][1] == ident:

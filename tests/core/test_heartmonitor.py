@@ -340,3 +340,14 @@ def test_a_heart_that_reconnects_on_a_new_descriptor_is_cleared_by_its_probe_ans
     clock[0] = 2.0
     hm.handle_events()
     assert b"e1" in hm.suspects
+
+
+def test_an_echo_read_after_its_connection_closed_makes_a_suspect():
+    hm, fds, events, dead, clock = _fd_monitor()
+    hm.beat()
+    hm.pong.echo(b"e1", PING + b"1", fd=7)  # descriptor 7 is closed by the time it is read
+    hm.handle_pong()
+    assert list(hm.suspects) == [b"e1"]
+    clock[0] = 1.0
+    hm.check_suspects()
+    assert dead == [b"e1"]
