@@ -117,8 +117,8 @@ class HeartMonitor:
         """``uuid``'s connection closed: a suspect, probed until it answers or its grace ends."""
         self._unmap(uuid)
         self.rechecks.pop(uuid, None)
-        if uuid not in self.hearts:
-            return
+        if uuid not in self.hearts or uuid in self.suspects:
+            return  # a suspect already: its grace is not extended (queued echoes)
         self.suspects[uuid] = (self.probes + 1, now + self.suspect_grace)
         log.info("engine %s: heartbeat connection closed; probing", uuid.decode("ascii", "replace"))
 

@@ -351,3 +351,16 @@ def test_an_echo_read_after_its_connection_closed_makes_a_suspect():
     clock[0] = 1.0
     hm.check_suspects()
     assert dead == [b"e1"]
+
+
+def test_echoes_queued_from_a_closed_connection_do_not_extend_the_grace():
+    hm, fds, events, dead, clock = _fd_monitor()
+    hm.beat()
+    hm.pong.echo(b"e1", PING + b"1", fd=7)  # closed when read
+    hm.handle_pong()
+    clock[0] = 0.4
+    hm.pong.echo(b"e1", PING + b"1", fd=7)  # another one queued before the close
+    hm.handle_pong()
+    clock[0] = 0.6
+    hm.check_suspects()
+    assert dead == [b"e1"]
