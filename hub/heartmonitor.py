@@ -11,6 +11,15 @@ on; when one closes, that engine becomes a suspect and is probed every few ms. A
 heart reconnects within zmq's reconnect interval and answers; a dead one is declared dead
 after ``suspect_grace`` seconds instead of ``max_misses`` periods.
 
+A disconnect event names a descriptor, and the OS gives a closed descriptor's number to
+the next connection at once; the events come through the listener guard's thread
+(zpar.wire.listenguard), so one can be read after a new engine's first echo on the same
+number. The monitor therefore remembers the socket (its inode, ``socket_identity``) each
+heart echoes on, not just its number: an event whose number still names the heart's own
+socket is about an earlier connection (looked at again for a moment: libzmq emits the
+event just before it closes the descriptor), and an echo on a number that now names
+another socket proves the heart remembered there lost its connection.
+
 Probes (``PROBE + n``) count for nothing but liveness: they also let an engine that is
 registering be noticed as soon as its heart is up.
 """
@@ -20,12 +29,12 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 
 import zmq
 
 from zpar.constants import PING
-from zpar.wire.sockets import recv_monitor_event
+from zpar.wire.sockets import recv_monitor_event, socket_identity
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +55,11 @@ class HeartMonitor:
         on_new_heart: Callable[[bytes], None],
         on_heart_failure: Callable[[bytes, str], None],
         suspect_grace: float = SUSPECT_GRACE,
+        identity: Callable[[int], Hashable | None] = socket_identity,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``identity``: the socket a descriptor names now, None if it is closed; it and
+        ``clock`` are the seams of the sans-IO tests."""
         if period <= 0 or max_misses < 1:
             raise ValueError(
                 f"heartbeat period must be > 0 and misses >= 1, got {period} and {max_misses}"
@@ -64,11 +77,15 @@ class HeartMonitor:
         self.probes = 0
         #: uuid -> newest ping counter it echoed
         self.hearts: dict[bytes, int] = {}
-        #: connection of each heart, to know whose connection closed
-        self._fd_of: dict[bytes, int] = {}
+        self.identity = identity
+        self.clock = clock
+        #: connection (descriptor, socket identity) of each heart, to know whose closed
+        self._conn_of: dict[bytes, tuple[int, Hashable]] = {}
         self._uuid_of_fd: dict[int, bytes] = {}
         #: uuid -> (first probe number that proves life, deadline)
         self.suspects: dict[bytes, tuple[int, float]] = {}
+        #: uuid -> deadline: an event named its descriptor while its socket was still open
+        self.rechecks: dict[bytes, float] = {}
         self.events: zmq.Socket | None = None
 
     def watch_connections(self, events: zmq.Socket | None = None) -> zmq.Socket:
@@ -83,14 +100,33 @@ class HeartMonitor:
     def forget(self, uuid: bytes) -> None:
         self.hearts.pop(uuid, None)
         self.suspects.pop(uuid, None)
-        fd = self._fd_of.pop(uuid, None)
-        if fd is not None and self._uuid_of_fd.get(fd) == uuid:
-            del self._uuid_of_fd[fd]
+        self.rechecks.pop(uuid, None)
+        self._unmap(uuid)
+
+    def _unmap(self, uuid: bytes) -> None:
+        conn = self._conn_of.pop(uuid, None)
+        if conn is not None and self._uuid_of_fd.get(conn[0]) == uuid:
+            del self._uuid_of_fd[conn[0]]
+
+    def _is_open(self, uuid: bytes) -> bool:
+        """True if the descriptor ``uuid`` echoed on still names the socket it echoed on."""
+        fd, ident = self._conn_of[uuid]
+        return self.identity(fd) == ident
+
+    def _lost(self, uuid: bytes, now: float) -> None:
+        """``uuid``'s connection closed: a suspect, probed until it answers or its grace ends."""
+        self._unmap(uuid)
+        self.rechecks.pop(uuid, None)
+        if uuid not in self.hearts or uuid in self.suspects:
+            return  # a suspect already: its grace is not extended (queued echoes)
+        self.suspects[uuid] = (self.probes + 1, now + self.suspect_grace)
+        log.info("engine %s: heartbeat connection closed; probing", uuid.decode("ascii", "replace"))
 
     @property
     def probing(self) -> bool:
-        """True while someone must hear a probe soon (suspects)."""
-        return bool(self.suspects)
+        """True while someone must hear a probe soon (suspects), or an event must be looked
+        at again (rechecks)."""
+        return bool(self.suspects or self.rechecks)
 
     def probe(self) -> None:
         """An extra ping that counts for nothing but liveness (see the module doc)."""
@@ -114,7 +150,14 @@ class HeartMonitor:
             self.on_heart_failure(uuid, f"missed {self.counter - 1 - last} heartbeats")
 
     def check_suspects(self, now: float | None = None) -> None:
-        now = time.monotonic() if now is None else now
+        now = self.clock() if now is None else now
+        for uuid, until in list(self.rechecks.items()):
+            if uuid not in self._conn_of:
+                del self.rechecks[uuid]
+            elif not self._is_open(uuid):
+                self._lost(uuid, now)
+            elif until <= now:  # the event was about an earlier connection on its number
+                del self.rechecks[uuid]
         for uuid, (_, deadline) in list(self.suspects.items()):
             if deadline <= now:
                 self.forget(uuid)
@@ -138,15 +181,24 @@ class HeartMonitor:
                 event = recv_monitor_event(self.events, zmq.NOBLOCK)
             except zmq.Again:
                 return
-            fd = int(event["value"])
-            uuid = self._uuid_of_fd.pop(fd, None)
-            if uuid is None or uuid not in self.hearts:
+            if event["event"] != zmq.EVENT_DISCONNECTED:
                 continue
-            self._fd_of.pop(uuid, None)
-            self.suspects[uuid] = (self.probes + 1, time.monotonic() + self.suspect_grace)
-            log.info(
-                "engine %s: heartbeat connection closed; probing", uuid.decode("ascii", "replace")
-            )
+            uuid = self._uuid_of_fd.get(int(event["value"]))
+            if uuid is None:
+                continue
+            t = self.clock()
+            if self._is_open(uuid):
+                # its socket is still there: the event is about an earlier connection on
+                # this number (read late), or libzmq has not closed it yet: look again
+                self.rechecks[uuid] = t + self.suspect_grace
+                log.debug(
+                    "engine %s: a disconnect event for descriptor %d, which still names its "
+                    "heartbeat connection",
+                    uuid.decode("ascii", "replace"),
+                    event["value"],
+                )
+                continue
+            self._lost(uuid, t)
 
     def handle_pong(self) -> None:
         """Drain the pong socket."""
@@ -170,7 +222,7 @@ class HeartMonitor:
                 self._probe_echo(uuid, payload, known)
             else:
                 self._beat_echo(uuid, payload, known)
-            if uuid in self.hearts and uuid not in self._fd_of:
+            if uuid in self.hearts and uuid not in self._conn_of:
                 self._remember_connection(uuid, frames[0])
 
     def _beat_echo(self, uuid: bytes, payload: bytes, known: bool) -> None:
@@ -211,5 +263,16 @@ class HeartMonitor:
             return
         if fd is None or fd < 0:
             return
-        self._fd_of[uuid] = fd
+        ident = self.identity(fd)
+        if ident is None:  # closed already (its event may name nobody): probe it
+            self._lost(uuid, self.clock())
+            return
+        owner = self._uuid_of_fd.get(fd)
+        if owner is not None and owner != uuid:
+            if self._conn_of[owner][1] == ident:
+                return  # owner's socket, open: this echo was queued from an earlier one
+            # the number names another socket now: owner's connection closed (its event
+            # is still on its way through the listener guard)
+            self._lost(owner, self.clock())
+        self._conn_of[uuid] = (fd, ident)
         self._uuid_of_fd[fd] = uuid

@@ -21,11 +21,19 @@ holds the task, for that client alone, while the answer is no.
   a gone identity never comes back): its parked replies are dropped, ``admit`` says no for
   ever and the caller cancels its tasks not yet on an engine. A stopped client's connection
   stays open (its kernel still holds the socket): stopped is slow, not gone.
+- The close events come through the listener guard's thread (zpar.wire.listenguard), so one
+  can be read after a new client's first message on the same, reused descriptor number.
+  The caller therefore names the socket too (its inode, zpar.wire.sockets.socket_identity):
+  a close whose number still names the socket the client was seen on is not that client's
+  (the caller looks again a moment later: libzmq emits the event just before it closes the
+  descriptor), and a message on a number that names another socket now proves the client
+  seen there before gone.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from collections.abc import Hashable
 from enum import Enum
 from typing import Any
 
@@ -50,7 +58,8 @@ class ClientLedger:
     def __init__(self, gone_remembered: int = GONE_REMEMBERED) -> None:
         self._parked: dict[bytes, deque[Any]] = {}  # stalled clients' replies, oldest first
         self._by_fd: dict[int, bytes] = {}  # open connection -> the client last seen on it
-        self._fd_of: dict[bytes, int] = {}
+        #: client -> (fd, the socket it named when the client was seen on it, or None)
+        self._conn_of: dict[bytes, tuple[int, Hashable | None]] = {}
         self._gone: OrderedDict[bytes, None] = OrderedDict()
         self._gone_remembered = gone_remembered
 
@@ -59,28 +68,50 @@ class ClientLedger:
     def known(self, client: bytes, fd: int) -> bool:
         """True if ``client`` was already seen on connection ``fd`` (the common case: the
         caller need not look at connection events before noting it again)."""
-        return self._fd_of.get(client) == fd
+        conn = self._conn_of.get(client)
+        return conn is not None and conn[0] == fd
 
-    def seen(self, client: bytes, fd: int) -> None:
-        """A message of ``client`` came on connection ``fd``. Call it after every close
-        event reported before that message was read (fds are reused at once)."""
+    def owner(self, fd: int) -> bytes | None:
+        """The client last seen on connection ``fd``."""
+        return self._by_fd.get(fd)
+
+    def seen(self, client: bytes, fd: int, sock: Hashable | None = None) -> bytes | None:
+        """A message of ``client`` came on connection ``fd``, which names socket ``sock``
+        now (None: unknown). Call it after every close event already read. Returns the
+        client seen on ``fd`` before whose socket this proves closed (gone: the caller
+        forgets it), else None."""
         if client in self._gone:
-            return
-        old = self._fd_of.get(client)
-        if old is not None and old != fd:
-            self._by_fd.pop(old, None)
+            return None
         previous = self._by_fd.get(fd)
+        displaced = None
         if previous is not None and previous != client:
-            self._fd_of.pop(previous, None)
+            was = self._conn_of[previous][1]
+            if sock is not None and was == sock:
+                return None  # previous's socket, open: this message came on an earlier one
+            del self._conn_of[previous]
+            if sock is not None:  # the number names another socket: previous's closed
+                displaced = previous
+        old = self._conn_of.get(client)
+        if old is not None and old[0] != fd:
+            self._by_fd.pop(old[0], None)
         self._by_fd[fd] = client
-        self._fd_of[client] = fd
+        self._conn_of[client] = (fd, sock)
+        return displaced
 
-    def closed(self, fd: int) -> bytes | None:
-        """Connection ``fd`` closed: the client last seen on it, now gone (the caller cancels
-        its tasks through ``forget``), or None for a connection no client used."""
-        client = self._by_fd.pop(fd, None)
-        if client is not None:
-            del self._fd_of[client]
+    def closed(self, fd: int, sock: Hashable | None = None) -> bytes | None:
+        """Connection ``fd`` closed, and ``fd`` names socket ``sock`` now (None: closed, or
+        unknown): the client last seen on it, now gone (the caller cancels its tasks through
+        ``forget``); None for a connection no client used, or when ``fd`` still names the
+        socket its client was seen on (the event was about an earlier connection on that
+        number, or came just before libzmq closed it: ``owner(fd)`` still names the client
+        and the caller asks again soon)."""
+        client = self._by_fd.get(fd)
+        if client is None:
+            return None
+        if sock is not None and self._conn_of[client][1] == sock:
+            return None
+        del self._by_fd[fd]
+        del self._conn_of[client]
         return client
 
     def is_gone(self, client: bytes) -> bool:
@@ -92,9 +123,9 @@ class ClientLedger:
         self._gone[client] = None
         while len(self._gone) > self._gone_remembered:
             self._gone.popitem(last=False)
-        fd = self._fd_of.pop(client, None)
-        if fd is not None:
-            self._by_fd.pop(fd, None)
+        conn = self._conn_of.pop(client, None)
+        if conn is not None and self._by_fd.get(conn[0]) == client:
+            del self._by_fd[conn[0]]
         self._parked.pop(client, None)
 
     # -- replies ----------------------------------------------------------------------------

@@ -7,7 +7,7 @@
                               (SNDHWM = CLIENT_SNDHWM, ROUTER_MANDATORY)
                                   EAGAIN: the client's pipe is full -> ledger parks
                                   EHOSTUNREACH: no such connection  -> client gone
-    socket monitor (inproc PAIR) ──EVENT_DISCONNECTED(fd)──► ledger.closed(fd) -> client gone
+    socket monitor (inproc PAIR) ──EVENT_DISCONNECTED(fd)──► ledger.closed(fd, socket) -> client gone
 
 What libzmq 4.3 does, pinned by tests/schedulers/test_clientlink.py: with ROUTER_MANDATORY
 a send to a peer whose pipe is at SNDHWM fails with EAGAIN under ZMQ_DONTWAIT (and blocks
@@ -22,6 +22,7 @@ wheels) refuses it with EINVAL.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from enum import Enum
 from typing import Any
@@ -30,11 +31,16 @@ import zmq
 
 from zpar.constants import CLIENT_KEEPALIVE, CLIENT_RCVHWM, CLIENT_SNDHWM
 from zpar.wire import recv_message, send_frames
-from zpar.wire.sockets import recv_monitor_event
+from zpar.wire.sockets import recv_monitor_event, socket_identity
 
 from .clientledger import ClientLedger, Delivery
 
 log = logging.getLogger(__name__)
+
+#: Seconds a close event whose descriptor still names its client's socket is looked at
+#: again: libzmq emits the event just before it closes the descriptor; past this the event
+#: was about an earlier connection on that number.
+RECHECK_FOR = 0.5
 
 #: zmq_msg_get's ZMQ_SRCFD (deprecated in libzmq's docs, still served by 4.3): pyzmq names
 #: no constant for it.
@@ -91,6 +97,8 @@ class ClientLink:
         self.ledger = ClientLedger()
         self._own_monitor = monitor is None
         self.monitor = monitor or sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        #: fd -> until when: a close event named it while it still named its client's socket
+        self._unsure: dict[int, float] = {}
 
     def close(self) -> None:
         if self._own_monitor:
@@ -107,9 +115,12 @@ class ClientLink:
         fd = head.get(SRCFD)
         if not self.ledger.known(client, fd):
             # a connection new to us: first the closes reported before this message
-            # (its fd may be a dead client's, reused at once by the OS)
+            # (its fd may be a dead client's, reused at once by the OS; the event may still
+            # be on its way through the listener guard: the socket tells them apart)
             self.poll_closed()
-            self.ledger.seen(client, fd)
+            displaced = self.ledger.seen(client, fd, socket_identity(fd))
+            if displaced is not None:
+                self._gone(displaced, "its connection closed (its descriptor was reused)")
         return frames
 
     def poll_closed(self) -> None:
@@ -120,9 +131,17 @@ class ClientLink:
             except zmq.Again:
                 return
             if event["event"] == zmq.EVENT_DISCONNECTED:
-                client = self.ledger.closed(event["value"])
-                if client is not None:
-                    self._gone(client, "its connection closed")
+                self._closed(event["value"], time.monotonic() + RECHECK_FOR)
+
+    def _closed(self, fd: int, until: float) -> None:
+        client = self.ledger.closed(fd, socket_identity(fd))
+        if client is not None:
+            self._unsure.pop(fd, None)
+            self._gone(client, "its connection closed")
+        elif self.ledger.owner(fd) is not None and time.monotonic() < until:
+            self._unsure[fd] = until  # still its client's socket: looked at again (flush)
+        else:
+            self._unsure.pop(fd, None)
 
     def is_gone(self, client: bytes) -> bool:
         return self.ledger.is_gone(client)
@@ -161,12 +180,15 @@ class ClientLink:
 
     @property
     def busy(self) -> bool:
-        """Replies are parked: call ``flush`` again soon."""
-        return self.ledger.busy
+        """Replies are parked, or a close event is looked at again: call ``flush`` soon."""
+        return self.ledger.busy or bool(self._unsure)
 
     def flush(self) -> list[bytes]:
         """Retry parked replies, oldest first, until a client's pipe is full again; the
-        clients that caught up (their held tasks may run)."""
+        clients that caught up (their held tasks may run). Close events whose descriptor
+        still named its client's socket are looked at again."""
+        for fd, until in list(self._unsure.items()):
+            self._closed(fd, until)
         ledger = self.ledger
         caught_up = []
         for client in ledger.stalled_clients():

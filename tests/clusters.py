@@ -15,7 +15,12 @@ import pytest
 
 import zpar
 
-#: fast heartbeats so a dead engine is noticed within a second in tests
+#: fast heartbeats, for tests of an engine whose connection stays open (stopped, frozen,
+#: cut off): noticed within a second. A killed engine's connection closes and the hub
+#: notices that within its suspect grace (hub/heartmonitor.py) whatever the period, so a
+#: test that only kills engines needs none; and 0.4 s of tolerance is less than a loaded
+#: 2-core host gives a busy engine's heart (8 ranks in collectives at load 17 had engines
+#: declared dead, alive, in tests/comm/test_communicator.py).
 FAST_HB = ["--hb-period", "0.1", "--hb-misses", "4"]
 
 

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.clusters import FAST_HB, module_cluster, shipped_by_value
+from tests.clusters import module_cluster, shipped_by_value
 from zpar.errors import RemoteError
 
 TIMEOUT = 90.0
@@ -30,7 +30,6 @@ def cluster(tmp_path_factory):
         "zpar-comm",
         N,
         wait_timeout=TIMEOUT,
-        controller_args=FAST_HB,
         timeout=TIMEOUT,
         log_level="WARNING",
     )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import struct
+
 import pytest
 import zmq
 
@@ -132,3 +134,233 @@ def test_closed_connection_makes_a_suspect_that_dies_or_is_cleared():
     assert not dead and list(hm.suspects) == [b"e1"]
     hm.check_suspects(now=10.5)
     assert dead == [b"e1"] and not hm.probing and b"e1" not in hm.hearts
+
+
+# -- a descriptor's number reused before its disconnect event is read ----------------------
+
+
+class Frame:
+    """A received frame: its bytes and the descriptor it came on (ZMQ_SRCFD)."""
+
+    def __init__(self, data, fd):
+        self.bytes = data
+        self.fd = fd
+
+    def get(self, option):
+        assert option == zmq.SRCFD
+        return self.fd
+
+
+class FdRouter:
+    def __init__(self):
+        self.inbox = []
+
+    def recv_multipart(self, flags=0, copy=True):
+        if not self.inbox:
+            raise zmq.Again()
+        return self.inbox.pop(0)
+
+    def echo(self, uuid, payload, fd):
+        self.inbox.append([Frame(uuid, fd), Frame(payload, fd)])
+
+
+class Events:
+    """The pong socket's disconnect events as the listener guard forwards them."""
+
+    def __init__(self):
+        self.queue = []
+
+    def recv_multipart(self, flags=0):
+        if not self.queue:
+            raise zmq.Again()
+        return self.queue.pop(0)
+
+    def disconnected(self, fd):
+        self.queue.append([struct.pack("=hi", zmq.EVENT_DISCONNECTED, fd), b"tcp://127.0.0.1:1"])
+
+
+class Sockets:
+    """The process's descriptor table: number -> the socket it names now (an inode)."""
+
+    def __init__(self):
+        self.table = {}
+        self.next = 100
+
+    def accept(self, fd):
+        self.next += 1
+        self.table[fd] = self.next
+
+    def close(self, fd):
+        del self.table[fd]
+
+
+def _fd_monitor(misses=100, grace=0.5):
+    new, dead = [], []
+    fds = Sockets()
+    clock = [0.0]
+    hm = HeartMonitor(
+        FakePub(),
+        FdRouter(),
+        period=0.1,
+        max_misses=misses,
+        on_new_heart=lambda u: (new.append(u), hm.watch(u)),
+        on_heart_failure=lambda u, reason: dead.append(u),
+        suspect_grace=grace,
+        identity=fds.table.get,
+        clock=lambda: clock[0],
+    )
+    events = Events()
+    hm.watch_connections(events)
+    return hm, fds, events, dead, clock
+
+
+def test_a_late_disconnect_event_for_a_reused_descriptor_spares_the_new_engine():
+    """e1 dies, its descriptor's number goes to e2's new connection, e2 echoes, and only
+    then the listener guard's thread forwards e1's disconnect event: e2 stays, e1 goes."""
+    hm, fds, events, dead, clock = _fd_monitor()
+    hm.beat()
+    fds.accept(7)
+    hm.pong.echo(b"e1", PING + b"1", fd=7)
+    hm.handle_pong()
+    fds.close(7)  # e1's process dies
+    fds.accept(7)  # e2 connects: the OS gives it the number 7
+    hm.pong.echo(b"e2", PING + b"1", fd=7)
+    hm.handle_pong()
+    events.disconnected(7)  # e1's close, read late
+    clock[0] = 0.0
+    hm.handle_events()
+    assert b"e2" not in hm.suspects
+    assert b"e1" in hm.suspects  # its echo's socket is gone: probed, not forgotten
+    clock[0] = 10.0
+    hm.check_suspects()  # long past the grace, neither answered a probe
+    assert dead == [b"e1"] and b"e2" in hm.hearts and not hm.probing
+
+
+def test_the_new_engines_own_close_on_the_reused_number_is_still_seen():
+    hm, fds, events, dead, clock = _fd_monitor()
+    hm.beat()
+    fds.accept(7)
+    hm.pong.echo(b"e1", PING + b"1", fd=7)
+    hm.handle_pong()
+    fds.close(7)
+    fds.accept(7)
+    hm.pong.echo(b"e2", PING + b"1", fd=7)
+    hm.handle_pong()
+    events.disconnected(7)  # e1's
+    clock[0] = 0.0
+    hm.handle_events()
+    clock[0] = 1.0
+    hm.check_suspects()
+    assert dead == [b"e1"]
+    fds.close(7)  # now e2 dies too
+    events.disconnected(7)
+    clock[0] = 2.0
+    hm.handle_events()
+    assert b"e2" in hm.suspects
+    clock[0] = 3.0
+    hm.check_suspects()
+    assert dead == [b"e1", b"e2"]
+
+
+def test_an_event_read_before_libzmq_closes_the_descriptor_is_looked_at_again():
+    """libzmq emits EVENT_DISCONNECTED just before it closes the descriptor: an event
+    whose number still names the heart's socket is looked at again, not dropped."""
+    hm, fds, events, dead, clock = _fd_monitor()
+    hm.beat()
+    fds.accept(7)
+    hm.pong.echo(b"e1", PING + b"1", fd=7)
+    hm.handle_pong()
+    events.disconnected(7)
+    clock[0] = 0.0
+    hm.handle_events()
+    assert not hm.suspects and hm.probing  # not yet: its socket is still open
+    fds.close(7)
+    clock[0] = 0.01
+    hm.check_suspects()
+    assert b"e1" in hm.suspects
+    clock[0] = 1.0
+    hm.check_suspects()
+    assert dead == [b"e1"]
+
+
+def test_a_stale_event_for_a_live_engine_is_forgotten_after_the_grace():
+    hm, fds, events, dead, clock = _fd_monitor()
+    hm.beat()
+    fds.accept(7)
+    hm.pong.echo(b"e1", PING + b"1", fd=7)
+    hm.handle_pong()
+    events.disconnected(7)  # about an earlier connection on 7 that never echoed
+    clock[0] = 0.0
+    hm.handle_events()
+    clock[0] = 1.0
+    hm.check_suspects()
+    assert not dead and not hm.probing and b"e1" in hm.hearts
+
+
+def test_an_echo_queued_from_a_closed_connection_does_not_displace_the_live_one():
+    """e0 echoed on 7 and closed; the number went to e1, whose echo was read first; e0's
+    queued echo, read after, must not make 7 e0's (e1 would die of e0's events)."""
+    hm, fds, events, dead, clock = _fd_monitor()
+    hm.beat()
+    fds.accept(7)  # e1's connection (e0's closed before)
+    hm.pong.echo(b"e1", PING + b"1", fd=7)
+    hm.pong.echo(b"e0", PING + b"1", fd=7)  # queued from e0's closed connection
+    hm.handle_pong()
+    assert not hm.suspects
+    fds.close(7)  # e1 dies
+    events.disconnected(7)
+    clock[0] = 0.0
+    hm.handle_events()
+    assert list(hm.suspects) == [b"e1"]
+    clock[0] = 1.0
+    hm.check_suspects()
+    assert dead == [b"e1"]
+
+
+def test_a_heart_that_reconnects_on_a_new_descriptor_is_cleared_by_its_probe_answer():
+    hm, fds, events, dead, clock = _fd_monitor()
+    hm.beat()
+    fds.accept(7)
+    hm.pong.echo(b"e1", PING + b"1", fd=7)
+    hm.handle_pong()
+    fds.close(7)
+    fds.accept(9)  # the heart's DEALER reconnects
+    events.disconnected(7)
+    clock[0] = 0.0
+    hm.handle_events()
+    assert b"e1" in hm.suspects
+    hm.probe()
+    hm.pong.echo(b"e1", PROBE + b"1", fd=9)
+    hm.handle_pong()
+    clock[0] = 1.0
+    hm.check_suspects()
+    assert not dead and not hm.probing
+    fds.close(9)  # its new connection is the one watched now
+    events.disconnected(9)
+    clock[0] = 2.0
+    hm.handle_events()
+    assert b"e1" in hm.suspects
+
+
+def test_an_echo_read_after_its_connection_closed_makes_a_suspect():
+    hm, fds, events, dead, clock = _fd_monitor()
+    hm.beat()
+    hm.pong.echo(b"e1", PING + b"1", fd=7)  # descriptor 7 is closed by the time it is read
+    hm.handle_pong()
+    assert list(hm.suspects) == [b"e1"]
+    clock[0] = 1.0
+    hm.check_suspects()
+    assert dead == [b"e1"]
+
+
+def test_echoes_queued_from_a_closed_connection_do_not_extend_the_grace():
+    hm, fds, events, dead, clock = _fd_monitor()
+    hm.beat()
+    hm.pong.echo(b"e1", PING + b"1", fd=7)  # closed when read
+    hm.handle_pong()
+    clock[0] = 0.4
+    hm.pong.echo(b"e1", PING + b"1", fd=7)  # another one queued before the close
+    hm.handle_pong()
+    clock[0] = 0.6
+    hm.check_suspects()
+    assert dead == [b"e1"]

@@ -225,3 +225,41 @@ def test_every_reply_arrives_exactly_once_whatever_the_pipe_room(room):
         catch_ups += len(flush(ledger, send)[0])
     assert send.out[A] == list(range(50))
     assert ledger.admit(A) and catch_ups == stalls
+
+
+# -- close events read late, after the OS reused the descriptor's number ------------------
+# (the events come through the listener guard's thread; the caller names the socket a
+# descriptor names now: its inode, here 100, 101, ...)
+
+
+def test_a_late_close_of_a_reused_descriptor_does_not_make_its_new_client_gone():
+    ledger = ClientLedger()
+    ledger.seen(A, 7, 100)
+    # A closes, B connects and gets number 7 (socket 101); B's message is read before
+    # A's close event: A is proven gone, B takes the number
+    assert ledger.seen(B, 7, 101) == A
+    assert ledger.closed(7, 101) is None  # A's event, late: 7 still names B's socket
+    assert ledger.owner(7) == B and ledger.known(B, 7)
+    assert ledger.closed(7, None) == B  # B's own close: the number names nothing now
+
+
+def test_a_close_event_before_libzmq_closed_the_descriptor_names_the_client_on_a_new_look():
+    ledger = ClientLedger()
+    ledger.seen(A, 7, 100)
+    assert ledger.closed(7, 100) is None and ledger.owner(7) == A  # not yet closed: ask again
+    assert ledger.closed(7, None) == A
+
+
+def test_a_message_queued_from_a_closed_connection_does_not_take_the_live_ones_number():
+    ledger = ClientLedger()
+    ledger.seen(B, 7, 101)
+    assert ledger.seen(A, 7, 101) is None  # A's message came on 7 before B's socket had it
+    assert ledger.owner(7) == B and not ledger.known(A, 7)
+    assert not ledger.is_gone(A) and not ledger.is_gone(B)
+
+
+def test_a_client_whose_socket_was_closed_when_seen_is_gone_once_its_number_is_reused():
+    ledger = ClientLedger()
+    ledger.seen(A, 7, None)  # its message was read after its connection had closed
+    assert ledger.seen(B, 7, 101) == A
+    assert ledger.owner(7) == B

@@ -5,12 +5,17 @@ reader's replies parked and delivered in order, and a closed client reported gon
 
 from __future__ import annotations
 
+import os
+import struct
+import subprocess
+import sys
+
 import pytest
 import zmq
 
 from tests.clusters import wait_until
 from zpar.schedulers.clientlink import SRCFD, ClientLink
-from zpar.wire.sockets import recv_monitor_event
+from zpar.wire.sockets import recv_monitor_event, socket_identity
 
 #: sockets a test opened, closed after it (an unclosed socket's warning is an error)
 _OPEN: list[zmq.Socket] = []
@@ -228,3 +233,84 @@ def test_the_link_bounds_the_pipe_and_keeps_tcp_alive_before_binding(ctx):
             ClientLink(other, lambda c: None, hwm=0)
     finally:
         link.close()
+
+
+#: a client in a process of its own (so that its end of the connection takes no number in
+#: ours): connects a DEALER, says hello, and closes when its stdin does
+_CLIENT = """
+import sys, zmq
+d = zmq.Context().socket(zmq.DEALER)
+d.connect(sys.argv[1])
+d.send(b"hello")
+sys.stdin.read()
+d.close(linger=0)
+"""
+
+
+@pytest.mark.cluster
+def test_a_late_close_event_for_a_reused_descriptor_spares_the_new_client(ctx):
+    """The close events come through the listener guard's thread: A's can be read after
+    B, on A's reused descriptor number, was seen. B must not be made gone (its tasks would
+    be cancelled); A is, its number now naming B's socket."""
+    gone = []
+    sockets = []
+
+    def link(r):
+        held = r.get_monitor_socket(zmq.EVENT_DISCONNECTED)  # the guard's copy, held back
+        fwd = ctx.socket(zmq.PAIR)
+        fwd.bind("inproc://late-events")
+        mine = ctx.socket(zmq.PAIR)
+        mine.connect("inproc://late-events")
+        _OPEN.extend([held, fwd, mine])
+        sockets.extend([held, fwd])
+        return ClientLink(r, gone.append, monitor=mine)
+
+    def client():
+        p = subprocess.Popen([sys.executable, "-c", _CLIENT, addr], stdin=subprocess.PIPE)
+        procs.append(p)
+        assert link.sock.poll(30_000)
+        return p, link.recv()[0]
+
+    def closed(p):
+        p.stdin.close()
+        p.wait(30)
+        assert held.poll(30_000)
+        return held.recv_multipart()
+
+    procs = []
+    dummies = []
+    link, addr = _router(ctx, link=link)
+    held, fwd = sockets
+    try:
+        pa, a = client()
+        a_closed = closed(pa)  # held back, as a busy guard thread would
+        fd = recv_monitor_event_from(a_closed)
+        wait_until(lambda: socket_identity(fd) is None, "libzmq closes A's descriptor")
+        while (d := os.open(os.devnull, os.O_RDONLY)) != fd:  # A's number: the lowest free
+            dummies.append(d)
+        os.close(d)
+        pb, b = client()
+        assert link.ledger.owner(fd) == b, "the OS gave B's connection A's number"
+        assert gone == [a]  # B's message on A's number, another socket: A's closed
+        fwd.send_multipart(a_closed)
+        assert link.monitor.poll(10_000)
+        link.poll_closed()
+        link.flush()
+        assert gone == [a] and link.ledger.admit(b)
+        fwd.send_multipart(closed(pb))  # B's own close still makes it gone
+        assert link.monitor.poll(10_000)
+        link.poll_closed()
+        wait_until(lambda: gone == [a, b], "B gone", tick=link.flush)
+    finally:
+        link.sock.disable_monitor()
+        for d in dummies:
+            os.close(d)
+        for p in procs:
+            p.kill()
+            p.wait(30)
+
+
+def recv_monitor_event_from(frames):
+    event, value = struct.unpack("=hi", frames[0][:6])
+    assert event == zmq.EVENT_DISCONNECTED
+    return value

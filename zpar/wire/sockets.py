@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import struct
 import time
 from collections.abc import Iterable
@@ -21,6 +22,20 @@ def recv_monitor_event(sock: zmq.Socket, flags: int = 0) -> dict[str, Any]:
     frames = sock.recv_multipart(flags)
     event, value = struct.unpack("=hi", frames[0][:6])
     return {"event": event, "value": value, "endpoint": frames[1] if len(frames) > 1 else b""}
+
+
+def socket_identity(fd: int) -> tuple[int, int] | None:
+    """The open socket behind descriptor ``fd`` as (device, inode), None if ``fd`` is closed.
+
+    A monitor event names a connection by its descriptor, and the OS reuses a closed
+    descriptor's number for the next accept at once; the socket's inode is not reused while
+    that socket lives (Linux numbers sockfs inodes in sequence), so it tells the connection
+    a number names now from the one it named when a message came on it."""
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def recv_frames(sock: zmq.Socket, flags: int = 0) -> list[zmq.Frame]:
