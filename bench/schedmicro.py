@@ -1,7 +1,7 @@
 """The task scheduler's and the hub's CPU per load-balanced task, and their floors:
 ``python -m bench.schedmicro [--json] [--tasks N] [--repeat R]``.
 
-Four measures, each the CPU of the measured code's own thread (time.thread_time), best of
+Five measures, each the CPU of the measured code's own thread (time.thread_time), best of
 ``--repeat`` runs (the machine is shared: the best run is the least disturbed). For
 comparing a change before/after in the same minute, not as a target.
 
@@ -11,7 +11,9 @@ comparing a change before/after in the same minute, not as a target.
   each) or in batches of 8. What any Python scheduler on this wire pays.
 - ``scheduler``: TaskScheduler's handlers (verify, book, re-sign, outbox, hub copies) fed
   batches of 8 submissions and one reply per task, its sends replaced by no-ops: the
-  scheduler's Python without pyzmq.
+  scheduler's Python without pyzmq. ``scheduler_map``: the same for a map's element
+  requests (32 elements each), each answered in 4 parts, the last final: µs per part,
+  the path of a load-balanced map's replies (ElementParts.reply).
 - ``hub``: the hub's MonitorReader.task_batch fed the scheduler's event batches (as
   HubReport sends them for W3), its store (an SQLite file) flushed as the controller does.
 - ``sqlite``: the store's floor per record: the upsert alone, the three JSON columns alone,
@@ -172,9 +174,11 @@ class _NoSocket:
         pass
 
 
-def scheduler(tasks: int, repeat: int) -> dict[str, float]:
+def scheduler(tasks: int, repeat: int, parts: int = 0) -> dict[str, float]:
     """us per task: submissions (verify, quota, book, first placements) and replies
-    (verify, book, relay, hub copy, the placements they make room for)."""
+    (verify, book, relay, hub copy, the placements they make room for). ``parts``: each
+    request is instead an element request of a map (``parts`` * PART_ELEMENTS elements)
+    answered in ``parts`` parts, the last final; us per part (``tasks`` parts in all)."""
     ctx = zmq.Context()
     mon = ctx.socket(zmq.PULL)
     mon.bind("inproc://schedmicro-monitor")
@@ -199,14 +203,18 @@ def scheduler(tasks: int, repeat: int) -> dict[str, float]:
         out = []
         for m in messages:
             request = engine_s.unpack(m, replay=False)
-            _, reply = engine_s.serialize(
-                "apply_reply",
-                ApplyReply(ReplyStatus.OK).as_dict(),
-                parent=request.header,
-                metadata=_reply_metadata(),
-                buffers=result,
-            )
-            out.append([idents[0], idents[1], *reply])
+            if request.header.get("msg_type") != "apply_request":
+                continue  # a revoke_request (an idle engine's steal): its elements answered
+            rng = request.metadata.get(ELEMENTS)
+            for content in _part_contents(rng) if rng else [ApplyReply(ReplyStatus.OK).as_dict()]:
+                _, reply = engine_s.serialize(
+                    "apply_reply",
+                    content,
+                    parent=request.header,
+                    metadata=_reply_metadata(),
+                    buffers=result,
+                )
+                out.append([idents[0], idents[1], *reply])
         return out
 
     # what the loop's drain does with a message: the Intake's events fed to the book (in
@@ -219,12 +227,13 @@ def scheduler(tasks: int, repeat: int) -> dict[str, float]:
         replied = lambda f: sched._feed(*intake.replies(f))  # noqa: E731
 
     def run(n: int) -> dict[str, float]:
+        md = {ELEMENTS: [0, parts * PART_ELEMENTS]} if parts else None
         reqs = [
-            client_s.serialize("apply_request", {}, buffers=buffers, dest="task")[1]
-            for _ in range(n)
+            client_s.serialize("apply_request", {}, buffers=buffers, dest="task", metadata=md)[1]
+            for _ in range(n // (parts or 1))
         ]
         cpu = {"submit": 0.0, "reply": 0.0}
-        for i in range(0, n, BATCH):
+        for i in range(0, len(reqs), BATCH):
             t = time.thread_time()
             submitted([b"client", *batch(reqs[i : i + BATCH])])
             sched._carry_out()
@@ -254,6 +263,22 @@ def scheduler(tasks: int, repeat: int) -> dict[str, float]:
         sched.close()
         mon.close(linger=0)
         ctx.term()
+
+
+#: elements per part of an element request in ``scheduler(parts=...)``, and parts per
+#: request in the ``scheduler_map`` measure
+PART_ELEMENTS = 8
+MAP_PARTS = 4
+
+
+def _part_contents(rng: list[int]) -> list[dict[str, Any]]:
+    """An engine's parts answering element request ``rng``, PART_ELEMENTS each."""
+    lo, hi = rng
+    ok = ApplyReply(ReplyStatus.OK).as_dict()
+    cuts = list(range(lo, hi, PART_ELEMENTS)) + [hi]
+    return [
+        {**ok, ELEMENTS: [a, b], "final": b == hi} for a, b in zip(cuts, cuts[1:], strict=False)
+    ]
 
 
 # -- the hub --------------------------------------------------------------------------------
@@ -458,6 +483,7 @@ def measure(tasks: int = 2000, repeat: int = 5) -> dict[str, Any]:
         "floor_replies_alone": floor(tasks, repeat, replies_batched=False),
         "floor_replies_batched": floor(tasks, repeat, replies_batched=True),
         "scheduler": scheduler(tasks, repeat),
+        "scheduler_map": scheduler(tasks, repeat, parts=MAP_PARTS),
         "hub": hub(tasks, repeat),
         "hub_map": hub(max(20, tasks // 20), repeat, map_of=2000),
         "sqlite": sqlite_floor(5 * tasks, repeat),
@@ -483,6 +509,11 @@ def main() -> None:
     s = res["scheduler"]
     print(
         f"{s['total']:8.1f} us/task  scheduler's Python (submit {s['submit']:.1f}, reply {s['reply']:.1f})"
+    )
+    s = res["scheduler_map"]
+    print(
+        f"{s['reply']:8.1f} us/part  scheduler's Python, a map's element request answered in "
+        f"{MAP_PARTS} parts (submit {s['submit']:.1f} per part)"
     )
     h = res["hub"]
     print(f"{h['total']:8.1f} us/task  hub (events {h['events']:.1f}, store {h['store']:.1f})")

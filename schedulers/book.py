@@ -12,12 +12,12 @@ cannot place (``failing``: the book's recommendations) answered by the book befo
 
 The book owns its parts, each built here with explicit arguments: Placement (engines with
 room, the queues; schedulers/placement.py), Gates (flags, timeouts, dependencies;
-schedulers/gating.py), ElementParts (a map's element requests; schedulers/elements.py),
-Prefetch (depths and steal-back; schedulers/prefetch.py) and Broadcasts (a request's copy
-for each target engine; schedulers/broadcasts.py). It ties them: submissions,
-replies, aborts and timeouts, clients, engines. When an engine dies its tasks are retried
-or answered with EngineError, and queued tasks that only a dead engine could run fail with
-ImpossibleDependency.
+schedulers/gating.py), ElementParts (a map's element requests and their parts' replies;
+schedulers/elements.py), Prefetch (depths and steal-back; schedulers/prefetch.py) and
+Broadcasts (a request's copy for each target engine; schedulers/broadcasts.py). It ties
+them: submissions, replies, aborts and timeouts, clients, engines. When an engine dies
+its tasks are retried or answered with EngineError, and queued tasks that only a dead
+engine could run fail with ImpossibleDependency.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from zpar.constants import TASK_HWM, TASK_SCHEME
-from zpar.elements import ELEMENTS, FINAL, element_range, origin_of
+from zpar.elements import ELEMENTS, origin_of
 from zpar.errors import (
     EngineError,
     ImpossibleDependency,
@@ -41,7 +41,6 @@ from zpar.errors import (
     UnmetDependency,
     ZparError,
 )
-from zpar.wire import Message
 from zpar.wire.messages import (
     TASK_REQUESTS,
     MsgType,
@@ -356,7 +355,13 @@ class TaskBook:
             log.info("reply to %s placed by our predecessor: sent to its client", msg_id)
             client = task.client
         if task.elements is not None:  # a part of a run of a map's elements
-            self._element_reply(task, engine, client, reply)
+            self.prefetch.answered_by(engine, deepen=False)
+            finished = self.elements.reply(task, engine, client, reply)
+            if task.state == DONE:  # its last part: the engine's slot is free
+                if finished is not None:
+                    self._finished(finished, (True, uuid))
+                self._after_answer(task.client)
+                self.elements.steal_for_idle(self.clock())
             return
         self.prefetch.answered_by(engine)
         engine.load -= 1
@@ -381,43 +386,6 @@ class TaskBook:
         self._out.append(RelayReply(client, uuid, reply))
         self._finished(msg_id, (status == ReplyStatus.OK, uuid))  # type: ignore[arg-type]
         self._after_answer(task.client)
-
-    def _element_reply(self, task: Task, engine: EngineSlot, client: bytes, reply: Message) -> None:
-        """An engine's part of an element request: relayed; the last one ends the
-        placement (elements it did not answer, given back meanwhile, are placed anew)."""
-        content = reply.content
-        rng = element_range(content.get(ELEMENTS))
-        elements = task.elements
-        assert elements is not None
-        self.prefetch.answered_by(engine, deepen=False)
-        if rng is not None:
-            elements[0] = max(elements[0], rng[1])
-        uuid = engine.uuid
-        parts = self.elements
-        retrying = parts.retried(task, content)
-        if rng is not None and not content.get(FINAL):
-            # every part is reported: the hub records a map's elements from its parts
-            self._out.append(RelayReply(client, uuid, reply, retrying=retrying))
-            if retrying:
-                parts.retry(task, retrying, uuid)
-                self.placement.drain()
-            return
-        engine.load -= 1
-        engine.tasks.discard(task.msg_id)
-        if self.placement.counting:
-            self.ledger.answered(task.client)
-        del self.live[task.msg_id]
-        task.state = DONE
-        origin = origin_of(task.msg_id)
-        self._out.append(RelayReply(client, uuid, reply, retrying=retrying))
-        if rng is not None and elements[0] < elements[1]:  # given back, its revoke reply to come
-            parts.new_part(task, elements[0], elements[1])
-        parts.retry(task, retrying, uuid)
-        task.msg = None
-        if parts.placement_done(origin):
-            self._finished(origin, (True, uuid))
-        self._after_answer(task.client)
-        parts.steal_for_idle(self.clock())
 
     def _on_revoked(self, event: Revoked) -> None:
         """An engine's revoke_reply: whole tasks never started (placed again), and the

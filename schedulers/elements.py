@@ -1,11 +1,12 @@
-"""Element requests in the task book: parts counted, tails taken back, parts placed anew (a
-part the TaskBook owns; zpar.elements, docs/decisions.md "A load-balanced map, one task per
-element").
+"""Element requests in the task book: parts answered and counted, tails taken back, parts
+placed anew (a part the TaskBook owns; zpar.elements, docs/decisions.md "A load-balanced
+map, one task per element").
 
 An element request carries a run of a map's elements, ``[lo, hi]``; its engine answers in
 parts as elements finish. The book keeps, per placement, the positions not answered yet
-(``Task.elements``): each part moves ``lo`` up, and the last (``final``) frees the engine's
-slot. Elements not started can come back:
+(``Task.elements``): each part (``ElementParts.reply``) moves ``lo`` up, and the last
+(``final``) frees the engine's slot; the book then releases the request's dependents once
+its last placement answered. Elements not started can come back:
 
 - from an engine *stalled* on a long element (no answer for ``steal_after``) while work
   waits in the queue: every unstarted element (the revoke_request's ``tails``, keep 0),
@@ -32,11 +33,20 @@ from collections.abc import Callable
 from typing import Any
 
 from zpar.constants import STEAL_AFTER
-from zpar.elements import ELEMENTS, ERRORS, element_id, element_range, origin_of, part_id
+from zpar.elements import (
+    ELEMENTS,
+    ERRORS,
+    FINAL,
+    element_id,
+    element_range,
+    origin_of,
+    part_id,
+)
 from zpar.errors import TaskAborted
+from zpar.wire import Message
 from zpar.wire.messages import ReplyStatus
 
-from .instructions import Instruction, RevokeTasks
+from .instructions import Instruction, RelayReply, RevokeTasks
 from .placement import Failing, Placement
 from .schemes import EngineSlot
 from .state import DONE, RUNNING, WAITING, Task, placed_on
@@ -120,6 +130,43 @@ class ElementParts:
             named = self.early.pop((task.client, task.msg_id), None)
             if named is not None:
                 self.aborting[task.msg_id] = named
+
+    def reply(self, task: Task, engine: EngineSlot, client: bytes, reply: Message) -> str | None:
+        """An engine's part of an element request ``task`` (the engine's prefetch already
+        told): relayed to ``client``; its failed elements placed again on their own; the
+        last part (``final``, or one without positions) frees the engine's slot (the task
+        is then DONE) and places anew the elements given back meanwhile. The request
+        finished for its dependents by this part (its last placement answered), else None:
+        the book releases them, then serves its queue and any idle engine."""
+        content = reply.content
+        rng = element_range(content.get(ELEMENTS))
+        elements = task.elements
+        assert elements is not None
+        if rng is not None:
+            elements[0] = max(elements[0], rng[1])
+        uuid = engine.uuid
+        retrying = self.retried(task, content)
+        if rng is not None and not content.get(FINAL):
+            # every part is reported: the hub records a map's elements from its parts
+            self.out.append(RelayReply(client, uuid, reply, retrying=retrying))
+            if retrying:
+                self.retry(task, retrying, uuid)
+                self.placement.drain()
+            return None
+        engine.load -= 1
+        engine.tasks.discard(task.msg_id)
+        placement = self.placement
+        if placement.counting:
+            placement.ledger.answered(task.client)
+        del self.live[task.msg_id]
+        task.state = DONE
+        self.out.append(RelayReply(client, uuid, reply, retrying=retrying))
+        if rng is not None and elements[0] < elements[1]:  # given back, its revoke reply to come
+            self.new_part(task, elements[0], elements[1])
+        self.retry(task, retrying, uuid)
+        task.msg = None
+        origin = origin_of(task.msg_id)
+        return origin if self.placement_done(origin) else None
 
     @staticmethod
     def retried(task: Task, content: dict[str, Any]) -> list[int] | None:

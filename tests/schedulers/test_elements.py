@@ -6,12 +6,16 @@ request finished for its dependents once every part answered."""
 from __future__ import annotations
 
 import itertools
+from collections import deque
 
 from tests.schedulers.bookrig import BookRig
-from zpar.elements import ELEMENTS, FINAL, TAILS, origin_of
-from zpar.schedulers.elements import IDLE_STEAL_AFTER
+from zpar.elements import ELEMENTS, ERRORS, FINAL, TAILS, origin_of
+from zpar.schedulers.elements import IDLE_STEAL_AFTER, ElementParts
 from zpar.schedulers.instructions import FailTask, RelayReply, RevokeTasks, SendTask
-from zpar.schedulers.state import QUEUED
+from zpar.schedulers.ledger import OpenLedger
+from zpar.schedulers.placement import Placement
+from zpar.schedulers.schemes import EngineSlot, leastload
+from zpar.schedulers.state import DONE, QUEUED, RUNNING, Task
 from zpar.wire import Message
 from zpar.wire.messages import MsgType, ReplyStatus
 
@@ -77,6 +81,63 @@ def test_parts_are_relayed_and_the_last_frees_the_engine():
     assert relay.report and not relay.bare  # each part with its values
     assert "m" not in book.live and book.engines[A].load == 0
     assert not book.elements.placements
+
+
+class CountingLedger(OpenLedger):
+    """Admits everyone; counts what it is told was placed and answered."""
+
+    counts_tasks = True
+
+    def __init__(self) -> None:
+        self.placed_ = 0
+        self.answered_ = 0
+
+    def placed(self, client: bytes) -> None:
+        self.placed_ += 1
+
+    def answered(self, client: bytes) -> None:
+        self.answered_ += 1
+
+
+def test_the_part_alone_answers_parts_and_frees_the_engine_at_the_last():
+    """ElementParts.reply built with the tables it is given, no book: parts relayed, a
+    failed element placed again on its own, the last part frees the engine's slot and
+    names the request finished (the book then releases its dependents)."""
+    clock = Clock()
+    engines: dict[bytes, EngineSlot] = {}
+    live: dict[str, Task] = {}
+    out: list = []
+    failing: deque = deque()
+    ledger = CountingLedger()
+    placement = Placement(engines, leastload, ledger, clock, out, failing)
+    parts = ElementParts(engines, live, placement, clock, out, failing, steals=True)
+    engines[A] = EngineSlot(0, A, depth=2)
+    engines[B] = EngineSlot(1, B, depth=2)
+    task = live["m"] = Task("m", b"client", request("m", 10), None, retries=1)
+    parts.start(task, {ELEMENTS: [0, 10]})
+    placement.submit(task)
+    assert task.state == RUNNING and task.engine is engines[A] and ledger.placed_ == 1
+    out.clear()
+
+    failed = part("m", 0, 4)
+    failed.content[ERRORS] = {"2": {"ename": "ValueError"}}
+    assert parts.reply(task, engines[A], b"client", failed) is None
+    relay, send = out  # relayed, then element 2 placed again, elsewhere
+    assert isinstance(relay, RelayReply) and relay.retrying == [2]
+    assert task.elements == [4, 10] and engines[A].load == 1 and task.state == RUNNING
+    (again,) = [t for m, t in live.items() if m != "m"]
+    assert again.elements == [2, 3] and again.avoid == {A} and again.retries == 0
+    assert isinstance(send, SendTask) and send.task is again and send.engine is engines[B]
+    out.clear()
+
+    assert parts.reply(task, engines[A], b"client", part("m", 4, 10, final=True)) is None
+    assert task.state == DONE and "m" not in live and task.msg is None
+    assert engines[A].load == 0 and "m" not in engines[A].tasks and ledger.answered_ == 1
+    assert [type(i) for i in out] == [RelayReply]
+    out.clear()
+    # the last placement of the request answered: its dependents may go
+    done = parts.reply(again, engines[B], b"client", part(again.msg_id, 2, 3, final=True))
+    assert done == "m" and not parts.placements and not live
 
 
 def test_a_stalled_engine_gives_its_unstarted_elements_back_to_an_idle_one():
