@@ -69,6 +69,29 @@ def test_the_parts_check_sees_a_missing_or_stray_part():
     assert parts("- **Nesting 64.** a\n" + whole) != list(PARTS)
 
 
+#: paths an entry names that are not this repository's: ipyparallel's own test helper, and
+#: the name the ipyparallel suite gives its shim in the temporary folder it runs from
+FOREIGN_PATHS = {"tests/clienttest.py", "tests/__init__.py"}
+
+
+def test_the_evidence_named_exists():
+    """Every file of tests/, bench/, scripts/ or docs/ an entry names exists, and every
+    section of docs/benchmarks.md it quotes is a heading there: evidence is not invented."""
+    text = re.sub(r"\s+", " ", DECISIONS.read_text())
+    named = set(
+        re.findall(r"(?<![\w/.-])((?:tests|bench|scripts|docs)/[\w/.-]*\w\.(?:py|sh|md))", text)
+    )
+    missing = sorted(p for p in named - FOREIGN_PATHS if not (ROOT / p).exists())
+    assert not missing, f"files named in docs/decisions.md that do not exist: {missing}"
+    heads = [
+        re.sub(r"\s+", " ", h)
+        for h in re.findall(r"^#{2,3} (.+)$", (ROOT / "docs" / "benchmarks.md").read_text(), re.M)
+    ]
+    quoted = re.findall(r'benchmarks(?:\.md)?,? \(?"([^"]+)"', text)
+    unknown = [q for q in quoted if not any(q in h for h in heads)]
+    assert quoted and not unknown, f"benchmarks.md sections quoted but not there: {unknown}"
+
+
 def test_the_parts_are_written_one_way():
     """``**Decision.**``, not ``**Decision:**`` nor a bare date: one form to search for."""
     text = DECISIONS.read_text()
