@@ -36,6 +36,62 @@ def test_every_decision_has_its_date():
     assert not undated, f"entries without a '- **Date.**' bullet: {undated}"
 
 
+PARTS = ("Decision", "Why", "Evidence", "Date")
+
+
+def parts(body: str) -> list[str]:
+    """The entry's top-level bullets, by their bold label (``- **Why.** ...`` -> ``Why``);
+    a bullet without one of the four labels counts as its first words."""
+    out = []
+    for line in body.splitlines():
+        if line.startswith("- "):
+            m = re.match(r"- \*\*(\w+)\.\*\*", line)
+            out.append(m.group(1) if m else line[2:40])
+    return out
+
+
+def test_every_entry_has_its_four_parts_in_order():
+    """Each entry is ``**Decision.**`` / ``**Why.**`` / ``**Evidence.**`` / ``**Date.**``,
+    each once, in that order; sub-decisions and figures nest under them (issue 25 item 6)."""
+    odd = {
+        t: found
+        for t, body in entries(DECISIONS.read_text()).items()
+        if (found := parts(body)) != list(PARTS)
+    }
+    assert not odd, f"entries whose top-level bullets are not {PARTS}: {odd}"
+
+
+def test_the_parts_check_sees_a_missing_or_stray_part():
+    whole = "- **Decision.** x\n- **Why.** y\n  - nested\n- **Evidence.** z\n- **Date.** d\n"
+    assert parts(whole) == list(PARTS)
+    assert parts(whole.replace("- **Why.** y\n", "")) != list(PARTS)
+    assert parts(whole + "- **Rejected.** r\n") != list(PARTS)
+    assert parts("- **Nesting 64.** a\n" + whole) != list(PARTS)
+
+
+#: paths an entry names that are not this repository's: ipyparallel's own test helper, and
+#: the name the ipyparallel suite gives its shim in the temporary folder it runs from
+FOREIGN_PATHS = {"tests/clienttest.py", "tests/__init__.py"}
+
+
+def test_the_evidence_named_exists():
+    """Every file of tests/, bench/, scripts/ or docs/ an entry names exists, and every
+    section of docs/benchmarks.md it quotes is a heading there: evidence is not invented."""
+    text = re.sub(r"\s+", " ", DECISIONS.read_text())
+    named = set(
+        re.findall(r"(?<![\w/.-])((?:tests|bench|scripts|docs)/[\w/.-]*\w\.(?:py|sh|md))", text)
+    )
+    missing = sorted(p for p in named - FOREIGN_PATHS if not (ROOT / p).exists())
+    assert not missing, f"files named in docs/decisions.md that do not exist: {missing}"
+    heads = [
+        re.sub(r"\s+", " ", h)
+        for h in re.findall(r"^#{2,3} (.+)$", (ROOT / "docs" / "benchmarks.md").read_text(), re.M)
+    ]
+    quoted = re.findall(r'benchmarks(?:\.md)?,? \(?"([^"]+)"', text)
+    unknown = [q for q in quoted if not any(q in h for h in heads)]
+    assert quoted and not unknown, f"benchmarks.md sections quoted but not there: {unknown}"
+
+
 def test_the_parts_are_written_one_way():
     """``**Decision.**``, not ``**Decision:**`` nor a bare date: one form to search for."""
     text = DECISIONS.read_text()
