@@ -1,8 +1,9 @@
-"""The compiled part of zpar: the communicator's same-host lane (communicator/_lane.pyx).
+"""The compiled parts of zpar: the communicator's same-host lane (communicator/_lane.pyx)
+and an engine's burst of map elements (engine/_burst.pyx).
 
-Everything else is in pyproject.toml. The extension is optional, as msgpack's and pyzmq's
+Everything else is in pyproject.toml. The extensions are optional, as msgpack's and pyzmq's
 speedups are: without a C compiler (or without Cython) the build logs why and installs the
-pure-Python twin (communicator/lanepy.py), which zpar.comm.lane then uses.
+pure-Python twins (communicator/lanepy.py, engine/burst.py's loop), which zpar then uses.
 """
 
 import os
@@ -38,9 +39,12 @@ def extensions() -> list:
     except ImportError:
         print("zpar: Cython missing; using the pure-Python twin", file=sys.stderr)
         return []
-    ext = Extension("zpar.comm._lane", ["communicator/_lane.pyx"], extra_compile_args=["-O2"])
+    exts = [
+        Extension("zpar.comm._lane", ["communicator/_lane.pyx"], extra_compile_args=["-O2"]),
+        Extension("zpar.engine._burst", ["engine/_burst.pyx"], extra_compile_args=["-O2"]),
+    ]
     try:
-        return cythonize([ext], language_level=3, quiet=True)
+        return cythonize(exts, language_level=3, quiet=True)
     except Exception as e:  # noqa: BLE001
         print(f"zpar: cythonize failed ({e}); using the pure-Python twin", file=sys.stderr)
         return []

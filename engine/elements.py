@@ -43,6 +43,7 @@ from zpar.serialize import serialize_object, unpack_apply
 from zpar.wire import Message
 from zpar.wire.messages import ApplyReply, MsgType, ReplyStatus, StatusMessage
 
+from .burst import run_burst
 from .kernel import USER_ERRORS, Kernel, KernelReply, format_traceback
 from .replies import ReplySender
 from .revoke import RevokeGate
@@ -287,8 +288,7 @@ class ElementRun:
         limit = watchdog.limit
         burst = limit * BURST
         pending, errors = self.pending, self.errors
-        append, take_position = pending.append, positions.popleft
-        append_end = self.ends.append
+        take_position, ends = positions.popleft, self.ends
         last = self.base - 1  # the position run last (per element: no j += 1)
         while positions:
             if kernel.aborted and self.origin in kernel.aborted:
@@ -303,21 +303,9 @@ class ElementRun:
             # from enter to leave the values not in a part are its too (take)
             watchdog.enter(replies.mark_held())
             try:
-                while True:
-                    try:
-                        last = take_position()
-                    except IndexError:  # the last one ran, or the rest was given back
-                        break
-                    try:
-                        value = next(calls)
-                    except USER_ERRORS as e:
-                        value = None
-                        errors[last] = e
-                    now = monotonic()
-                    append_end(now)  # before the value: take() reads ends of what it takes
-                    append(value)
-                    if now >= deadline:
-                        break
+                last = run_burst(
+                    calls, take_position, pending, ends, errors, deadline, last, USER_ERRORS
+                )
             finally:
                 watchdog.leave()
             if look_at_control():
