@@ -194,7 +194,9 @@ class Sockets:
         del self.table[fd]
 
 
-def _fd_monitor(misses=100, grace=0.5):
+def _fd_monitor(misses=100, grace=0.5, echoed_on=None):
+    """A monitor on fake sockets; ``echoed_on``: e1 has echoed a first ping on that
+    descriptor, a connection just accepted."""
     new, dead = [], []
     fds = Sockets()
     clock = [0.0]
@@ -211,17 +213,18 @@ def _fd_monitor(misses=100, grace=0.5):
     )
     events = Events()
     hm.watch_connections(events)
+    if echoed_on is not None:
+        hm.beat()
+        fds.accept(echoed_on)
+        hm.pong.echo(b"e1", PING + b"1", fd=echoed_on)
+        hm.handle_pong()
     return hm, fds, events, dead, clock
 
 
 def test_a_late_disconnect_event_for_a_reused_descriptor_spares_the_new_engine():
     """e1 dies, its descriptor's number goes to e2's new connection, e2 echoes, and only
     then the listener guard's thread forwards e1's disconnect event: e2 stays, e1 goes."""
-    hm, fds, events, dead, clock = _fd_monitor()
-    hm.beat()
-    fds.accept(7)
-    hm.pong.echo(b"e1", PING + b"1", fd=7)
-    hm.handle_pong()
+    hm, fds, events, dead, clock = _fd_monitor(echoed_on=7)
     fds.close(7)  # e1's process dies
     fds.accept(7)  # e2 connects: the OS gives it the number 7
     hm.pong.echo(b"e2", PING + b"1", fd=7)
@@ -237,11 +240,7 @@ def test_a_late_disconnect_event_for_a_reused_descriptor_spares_the_new_engine()
 
 
 def test_the_new_engines_own_close_on_the_reused_number_is_still_seen():
-    hm, fds, events, dead, clock = _fd_monitor()
-    hm.beat()
-    fds.accept(7)
-    hm.pong.echo(b"e1", PING + b"1", fd=7)
-    hm.handle_pong()
+    hm, fds, events, dead, clock = _fd_monitor(echoed_on=7)
     fds.close(7)
     fds.accept(7)
     hm.pong.echo(b"e2", PING + b"1", fd=7)
@@ -265,11 +264,7 @@ def test_the_new_engines_own_close_on_the_reused_number_is_still_seen():
 def test_an_event_read_before_libzmq_closes_the_descriptor_is_looked_at_again():
     """libzmq emits EVENT_DISCONNECTED just before it closes the descriptor: an event
     whose number still names the heart's socket is looked at again, not dropped."""
-    hm, fds, events, dead, clock = _fd_monitor()
-    hm.beat()
-    fds.accept(7)
-    hm.pong.echo(b"e1", PING + b"1", fd=7)
-    hm.handle_pong()
+    hm, fds, events, dead, clock = _fd_monitor(echoed_on=7)
     events.disconnected(7)
     clock[0] = 0.0
     hm.handle_events()
@@ -284,11 +279,7 @@ def test_an_event_read_before_libzmq_closes_the_descriptor_is_looked_at_again():
 
 
 def test_a_stale_event_for_a_live_engine_is_forgotten_after_the_grace():
-    hm, fds, events, dead, clock = _fd_monitor()
-    hm.beat()
-    fds.accept(7)
-    hm.pong.echo(b"e1", PING + b"1", fd=7)
-    hm.handle_pong()
+    hm, fds, events, dead, clock = _fd_monitor(echoed_on=7)
     events.disconnected(7)  # about an earlier connection on 7 that never echoed
     clock[0] = 0.0
     hm.handle_events()
@@ -318,11 +309,7 @@ def test_an_echo_queued_from_a_closed_connection_does_not_displace_the_live_one(
 
 
 def test_a_heart_that_reconnects_on_a_new_descriptor_is_cleared_by_its_probe_answer():
-    hm, fds, events, dead, clock = _fd_monitor()
-    hm.beat()
-    fds.accept(7)
-    hm.pong.echo(b"e1", PING + b"1", fd=7)
-    hm.handle_pong()
+    hm, fds, events, dead, clock = _fd_monitor(echoed_on=7)
     fds.close(7)
     fds.accept(9)  # the heart's DEALER reconnects
     events.disconnected(7)
