@@ -35,7 +35,7 @@ from zpar.elements import (
     TIMES,
     element_range,
     origin_of,
-    pack_times,
+    pack_part_times,
 )
 from zpar.errors import SerializationError, TaskAborted, error_content
 from zpar.mapchunk import _as_numpy_scalars, _bound, _numpy_scalar_types
@@ -89,6 +89,9 @@ class ElementRun:
         #: first one not in a part yet started: a part's TIMES (zpar.elements)
         self.ends = array("d")
         self.first_start: float | None = None
+        #: the epoch second the last part's last element ended, as its TIMES say: the next
+        #: part starts there (no overlap by rounding, nor by a second read of the clock)
+        self.next_epoch: float | None = None
 
     # -- parts --------------------------------------------------------------------------
 
@@ -123,9 +126,11 @@ class ElementRun:
         times = None
         if n > t:
             ends = self.ends
-            start = self.first_start
-            clock = time.time() - time.monotonic()
-            times = pack_times(clock, ends[t] if start is None else start, ends[t:n])
+            start = ends[t] if self.first_start is None else self.first_start
+            epoch = self.next_epoch  # the last part's end, as it was reported
+            if epoch is None:
+                epoch = time.time() - time.monotonic() + start
+            times, self.next_epoch = pack_part_times(epoch, start, ends[t:n])
             self.first_start = ends[n - 1]  # the next one started when this one ended
         capture = self.kernel._capture
         upto = None if final else last

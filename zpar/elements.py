@@ -180,9 +180,18 @@ def times_from_text(text: str) -> bytes | None:
 def pack_times(clock: float, start: float, ends: array) -> bytes:
     """A part's TIMES from its elements' end times ``ends`` (a float64 array, the
     engine's monotonic clock), the first one's ``start`` on that clock and ``clock``, the
-    clock's offset to the epoch. Offsets are rounded to the µs from ``start`` before they
-    are differenced, so no rounding accumulates along a part. A few elements in Python,
-    more in numpy (loaded by the engine's serializer already): ~5 µs either way."""
+    clock's offset to the epoch (pack_part_times, its end left out)."""
+    return pack_part_times(clock + start, start, ends)[0]
+
+
+def pack_part_times(epoch: float, start: float, ends: array) -> tuple[bytes, float]:
+    """A part's TIMES, its first element started at ``start`` on the monotonic clock of
+    ``ends`` and at ``epoch`` (epoch seconds), and its last element's end as element_dates
+    reads it back: the next part of the run starts there (its ``epoch``), so two parts
+    never overlap by a rounding or by two reads of the clock. Offsets are rounded to the µs
+    from ``start`` before they are differenced, so no rounding accumulates along a part.
+    A few elements in Python, more in numpy (loaded by the engine's serializer already):
+    ~5 µs either way."""
     if len(ends) <= _FEW:
         us = [round((e - start) * 1e6) for e in ends]
         runs = [b - a for a, b in zip([0, *us], us, strict=False)]
@@ -190,16 +199,19 @@ def pack_times(clock: float, start: float, ends: array) -> bytes:
         packed = array(_WIDTHS[width], runs)
         if sys.byteorder == "big":
             packed.byteswap()
-        return _HEAD.pack(width, clock + start) + packed.tobytes()
+        total = us[-1] if us else 0
+        return _HEAD.pack(width, epoch) + packed.tobytes(), epoch + total * 1e-6
     import numpy as np
 
     f = np.frombuffer(ends, dtype=np.float64) - start
     f *= 1e6
     np.rint(f, out=f)
     runs = f.astype(np.int64)
+    total = int(runs[-1]) if len(runs) else 0
     runs[1:] -= runs[:-1].copy()
     width = _width(int(runs.max()) if len(runs) else 0)
-    return _HEAD.pack(width, clock + start) + runs.astype(f"<u{width}").tobytes()
+    packed = _HEAD.pack(width, epoch) + runs.astype(f"<u{width}").tobytes()
+    return packed, epoch + total * 1e-6
 
 
 #: parts of at most this many elements are packed without numpy (its calls cost more)

@@ -8,7 +8,13 @@ from array import array
 from hypothesis import given
 from hypothesis import strategies as st
 
-from zpar.elements import element_dates, pack_times, times_as_text, times_from_text
+from zpar.elements import (
+    element_dates,
+    pack_part_times,
+    pack_times,
+    times_as_text,
+    times_from_text,
+)
 
 CLOCK = 1_795_000_000.0
 
@@ -94,3 +100,25 @@ def test_a_few_elements_pack_as_many_do(runs):
         assert elements.pack_times(CLOCK, 3.0, ends) == few
     finally:
         elements._FEW = saved
+
+
+@given(
+    st.lists(st.floats(min_value=0, max_value=0.5, allow_nan=False), min_size=2, max_size=60),
+    st.integers(min_value=1, max_value=59),
+)
+def test_the_next_part_starts_where_the_last_one_ended(runs, cut):
+    """A run of elements cut in two parts: the second part's epoch is the first's end as
+    element_dates reads it, so the parts never overlap (a rounding of each, or a second
+    read of the clock, once put an element's start a µs before the last one's end)."""
+    cut = min(cut, len(runs) - 1)
+    ends, t = array("d"), 100.0
+    for r in runs:
+        t += r
+        ends.append(t)
+    first, end = pack_part_times(CLOCK + 100.0, 100.0, ends[:cut])
+    second, _ = pack_part_times(end, ends[cut - 1], ends[cut:])
+    a = _dates(first, cut)
+    b = _dates(second, len(runs) - cut, lo=cut)
+    assert a[-1][1] == end == b[0][0]
+    spans = a + b
+    assert all(x[1] <= y[0] for x, y in zip(spans, spans[1:], strict=False))
